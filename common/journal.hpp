@@ -1,0 +1,35 @@
+// The agent's on-disk record of active faults. An entry is written and fsynced BEFORE its
+// fault is applied and removed after the revert, so a crash leaves enough to revert on restart.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace rc {
+
+struct JournalEntry {
+  std::string faultId;
+  nlohmann::json record;  // kind, params, and the snapshot the revert needs
+};
+
+class Journal {
+ public:
+  // Creates DIR/journal if needed. Fails if it cannot be written.
+  static Result<Journal> open(const std::string& stateDir);
+
+  // Durable: data and directory entry are fsynced before this returns.
+  Result<void> add(const std::string& faultId, const nlohmann::json& record);
+  Result<void> remove(const std::string& faultId);
+  // Entries that are unreadable are returned with record = null so the caller can report them.
+  Result<std::vector<JournalEntry>> list() const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  explicit Journal(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+};
+
+}  // namespace rc

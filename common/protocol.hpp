@@ -1,0 +1,103 @@
+// The control protocol between controller and agent: framing, versions, and strict parsing
+// of every message into a typed request. Transport-free so it can be unit-tested and fuzzed.
+//
+// Frame: 4-byte big-endian length, then that many bytes of UTF-8 JSON (one object).
+// Every message has "v" (protocol version), "id" (request id, echoed in the reply) and
+// "type". Replies have type "<request>.ok" or "error" (with "code" and "message").
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace rc::proto {
+
+using json = nlohmann::json;
+
+inline constexpr int kVersion = 1;
+inline constexpr int kMinVersion = 1;
+inline constexpr uint32_t kMaxFrameBytes = 1u << 20;  // 1 MiB: far above any real message
+inline constexpr size_t kMaxIdLength = 64;
+inline constexpr size_t kMaxParams = 64;
+
+// Error codes sent in "error" replies.
+inline constexpr std::string_view kErrBadMessage = "bad_message";
+inline constexpr std::string_view kErrVersion = "unsupported_version";
+inline constexpr std::string_view kErrNotHello = "hello_required";
+inline constexpr std::string_view kErrRefused = "refused";
+inline constexpr std::string_view kErrNotFound = "not_found";
+inline constexpr std::string_view kErrFailed = "failed";
+
+// ---- framing ----
+std::string encodeFrame(const json& message);
+// Incremental decoder for a byte stream. feed() appends bytes; next() yields whole messages.
+class FrameDecoder {
+ public:
+  void feed(std::string_view bytes) { buf_.append(bytes); }
+  // nullopt: need more bytes. Error: the stream is unusable (oversized frame or bad JSON);
+  // the caller replies with an error and closes.
+  std::optional<Result<json>> next();
+
+ private:
+  std::string buf_;
+};
+uint32_t decodeLength(const unsigned char header[4]);
+Result<json> parseBody(std::string_view body);
+
+// ---- requests (controller -> agent) ----
+struct Hello {
+  std::string controllerId;  // identifies the lease owner across reconnects
+  std::vector<int> versions;
+};
+struct ClockReq {
+  int64_t t0 = 0;
+};
+struct Heartbeat {};
+struct Schedule {
+  std::string faultId;  // chosen by the controller, unique per agent
+  std::string kind;
+  json params = json::object();  // raw parameters: validated by the fault kind
+  int64_t startNs = 0;           // controller clock; 0 = now
+  int64_t clockOffsetNs = 0;     // agent - controller as the controller measured it
+  int64_t lifetimeMs = 0;        // the agent caps this at its own maximum
+};
+struct Revert {
+  std::string faultId;
+};
+struct RevertAll {};
+struct ListFaults {};
+struct GetFault {
+  std::string faultId;
+};
+struct Status {};
+struct Capabilities {};
+
+using Request = std::variant<Hello, ClockReq, Heartbeat, Schedule, Revert, RevertAll, ListFaults,
+                             GetFault, Status, Capabilities>;
+
+struct Envelope {
+  int version = 0;
+  uint64_t id = 0;
+  std::string type;
+  Request request;
+};
+
+// Validates the envelope and the body of a request: types, bounds, unknown keys.
+Result<Envelope> parseRequest(const json& message);
+
+// ---- building messages ----
+json makeRequest(uint64_t id, std::string_view type, json body = json::object());
+json makeReply(uint64_t id, std::string_view requestType, json body = json::object());
+json makeError(uint64_t id, std::string_view code, std::string_view message);
+// A reply as the controller sees it: either the body or the agent's error.
+Result<json> parseReply(const json& message, uint64_t expectedId, std::string_view requestType);
+
+bool validId(std::string_view id);
+
+}  // namespace rc::proto

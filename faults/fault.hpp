@@ -1,0 +1,113 @@
+// The one interface every fault kind implements, and the registry that lists them.
+//
+// Lifecycle, driven by the agent's fault manager:
+//   kind.create(params, policy)  validate parameters and targets; touches nothing
+//   fault.snapshot()             read what revert needs (e.g. the admin state); touches nothing
+//   -- the manager writes and fsyncs the journal entry (snapshot included) --
+//   fault.run(stop, events)      apply; blocks on its own thread until done, stopped or expired
+//   fault.revert()               restore the snapshot exactly; idempotent
+//   -- the manager removes the journal entry --
+// After a crash the manager calls kind.revertRecord(snapshot) for each journal entry.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace rc::faults {
+
+using json = nlohmann::json;
+
+// What an agent allows faults to touch.
+struct Policy {
+  std::vector<std::string> allowlist;   // interfaces faults may target; empty = none
+  std::vector<std::string> protectedInterfaces;  // never, whatever the allowlist says
+  std::string defaultInterface;         // used when a fault names no interface
+};
+
+// Refuses an interface that is protected or not allowlisted, naming the fix.
+Result<void> checkInterface(const Policy& policy, const std::string& name);
+
+// One thing a fault observed or did, with the time it happened (wall clock, ns).
+struct Event {
+  int64_t timeNs = 0;
+  std::string what;    // "down", "up", "applied", "reverted", "frames_sent", ...
+  std::string detail;  // interface name, counts, ...
+  bool kernelTime = false;  // true when the time was read back from the kernel
+};
+
+// Thread-safe event sink a fault appends to while it runs.
+class EventLog {
+ public:
+  void add(Event e) {
+    std::lock_guard lock(m_);
+    events_.push_back(std::move(e));
+  }
+  std::vector<Event> snapshot() const {
+    std::lock_guard lock(m_);
+    return events_;
+  }
+
+ private:
+  mutable std::mutex m_;
+  std::vector<Event> events_;
+};
+
+class Fault {
+ public:
+  virtual ~Fault() = default;
+  // The normalised parameters (defaults filled in, durations in ns).
+  virtual const json& params() const = 0;
+  // Reads the state revert must restore. Touches nothing.
+  virtual Result<json> snapshot() = 0;
+  // Applies the fault and runs it until it ends by itself or stop is requested. Blocking;
+  // the manager runs it on a dedicated thread. Returns an error if applying failed; the
+  // manager reverts in every case.
+  virtual Result<void> run(std::stop_token stop, EventLog& events) = 0;
+  // Restores the snapshot taken before. Idempotent; safe after a partial apply.
+  virtual Result<void> revert(EventLog& events) = 0;
+  virtual std::string describe() const = 0;
+};
+
+// Parameter description, used to validate --set and playbook values and to document them.
+enum class ParamType { string, integer, duration, size, rate, intList, boolean };
+struct ParamSpec {
+  std::string name;
+  ParamType type;
+  std::string help;
+  json defaultValue;  // null = required (unless optional)
+  double min = 0, max = 0;  // for numeric types (durations in ns, sizes in bytes)
+  bool optional = false;    // may be absent with no default
+};
+
+// Turns raw values (strings like "500ms", numbers, arrays) into normalised JSON
+// (integers for durations in ns and sizes in bytes), filling defaults, rejecting unknown
+// keys and out-of-range values with a message naming the parameter.
+Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>& specs,
+                             const json& raw);
+
+struct FaultKind {
+  std::string name;
+  std::string summary;
+  std::vector<ParamSpec> params;
+  // Validates and builds a fault. Touches nothing.
+  std::function<Result<std::unique_ptr<Fault>>(const json& normalisedParams, const Policy&)>
+      create;
+  // Reverts from a journal record after a crash (record = what snapshot() returned plus
+  // params). Idempotent.
+  std::function<Result<void>(const json& params, const json& snapshot)> revertRecord;
+};
+
+// Every fault kind built into this binary, in a stable order.
+const std::vector<const FaultKind*>& registry();
+const FaultKind* findKind(std::string_view name);
+
+}  // namespace rc::faults

@@ -1,0 +1,172 @@
+// Parameter normalisation shared by every fault kind, and the interface policy check.
+#include <algorithm>
+#include <cmath>
+
+#include "common/units.hpp"
+#include "faults/fault.hpp"
+
+namespace rc::faults {
+namespace {
+
+std::string where(std::string_view kind, const std::string& name) {
+  return std::string(kind) + " parameter '" + name + "'";
+}
+
+Result<double> toNumber(std::string_view kind, const ParamSpec& spec, const json& v) {
+  std::string w = where(kind, spec.name);
+  if (v.is_number()) {
+    if (spec.type == ParamType::duration)
+      return makeError(w + " must be a duration with a unit, e.g. \"500ms\"");
+    return v.get<double>();
+  }
+  if (!v.is_string()) return makeError(w + " has the wrong type");
+  const auto& s = v.get_ref<const std::string&>();
+  switch (spec.type) {
+    case ParamType::duration: {
+      auto d = parseDuration(s);
+      if (!d) return makeError(w + ": " + d.error().message);
+      return double(d->count());
+    }
+    case ParamType::size: {
+      auto b = parseSize(s);
+      if (!b) return makeError(w + ": " + b.error().message);
+      return double(*b);
+    }
+    case ParamType::rate: {
+      auto r = parsePerSecond(s);
+      if (!r) return makeError(w + ": " + r.error().message);
+      return *r;
+    }
+    case ParamType::integer: {
+      try {
+        size_t used = 0;
+        long long n = std::stoll(s, &used);
+        if (used == s.size()) return double(n);
+      } catch (...) {
+      }
+      return makeError(w + " = '" + s + "' is not an integer");
+    }
+    default:
+      return makeError(w + " has the wrong type");
+  }
+}
+
+std::string show(const ParamSpec& spec, double v) {
+  if (spec.type == ParamType::duration) return formatDuration(Nanos(int64_t(v)));
+  if (spec.type == ParamType::size) return formatSize(uint64_t(v));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+}  // namespace
+
+Result<void> checkInterface(const Policy& policy, const std::string& name) {
+  if (name.empty()) return makeError("no interface given and the agent has no default data interface");
+  if (std::find(policy.protectedInterfaces.begin(), policy.protectedInterfaces.end(), name) !=
+      policy.protectedInterfaces.end())
+    return makeError("interface '" + name +
+                     "' is protected (management or default route); faults never touch it. "
+                     "Pick a data interface from the agent's allowlist");
+  if (std::find(policy.allowlist.begin(), policy.allowlist.end(), name) ==
+      policy.allowlist.end()) {
+    std::string list;
+    for (const auto& a : policy.allowlist) list += (list.empty() ? "" : ", ") + a;
+    return makeError("interface '" + name + "' is not in the agent's allowlist [" + list +
+                     "]; add it to 'allow_interfaces' in the agent config to permit faults");
+  }
+  return {};
+}
+
+Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>& specs,
+                             const json& raw) {
+  if (!raw.is_object()) return makeError(std::string(kind) + " parameters must be a table");
+  for (auto it = raw.begin(); it != raw.end(); ++it) {
+    bool known = std::any_of(specs.begin(), specs.end(),
+                             [&](const ParamSpec& s) { return s.name == it.key(); });
+    if (!known) {
+      std::string names;
+      for (const auto& s : specs) names += (names.empty() ? "" : ", ") + s.name;
+      return makeError(std::string(kind) + " has no parameter '" + it.key() + "' (known: " +
+                       names + ")");
+    }
+  }
+  json out = json::object();
+  for (const auto& spec : specs) {
+    auto it = raw.find(spec.name);
+    if (it == raw.end()) {
+      if (!spec.defaultValue.is_null())
+        out[spec.name] = spec.defaultValue;
+      else if (!spec.optional)
+        return makeError(where(kind, spec.name) + " is required");
+      continue;
+    }
+    const json& v = *it;
+    std::string w = where(kind, spec.name);
+    switch (spec.type) {
+      case ParamType::string:
+        if (!v.is_string() || v.get_ref<const std::string&>().size() > 256)
+          return makeError(w + " must be a string of at most 256 characters");
+        out[spec.name] = v;
+        break;
+      case ParamType::boolean:
+        if (v.is_boolean())
+          out[spec.name] = v;
+        else if (v == "true" || v == "false")
+          out[spec.name] = (v == "true");
+        else
+          return makeError(w + " must be true or false");
+        break;
+      case ParamType::intList: {
+        json list = json::array();
+        json src = v;
+        if (v.is_string()) {  // "3" or "3,4" or "[3,4]" from --set
+          std::string s = v;
+          s.erase(std::remove_if(s.begin(), s.end(), [](char c) { return c == '[' || c == ']' || c == ' '; }), s.end());
+          src = json::array();
+          size_t pos = 0;
+          while (pos <= s.size() && !s.empty()) {
+            size_t comma = s.find(',', pos);
+            std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+            try {
+              size_t used = 0;
+              long long n = std::stoll(item, &used);
+              if (used != item.size()) throw std::invalid_argument("junk");
+              src.push_back(n);
+            } catch (...) {
+              return makeError(w + " = '" + std::string(v) + "' must be a list of integers like [3] or 3,4");
+            }
+            if (comma == std::string::npos) break;
+            pos = comma + 1;
+          }
+        }
+        if (!src.is_array() || src.empty() || src.size() > 64)
+          return makeError(w + " must be a non-empty list of integers");
+        for (const auto& x : src) {
+          if (!x.is_number_integer()) return makeError(w + " must be a list of integers");
+          double n = x.get<double>();
+          if (n < spec.min || n > spec.max)
+            return makeError(w + " value " + show(spec, n) + " is out of range [" +
+                             show(spec, spec.min) + ", " + show(spec, spec.max) + "]");
+          list.push_back(x);
+        }
+        out[spec.name] = list;
+        break;
+      }
+      default: {
+        auto n = toNumber(kind, spec, v);
+        if (!n) return n.error();
+        if (*n < spec.min || *n > spec.max)
+          return makeError(w + " = " + show(spec, *n) + " is out of range [" +
+                           show(spec, spec.min) + ", " + show(spec, spec.max) + "]");
+        if (spec.type == ParamType::rate)
+          out[spec.name] = *n;
+        else
+          out[spec.name] = int64_t(std::llround(*n));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace rc::faults

@@ -1,0 +1,27 @@
+// The embedded lab fabric: namespace hosts with agents, a data network and a management
+// network, all created and removed by rdmachaos itself (rdmachaos lab up/down/status).
+#pragma once
+
+#include <string>
+
+#include "common/result.hpp"
+
+namespace rc::lab {
+
+struct UpOptions {
+  int nodes = 3;             // 1..32
+  std::string dir;           // lab state, certificates, configs, inventory.toml, logs
+  std::string agentBinary;   // path of rdmachaos-agent to run in each host
+  bool softRoce = false;     // QEMU guests with rdma_rxe (not yet: clear error)
+};
+
+// Brings the lab up and returns the path of DIR/inventory.toml. Refuses if DIR already holds
+// a running lab. On failure, removes whatever it created.
+Result<std::string> up(const UpOptions& options);
+// Removes everything the lab in DIR created (agents, supervisor, namespaces, links), also
+// after a crash of the lab or of the supervisor. Idempotent.
+Result<void> down(const std::string& dir);
+// A human-readable status: hosts, agents (pid, restarts), links.
+Result<std::string> status(const std::string& dir);
+
+}  // namespace rc::lab
