@@ -1,0 +1,32 @@
+// The agent's configuration file (TOML), parsed and checked before anything starts.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+#include "common/tls.hpp"
+
+namespace rc::agent {
+
+struct Config {
+  std::string node;                 // this node's name (must match its certificate's SAN)
+  std::string listenAddress;        // IPv4/IPv6 literal
+  uint16_t listenPort = 7470;
+  std::string stateDir;             // journal lives here
+  std::chrono::milliseconds leaseTimeout{5000};
+  std::chrono::milliseconds maxFaultLifetime{600'000};
+  tls::Material tls;
+  std::vector<std::string> dataInterfaces;  // first is the default fault target
+  std::vector<std::string> allowInterfaces;
+  std::vector<std::string> protectedInterfaces;
+  bool allowDefaultRoute = false;
+  size_t maxConnections = 64;
+};
+
+// Parses FILE. Errors read "FILE:LINE:COL: message" (or "FILE: message") and name the fix.
+Result<Config> loadConfig(const std::string& path);
+Result<Config> parseConfig(const std::string& text, const std::string& sourceName);
+
+}  // namespace rc::agent

@@ -1,0 +1,81 @@
+// Owns every fault on this node: validates, journals (before applying), runs each fault on
+// its own thread, and reverts on request, on lease expiry, at the maximum lifetime and on
+// shutdown. Independent of the network layer so it can be tested on its own.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "common/journal.hpp"
+#include "common/protocol.hpp"
+#include "faults/fault.hpp"
+
+namespace rc::agent {
+
+using json = nlohmann::json;
+
+class FaultManager {
+ public:
+  using Done = std::function<void(json record)>;
+
+  FaultManager(faults::Policy policy, Journal journal, std::chrono::milliseconds maxLifetime,
+               std::chrono::milliseconds leaseTimeout);
+  ~FaultManager();  // reverts everything still active
+  FaultManager(const FaultManager&) = delete;
+  FaultManager& operator=(const FaultManager&) = delete;
+
+  // Reverts every fault recorded in the journal (after a crash). Call before serving.
+  // Returns one line per entry for the log; entries that cannot be reverted stay journaled.
+  std::vector<std::string> recoverJournal();
+
+  // Validates, snapshots, journals and starts a fault owned by OWNER. Returns the record.
+  // ON_END (optional) is called from the fault's thread with the final record.
+  Result<json> schedule(const std::string& owner, const proto::Schedule& request,
+                        Done onEnd = {});
+  // Stops and reverts a fault; DONE is called (from another thread) once it is reverted.
+  Result<void> revert(const std::string& faultId, Done done);
+  // Stops and reverts every active fault (of OWNER, or all); DONE gets the list of records.
+  void revertAll(const std::string* owner, std::string reason, Done done);
+  // Refreshes OWNER's lease. Faults of an owner whose lease runs out are reverted.
+  void heartbeat(const std::string& owner);
+
+  json list() const;
+  Result<json> get(const std::string& faultId) const;
+  size_t activeCount() const;
+  json status() const;
+  const faults::Policy& policy() const { return policy_; }
+  std::chrono::milliseconds leaseTimeout() const { return leaseTimeout_; }
+
+  // Reverts everything and waits for every fault thread to finish.
+  void shutdown();
+
+ private:
+  struct Entry;
+  void runFault(std::shared_ptr<Entry> e, std::stop_token stop);
+  void watch(std::stop_token stop);
+  json recordOf(const Entry& e) const;
+  void finish(const std::shared_ptr<Entry>& e);
+
+  faults::Policy policy_;
+  Journal journal_;
+  std::chrono::milliseconds maxLifetime_;
+  std::chrono::milliseconds leaseTimeout_;
+
+  mutable std::mutex m_;
+  std::condition_variable_any cv_;
+  std::map<std::string, std::shared_ptr<Entry>> faults_;  // active and recently finished
+  std::map<std::string, std::chrono::steady_clock::time_point> leases_;
+  std::vector<std::string> unrevertable_;
+  bool shuttingDown_ = false;
+  uint64_t generation_ = 0;  // bumped on every change the watcher must see
+  std::jthread watcher_;
+};
+
+}  // namespace rc::agent

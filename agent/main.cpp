@@ -1,0 +1,75 @@
+// rdmachaos-agent: the per-node daemon. Reverts anything journaled, then serves controllers.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <cstdio>
+
+#include "agent/capabilities.hpp"
+#include "agent/config.hpp"
+#include "agent/fault_manager.hpp"
+#include "agent/server.hpp"
+#include "common/log.hpp"
+#include "common/tls.hpp"
+#include "rdmachaos_config.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"rdmachaos-agent: injects faults on this node for the rdmachaos controller"};
+  std::string configPath;
+  bool verbose = false;
+  app.add_option("--config", configPath, "agent configuration (TOML)")->required();
+  app.add_flag("-v,--verbose", verbose, "debug logging");
+  app.set_version_flag("--version", RDMACHAOS_VERSION);
+  CLI11_PARSE(app, argc, argv);
+  if (verbose) rc::log::setLevel(rc::log::Level::debug);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto config = rc::agent::loadConfig(configPath);
+  if (!config) {
+    std::fprintf(stderr, "rdmachaos-agent: %s\n", config.error().message.c_str());
+    return 2;
+  }
+  rc::log::setComponent("agent " + config->node);
+  auto journal = rc::Journal::open(config->stateDir);
+  if (!journal) {
+    rc::log::error("{}", journal.error().message);
+    return 2;
+  }
+  auto policy = rc::agent::makePolicy(*config);
+  if (!policy) {
+    rc::log::error("{}", policy.error().message);
+    return 2;
+  }
+  auto tls = rc::tls::makeServerContext(config->tls);
+  if (!tls) {
+    rc::log::error("{}", tls.error().message);
+    return 2;
+  }
+
+  rc::agent::FaultManager manager(*policy, std::move(*journal), config->maxFaultLifetime,
+                                  config->leaseTimeout);
+  // Safety first: whatever a previous run left applied is reverted before any connection.
+  for (const auto& line : manager.recoverJournal()) rc::log::warn("{}", line);
+
+  boost::asio::io_context io;
+  rc::agent::Server server(io, *config, manager, *tls);
+  if (auto r = server.start(); !r) {
+    rc::log::error("{}", r.error().message);
+    return 2;
+  }
+  boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    rc::log::info("signal {}: reverting every fault, then exiting", sig);
+    manager.shutdown();
+    server.stop();
+    io.stop();
+  });
+  rc::log::info("ready: node {}, lease {} ms, {} fault kinds", config->node,
+                config->leaseTimeout.count(), rc::faults::registry().size());
+  io.run();
+  manager.shutdown();
+  rc::log::info("stopped; no fault left applied");
+  return 0;
+}

@@ -1,0 +1,324 @@
+// TLS server and protocol dispatch for the agent.
+#include "agent/server.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <deque>
+#include <set>
+
+#include "agent/capabilities.hpp"
+#include "common/channel.hpp"
+#include "common/clock.hpp"
+#include "common/log.hpp"
+#include "common/tls.hpp"
+#include "rdmachaos_config.h"
+
+namespace rc::agent {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(Server::Impl& server, tcp::socket socket, asio::ssl::context& tls);
+  asio::awaitable<void> run();
+  void close();
+
+ private:
+  asio::awaitable<void> writer();
+  void send(const json& message);
+  void handle(const json& message);
+  void dispatch(const proto::Envelope& env);
+
+  Server::Impl& server_;
+  SslStream stream_;
+  std::string peer_;
+  std::string owner_;  // controller id from hello
+  bool greeted_ = false;
+  bool closing_ = false;
+  bool writerDone_ = false;
+  int64_t receivedNs_ = 0;
+  std::deque<std::string> outbox_;
+  asio::steady_timer wake_;  // signals the writer: outbox has data or closing
+};
+
+}  // namespace
+
+struct Server::Impl {
+  asio::io_context& io;
+  const Config& config;
+  FaultManager& manager;
+  asio::ssl::context& tls;
+  tcp::acceptor acceptor;
+  std::set<std::shared_ptr<Session>> sessions;
+  int64_t startedNs = wallNs();
+
+  Impl(asio::io_context& i, const Config& c, FaultManager& m, asio::ssl::context& t)
+      : io(i), config(c), manager(m), tls(t), acceptor(i) {}
+
+  asio::awaitable<void> acceptLoop();
+};
+
+namespace {
+
+Session::Session(Server::Impl& server, tcp::socket socket, asio::ssl::context& tls)
+    : server_(server), stream_(std::move(socket), tls), wake_(server.io) {
+  boost::system::error_code ec;
+  auto ep = stream_.lowest_layer().remote_endpoint(ec);
+  peer_ = ec ? "unknown peer" : ep.address().to_string() + ":" + std::to_string(ep.port());
+  wake_.expires_at(std::chrono::steady_clock::time_point::max());
+}
+
+void Session::close() {
+  closing_ = true;
+  wake_.cancel();
+}
+
+void Session::send(const json& message) {
+  if (writerDone_) return;
+  outbox_.push_back(proto::encodeFrame(message));
+  wake_.cancel();
+}
+
+asio::awaitable<void> Session::writer() {
+  auto self = shared_from_this();
+  for (;;) {
+    while (!outbox_.empty()) {
+      std::string frame = std::move(outbox_.front());
+      outbox_.pop_front();
+      Result<void> r;
+      {
+        OpDeadline d(stream_, 10s);
+        r = co_await writeFrame(stream_, frame);
+      }
+      if (!r) {
+        closing_ = true;
+        outbox_.clear();
+        break;
+      }
+    }
+    if (closing_) break;
+    boost::system::error_code ec;
+    wake_.expires_at(std::chrono::steady_clock::time_point::max());
+    co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  writerDone_ = true;
+  {
+    OpDeadline d(stream_, 2s);
+    boost::system::error_code ec;
+    co_await stream_.async_shutdown(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  boost::system::error_code ignored;
+  stream_.lowest_layer().close(ignored);
+}
+
+asio::awaitable<void> Session::run() {
+  auto self = shared_from_this();
+  boost::system::error_code ec;
+  {
+    OpDeadline d(stream_, 10s);
+    co_await stream_.async_handshake(asio::ssl::stream_base::server,
+                                     asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (ec) {
+    // Unauthenticated peers get nothing: no reply, just a closed socket.
+    log::warn("TLS handshake with {} failed: {}", peer_, ec.message());
+    boost::system::error_code ignored;
+    stream_.lowest_layer().close(ignored);
+    server_.sessions.erase(self);
+    co_return;
+  }
+  log::info("controller connected from {} ({})", peer_, tls::peerCommonName(stream_.native_handle()));
+  asio::co_spawn(server_.io, writer(), asio::detached);
+
+  // A silent controller is dropped after a few lease periods; its lease expires sooner.
+  auto idle = std::max<std::chrono::steady_clock::duration>(server_.config.leaseTimeout * 3, 30s);
+  while (!closing_) {
+    Result<json> msg = makeError("unset");
+    {
+      OpDeadline d(stream_, idle);
+      msg = co_await readMessage(stream_);
+    }
+    receivedNs_ = wallNs();
+    if (!msg) {
+      if (msg.error().code == kProtocolError) {
+        log::warn("closing {}: {}", peer_, msg.error().message);
+        send(proto::makeError(0, proto::kErrBadMessage, msg.error().message));
+      }
+      break;
+    }
+    handle(*msg);
+  }
+  close();
+  server_.sessions.erase(self);
+  if (!owner_.empty()) log::info("controller '{}' at {} disconnected", owner_, peer_);
+}
+
+void Session::handle(const json& message) {
+  uint64_t id = 0;
+  if (message.contains("id") && message["id"].is_number_unsigned()) id = message["id"].get<uint64_t>();
+  auto env = proto::parseRequest(message);
+  if (!env) {
+    bool version = env.error().code == 1;
+    send(proto::makeError(id, version ? proto::kErrVersion : proto::kErrBadMessage,
+                          env.error().message));
+    if (version) close();
+    return;
+  }
+  if (!greeted_ && env->type != "hello") {
+    send(proto::makeError(env->id, proto::kErrNotHello, "the first message must be 'hello'"));
+    close();
+    return;
+  }
+  dispatch(*env);
+}
+
+void Session::dispatch(const proto::Envelope& env) {
+  auto& mgr = server_.manager;
+  const uint64_t id = env.id;
+  std::weak_ptr<Session> weak = weak_from_this();
+  // Completion from a fault thread: hop back onto the loop before touching the session.
+  auto later = [this, weak, id](std::string type) {
+    return [this, weak, id, type, &io = server_.io](json body) {
+      asio::post(io, [this, weak, id, type, body = std::move(body)]() {
+        if (auto s = weak.lock()) send(proto::makeReply(id, type, body));
+      });
+    };
+  };
+
+  std::visit(
+      [&](const auto& r) {
+        using T = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<T, proto::Hello>) {
+          if (greeted_) {
+            send(proto::makeError(id, proto::kErrBadMessage, "'hello' was already sent"));
+            return;
+          }
+          bool speaks = std::find(r.versions.begin(), r.versions.end(), proto::kVersion) !=
+                        r.versions.end();
+          if (!speaks) {
+            send(proto::makeError(id, proto::kErrVersion,
+                                  "no common protocol version: this agent speaks " +
+                                      std::to_string(proto::kVersion)));
+            close();
+            return;
+          }
+          greeted_ = true;
+          owner_ = r.controllerId;
+          mgr.heartbeat(owner_);
+          send(proto::makeReply(id, "hello",
+                                {{"version", proto::kVersion},
+                                 {"node", server_.config.node},
+                                 {"agent_version", RDMACHAOS_VERSION},
+                                 {"lease_ms", mgr.leaseTimeout().count()},
+                                 {"capabilities", capabilities(server_.config, mgr.policy())}}));
+        } else if constexpr (std::is_same_v<T, proto::ClockReq>) {
+          send(proto::makeReply(id, "clock", {{"t0", r.t0}, {"t1", receivedNs_}, {"t2", wallNs()}}));
+        } else if constexpr (std::is_same_v<T, proto::Heartbeat>) {
+          mgr.heartbeat(owner_);
+          send(proto::makeReply(id, "heartbeat", {{"lease_ms", mgr.leaseTimeout().count()}}));
+        } else if constexpr (std::is_same_v<T, proto::Schedule>) {
+          // The scheduling session hears when the fault ends (completed, reverted, expired).
+          auto ended = [weak, &io = server_.io](json record) {
+            asio::post(io, [weak, record = std::move(record)]() {
+              if (auto s = weak.lock())
+                s->send(json{{"v", proto::kVersion}, {"id", 0}, {"type", "fault_ended"},
+                             {"fault", record}});
+            });
+          };
+          auto rec = mgr.schedule(owner_, r, ended);
+          if (!rec) {
+            log::warn("refused {} from '{}': {}", r.kind, owner_, rec.error().message);
+            send(proto::makeError(id, proto::kErrRefused, rec.error().message));
+          } else {
+            send(proto::makeReply(id, "schedule", {{"fault", *rec}}));
+          }
+        } else if constexpr (std::is_same_v<T, proto::Revert>) {
+          auto done = later("revert");
+          auto res = mgr.revert(r.faultId, [done](json rec) { done(json{{"fault", rec}}); });
+          if (!res) send(proto::makeError(id, proto::kErrNotFound, res.error().message));
+        } else if constexpr (std::is_same_v<T, proto::RevertAll>) {
+          auto done = later("revert_all");
+          log::info("controller '{}' asked to revert everything", owner_);
+          mgr.revertAll(nullptr, "reverted", [done](json recs) { done(json{{"faults", recs}}); });
+        } else if constexpr (std::is_same_v<T, proto::ListFaults>) {
+          send(proto::makeReply(id, "list", {{"faults", mgr.list()}}));
+        } else if constexpr (std::is_same_v<T, proto::GetFault>) {
+          auto rec = mgr.get(r.faultId);
+          if (!rec)
+            send(proto::makeError(id, proto::kErrNotFound, rec.error().message));
+          else
+            send(proto::makeReply(id, "get", {{"fault", *rec}}));
+        } else if constexpr (std::is_same_v<T, proto::Status>) {
+          json st = mgr.status();
+          st["node"] = server_.config.node;
+          st["uptime_ms"] = (wallNs() - server_.startedNs) / 1'000'000;
+          st["sessions"] = server_.sessions.size();
+          send(proto::makeReply(id, "status", st));
+        } else if constexpr (std::is_same_v<T, proto::Capabilities>) {
+          send(proto::makeReply(id, "capabilities",
+                                {{"capabilities", capabilities(server_.config, mgr.policy())}}));
+        }
+      },
+      env.request);
+}
+
+}  // namespace
+
+asio::awaitable<void> Server::Impl::acceptLoop() {
+  for (;;) {
+    boost::system::error_code ec;
+    tcp::socket socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      log::warn("accept failed: {}", ec.message());
+      continue;
+    }
+    if (sessions.size() >= config.maxConnections) {
+      log::warn("refusing a connection: {} sessions open (max_connections)", sessions.size());
+      socket.close(ec);
+      continue;
+    }
+    auto s = std::make_shared<Session>(*this, std::move(socket), tls);
+    sessions.insert(s);
+    asio::co_spawn(io, s->run(), asio::detached);
+  }
+}
+
+Server::Server(asio::io_context& io, const Config& config, FaultManager& manager,
+               asio::ssl::context& tls)
+    : impl_(std::make_unique<Impl>(io, config, manager, tls)) {}
+
+Server::~Server() = default;
+
+Result<void> Server::start() {
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(impl_->config.listenAddress, ec);
+  if (ec) return makeError("bad listen address '" + impl_->config.listenAddress + "'");
+  tcp::endpoint ep(addr, impl_->config.listenPort);
+  auto& a = impl_->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    return makeError("cannot listen on " + impl_->config.listenAddress + ":" +
+                     std::to_string(impl_->config.listenPort) + ": " + ec.message() +
+                     " (is the address configured on this node, and the port free?)");
+  asio::co_spawn(impl_->io, impl_->acceptLoop(), asio::detached);
+  log::info("listening on {}:{}", impl_->config.listenAddress, a.local_endpoint(ec).port());
+  return {};
+}
+
+void Server::stop() {
+  boost::system::error_code ec;
+  impl_->acceptor.close(ec);
+  for (auto& s : std::set<std::shared_ptr<Session>>(impl_->sessions)) s->close();
+}
+
+size_t Server::sessionCount() const { return impl_->sessions.size(); }
+
+}  // namespace rc::agent

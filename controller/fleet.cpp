@@ -1,0 +1,331 @@
+// Controller-side agent sessions over TLS with Asio coroutines.
+#include "controller/fleet.hpp"
+
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <deque>
+#include <map>
+#include <optional>
+#include <random>
+
+#include "common/channel.hpp"
+#include "common/log.hpp"
+#include "common/tls.hpp"
+#include "common/units.hpp"
+
+namespace rc::controller {
+
+using namespace std::chrono_literals;
+
+struct AgentClient::Impl : std::enable_shared_from_this<Impl> {
+  struct Pending {
+    explicit Pending(asio::io_context& io) : timer(io) {}
+    asio::steady_timer timer;
+    std::optional<json> reply;
+    std::string failure;
+  };
+
+  asio::io_context& io;
+  asio::ssl::context& tls;
+  Node node;
+  std::string controllerId;
+  std::unique_ptr<SslStream> stream;
+  bool open = false;
+  bool closing = false;
+  uint64_t nextId = 1;
+  std::map<uint64_t, std::shared_ptr<Pending>> pending;
+  std::deque<std::string> outbox;
+  asio::steady_timer wake;
+  asio::steady_timer heartbeatTimer;
+  json helloReply;
+  ClockEstimate clock;
+  int64_t leaseMs = 5000;
+  std::function<void(const json&)> eventHandler;
+  std::function<void(const std::string&)> lostHandler;
+
+  Impl(asio::io_context& i, asio::ssl::context& t, Node n, std::string id)
+      : io(i), tls(t), node(std::move(n)), controllerId(std::move(id)), wake(i), heartbeatTimer(i) {}
+
+  std::string name() const { return node.name + " (" + node.address + ":" + std::to_string(node.port) + ")"; }
+
+  void fail(const std::string& why) {
+    bool wasOpen = open;
+    open = false;
+    for (auto& [id, p] : pending) {
+      p->failure = why;
+      p->timer.cancel();
+    }
+    wake.cancel();
+    heartbeatTimer.cancel();
+    if (wasOpen && !closing && lostHandler) lostHandler(why);
+  }
+
+  asio::awaitable<void> reader() {
+    auto self = shared_from_this();
+    while (open) {
+      auto msg = co_await readMessage(*stream);
+      if (!msg) {
+        fail(closing ? "closed" : "connection lost: " + msg.error().message);
+        break;
+      }
+      const json& m = *msg;
+      uint64_t id = m.contains("id") && m["id"].is_number_unsigned() ? m["id"].get<uint64_t>() : 0;
+      if (id != 0) {
+        if (auto it = pending.find(id); it != pending.end()) {
+          it->second->reply = m;
+          it->second->timer.cancel();
+        }
+        continue;
+      }
+      if (m.value("type", "") == "error")
+        log::warn("{} reported: {}", node.name, m.value("message", std::string("?")));
+      else if (eventHandler)
+        eventHandler(m);
+    }
+  }
+
+  asio::awaitable<void> writer() {
+    auto self = shared_from_this();
+    while (open || (!outbox.empty() && stream)) {
+      while (!outbox.empty() && open) {
+        std::string frame = std::move(outbox.front());
+        outbox.pop_front();
+        Result<void> r;
+        {
+          OpDeadline d(*stream, 10s);
+          r = co_await writeFrame(*stream, frame);
+        }
+        if (!r) {
+          fail("write failed: " + r.error().message);
+          break;
+        }
+      }
+      if (!open || closing) break;
+      boost::system::error_code ec;
+      wake.expires_at(std::chrono::steady_clock::time_point::max());
+      co_await wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    if (closing && stream) {
+      boost::system::error_code ec;
+      {
+        OpDeadline d(*stream, 1s);
+        co_await stream->async_shutdown(asio::redirect_error(asio::use_awaitable, ec));
+      }
+      stream->lowest_layer().close(ec);
+    }
+  }
+
+  void send(const json& m) {
+    outbox.push_back(proto::encodeFrame(m));
+    wake.cancel();
+  }
+
+  asio::awaitable<Result<json>> request(std::string type, json body, Duration timeout) {
+    auto self = shared_from_this();
+    if (!open) co_return makeError(node.name + ": not connected");
+    uint64_t id = nextId++;
+    auto p = std::make_shared<Pending>(io);
+    pending[id] = p;
+    send(proto::makeRequest(id, type, std::move(body)));
+    p->timer.expires_after(timeout);
+    boost::system::error_code ec;
+    co_await p->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    pending.erase(id);
+    if (p->reply) {
+      auto r = proto::parseReply(*p->reply, id, type);
+      if (!r) co_return makeError(node.name + ": " + r.error().message);
+      co_return std::move(*r);
+    }
+    if (!p->failure.empty()) co_return makeError(node.name + ": " + p->failure);
+    co_return makeError(node.name + " did not answer '" + type + "' within " +
+                        formatDuration(std::chrono::duration_cast<Nanos>(timeout)));
+  }
+
+  asio::awaitable<Result<void>> connect(Duration timeout) {
+    auto self = shared_from_this();
+    stream = std::make_unique<SslStream>(io, tls);
+    boost::system::error_code ec;
+    tcp::resolver resolver(io);
+    auto endpoints = co_await resolver.async_resolve(
+        node.address, std::to_string(node.port), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return makeError("cannot resolve " + name() + ": " + ec.message());
+    {
+      OpDeadline d(*stream, timeout);
+      co_await asio::async_connect(stream->lowest_layer(), endpoints,
+                                   asio::redirect_error(asio::use_awaitable, ec));
+    }
+    if (ec)
+      co_return makeError("cannot reach agent " + name() + ": " + ec.message() +
+                          " (is rdmachaos-agent running there, and the address right?)");
+    if (auto r = tls::expectPeerName(stream->native_handle(), node.name); !r)
+      co_return makeError(node.name + ": " + r.error().message);
+    {
+      OpDeadline d(*stream, timeout);
+      co_await stream->async_handshake(asio::ssl::stream_base::client,
+                                       asio::redirect_error(asio::use_awaitable, ec));
+    }
+    if (ec)
+      co_return makeError("TLS handshake with " + name() + " failed: " + ec.message() +
+                          " (is its certificate from the inventory's CA and named '" + node.name +
+                          "'?)");
+    open = true;
+    asio::co_spawn(io, reader(), asio::detached);
+    asio::co_spawn(io, writer(), asio::detached);
+    json helloBody = json::object();
+    helloBody["controller"] = controllerId;
+    helloBody["versions"] = json::array({proto::kVersion});
+    auto hello = co_await request("hello", std::move(helloBody), timeout);
+    if (!hello) co_return hello.error();
+    helloReply = *hello;
+    leaseMs = helloReply.value("lease_ms", int64_t(5000));
+    co_return Result<void>{};
+  }
+
+  asio::awaitable<void> heartbeats() {
+    auto self = shared_from_this();
+    auto period = std::chrono::milliseconds(std::max<int64_t>(leaseMs / 3, 50));
+    while (open && !closing) {
+      heartbeatTimer.expires_after(period);
+      boost::system::error_code ec;
+      co_await heartbeatTimer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (!open || closing) break;
+      auto r = co_await request("heartbeat", json::object(), std::chrono::milliseconds(leaseMs));
+      if (!r && open && !closing) {
+        log::warn("heartbeat to {} failed: {}", node.name, r.error().message);
+      }
+    }
+  }
+
+  void close() {
+    if (closing) return;
+    closing = true;
+    heartbeatTimer.cancel();
+    wake.cancel();
+    if (stream && !open) {
+      boost::system::error_code ec;
+      stream->lowest_layer().close(ec);
+    }
+  }
+};
+
+AgentClient::AgentClient(asio::io_context& io, asio::ssl::context& tls, Node node,
+                         std::string controllerId)
+    : impl_(std::make_shared<Impl>(io, tls, std::move(node), std::move(controllerId))) {}
+
+AgentClient::~AgentClient() { impl_->close(); }
+
+asio::awaitable<Result<void>> AgentClient::connect(Duration timeout) {
+  return impl_->connect(timeout);
+}
+
+asio::awaitable<Result<json>> AgentClient::request(std::string type, json body, Duration timeout) {
+  return impl_->request(std::move(type), std::move(body), timeout);
+}
+
+asio::awaitable<Result<ClockEstimate>> AgentClient::probeClock(int probes, Duration timeout) {
+  auto impl = impl_;
+  std::vector<ClockProbe> samples;
+  for (int i = 0; i < probes; i++) {
+    ClockProbe p;
+    p.t0 = wallNs();
+    json body = json::object();
+    body["t0"] = p.t0;
+    auto r = co_await impl->request("clock", std::move(body), timeout);
+    p.t3 = wallNs();
+    if (!r) co_return r.error();
+    p.t1 = r->value("t1", int64_t(0));
+    p.t2 = r->value("t2", int64_t(0));
+    samples.push_back(p);
+  }
+  impl->clock = estimateOffset(samples);
+  co_return impl->clock;
+}
+
+void AgentClient::startHeartbeats() { asio::co_spawn(impl_->io, impl_->heartbeats(), asio::detached); }
+void AgentClient::close() { impl_->close(); }
+void AgentClient::onEvent(std::function<void(const json&)> h) { impl_->eventHandler = std::move(h); }
+void AgentClient::onLost(std::function<void(const std::string&)> h) { impl_->lostHandler = std::move(h); }
+const Node& AgentClient::node() const { return impl_->node; }
+const json& AgentClient::hello() const { return impl_->helloReply; }
+const ClockEstimate& AgentClient::clock() const { return impl_->clock; }
+bool AgentClient::connected() const { return impl_->open; }
+
+Fleet::Fleet(asio::io_context& io, asio::ssl::context& tls, std::string controllerId)
+    : io_(io), tls_(tls), controllerId_(std::move(controllerId)) {}
+
+asio::awaitable<void> Fleet::connect(const std::vector<const Node*>& nodes, Duration timeout,
+                                     int clockProbes) {
+  std::vector<std::shared_ptr<AgentClient>> slots(nodes.size());
+  std::vector<std::string> errs(nodes.size());
+  std::vector<std::function<asio::awaitable<void>()>> tasks;
+  for (size_t i = 0; i < nodes.size(); i++) {
+    tasks.push_back([&, i]() -> asio::awaitable<void> {
+      auto c = std::make_shared<AgentClient>(io_, tls_, *nodes[i], controllerId_);
+      auto r = co_await c->connect(timeout);
+      if (!r) {
+        errs[i] = r.error().message;
+        co_return;
+      }
+      if (clockProbes > 0) {
+        auto clk = co_await c->probeClock(clockProbes, timeout);
+        if (!clk) {
+          errs[i] = clk.error().message;
+          co_return;
+        }
+      }
+      slots[i] = c;
+    });
+  }
+  co_await whenAll(io_, std::move(tasks));
+  for (size_t i = 0; i < nodes.size(); i++) {
+    if (slots[i])
+      clients_.push_back(slots[i]);
+    else
+      errors_.emplace_back(nodes[i]->name, errs[i]);
+  }
+}
+
+std::shared_ptr<AgentClient> Fleet::find(const std::string& node) const {
+  for (const auto& c : clients_)
+    if (c->node().name == node) return c;
+  return nullptr;
+}
+
+asio::awaitable<void> whenAll(asio::io_context& io,
+                              std::vector<std::function<asio::awaitable<void>()>> tasks) {
+  if (tasks.empty()) co_return;
+  auto remaining = std::make_shared<size_t>(tasks.size());
+  auto done = std::make_shared<asio::steady_timer>(io);
+  done->expires_at(std::chrono::steady_clock::time_point::max());
+  for (auto& t : tasks) {
+    asio::co_spawn(io, t(), [remaining, done](std::exception_ptr e) {
+      if (e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          log::error("internal error in a concurrent task: {}", ex.what());
+        }
+      }
+      if (--*remaining == 0) done->cancel();
+    });
+  }
+  boost::system::error_code ec;
+  while (*remaining > 0) co_await done->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+}
+
+std::string newControllerId() {
+  char host[64] = {0};
+  ::gethostname(host, sizeof host - 1);
+  std::string h;
+  for (char* p = host; *p && h.size() < 24; p++)
+    h += (std::isalnum(static_cast<unsigned char>(*p)) || *p == '-') ? *p : '-';
+  std::random_device rd;
+  char suffix[16];
+  std::snprintf(suffix, sizeof suffix, "%04x", unsigned(rd() & 0xffff));
+  return "ctl-" + h + "-" + std::to_string(::getpid()) + "-" + suffix;
+}
+
+}  // namespace rc::controller
