@@ -1,0 +1,339 @@
+// The link_flap fault: takes an interface administratively down and up again, N times.
+#include <linux/if.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <random>
+
+#include "common/clock.hpp"
+#include "faults/fault.hpp"
+#include "faults/netlink.hpp"
+
+namespace rc::faults {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr double kMs = 1e6;
+constexpr double kHour = 3600e9;
+// The kernel notifies synchronously with the change; two seconds only covers a machine
+// that is badly overloaded, and bounds how long a stop request can go unnoticed.
+constexpr auto kNotifyTimeout = std::chrono::seconds(2);
+
+struct FlapParams {
+  std::string interface;
+  int64_t downNs = 0;
+  int64_t upNs = 0;
+  int64_t jitterNs = 0;
+  int64_t count = 0;
+  uint64_t seed = 0;
+};
+
+// What revert needs, also as stored in the journal.
+struct AdminSnapshot {
+  std::string name;
+  int ifindex = 0;
+  bool adminUp = false;
+
+  json toJson() const {
+    return json{{"interface", name}, {"ifindex", ifindex}, {"admin_up", adminUp}};
+  }
+};
+
+const ParamSpec* findSpec(const std::vector<ParamSpec>& specs, std::string_view name) {
+  for (const auto& s : specs)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+// create() is documented to take normalised parameters, but it is also the last gate before
+// the kernel, so it re-checks types and bounds rather than trusting its caller.
+Result<int64_t> readInt(const json& p, const std::vector<ParamSpec>& specs, std::string_view name) {
+  const ParamSpec* spec = findSpec(specs, name);
+  std::string w = "link_flap parameter '" + std::string(name) + "'";
+  auto it = p.find(std::string(name));
+  json v = it != p.end() ? *it : (spec ? spec->defaultValue : json());
+  if (!v.is_number_integer())
+    return makeError(w + " must be normalised to an integer (nanoseconds for durations)");
+  int64_t n = v.get<int64_t>();
+  if (spec && (double(n) < spec->min || double(n) > spec->max))
+    return makeError(w + " is out of range");
+  return n;
+}
+
+Result<FlapParams> readParams(const json& p, const std::vector<ParamSpec>& specs,
+                              const Policy& policy) {
+  if (!p.is_object()) return makeError("link_flap parameters must be a table");
+  FlapParams out;
+  if (auto it = p.find("interface"); it != p.end() && !it->is_null()) {
+    if (!it->is_string()) return makeError("link_flap parameter 'interface' must be a string");
+    out.interface = it->get<std::string>();
+  } else {
+    out.interface = policy.defaultInterface;
+  }
+  auto down = readInt(p, specs, "down");
+  if (!down) return down.error();
+  auto up = readInt(p, specs, "up");
+  if (!up) return up.error();
+  auto jitter = readInt(p, specs, "jitter");
+  if (!jitter) return jitter.error();
+  auto count = readInt(p, specs, "count");
+  if (!count) return count.error();
+  auto seed = readInt(p, specs, "seed");
+  if (!seed) return seed.error();
+  out.downNs = *down;
+  out.upNs = *up;
+  out.jitterNs = *jitter;
+  out.count = *count;
+  out.seed = uint64_t(*seed);
+  return out;
+}
+
+Result<AdminSnapshot> parseSnapshot(const json& s) {
+  const std::string fix =
+      "; check the interface by hand with 'ip link' and bring it up with 'ip link set <name> up'";
+  if (!s.is_object()) return makeError("link_flap journal snapshot is not an object" + fix);
+  auto name = s.find("interface");
+  auto index = s.find("ifindex");
+  auto admin = s.find("admin_up");
+  if (name == s.end() || !name->is_string() || index == s.end() || !index->is_number_integer() ||
+      admin == s.end() || !admin->is_boolean())
+    return makeError("link_flap journal snapshot lacks 'interface', 'ifindex' or 'admin_up'" + fix);
+  AdminSnapshot out{name->get<std::string>(), index->get<int>(), admin->get<bool>()};
+  if (out.ifindex <= 0) return makeError("link_flap journal snapshot has an invalid ifindex" + fix);
+  return out;
+}
+
+// "500ms", "1s", "1.5s": short forms for describe(), exact for whole units.
+std::string shortDuration(int64_t ns) {
+  struct Unit {
+    int64_t ns;
+    const char* suffix;
+  };
+  static constexpr Unit units[] = {{3'600'000'000'000, "h"},
+                                   {60'000'000'000, "m"},
+                                   {1'000'000'000, "s"},
+                                   {1'000'000, "ms"},
+                                   {1'000, "us"}};
+  if (ns == 0) return "0s";
+  for (const auto& u : units)
+    if (ns % u.ns == 0) return std::to_string(ns / u.ns) + u.suffix;
+  if (ns >= 1'000'000'000) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3gs", double(ns) / 1e9);
+    return buf;
+  }
+  return std::to_string(ns) + "ns";
+}
+
+// Checks that ifindex still is the interface the snapshot named: an index can be reused
+// after the original interface went away, and a different interface must not be touched.
+Result<nl::LinkInfo> sameInterface(const AdminSnapshot& s) {
+  auto link = nl::getLink(s.ifindex);
+  if (!link) {
+    if (link.error().code == ENODEV)
+      return makeError("interface '" + s.name + "' (ifindex " + std::to_string(s.ifindex) +
+                           ") is gone; there is nothing to restore. If it was recreated, check "
+                           "its admin state with 'ip link show " +
+                           s.name + "'",
+                       ENODEV);
+    return makeError("cannot read interface '" + s.name + "': " + link.error().message,
+                     link.error().code);
+  }
+  if (link->name != s.name)
+    return makeError("ifindex " + std::to_string(s.ifindex) + " is now '" + link->name +
+                         "', not '" + s.name +
+                         "': the interface was renamed or replaced, so it is left alone; "
+                         "check '" +
+                         s.name + "' by hand",
+                     ESTALE);
+  return link;
+}
+
+// Brings the link back to the snapshot's admin state. Does nothing (and logs nothing) when
+// it already is there, which is what makes revert idempotent.
+Result<void> restore(const AdminSnapshot& s, EventLog* events) {
+  auto link = sameInterface(s);
+  if (!link) return link.error();
+  if (link->adminUp == s.adminUp) return {};
+  // Restoring matters more than observing it: without a monitor, still restore.
+  auto monitor = nl::LinkMonitor::open();
+  auto set = nl::setAdminState(s.ifindex, s.adminUp);
+  if (!set) return makeError("reverting link_flap: " + set.error().message, set.error().code);
+  Event e{wallNs(), "reverted", s.name, false};
+  if (monitor) {
+    auto seen = monitor->waitFor(
+        s.ifindex, [&](const nl::LinkEvent& ev) { return ev.adminUp == s.adminUp; },
+        Clock::now() + kNotifyTimeout);
+    if (seen) {
+      e.timeNs = seen->timeNs;
+      e.kernelTime = seen->kernelTime;
+    }
+  }
+  auto after = nl::getLink(s.ifindex);
+  if (!after) return makeError("reverting link_flap: " + after.error().message, after.error().code);
+  if (after->adminUp != s.adminUp)
+    return makeError("reverting link_flap: interface '" + s.name + "' is still admin-" +
+                     (after->adminUp ? "up" : "down") +
+                     " after the change; set it by hand with "
+                     "'ip link set " +
+                     s.name + (s.adminUp ? " up'" : " down'"));
+  if (events) events->add(std::move(e));
+  return {};
+}
+
+class LinkFlap final : public Fault {
+ public:
+  LinkFlap(json params, FlapParams p) : params_(std::move(params)), p_(std::move(p)) {}
+
+  const json& params() const override { return params_; }
+
+  Result<json> snapshot() override {
+    auto link = nl::getLink(p_.interface);
+    if (!link) return makeError("link_flap snapshot: " + link.error().message, link.error().code);
+    AdminSnapshot s{link->name, link->ifindex, link->adminUp};
+    std::lock_guard lock(m_);
+    snap_ = s;
+    return s.toJson();
+  }
+
+  Result<void> run(std::stop_token stop, EventLog& events) override {
+    std::optional<AdminSnapshot> snap;
+    {
+      std::lock_guard lock(m_);
+      snap = snap_;
+    }
+    if (!snap) {
+      // The manager snapshots first; without one, take it here so revert still has it.
+      auto s = snapshot();
+      if (!s) return s.error();
+      std::lock_guard lock(m_);
+      snap = snap_;
+    }
+    // Opened before the first change, so its notification cannot be missed.
+    auto monitor = nl::LinkMonitor::open();
+    if (!monitor)
+      return makeError("link_flap on '" + snap->name + "': " + monitor.error().message,
+                       monitor.error().code);
+
+    std::mt19937_64 rng(p_.seed);
+    std::uniform_int_distribution<int64_t> extra(0, p_.jitterNs);
+    // Each step is planned from the previous step's planned instant, not from when it
+    // actually happened, so scheduling delays do not add up over a long train.
+    auto planned = Clock::now();
+    for (int64_t i = 0; i < p_.count; ++i) {
+      if (stop.stop_requested()) return {};
+      if (auto r = flip(*monitor, *snap, false, events); !r) return r;
+      planned += std::chrono::nanoseconds(p_.downNs + extra(rng));
+      if (sleepUntil(stop, planned)) return {};
+      if (auto r = flip(*monitor, *snap, true, events); !r) return r;
+      if (i + 1 < p_.count) {
+        planned += std::chrono::nanoseconds(p_.upNs + extra(rng));
+        if (sleepUntil(stop, planned)) return {};
+      }
+    }
+    return {};
+  }
+
+  Result<void> revert(EventLog& events) override {
+    std::optional<AdminSnapshot> snap;
+    {
+      std::lock_guard lock(m_);
+      snap = snap_;
+    }
+    // No snapshot means run never got as far as touching the link.
+    if (!snap) return {};
+    return restore(*snap, &events);
+  }
+
+  std::string describe() const override {
+    std::string d = "link_flap " + p_.interface + ": " + std::to_string(p_.count) + " x (down " +
+                    shortDuration(p_.downNs) + ", up " + shortDuration(p_.upNs) + ")";
+    if (p_.jitterNs > 0)
+      d += " + jitter " + shortDuration(p_.jitterNs) + " (seed " + std::to_string(p_.seed) + ")";
+    return d;
+  }
+
+ private:
+  // Sets the admin state and waits for the kernel to announce it, recording when it did.
+  Result<void> flip(nl::LinkMonitor& monitor, const AdminSnapshot& s, bool up, EventLog& events) {
+    const char* what = up ? "up" : "down";
+    auto link = sameInterface(s);
+    if (!link) return makeError("link_flap: " + link.error().message, link.error().code);
+    if (link->adminUp == up) {
+      // The kernel sends no notification for a change that changes nothing (e.g. the link
+      // was admin-down before the fault); record the step at the time it was due.
+      events.add(Event{wallNs(), what, s.name + " (already admin-" + what + ")", false});
+      return {};
+    }
+    auto set = nl::setAdminState(s.ifindex, up);
+    if (!set) return makeError("link_flap: " + set.error().message, set.error().code);
+    auto seen = monitor.waitFor(
+        s.ifindex, [up](const nl::LinkEvent& ev) { return ev.adminUp == up; },
+        Clock::now() + kNotifyTimeout);
+    if (!seen)
+      return makeError("link_flap: set '" + s.name + "' " + what +
+                           " but the kernel did not confirm it within 2 s (" +
+                           seen.error().message + ")",
+                       seen.error().code);
+    events.add(Event{seen->timeNs, what, s.name, seen->kernelTime});
+    return {};
+  }
+
+  // Sleeps until the instant or until stop is requested; true if stopped.
+  static bool sleepUntil(std::stop_token& stop, Clock::time_point until) {
+    std::mutex m;
+    std::condition_variable_any cv;
+    std::unique_lock lock(m);
+    cv.wait_until(lock, stop, until, [] { return false; });
+    return stop.stop_requested();
+  }
+
+  json params_;
+  FlapParams p_;
+  std::mutex m_;
+  std::optional<AdminSnapshot> snap_;
+};
+
+}  // namespace
+
+extern const FaultKind kLinkFlap;
+const FaultKind kLinkFlap{
+    "link_flap",
+    "takes an interface administratively down and up again, count times",
+    {
+        {"interface", ParamType::string,
+         "interface to flap (default: the agent's first data interface)", json(), 0, 0, true},
+        {"down", ParamType::duration, "time the link stays down in each flap", int64_t(1e9),
+         1 * kMs, kHour},
+        {"count", ParamType::integer, "number of flaps in the train", 1, 1, 1000},
+        {"up", ParamType::duration, "time the link stays up between flaps of a train", int64_t(1e9),
+         1 * kMs, kHour},
+        {"jitter", ParamType::duration,
+         "uniform random extra in [0, jitter] added to every down and up time", int64_t(0), 0,
+         kHour},
+        {"seed", ParamType::integer, "seed of the jitter's random generator (mt19937_64)", 1, 0,
+         9007199254740991.0},
+    },
+    [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
+      auto p = readParams(params, kLinkFlap.params, policy);
+      if (!p) return p.error();
+      if (auto ok = checkInterface(policy, p->interface); !ok)
+        return makeError("link_flap: " + ok.error().message, EPERM);
+      auto link = nl::getLink(p->interface);
+      if (!link) return makeError("link_flap: " + link.error().message, link.error().code);
+      json resolved = params;
+      resolved["interface"] = p->interface;  // the journal must name what was touched
+      return std::unique_ptr<Fault>(std::make_unique<LinkFlap>(std::move(resolved), std::move(*p)));
+    },
+    [](const json& /*params*/, const json& snapshot) -> Result<void> {
+      auto s = parseSnapshot(snapshot);
+      if (!s) return s.error();
+      return restore(*s, nullptr);
+    },
+};
+
+}  // namespace rc::faults

@@ -1,0 +1,144 @@
+// Parameter normalisation and the interface policy, on link_flap's parameter table.
+#include <catch2/catch.hpp>
+
+#include "faults/fault.hpp"
+
+using namespace rc;
+using namespace rc::faults;
+
+namespace {
+
+const FaultKind& flapKind() {
+  const FaultKind* k = findKind("link_flap");
+  REQUIRE(k != nullptr);
+  return *k;
+}
+
+Result<json> normalise(const json& raw) {
+  return normaliseParams("link_flap", flapKind().params, raw);
+}
+
+}  // namespace
+
+TEST_CASE("link_flap is registered with its documented parameters", "[params]") {
+  const FaultKind& k = flapKind();
+  std::vector<std::string> names;
+  for (const auto& p : k.params) names.push_back(p.name);
+  CHECK(names == std::vector<std::string>{"interface", "down", "count", "up", "jitter", "seed"});
+}
+
+TEST_CASE("defaults are filled in", "[params]") {
+  auto p = normalise(json::object());
+  REQUIRE(p);
+  CHECK((*p)["down"] == 1'000'000'000);
+  CHECK((*p)["up"] == 1'000'000'000);
+  CHECK((*p)["count"] == 1);
+  CHECK((*p)["jitter"] == 0);
+  CHECK((*p)["seed"] == 1);
+  CHECK_FALSE(p->contains("interface"));  // the agent's default interface applies at create
+}
+
+TEST_CASE("values are normalised", "[params]") {
+  auto [key, value, expected] = GENERATE(table<std::string, json, json>({
+      {"down", "500ms", 500'000'000},
+      {"down", "2s", 2'000'000'000},
+      {"down", "1ms", 1'000'000},
+      {"down", "1h", 3'600'000'000'000},
+      {"up", "250ms", 250'000'000},
+      {"up", "1m", 60'000'000'000},
+      {"jitter", "0s", 0},
+      {"jitter", "0", 0},
+      {"jitter", "20ms", 20'000'000},
+      {"count", 3, 3},
+      {"count", "1000", 1000},
+      {"seed", "42", 42},
+      {"seed", 0, 0},
+      {"interface", "data0", "data0"},
+  }));
+  INFO(key << " = " << value.dump());
+  auto p = normalise(json{{key, value}});
+  REQUIRE(p);
+  CHECK((*p)[key] == expected);
+}
+
+TEST_CASE("bad values are rejected naming the parameter", "[params]") {
+  auto [raw, fragments] = GENERATE(table<json, std::vector<std::string>>({
+      {json{{"bogus", 1}},
+       {"no parameter 'bogus'", "known: interface, down, count, up, jitter, seed"}},
+      {json{{"count", 0}}, {"'count'", "out of range", "[1, 1000]"}},
+      {json{{"count", 1001}}, {"'count'", "out of range"}},
+      {json{{"count", "three"}}, {"'count'", "'three' is not an integer"}},
+      {json{{"count", "3x"}}, {"'count'", "not an integer"}},
+      {json{{"count", true}}, {"'count'", "wrong type"}},
+      {json{{"down", "500"}}, {"'down'", "needs a unit"}},
+      {json{{"down", 500}}, {"'down'", "must be a duration with a unit"}},
+      {json{{"down", "500 parsecs"}}, {"'down'"}},
+      {json{{"down", "500us"}}, {"'down'", "out of range"}},
+      {json{{"down", "2h"}}, {"'down'", "out of range"}},
+      {json{{"up", "0s"}}, {"'up'", "out of range"}},
+      {json{{"jitter", "61m"}}, {"'jitter'", "out of range"}},
+      {json{{"down", json::array({1})}}, {"'down'", "wrong type"}},
+      {json{{"interface", 5}}, {"'interface'", "must be a string"}},
+      {json{{"interface", std::string(300, 'x')}}, {"'interface'", "at most 256"}},
+      {json::array(), {"must be a table"}},
+  }));
+  INFO(raw.dump());
+  auto p = normalise(raw);
+  REQUIRE_FALSE(p);
+  for (const auto& f : fragments) CHECK_THAT(p.error().message, Catch::Contains(f));
+}
+
+TEST_CASE("checkInterface names the interface and the fix", "[params]") {
+  Policy policy;
+  policy.allowlist = {"data0", "data1"};
+  policy.protectedInterfaces = {"eth0", "data1"};
+  policy.defaultInterface = "data0";
+
+  CHECK(checkInterface(policy, "data0"));
+
+  auto [name, fragments] = GENERATE(table<std::string, std::vector<std::string>>({
+      {"eth0", {"'eth0'", "protected"}},
+      // Protection wins over the allowlist.
+      {"data1", {"'data1'", "protected"}},
+      {"data7", {"'data7'", "not in the agent's allowlist [data0, data1]", "allow_interfaces"}},
+      {"", {"no interface given"}},
+  }));
+  auto r = checkInterface(policy, name);
+  REQUIRE_FALSE(r);
+  for (const auto& f : fragments) CHECK_THAT(r.error().message, Catch::Contains(f));
+}
+
+TEST_CASE("an empty allowlist allows nothing", "[params]") {
+  Policy policy;
+  auto r = checkInterface(policy, "data0");
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message, Catch::Contains("'data0'") && Catch::Contains("allowlist []"));
+}
+
+// create touches nothing, and loopback exists in every namespace, so this runs unprivileged.
+TEST_CASE("link_flap describes itself and validates its target", "[params]") {
+  Policy policy;
+  policy.allowlist = {"lo"};
+  auto p = normalise(json{{"interface", "lo"}, {"count", 3}, {"down", "500ms"}});
+  REQUIRE(p);
+  auto f = flapKind().create(*p, policy);
+  REQUIRE(f);
+  CHECK((*f)->describe() == "link_flap lo: 3 x (down 500ms, up 1s)");
+
+  auto j = normalise(json{{"interface", "lo"}, {"jitter", "20ms"}, {"seed", 9}});
+  REQUIRE(j);
+  auto g = flapKind().create(*j, policy);
+  REQUIRE(g);
+  CHECK((*g)->describe() == "link_flap lo: 1 x (down 1s, up 1s) + jitter 20ms (seed 9)");
+
+  SECTION("unnormalised durations are refused rather than misread") {
+    auto bad = flapKind().create(json{{"interface", "lo"}, {"down", "500ms"}}, policy);
+    REQUIRE_FALSE(bad);
+    CHECK_THAT(bad.error().message, Catch::Contains("'down'"));
+  }
+  SECTION("a malformed journal record is refused without touching anything") {
+    auto r = flapKind().revertRecord(*p, json{{"ifindex", "1"}});
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("link_flap journal snapshot"));
+  }
+}
