@@ -1,0 +1,42 @@
+// The lab's on-disk record, DIR/lab.json: every object the lab creates, written before it is
+// created, so that `lab down` can remove everything after a crash at any point.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+#include "lab/process.hpp"
+
+namespace rc::lab {
+
+struct NodeRecord {
+  std::string name;         // n1..nN
+  std::string netns;        // rc<k>-n<i>
+  std::string mgmtAddress;  // 198.18.k.(10+i)
+  std::string dataAddress;  // 198.19.k.(10+i)
+  std::string config;       // DIR/nodes/n<i>/agent.toml
+  std::string log;          // DIR/nodes/n<i>/agent.log
+  ProcRecord agent;         // pid 0 while not running (stopped or waiting for a restart)
+  int restarts = 0;
+};
+
+struct LabState {
+  std::string dir;  // absolute
+  int slot = 0;
+  std::string slotFile;
+  std::string agentBinary;
+  std::string phase;  // "building" until every agent has been started, then "running"
+  std::vector<std::string> namespaces;  // rc<k>-n<i>, rc<k>-fab
+  std::vector<std::string> rootLinks;   // in the root namespace: rc<k>-m<i>, rc<k>-mgmt
+  ProcRecord supervisor;
+  std::vector<NodeRecord> nodes;
+};
+
+std::string statePath(const std::string& dir);
+// Error code ENOENT when DIR holds no lab.json.
+Result<LabState> loadState(const std::string& dir);
+// Atomic: a reader (or a crash) sees the old file or the new one, never a torn one.
+Result<void> saveState(const LabState& state);
+
+}  // namespace rc::lab

@@ -1,0 +1,706 @@
+// The namespace lab: builds node namespaces, a management bridge and a data fabric with
+// iproute2, starts the agents under a supervisor, and tears everything down from lab.json.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "common/certs.hpp"
+#include "common/clock.hpp"
+#include "common/log.hpp"
+#include "common/unique_fd.hpp"
+#include "lab/lab.hpp"
+#include "lab/lab_state.hpp"
+#include "lab/process.hpp"
+#include "lab/supervisor.hpp"
+
+namespace rc::lab {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kMaxSlots = 200;
+constexpr int kMaxNodes = 32;
+constexpr int kAgentPort = 7470;
+constexpr int kReadyTimeoutMs = 10'000;
+constexpr int kStopGraceMs = 15'000;  // the supervisor itself gives agents 10 s
+const char* kSlotDir = "/run/rdmachaos/labs";
+
+std::string errnoText(const std::string& what, const std::string& path) {
+  return what + " '" + path + "': " + std::strerror(errno);
+}
+
+// Every name and address of slot k, in one place so that up, down and status agree.
+struct Names {
+  int slot;
+  std::string prefix() const { return "rc" + std::to_string(slot) + "-"; }
+  std::string nodeNs(int i) const { return prefix() + "n" + std::to_string(i); }
+  std::string fabricNs() const { return prefix() + "fab"; }
+  std::string mgmtBridge() const { return prefix() + "mgmt"; }
+  std::string mgmtVeth(int i) const { return prefix() + "m" + std::to_string(i); }
+  std::string fabricPort(int i) const { return "d" + std::to_string(i); }
+  std::string bridgeAddress() const { return "198.18." + std::to_string(slot) + ".1"; }
+  std::string mgmtAddress(int i) const {
+    return "198.18." + std::to_string(slot) + "." + std::to_string(10 + i);
+  }
+  std::string dataAddress(int i) const {
+    return "198.19." + std::to_string(slot) + "." + std::to_string(10 + i);
+  }
+};
+
+Result<void> ip(std::vector<std::string> args) {
+  args.insert(args.begin(), "ip");
+  auto r = runCommand(args);
+  if (!r) return r.error();
+  return {};
+}
+
+Result<void> mkdirs(const std::string& path, mode_t mode) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) return makeError("cannot create directory '" + path + "': " + ec.message(), ec.value());
+  ::chmod(path.c_str(), mode);
+  return {};
+}
+
+Result<void> writeFile(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  {
+    UniqueFD fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd.isValid()) return makeError(errnoText("cannot create", tmp), errno);
+    if (::write(fd.get(), text.data(), text.size()) != ssize_t(text.size()) ||
+        ::fsync(fd.get()) != 0)
+      return makeError(errnoText("cannot write", tmp), errno);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    return makeError(errnoText("cannot rename to", path), errno);
+  return {};
+}
+
+std::string readText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A TOML basic string with everything that needs escaping escaped.
+std::string tomlString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "\"";
+}
+
+// An exclusive flock held for the lifetime of the object.
+class FileLock {
+ public:
+  static Result<FileLock> acquire(const std::string& path, bool wait) {
+    UniqueFD fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    if (!fd.isValid()) return makeError(errnoText("cannot open lock file", path), errno);
+    while (::flock(fd.get(), LOCK_EX | (wait ? 0 : LOCK_NB)) != 0) {
+      if (errno == EINTR) continue;
+      return makeError(errnoText("cannot lock", path), errno);
+    }
+    FileLock l;
+    l.fd_ = std::move(fd);
+    return l;
+  }
+
+ private:
+  UniqueFD fd_;
+};
+
+std::string absoluteDir(const std::string& dir) {
+  return fs::absolute(fs::path(dir)).lexically_normal().string();
+}
+
+// DIR/lab.json exists and its supervisor or one of its agents is still alive.
+bool labRunning(const LabState& s) {
+  if (stillRunning(s.supervisor)) return true;
+  for (const auto& n : s.nodes)
+    if (stillRunning(n.agent, n.config)) return true;
+  return false;
+}
+
+// ---- slot allocation -------------------------------------------------------------------
+
+struct Prefix {
+  uint32_t addr;
+  int len;
+};
+
+std::optional<Prefix> parsePrefix(const std::string& text) {
+  std::string a = text;
+  int len = 32;
+  if (auto slash = text.find('/'); slash != std::string::npos) {
+    a = text.substr(0, slash);
+    try {
+      len = std::stoi(text.substr(slash + 1));
+    } catch (...) {
+      return std::nullopt;
+    }
+  }
+  in_addr in{};
+  if (::inet_pton(AF_INET, a.c_str(), &in) != 1 || len < 0 || len > 32) return std::nullopt;
+  return Prefix{ntohl(in.s_addr), len};
+}
+
+bool overlaps(Prefix a, Prefix b) {
+  int len = std::min(a.len, b.len);
+  uint32_t mask = len == 0 ? 0 : ~uint32_t(0) << (32 - len);
+  return (a.addr & mask) == (b.addr & mask);
+}
+
+// Destinations of every IPv4 route of the host (all tables) except default routes: a lab
+// subnet must not shadow or be shadowed by anything the host already routes.
+Result<std::vector<Prefix>> hostRoutes() {
+  auto out = runCommand({"ip", "-4", "-o", "route", "show", "table", "all"});
+  if (!out) return out.error();
+  static const std::vector<std::string> types = {
+      "unicast",   "local",    "broadcast", "multicast", "unreachable",
+      "blackhole", "prohibit", "throw",     "nat",       "anycast"};
+  std::vector<Prefix> routes;
+  std::istringstream lines(*out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string dst;
+    words >> dst;
+    if (std::find(types.begin(), types.end(), dst) != types.end()) words >> dst;
+    if (dst.empty() || dst == "default") continue;
+    if (auto p = parsePrefix(dst); p && p->len > 0) routes.push_back(*p);
+  }
+  return routes;
+}
+
+std::vector<std::string> listDir(const std::string& path) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') names.push_back(e->d_name);
+    ::closedir(d);
+  }
+  return names;
+}
+
+bool anyWithPrefix(const std::vector<std::string>& names, const std::string& prefix) {
+  return std::any_of(names.begin(), names.end(),
+                     [&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
+}
+
+std::string slotPath(int k) { return std::string(kSlotDir) + "/" + std::to_string(k); }
+
+// A slot file is stale when the DIR it names no longer holds a lab in that slot.
+bool slotStale(int k) {
+  std::string owner = readText(slotPath(k));
+  while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
+  if (owner.empty()) return true;
+  auto s = loadState(owner);
+  return !s || s->slot != k;
+}
+
+// Picks a free slot, records it in lab.json, then claims the slot file. Called with the
+// global slot lock held, so stale-slot reclaiming cannot race another `lab up`.
+Result<void> claimSlot(LabState& state) {
+  auto routes = hostRoutes();
+  if (!routes) return routes.error();
+  auto links = listDir("/sys/class/net");
+  auto namespaces = listDir("/run/netns");
+  for (int k = 1; k <= kMaxSlots; k++) {
+    Names names{k};
+    if (anyWithPrefix(links, names.prefix()) || anyWithPrefix(namespaces, names.prefix())) continue;
+    auto mgmt = parsePrefix("198.18." + std::to_string(k) + ".0/24");
+    auto data = parsePrefix("198.19." + std::to_string(k) + ".0/24");
+    if (std::any_of(routes->begin(), routes->end(),
+                    [&](Prefix p) { return overlaps(p, *mgmt) || overlaps(p, *data); }))
+      continue;
+    std::string path = slotPath(k);
+    if (::access(path.c_str(), F_OK) == 0) {
+      if (!slotStale(k)) continue;
+      log::info("reclaiming stale lab slot {} (its lab directory '{}' has no lab)", k,
+                readText(path).substr(0, readText(path).find('\n')));
+      ::unlink(path.c_str());
+    }
+    state.slot = k;
+    state.slotFile = path;
+    if (auto r = saveState(state); !r) return r;
+    UniqueFD fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (!fd.isValid()) {
+      if (errno == EEXIST) continue;
+      return makeError(errnoText("cannot create lab slot file", path), errno);
+    }
+    std::string text = state.dir + "\n";
+    if (::write(fd.get(), text.data(), text.size()) != ssize_t(text.size()) ||
+        ::fsync(fd.get()) != 0)
+      return makeError(errnoText("cannot write lab slot file", path), errno);
+    return {};
+  }
+  return makeError("no free lab slot: all " + std::to_string(kMaxSlots) +
+                   " slots are taken or their 198.18.k.0/24 / 198.19.k.0/24 subnets are routed on "
+                   "this host; see " +
+                   std::string(kSlotDir) + " and `ip netns list`");
+}
+
+// ---- building --------------------------------------------------------------------------
+
+// Writes a sysctl of a network namespace: /proc/sys/net shows the namespace of the opener,
+// so a child enters the namespace and writes there (no dependency on procps' sysctl).
+Result<void> netnsSysctl(const std::string& ns, const std::string& key, const std::string& value) {
+  std::string path = "/proc/sys/" + key;
+  std::string nsPath = "/run/netns/" + ns;
+  pid_t pid = ::fork();
+  if (pid < 0) return makeError(errnoText("cannot fork to set", path), errno);
+  if (pid == 0) {
+    int nsFd = ::open(nsPath.c_str(), O_RDONLY | O_CLOEXEC);
+    if (nsFd < 0 || ::setns(nsFd, CLONE_NEWNET) != 0) ::_exit(2);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || ::write(fd, value.data(), value.size()) != ssize_t(value.size())) ::_exit(3);
+    ::_exit(0);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return makeError("cannot set " + path + " = " + value + " in namespace " + ns);
+  return {};
+}
+
+// Strict ARP on both planes: with Linux's default weak-host ARP, a node would answer for its
+// data address on the management network, and the two networks would leak into each other.
+Result<void> strictArp(const std::string& ns, const std::string& dev) {
+  if (auto r = netnsSysctl(ns, "net/ipv4/conf/" + dev + "/arp_ignore", "1"); !r) return r;
+  return netnsSysctl(ns, "net/ipv4/conf/" + dev + "/arp_announce", "2");
+}
+
+Result<void> buildManagement(const Names& names, int nodes) {
+  std::string br = names.mgmtBridge();
+  if (auto r = ip({"link", "add", br, "type", "bridge"}); !r) return r;
+  if (auto r = ip({"addr", "add", names.bridgeAddress() + "/24", "dev", br}); !r) return r;
+  if (auto r = ip({"link", "set", br, "up"}); !r) return r;
+  std::string arp = "/proc/sys/net/ipv4/conf/" + br + "/arp_ignore";
+  if (UniqueFD fd(::open(arp.c_str(), O_WRONLY | O_CLOEXEC)); fd.isValid())
+    (void)!::write(fd.get(), "1", 1);
+  for (int i = 1; i <= nodes; i++) {
+    std::string ns = names.nodeNs(i), veth = names.mgmtVeth(i);
+    if (auto r = ip({"link", "add", veth, "type", "veth", "peer", "name", "mgmt0", "netns", ns});
+        !r)
+      return r;
+    if (auto r = ip({"link", "set", veth, "master", br, "up"}); !r) return r;
+    if (auto r = ip({"-n", ns, "addr", "add", names.mgmtAddress(i) + "/24", "dev", "mgmt0"}); !r)
+      return r;
+    if (auto r = ip({"-n", ns, "link", "set", "mgmt0", "up"}); !r) return r;
+    if (auto r = strictArp(ns, "mgmt0"); !r) return r;
+  }
+  return {};
+}
+
+// The data fabric: today a Linux bridge in its own namespace. The userspace lab switch will
+// replace this one function (TAP ports instead of veth ends on br0); nodes keep data0.
+Result<void> buildFabric(const Names& names, int nodes) {
+  std::string fab = names.fabricNs();
+  if (auto r = ip({"-n", fab, "link", "add", "br0", "type", "bridge"}); !r) return r;
+  if (auto r = ip({"-n", fab, "link", "set", "br0", "up"}); !r) return r;
+  for (int i = 1; i <= nodes; i++) {
+    std::string ns = names.nodeNs(i), port = names.fabricPort(i);
+    if (auto r = ip({"-n", fab, "link", "add", port, "mtu", "1500", "type", "veth", "peer", "name",
+                     "data0", "mtu", "1500", "netns", ns});
+        !r)
+      return r;
+    if (auto r = ip({"-n", fab, "link", "set", port, "master", "br0", "up"}); !r) return r;
+    if (auto r = ip({"-n", ns, "addr", "add", names.dataAddress(i) + "/24", "dev", "data0"}); !r)
+      return r;
+    if (auto r = ip({"-n", ns, "link", "set", "data0", "up"}); !r) return r;
+    if (auto r = strictArp(ns, "data0"); !r) return r;
+  }
+  return {};
+}
+
+std::string agentConfig(const LabState& s, const NodeRecord& n) {
+  std::string pki = s.dir + "/pki/";
+  std::string nodeDir = s.dir + "/nodes/" + n.name;
+  std::ostringstream o;
+  o << "# rdmachaos-agent configuration for lab node " << n.name
+    << " (written by `rdmachaos lab up`)\n"
+    << "[agent]\n"
+    << "node = " << tomlString(n.name) << "\n"
+    << "listen = " << tomlString(n.mgmtAddress + ":" + std::to_string(kAgentPort)) << "\n"
+    << "state_dir = " << tomlString(nodeDir + "/state") << "\n"
+    << "lease_timeout = \"5s\"\n"
+    << "max_fault_lifetime = \"10m\"\n"
+    << "[tls]\n"
+    << "ca = " << tomlString(pki + "ca.pem") << "\n"
+    << "cert = " << tomlString(pki + "agent-" + n.name + ".pem") << "\n"
+    << "key = " << tomlString(pki + "agent-" + n.name + ".key") << "\n"
+    << "[interfaces]\n"
+    << "data = [\"data0\"]          # data interfaces, first = default fault target\n"
+    << "allow = [\"data0\"]         # faults may touch only these\n"
+    << "protected = [\"mgmt0\"]     # never touched\n"
+    << "allow_default_route = false\n";
+  return o.str();
+}
+
+std::string inventory(const LabState& s) {
+  std::ostringstream o;
+  o << "# rdmachaos inventory for the lab in " << s.dir << "\n"
+    << "[tls]\n"
+    << "ca = \"pki/ca.pem\"            # relative paths are relative to this file\n"
+    << "cert = \"pki/controller.pem\"\n"
+    << "key = \"pki/controller.key\"\n"
+    << "[lab]\n"
+    << "dir = " << tomlString(s.dir) << "\n"
+    << "slot = " << s.slot << "\n";
+  for (const auto& n : s.nodes) {
+    o << "\n[[node]]\n"
+      << "name = " << tomlString(n.name) << "\n"
+      << "address = " << tomlString(n.mgmtAddress) << "\n"
+      << "port = " << kAgentPort << "\n"
+      << "data_interfaces = [\"data0\"]\n"
+      << "data_addresses = [" << tomlString(n.dataAddress) << "]\n"
+      << "roles = [\"worker\"]\n";
+  }
+  return o.str();
+}
+
+// Waits (bounded) until every agent accepts TCP on its management address. Best effort: an
+// agent that never listens (a stand-in, or one that fails at start) only costs a warning.
+void waitForAgents(const LabState& s) {
+  struct Probe {
+    const NodeRecord* node;
+    UniqueFD fd;
+    int64_t nextTryNs = 0;
+    bool ready = false;
+  };
+  std::vector<Probe> probes;
+  for (const auto& n : s.nodes) probes.push_back({&n, UniqueFD(), 0, false});
+  int64_t deadline = monoNs() + int64_t(kReadyTimeoutMs) * 1'000'000;
+  auto pending = [&] {
+    return std::any_of(probes.begin(), probes.end(), [](const Probe& p) { return !p.ready; });
+  };
+  while (pending() && monoNs() < deadline) {
+    int64_t now = monoNs();
+    for (auto& p : probes) {
+      if (p.ready || p.fd.isValid() || p.nextTryNs > now) continue;
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_port = htons(kAgentPort);
+      ::inet_pton(AF_INET, p.node->mgmtAddress.c_str(), &sa.sin_addr);
+      p.fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      if (!p.fd.isValid()) continue;
+      if (::connect(p.fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
+        p.ready = true;
+        p.fd.reset();
+      } else if (errno != EINPROGRESS) {
+        p.fd.reset();
+        p.nextTryNs = now + 100'000'000;
+      }
+    }
+    // Sleep in poll() until a connect completes or the next retry is due.
+    std::vector<pollfd> pfds;
+    std::vector<Probe*> owners;
+    int64_t wake = deadline;
+    for (auto& p : probes) {
+      if (p.ready) continue;
+      if (p.fd.isValid()) {
+        pfds.push_back({p.fd.get(), POLLOUT, 0});
+        owners.push_back(&p);
+      } else {
+        wake = std::min(wake, p.nextTryNs);
+      }
+    }
+    int timeoutMs = int(std::max<int64_t>(1, (wake - monoNs()) / 1'000'000));
+    int n = ::poll(pfds.data(), pfds.size(), timeoutMs);
+    if (n < 0 && errno != EINTR) break;
+    for (size_t i = 0; i < pfds.size(); i++) {
+      if (!pfds[i].revents) continue;
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(owners[i]->fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      owners[i]->fd.reset();
+      if (err == 0)
+        owners[i]->ready = true;
+      else
+        owners[i]->nextTryNs = monoNs() + 100'000'000;
+    }
+  }
+  for (const auto& p : probes)
+    if (!p.ready)
+      log::warn("agent {} does not accept on {}:{} after {} s (continuing; see {})", p.node->name,
+                p.node->mgmtAddress, kAgentPort, kReadyTimeoutMs / 1000, p.node->log);
+}
+
+// ---- teardown --------------------------------------------------------------------------
+
+bool linkExists(const std::string& name) { return ::if_nametoindex(name.c_str()) != 0; }
+bool netnsExists(const std::string& name) {
+  return ::access(("/run/netns/" + name).c_str(), F_OK) == 0;
+}
+
+// down() without the DIR lock (up() calls it while holding the lock).
+Result<void> downLocked(const std::string& dir) {
+  auto loaded = loadState(dir);
+  if (!loaded) {
+    if (loaded.error().code == ENOENT) return {};
+    return loaded.error();
+  }
+  LabState s = std::move(loaded).value();
+  std::vector<std::string> problems;
+
+  // The supervisor first: it stops the agents itself (SIGTERM, so they revert their faults)
+  // and would otherwise restart the ones we kill.
+  if (stillRunning(s.supervisor)) {
+    log::info("stopping lab supervisor (pid {})", s.supervisor.pid);
+    for (auto& p : stopProcesses({s.supervisor}, {""}, kStopGraceMs))
+      problems.push_back("supervisor " + p + " did not exit");
+    if (auto again = loadState(dir)) s.nodes = again->nodes;
+  }
+  // Agents left behind by a supervisor that died (kill -9) or never got to stop them.
+  std::vector<ProcRecord> agents;
+  std::vector<std::string> configs;
+  for (const auto& n : s.nodes) {
+    agents.push_back(n.agent);
+    configs.push_back(n.config);
+  }
+  for (auto& p : stopProcesses(agents, configs, 10'000))
+    problems.push_back("agent " + p + " did not exit");
+
+  // Root links before namespaces: deleting a veth is synchronous, while the devices of a
+  // deleted namespace disappear later, from a kernel work queue.
+  for (auto it = s.rootLinks.rbegin(); it != s.rootLinks.rend(); ++it) {
+    if (!linkExists(*it)) continue;
+    if (auto r = ip({"link", "del", *it}); !r && linkExists(*it))
+      problems.push_back(r.error().message);
+  }
+  for (const auto& ns : s.namespaces) {
+    if (!netnsExists(ns)) continue;
+    if (auto r = ip({"netns", "del", ns}); !r && netnsExists(ns))
+      problems.push_back(r.error().message);
+  }
+  if (!s.slotFile.empty()) {
+    auto lock = FileLock::acquire(std::string(kSlotDir) + "/.lock", true);
+    std::string owner = readText(s.slotFile);
+    // Only our own claim: after a crash the slot may since have been reclaimed by another lab.
+    if (owner == s.dir + "\n" && ::unlink(s.slotFile.c_str()) != 0 && errno != ENOENT)
+      problems.push_back(errnoText("cannot remove", s.slotFile));
+  }
+  if (!problems.empty()) {
+    std::string msg =
+        "lab down in " + dir + " left things behind (lab.json kept; run `lab down` again):";
+    for (auto& p : problems) msg += "\n  " + p;
+    return makeError(msg);
+  }
+  ::unlink((dir + "/inventory.toml").c_str());
+  if (::unlink(statePath(dir).c_str()) != 0 && errno != ENOENT)
+    return makeError(errnoText("cannot remove", statePath(dir)), errno);
+  log::info("lab in {} (slot {}) is down", dir, s.slot);
+  return {};
+}
+
+Result<std::string> resolveBinary(const std::string& name) {
+  if (name.empty())
+    return makeError("no agent binary given (rdmachaos-agent); build it or pass its path");
+  std::vector<std::string> candidates;
+  if (name.find('/') != std::string::npos) {
+    candidates.push_back(name);
+  } else if (const char* path = ::getenv("PATH")) {
+    std::istringstream dirs(path);
+    std::string d;
+    while (std::getline(dirs, d, ':')) candidates.push_back((d.empty() ? "." : d) + "/" + name);
+  }
+  for (const auto& c : candidates) {
+    struct stat st {};
+    if (::stat(c.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(c.c_str(), X_OK) == 0)
+      return fs::absolute(c).lexically_normal().string();
+  }
+  return makeError("agent binary '" + name +
+                   "' not found or not executable; build rdmachaos-agent "
+                   "(ninja -C build agent/rdmachaos-agent) or pass its path");
+}
+
+Result<std::string> build(const UpOptions& options, LabState& s, const std::string& agentBinary) {
+  s.agentBinary = agentBinary;
+  s.phase = "building";
+  {
+    if (auto r = mkdirs(kSlotDir, 0755); !r) return r.error();
+    auto slotLock = FileLock::acquire(std::string(kSlotDir) + "/.lock", true);
+    if (!slotLock) return slotLock.error();
+    if (auto r = claimSlot(s); !r) return r.error();
+  }
+  Names names{s.slot};
+  for (int i = 1; i <= options.nodes; i++) {
+    NodeRecord n;
+    n.name = "n" + std::to_string(i);
+    n.netns = names.nodeNs(i);
+    n.mgmtAddress = names.mgmtAddress(i);
+    n.dataAddress = names.dataAddress(i);
+    n.config = s.dir + "/nodes/" + n.name + "/agent.toml";
+    n.log = s.dir + "/nodes/" + n.name + "/agent.log";
+    s.nodes.push_back(n);
+    s.namespaces.push_back(n.netns);
+  }
+  s.namespaces.push_back(names.fabricNs());
+  s.rootLinks.push_back(names.mgmtBridge());
+  for (int i = 1; i <= options.nodes; i++) s.rootLinks.push_back(names.mgmtVeth(i));
+  // Everything is listed before the first object exists.
+  if (auto r = saveState(s); !r) return r.error();
+  log::info("lab slot {}: building {} node(s) in {}", s.slot, options.nodes, s.dir);
+
+  for (const auto& ns : s.namespaces) {
+    if (auto r = ip({"netns", "add", ns}); !r) return r.error();
+    if (auto r = ip({"-n", ns, "link", "set", "lo", "up"}); !r) return r.error();
+  }
+  if (auto r = buildManagement(names, options.nodes); !r) return r.error();
+  if (auto r = buildFabric(names, options.nodes); !r) return r.error();
+
+  log::info("lab slot {}: certificates in {}/pki", s.slot, s.dir);
+  certs::Options co;
+  co.dir = s.dir + "/pki";
+  for (const auto& n : s.nodes) co.agentNames.push_back(n.name);
+  if (auto r = certs::init(co); !r)
+    return makeError("cannot create the lab's certificates: " + r.error().message);
+
+  for (const auto& n : s.nodes) {
+    std::string nodeDir = s.dir + "/nodes/" + n.name;
+    if (auto r = mkdirs(nodeDir + "/state", 0700); !r) return r.error();
+    if (auto r = writeFile(n.config, agentConfig(s, n)); !r) return r.error();
+  }
+  std::string inventoryPath = s.dir + "/inventory.toml";
+  if (auto r = writeFile(inventoryPath, inventory(s)); !r) return r.error();
+
+  log::info("lab slot {}: starting {} agent(s) ({})", s.slot, s.nodes.size(), agentBinary);
+  if (auto r = startSupervisor(s); !r) return r.error();
+  waitForAgents(s);
+  return inventoryPath;
+}
+
+}  // namespace
+
+Result<std::string> up(const UpOptions& options) {
+  if (options.softRoce)
+    return makeError(
+        "lab up --soft-roce (QEMU guests with rdma_rxe) is not implemented yet; "
+        "use the namespace lab (without --soft-roce)");
+  if (options.nodes < 1 || options.nodes > kMaxNodes)
+    return makeError("lab up: --nodes " + std::to_string(options.nodes) +
+                     " is out of range; use 1.." + std::to_string(kMaxNodes));
+  if (options.dir.empty()) return makeError("lab up: no lab directory given (--dir DIR)");
+  if (::geteuid() != 0)
+    return makeError("lab up needs root (CAP_NET_ADMIN) to create namespaces; run with sudo");
+  auto binary = resolveBinary(options.agentBinary);
+  if (!binary) return binary.error();
+  if (int n = threadCount(); n > 1)
+    return makeError("lab up must run before the process starts threads (found " +
+                     std::to_string(n) + "): the lab supervisor is forked from it");
+
+  std::string dir = absoluteDir(options.dir);
+  if (auto r = mkdirs(dir, 0755); !r) return r.error();
+  auto dirLock = FileLock::acquire(dir + "/.lab.lock", false);
+  if (!dirLock)
+    return makeError("another `rdmachaos lab` command is working on " + dir + "; try again");
+
+  if (auto old = loadState(dir)) {
+    if (labRunning(*old))
+      return makeError("lab already up in " + dir + "; run `rdmachaos lab down --dir " + dir +
+                       "` first");
+    log::info("cleaning up the remains of an earlier lab in {}", dir);
+    if (auto r = downLocked(dir); !r) return r.error();
+  } else if (old.error().code != ENOENT) {
+    return old.error();
+  }
+
+  LabState s;
+  s.dir = dir;
+  auto result = build(options, s, *binary);
+  if (!result) {
+    log::error("lab up failed: {}; removing what was created", result.error().message);
+    if (auto r = downLocked(dir); !r) log::error("{}", r.error().message);
+    return result.error();
+  }
+  log::info("lab slot {} is up: {} node(s); inventory {}", s.slot, s.nodes.size(), *result);
+  return result;
+}
+
+Result<void> down(const std::string& dirArg) {
+  if (dirArg.empty()) return makeError("lab down: no lab directory given (--dir DIR)");
+  std::string dir = absoluteDir(dirArg);
+  if (::access(statePath(dir).c_str(), F_OK) != 0) {
+    log::info("no lab in {} (nothing to remove)", dir);
+    return {};
+  }
+  if (::geteuid() != 0)
+    return makeError("lab down needs root (CAP_NET_ADMIN) to remove namespaces; run with sudo");
+  auto dirLock = FileLock::acquire(dir + "/.lab.lock", true);
+  if (!dirLock) return dirLock.error();
+  return downLocked(dir);
+}
+
+Result<std::string> status(const std::string& dirArg) {
+  if (dirArg.empty()) return makeError("lab status: no lab directory given (--dir DIR)");
+  std::string dir = absoluteDir(dirArg);
+  auto loaded = loadState(dir);
+  if (!loaded) {
+    if (loaded.error().code == ENOENT)
+      return "no lab in " + dir + " (start one with `rdmachaos lab up --dir " + dir + "`)\n";
+    return loaded.error();
+  }
+  const LabState& s = *loaded;
+  Names names{s.slot};
+  std::ostringstream o;
+  bool supAlive = stillRunning(s.supervisor);
+  o << "lab in " << s.dir << ": slot " << s.slot << ", " << s.nodes.size() << " node(s), "
+    << (s.phase == "running" ? "" : "phase " + s.phase + ", ") << "supervisor ";
+  if (supAlive)
+    o << "pid " << s.supervisor.pid << " (running)\n";
+  else
+    o << "not running"
+      << (s.supervisor.pid ? " (was pid " + std::to_string(s.supervisor.pid) + ")" : "")
+      << "; agents are no longer restarted\n";
+  o << "management: bridge " << names.mgmtBridge() << " " << names.bridgeAddress() << "/24"
+    << (linkExists(names.mgmtBridge()) ? "" : " (missing)") << "\n";
+  o << "data: bridge br0 in namespace " << names.fabricNs()
+    << (netnsExists(names.fabricNs()) ? "" : " (missing)") << ", 198.19." << s.slot << ".0/24\n";
+  o << "inventory: " << s.dir << "/inventory.toml\n\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-5s %-10s %-15s %-15s %-8s %-6s %s\n", "NODE", "NAMESPACE",
+                "MGMT", "DATA", "PID", "ALIVE", "RESTARTS");
+  o << line;
+  for (const auto& n : s.nodes) {
+    bool alive = stillRunning(n.agent, n.config);
+    std::string ns = n.netns + (netnsExists(n.netns) ? "" : "?");
+    std::snprintf(line, sizeof line, "%-5s %-10s %-15s %-15s %-8s %-6s %d\n", n.name.c_str(),
+                  ns.c_str(), n.mgmtAddress.c_str(), n.dataAddress.c_str(),
+                  n.agent.pid ? std::to_string(n.agent.pid).c_str() : "-", alive ? "yes" : "no",
+                  n.restarts);
+    o << line;
+  }
+  return o.str();
+}
+
+}  // namespace rc::lab

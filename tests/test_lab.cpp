@@ -1,0 +1,417 @@
+// Tests of the namespace lab (rc::lab::up/down/status): topology, reachability, agent
+// supervision, crash cleanup and slot allocation. Needs root; runs in the netns suite.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/ip_icmp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/unique_fd.hpp"
+#include "lab/lab.hpp"
+#include "lab/process.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Stand-in for rdmachaos-agent until the real one exists: listens on the address its
+// agent.toml names (so readiness and reachability are real) and exits on SIGTERM. perl is
+// Essential in Debian; python3 and nc are not guaranteed.
+const char* kStandIn = R"PERL(#!/usr/bin/perl
+# Stand-in agent for test_lab: accept connections on agent.listen until SIGTERM.
+use strict;
+use IO::Socket::INET;
+my %args = @ARGV;
+open(my $cfg, '<', $args{'--config'}) or die "cannot read config: $!";
+my ($listen) = map { /^listen\s*=\s*"([^"]+)"/ ? $1 : () } <$cfg>;
+my ($host, $port) = split /:/, $listen;
+my $srv = IO::Socket::INET->new(LocalAddr => $host, LocalPort => $port, Listen => 16,
+                                ReuseAddr => 1) or die "cannot listen on $listen: $!";
+$SIG{TERM} = sub { exit 0 };
+print "stand-in agent listening on $listen\n";
+while (1) { my $c = $srv->accept; close($c) if $c; }
+)PERL";
+
+// A temporary lab directory whose lab is taken down and which is removed even when an
+// assertion fails half-way.
+struct LabDir {
+  std::string path;
+  LabDir() {
+    char tmpl[] = "/tmp/rc-test-lab-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~LabDir() {
+    auto r = rc::lab::down(path);
+    if (!r) std::fprintf(stderr, "cleanup: %s\n", r.error().message.c_str());
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  LabDir(const LabDir&) = delete;
+  LabDir& operator=(const LabDir&) = delete;
+};
+
+// The stand-in script lives in its own temporary directory, shared by all tests.
+const std::string& standInAgent() {
+  static struct Holder {
+    std::string dir, file;
+    Holder() {
+      char tmpl[] = "/tmp/rc-test-agent-XXXXXX";
+      if (::mkdtemp(tmpl)) dir = tmpl;
+      file = dir + "/standin-agent";
+      std::ofstream(file) << kStandIn;
+      fs::permissions(file, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
+    }
+    ~Holder() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } holder;
+  return holder.file;
+}
+
+json readState(const std::string& dir) {
+  std::ifstream in(dir + "/lab.json");
+  return json::parse(in);
+}
+
+std::string run(const std::vector<std::string>& argv) {
+  auto r = rc::lab::runCommand(argv);
+  INFO(rc::lab::describeCommand(argv));
+  REQUIRE(r.ok());
+  return *r;
+}
+
+std::string prefixOf(int slot) { return "rc" + std::to_string(slot) + "-"; }
+
+bool labObjectsExist(int slot) {
+  std::string p = prefixOf(slot);
+  return run({"ip", "netns", "list"}).find(p) != std::string::npos ||
+         run({"ip", "-o", "link", "show"}).find(p) != std::string::npos;
+}
+
+bool alive(int pid) { return pid > 0 && rc::lab::identify(pid).startTime != 0; }
+
+uint16_t checksum(const void* data, size_t len) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint32_t sum = 0;
+  for (size_t i = 0; i + 1 < len; i += 2) sum += uint32_t(p[i] << 8 | p[i + 1]);
+  if (len & 1) sum += uint32_t(p[len - 1] << 8);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return htons(uint16_t(~sum));
+}
+
+// One ICMP echo from namespace `ns` ("" = this one), optionally bound to `dev`; true if a
+// reply arrives within a second. In a child, so the test process never changes namespace.
+bool ping(const std::string& ns, const std::string& addr, const std::string& dev = "") {
+  pid_t pid = ::fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    if (!ns.empty()) {
+      int nsFd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY);
+      if (nsFd < 0 || ::setns(nsFd, CLONE_NEWNET) != 0) ::_exit(2);
+    }
+    int s = ::socket(AF_INET, SOCK_RAW, IPPROTO_ICMP);
+    if (s < 0) ::_exit(2);
+    if (!dev.empty() &&
+        ::setsockopt(s, SOL_SOCKET, SO_BINDTODEVICE, dev.c_str(), socklen_t(dev.size())) != 0)
+      ::_exit(2);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    ::inet_pton(AF_INET, addr.c_str(), &to.sin_addr);
+    icmphdr req{};
+    req.type = ICMP_ECHO;
+    req.un.echo.id = htons(uint16_t(::getpid()));
+    req.un.echo.sequence = htons(1);
+    req.checksum = checksum(&req, sizeof req);
+    if (::sendto(s, &req, sizeof req, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0)
+      ::_exit(1);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (std::chrono::steady_clock::now() < deadline) {
+      int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         deadline - std::chrono::steady_clock::now())
+                         .count());
+      pollfd p{s, POLLIN, 0};
+      if (::poll(&p, 1, std::max(left, 1)) <= 0) break;
+      char buf[1500];
+      sockaddr_in from{};
+      socklen_t fromLen = sizeof from;
+      ssize_t n = ::recvfrom(s, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &fromLen);
+      if (n < ssize_t(sizeof(iphdr))) continue;
+      auto* iph = reinterpret_cast<iphdr*>(buf);
+      size_t off = size_t(iph->ihl) * 4;
+      if (n < ssize_t(off + sizeof(icmphdr))) continue;
+      auto* rep = reinterpret_cast<icmphdr*>(buf + off);
+      if (rep->type == ICMP_ECHOREPLY && rep->un.echo.id == req.un.echo.id &&
+          from.sin_addr.s_addr == to.sin_addr.s_addr)
+        ::_exit(0);
+    }
+    ::_exit(1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// Reachability that tolerates a lost first packet (ARP, bridge learning).
+bool reachable(const std::string& ns, const std::string& addr) {
+  for (int i = 0; i < 3; i++)
+    if (ping(ns, addr)) return true;
+  return false;
+}
+
+bool tcpAccepts(const std::string& addr, int port) {
+  rc::UniqueFD fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(uint16_t(port));
+  ::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
+  timeval tv{1, 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  return ::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+}
+
+// Waits for `cond` with a deadline; tests may poll, the lab itself never does.
+template <typename F>
+bool eventually(F cond, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return cond();
+}
+
+rc::lab::UpOptions options(const LabDir& dir, int nodes,
+                           const std::string& agent = standInAgent()) {
+  rc::lab::UpOptions o;
+  o.nodes = nodes;
+  o.dir = dir.path;
+  o.agentBinary = agent;
+  return o;
+}
+
+std::string show(const rc::Result<std::string>& r) { return r ? *r : r.error().message; }
+
+}  // namespace
+
+TEST_CASE("lab up builds the namespace lab; agents are supervised; down removes everything") {
+  LabDir dir;
+  auto inv = rc::lab::up(options(dir, 3));
+  INFO(show(inv));
+  REQUIRE(inv.ok());
+  CHECK(*inv == dir.path + "/inventory.toml");
+  json state = readState(dir.path);
+  int k = state["slot"].get<int>();
+  REQUIRE(k >= 1);
+  REQUIRE(k <= 200);
+  std::string p = prefixOf(k), sk = std::to_string(k);
+
+  // (1) namespaces, configs and inventory.
+  std::string netns = run({"ip", "netns", "list"});
+  for (std::string ns : {p + "n1", p + "n2", p + "n3", p + "fab"}) {
+    INFO(ns);
+    CHECK(netns.find(ns) != std::string::npos);
+  }
+  CHECK(fs::exists("/run/rdmachaos/labs/" + sk));
+  CHECK(run({"ip", "-n", p + "n1", "-o", "link", "show", "data0"}).find("mtu 1500") !=
+        std::string::npos);
+
+  toml::table invToml = toml::parse_file(*inv);
+  CHECK(invToml["tls"]["ca"].value_or(std::string()) == "pki/ca.pem");
+  CHECK(invToml["tls"]["cert"].value_or(std::string()) == "pki/controller.pem");
+  CHECK(invToml["tls"]["key"].value_or(std::string()) == "pki/controller.key");
+  CHECK(invToml["lab"]["dir"].value_or(std::string()) == dir.path);
+  CHECK(invToml["lab"]["slot"].value_or(0) == k);
+  auto* nodes = invToml["node"].as_array();
+  REQUIRE(nodes != nullptr);
+  REQUIRE(nodes->size() == 3);
+  for (int i = 1; i <= 3; i++) {
+    auto& node = *(*nodes)[size_t(i - 1)].as_table();
+    std::string name = "n" + std::to_string(i);
+    std::string mgmt = "198.18." + sk + "." + std::to_string(10 + i);
+    std::string data = "198.19." + sk + "." + std::to_string(10 + i);
+    CHECK(node["name"].value_or(std::string()) == name);
+    CHECK(node["address"].value_or(std::string()) == mgmt);
+    CHECK(node["port"].value_or(0) == 7470);
+    CHECK(node["data_interfaces"][0].value_or(std::string()) == "data0");
+    CHECK(node["data_addresses"][0].value_or(std::string()) == data);
+    CHECK(node["roles"][0].value_or(std::string()) == "worker");
+
+    std::string nodeDir = dir.path + "/nodes/" + name;
+    toml::table cfg = toml::parse_file(nodeDir + "/agent.toml");
+    CHECK(cfg["agent"]["node"].value_or(std::string()) == name);
+    CHECK(cfg["agent"]["listen"].value_or(std::string()) == mgmt + ":7470");
+    CHECK(cfg["agent"]["state_dir"].value_or(std::string()) == nodeDir + "/state");
+    CHECK(cfg["agent"]["lease_timeout"].value_or(std::string()) == "5s");
+    CHECK(cfg["agent"]["max_fault_lifetime"].value_or(std::string()) == "10m");
+    CHECK(cfg["tls"]["ca"].value_or(std::string()) == dir.path + "/pki/ca.pem");
+    CHECK(cfg["tls"]["cert"].value_or(std::string()) == dir.path + "/pki/agent-" + name + ".pem");
+    CHECK(cfg["tls"]["key"].value_or(std::string()) == dir.path + "/pki/agent-" + name + ".key");
+    CHECK(fs::exists(cfg["tls"]["cert"].value_or(std::string())));
+    CHECK(cfg["interfaces"]["data"][0].value_or(std::string()) == "data0");
+    CHECK(cfg["interfaces"]["allow"][0].value_or(std::string()) == "data0");
+    CHECK(cfg["interfaces"]["protected"][0].value_or(std::string()) == "mgmt0");
+    CHECK(cfg["interfaces"]["allow_default_route"].value_or(true) == false);
+    CHECK(fs::is_directory(nodeDir + "/state"));
+    // The stand-in listens on the management address: up() waited for it.
+    CHECK(tcpAccepts(mgmt, 7470));
+  }
+
+  // (2) data network between hosts, management network from the root namespace.
+  CHECK(reachable(p + "n1", "198.19." + sk + ".12"));
+  CHECK(reachable(p + "n1", "198.19." + sk + ".13"));
+  CHECK(reachable(p + "n3", "198.19." + sk + ".12"));
+  for (int i = 1; i <= 3; i++) CHECK(reachable("", "198.18." + sk + "." + std::to_string(10 + i)));
+  // The root namespace has no address in and no route into the data network (a ping would
+  // follow the host's default route out of eth0, so check the routing instead of pinging).
+  CHECK(run({"ip", "-o", "-4", "addr", "show"}).find("198.19." + sk + ".") == std::string::npos);
+  CHECK(run({"ip", "-o", "route", "get", "198.19." + sk + ".11"}).find(p) == std::string::npos);
+  // The planes do not leak into each other through the nodes' ARP (strict ARP on both).
+  CHECK_FALSE(ping(p + "n1", "198.19." + sk + ".12", "mgmt0"));
+  CHECK_FALSE(ping(p + "n1", "198.18." + sk + ".12", "data0"));
+
+  // (3) kill -9 of an agent: the supervisor restarts it and records the new pid.
+  int old = state["nodes"][1]["agent"]["pid"].get<int>();
+  REQUIRE(alive(old));
+  REQUIRE(::kill(old, SIGKILL) == 0);
+  int fresh = 0;
+  CHECK(eventually([&] {
+    json s = readState(dir.path);
+    fresh = s["nodes"][1]["agent"]["pid"].get<int>();
+    return fresh != 0 && fresh != old && s["nodes"][1]["restarts"].get<int>() == 1;
+  }));
+  CHECK(alive(fresh));
+  CHECK(eventually([&] { return tcpAccepts("198.18." + sk + ".12", 7470); }));
+  auto st = rc::lab::status(dir.path);
+  REQUIRE(st.ok());
+  INFO(*st);
+  CHECK(st->find("slot " + sk) != std::string::npos);
+  CHECK(st->find(std::to_string(fresh)) != std::string::npos);
+  CHECK(st->find("(running)") != std::string::npos);
+  json now = readState(dir.path);
+  int supervisor = now["supervisor"]["pid"].get<int>();
+  std::vector<int> agents;
+  for (auto& n : now["nodes"]) agents.push_back(n["agent"]["pid"].get<int>());
+
+  // (4) down removes every object; a second down is a no-op.
+  auto d = rc::lab::down(dir.path);
+  INFO((d ? std::string() : d.error().message));
+  REQUIRE(d.ok());
+  CHECK_FALSE(labObjectsExist(k));
+  CHECK_FALSE(fs::exists("/run/rdmachaos/labs/" + sk));
+  CHECK_FALSE(fs::exists(dir.path + "/lab.json"));
+  CHECK(fs::exists(dir.path + "/nodes/n1/agent.log"));
+  CHECK(fs::exists(dir.path + "/pki/ca.pem"));
+  CHECK_FALSE(alive(supervisor));
+  for (int pid : agents) CHECK_FALSE(alive(pid));
+  CHECK(rc::lab::down(dir.path).ok());
+  auto none = rc::lab::status(dir.path);
+  REQUIRE(none.ok());
+  CHECK(none->find("no lab in") != std::string::npos);
+}
+
+TEST_CASE("down after kill -9 of the supervisor still stops the agents and removes the lab") {
+  LabDir dir;
+  auto inv = rc::lab::up(options(dir, 2));
+  INFO(show(inv));
+  REQUIRE(inv.ok());
+  json state = readState(dir.path);
+  int k = state["slot"].get<int>();
+  int supervisor = state["supervisor"]["pid"].get<int>();
+  std::vector<int> agents;
+  for (auto& n : state["nodes"]) agents.push_back(n["agent"]["pid"].get<int>());
+  REQUIRE(alive(supervisor));
+  REQUIRE(::kill(supervisor, SIGKILL) == 0);
+  CHECK(eventually([&] { return !alive(supervisor); }));
+  for (int pid : agents) CHECK(alive(pid));  // orphans: nobody restarts them, down must kill them
+  auto st = rc::lab::status(dir.path);
+  REQUIRE(st.ok());
+  CHECK(st->find("supervisor not running") != std::string::npos);
+
+  auto d = rc::lab::down(dir.path);
+  INFO((d ? std::string() : d.error().message));
+  REQUIRE(d.ok());
+  for (int pid : agents) CHECK_FALSE(alive(pid));
+  CHECK_FALSE(labObjectsExist(k));
+  CHECK_FALSE(fs::exists("/run/rdmachaos/labs/" + std::to_string(k)));
+}
+
+TEST_CASE("two labs coexist in different slots; up refuses a running lab and bad input") {
+  LabDir a, b;
+  auto invA = rc::lab::up(options(a, 2));
+  INFO(show(invA));
+  REQUIRE(invA.ok());
+  auto invB = rc::lab::up(options(b, 2));
+  INFO(show(invB));
+  REQUIRE(invB.ok());
+  int ka = readState(a.path)["slot"].get<int>();
+  int kb = readState(b.path)["slot"].get<int>();
+  CHECK(ka != kb);
+  CHECK(reachable(prefixOf(ka) + "n1", "198.19." + std::to_string(ka) + ".12"));
+  CHECK(reachable(prefixOf(kb) + "n2", "198.19." + std::to_string(kb) + ".11"));
+
+  auto again = rc::lab::up(options(a, 2));
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.error().message.find("lab already up in " + a.path) != std::string::npos);
+  CHECK(again.error().message.find("rdmachaos lab down --dir") != std::string::npos);
+  CHECK(readState(a.path)["slot"].get<int>() == ka);  // the running lab is untouched
+
+  LabDir c;
+  for (int n : {0, 33}) {
+    auto bad = rc::lab::up(options(c, n));
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().message.find("out of range") != std::string::npos);
+  }
+  auto noAgent = rc::lab::up(options(c, 1, c.path + "/no-such-agent"));
+  REQUIRE_FALSE(noAgent.ok());
+  CHECK(noAgent.error().message.find("no-such-agent") != std::string::npos);
+  CHECK_FALSE(fs::exists(c.path + "/lab.json"));
+
+  REQUIRE(rc::lab::down(a.path).ok());
+  REQUIRE(rc::lab::down(b.path).ok());
+  CHECK_FALSE(labObjectsExist(ka));
+  CHECK_FALSE(labObjectsExist(kb));
+}
+
+TEST_CASE("the real agent accepts on its management address in every node") {
+  const char* agent = std::getenv("RDMACHAOS_AGENT");
+  if (agent == nullptr || !fs::exists(agent)) {
+    WARN("RDMACHAOS_AGENT is not set or missing: real-agent lab test not run");
+    return;
+  }
+  LabDir dir;
+  auto inv = rc::lab::up(options(dir, 2, agent));
+  INFO(show(inv));
+  REQUIRE(inv.ok());
+  int k = readState(dir.path)["slot"].get<int>();
+  for (int i = 1; i <= 2; i++) {
+    std::string addr = "198.18." + std::to_string(k) + "." + std::to_string(10 + i);
+    INFO("agent n"
+         << i << " at " << addr << ":7470; log: "
+         << std::ifstream(dir.path + "/nodes/n" + std::to_string(i) + "/agent.log").rdbuf());
+    CHECK(eventually([&] { return tcpAccepts(addr, 7470); }));
+  }
+  json state = readState(dir.path);
+  for (auto& n : state["nodes"]) CHECK(n["restarts"].get<int>() == 0);
+  REQUIRE(rc::lab::down(dir.path).ok());
+  CHECK_FALSE(labObjectsExist(k));
+}
