@@ -265,7 +265,7 @@ int cmdInject(const InjectOptions& o) {
       });
     }
     co_await whenAll(io, std::move(tasks));
-    for (auto& [node, why] : refused) std::fprintf(stderr, "rdmachaos: %s refused: %s\n", node.c_str(), why.c_str());
+    for (auto& [node, why] : refused) std::fprintf(stderr, "rdmachaos: refused: %s\n", why.c_str());
     for (auto& c : fleet.clients()) c->startHeartbeats();
     size_t expected = fleet.clients().size() - refused.size();
     if (!o.json && expected > 0)

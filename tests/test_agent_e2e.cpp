@@ -1,0 +1,389 @@
+// End to end on the namespace lab: real agents under the lab supervisor, the real CLI, real
+// links. Link flap timing, kill -9 of controller and agent, SIGTERM, refusals, and peers
+// that are unauthenticated or send garbage.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "common/certs.hpp"
+#include "lab/lab.hpp"
+#include "lab/lab_state.hpp"
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The lab is shared by every test in this binary and removed at exit, also after failures.
+struct Lab {
+  std::string dir, inventory;
+  Lab() {
+    char tmpl[] = "/tmp/rc-e2e-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    rc::lab::UpOptions o;
+    o.nodes = 2;
+    o.dir = dir;
+    o.agentBinary = env("RDMACHAOS_AGENT");
+    auto r = rc::lab::up(o);
+    if (!r) {
+      FAIL("lab up failed: " << r.error().message);
+    }
+    inventory = *r;
+  }
+  ~Lab() {
+    (void)rc::lab::down(dir);
+    fs::remove_all(dir);
+  }
+  rc::lab::NodeRecord node(const std::string& name) const {
+    auto st = rc::lab::loadState(dir);
+    REQUIRE(st.ok());
+    for (const auto& n : st->nodes)
+      if (n.name == name) return n;
+    FAIL("no node " << name);
+    return {};
+  }
+};
+
+Lab& lab() {
+  static Lab instance;
+  return instance;
+}
+
+struct Proc {
+  pid_t pid = -1;
+  std::string out, err;
+  int status = -1;
+};
+
+// Starts the CLI with ARGS, stdout and stderr to files.
+Proc spawnCli(std::vector<std::string> args) {
+  static int counter = 0;
+  Proc p;
+  p.out = lab().dir + "/cli-" + std::to_string(++counter) + ".out";
+  p.err = p.out.substr(0, p.out.size() - 4) + ".err";
+  std::string cli = env("RDMACHAOS_CLI");
+  REQUIRE_FALSE(cli.empty());
+  args.insert(args.begin(), cli);
+  p.pid = fork();
+  REQUIRE(p.pid >= 0);
+  if (p.pid == 0) {
+    int o = ::open(p.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = ::open(p.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(e, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return p;
+}
+
+// Waits for P to exit (bounded); kills it if it does not. Returns the exit code.
+int waitCli(Proc& p, std::chrono::seconds limit = 60s) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (waitpid(p.pid, &p.status, WNOHANG) == p.pid)
+      return WIFEXITED(p.status) ? WEXITSTATUS(p.status) : 128 + WTERMSIG(p.status);
+    std::this_thread::sleep_for(10ms);
+  }
+  kill(p.pid, SIGKILL);
+  waitpid(p.pid, &p.status, 0);
+  FAIL("CLI did not finish in time; stderr: " << readFile(p.err));
+  return -1;
+}
+
+int runCli(std::vector<std::string> args, std::string* out = nullptr, std::string* err = nullptr) {
+  Proc p = spawnCli(std::move(args));
+  int rc = waitCli(p);
+  if (out) *out = readFile(p.out);
+  if (err) *err = readFile(p.err);
+  return rc;
+}
+
+// Admin state of IFNAME in namespace NS, read by iproute2 (not by our code).
+bool linkUp(const std::string& ns, const std::string& ifname = "data0") {
+  std::string cmd = "ip -n " + ns + " -o link show dev " + ifname + " 2>/dev/null";
+  FILE* f = popen(cmd.c_str(), "r");
+  REQUIRE(f);
+  char buf[1024] = {0};
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  pclose(f);
+  std::string s(buf, n);
+  auto lt = s.find('<'), gt = s.find('>');
+  REQUIRE(lt != std::string::npos);
+  std::string flags = "," + s.substr(lt + 1, gt - lt - 1) + ",";
+  return flags.find(",UP,") != std::string::npos;
+}
+
+template <typename F>
+bool eventually(F f, std::chrono::milliseconds limit, std::chrono::milliseconds step = 5ms) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(step);
+  }
+  return f();
+}
+
+bool portAccepts(const std::string& addr, int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(uint16_t(port));
+  inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+  close(fd);
+  return ok;
+}
+
+bool alive(pid_t pid) { return kill(pid, 0) == 0; }
+
+// A long link-down on NODE, started by a controller in the background.
+Proc longDown(const std::string& node) {
+  Proc p = spawnCli({"inject", "link_flap", "--inventory", lab().inventory, "--node", node,
+                     "--set", "down=60s", "--for", "120s"});
+  auto ns = lab().node(node).netns;
+  if (!eventually([&] { return !linkUp(ns); }, 15s)) {
+    kill(p.pid, SIGKILL);
+    waitCli(p);
+    FAIL("the link never went down; controller said: " << readFile(p.err));
+  }
+  return p;
+}
+
+std::vector<json> eventsOf(const json& report, const std::string& what) {
+  std::vector<json> out;
+  for (const auto& e : report["nodes"][0]["fault"]["events"])
+    if (e["what"] == what) out.push_back(e);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("agents answers for every node with clock offset and capabilities") {
+  std::string out, err;
+  REQUIRE(runCli({"agents", "--inventory", lab().inventory, "--json"}, &out, &err) == 0);
+  json j = json::parse(out);
+  REQUIRE(j.size() == 2);
+  for (const auto& a : j) {
+    CHECK(std::llabs(a["clock_offset_ns"].get<int64_t>()) < 5'000'000);  // same machine
+    CHECK(a["rtt_ns"].get<int64_t>() > 0);
+    bool hasData = false;
+    for (const auto& i : a["capabilities"]["interfaces"])
+      if (i["name"] == "data0") hasData = i["data"] == true && i["faults_allowed"] == true;
+    CHECK(hasData);
+    CHECK(a["capabilities"]["fault_kinds"][0]["name"] == "link_flap");
+  }
+}
+
+TEST_CASE("a link flap train on the lab has the right count and kernel-observed timing") {
+  std::string out, err;
+  int rc = runCli({"inject", "link_flap", "--inventory", lab().inventory, "--node", "n1", "--set",
+                   "down=300ms", "--set", "count=3", "--set", "up=200ms", "--for", "20s", "--json"},
+                  &out, &err);
+  INFO(err);
+  REQUIRE(rc == 0);
+  json report = json::parse(out);
+  auto downs = eventsOf(report, "down"), ups = eventsOf(report, "up");
+  REQUIRE(downs.size() == 3);
+  REQUIRE(ups.size() == 3);
+  for (int i = 0; i < 3; i++) {
+    double downMs = (ups[i]["t_ns"].get<int64_t>() - downs[i]["t_ns"].get<int64_t>()) / 1e6;
+    CHECK(downMs == Approx(300).margin(15));
+    if (i < 2) {
+      double upMs = (downs[i + 1]["t_ns"].get<int64_t>() - ups[i]["t_ns"].get<int64_t>()) / 1e6;
+      CHECK(upMs == Approx(200).margin(15));
+    }
+  }
+  CHECK(report["nodes"][0]["fault"]["end_reason"] == "completed");
+  CHECK(linkUp(lab().node("n1").netns));
+  CHECK(linkUp(lab().node("n2").netns));  // the other host was never touched
+}
+
+TEST_CASE("protected and non-allowlisted interfaces are refused and nothing changes") {
+  std::string err;
+  int rc = runCli({"inject", "link_flap", "--inventory", lab().inventory, "--node", "n1", "--set",
+                   "interface=mgmt0", "--for", "5s"},
+                  nullptr, &err);
+  CHECK(rc == 2);
+  CHECK_THAT(err, Catch::Contains("'mgmt0' is protected"));
+  rc = runCli({"inject", "link_flap", "--inventory", lab().inventory, "--node", "n1", "--set",
+               "interface=lo", "--for", "5s"},
+              nullptr, &err);
+  CHECK(rc == 2);
+  CHECK_THAT(err, Catch::Contains("'lo' is not in the agent's allowlist"));
+  CHECK(linkUp(lab().node("n1").netns, "mgmt0"));
+  CHECK(linkUp(lab().node("n1").netns, "lo"));
+  // Bad parameters never reach an agent.
+  rc = runCli({"inject", "link_flap", "--inventory", lab().inventory, "--node", "n1", "--set",
+               "count=0", "--for", "5s"},
+              nullptr, &err);
+  CHECK(rc == 2);
+  CHECK_THAT(err, Catch::Contains("count"));
+}
+
+TEST_CASE("kill -9 of the controller: the lease brings the link back") {
+  auto n = lab().node("n2");
+  Proc ctl = longDown("n2");
+  kill(ctl.pid, SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  waitCli(ctl);
+  // The lab's lease is 5 s; the last heartbeat came up to a third of that before the kill.
+  REQUIRE(eventually([&] { return linkUp(n.netns); }, 10s));
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(took <= 5.0 + 1.0);
+  CHECK(took >= 5.0 * 2 / 3 - 0.5);  // it was the lease, not something else
+  CHECK(fs::is_empty(fs::path(n.config).parent_path() / "state" / "journal"));
+}
+
+TEST_CASE("kill -9 of the agent during a long link-down: restarted, it restores the link first") {
+  auto n = lab().node("n1");
+  Proc ctl = longDown("n1");
+  pid_t old = n.agent.pid;
+  REQUIRE(old > 0);
+  REQUIRE(kill(old, SIGKILL) == 0);
+  // The old agent's listening socket goes with it (the supervisor waits before restarting).
+  REQUIRE(eventually([&] { return !portAccepts(n.mgmtAddress, 7470); }, 10s, 1ms));
+  CHECK_FALSE(linkUp(n.netns));  // nothing has reverted yet: the agent died mid-fault
+  // Watch the agent's port: the first moment it accepts, the link must already be up.
+  bool accepted = eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s, 1ms);
+  bool upAtAccept = linkUp(n.netns);
+  REQUIRE(accepted);
+  CHECK(upAtAccept);
+  CHECK(lab().node("n1").agent.pid != old);
+  CHECK(lab().node("n1").restarts >= 1);
+  kill(ctl.pid, SIGKILL);
+  waitCli(ctl);
+  CHECK(readFile(n.log).find("reverted journaled fault") != std::string::npos);
+}
+
+TEST_CASE("SIGTERM of the agent during a fault: reverted before it exits") {
+  auto n = lab().node("n2");
+  Proc ctl = longDown("n2");
+  pid_t pid = n.agent.pid;
+  REQUIRE(kill(pid, SIGTERM) == 0);
+  // Sample as soon as the process is gone, before the supervisor can start a new one.
+  REQUIRE(eventually([&] { return !alive(pid); }, 10s, 1ms));
+  CHECK(linkUp(n.netns));
+  CHECK(readFile(n.log).find("ended (shutdown)") != std::string::npos);
+  kill(ctl.pid, SIGKILL);
+  waitCli(ctl);
+  REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
+}
+
+TEST_CASE("recover reverts everything on every agent") {
+  Proc ctl = longDown("n1");
+  std::string out;
+  REQUIRE(runCli({"recover", "--inventory", lab().inventory}, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("n1: reverted 1 fault(s)"));
+  CHECK(linkUp(lab().node("n1").netns));
+  // The controller that scheduled it hears that its fault ended, and exits.
+  CHECK(waitCli(ctl, 20s) == 0);
+}
+
+TEST_CASE("a client with a certificate from another CA gets nothing executed") {
+  std::string rogue = lab().dir + "/rogue";
+  fs::create_directories(rogue);
+  REQUIRE(rc::certs::makeCa(rogue + "/ca.pem", rogue + "/ca.key", "rogue CA").ok());
+  REQUIRE(rc::certs::issue(rogue + "/ca.pem", rogue + "/ca.key", "rdmachaos-controller", true,
+                           rogue + "/ctl.pem", rogue + "/ctl.key")
+              .ok());
+  // It trusts the lab's CA (so it can talk to the agent) but presents the rogue certificate.
+  std::string inv = readFile(lab().inventory);
+  auto swap = [&](const std::string& from, const std::string& to) {
+    auto p = inv.find(from);
+    REQUIRE(p != std::string::npos);
+    inv.replace(p, from.size(), to);
+  };
+  swap("\"pki/controller.pem\"", "\"" + rogue + "/ctl.pem\"");
+  swap("\"pki/controller.key\"", "\"" + rogue + "/ctl.key\"");
+  swap("\"pki/ca.pem\"", "\"" + lab().dir + "/pki/ca.pem\"");
+  std::string rogueInv = rogue + "/inventory.toml";
+  std::ofstream(rogueInv) << inv;
+  std::string err;
+  int rc = runCli({"inject", "link_flap", "--inventory", rogueInv, "--node", "n1", "--set",
+                   "down=5s", "--for", "10s"},
+                  nullptr, &err);
+  CHECK(rc == 2);
+  CHECK_THAT(err, Catch::Contains("n1"));
+  std::this_thread::sleep_for(500ms);
+  CHECK(linkUp(lab().node("n1").netns));
+  CHECK(readFile(lab().node("n1").log).find("TLS handshake with") != std::string::npos);
+}
+
+TEST_CASE("garbage on the socket does not stop the agent") {
+  auto n = lab().node("n1");
+  // Plain TCP garbage: the TLS handshake fails and the connection is closed.
+  {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(7470);
+    inet_pton(AF_INET, n.mgmtAddress.c_str(), &sa.sin_addr);
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    std::string junk(4096, '\xAB');
+    (void)!write(fd, junk.data(), junk.size());
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[256];
+    ssize_t got;
+    while ((got = read(fd, buf, sizeof buf)) > 0) {
+    }
+    CHECK(got == 0);  // closed by the agent (not a timeout)
+    close(fd);
+  }
+  // An authenticated client that sends an ill-typed message, then an oversized frame.
+  {
+    auto frame = [](const std::string& body) {
+      uint32_t len = htonl(uint32_t(body.size()));
+      return std::string(reinterpret_cast<char*>(&len), 4) + body;
+    };
+    std::string bytes =
+        frame(R"({"v":1,"id":1,"type":"hello","controller":"garbage-test","versions":[1]})") +
+        frame(R"({"v":1,"id":2,"type":"schedule","fault":7,"kind":"link_flap"})") +
+        frame(R"({"v":1,"id":3,"type":"status"})") + std::string("\x7f\xff\xff\xff", 4) + "xx";
+    std::string in = lab().dir + "/garbage.bin", out = lab().dir + "/garbage.out";
+    std::ofstream(in, std::ios::binary) << bytes;
+    std::string pki = lab().dir + "/pki/";
+    std::string cmd = "timeout 20 openssl s_client -quiet -ign_eof -connect " + n.mgmtAddress +
+                      ":7470 -servername n1 -verify_return_error -CAfile " + pki +
+                      "ca.pem -cert " + pki + "controller.pem -key " + pki +
+                      "controller.key < " + in + " > " + out + " 2>/dev/null";
+    CHECK(std::system(cmd.c_str()) >= 0);
+    std::string replies = readFile(out);
+    CHECK_THAT(replies, Catch::Contains("\"type\":\"hello.ok\""));
+    CHECK_THAT(replies, Catch::Contains("field 'fault' must be a string"));
+    CHECK_THAT(replies, Catch::Contains("\"type\":\"status.ok\""));  // still served after an error
+    CHECK_THAT(replies, Catch::Contains("exceeds the limit"));
+  }
+  // Everyone else is still served.
+  REQUIRE(runCli({"agents", "--inventory", lab().inventory}) == 0);
+}
