@@ -17,6 +17,7 @@ constexpr size_t kMaxFinishedKept = 128;
 // A start more than this far in the past means a clock or scheduling problem, not jitter.
 constexpr int64_t kMaxLateNs = 5'000'000'000;
 constexpr int64_t kMaxAheadNs = 86'400'000'000'000;
+constexpr std::chrono::microseconds kSpinWindow{1500};
 
 Clock::time_point steadyAt(int64_t wallTargetNs) {
   return Clock::now() + std::chrono::nanoseconds(wallTargetNs - wallNs());
@@ -202,7 +203,13 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
 void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
   {
     std::unique_lock lock(m_);
-    e->wake.wait_until(lock, stop, e->startSteady, [] { return false; });
+    // Sleep until just before the instant, then spin the rest: a timed wake-up can be late by
+    // a scheduler tick, and faults on many nodes are meant to start together.
+    e->wake.wait_until(lock, stop, e->startSteady - kSpinWindow, [] { return false; });
+    lock.unlock();
+    while (!stop.stop_requested() && Clock::now() < e->startSteady) {
+    }
+    lock.lock();
     if (!stop.stop_requested()) {
       e->state = "active";
       e->appliedNs = wallNs();
