@@ -250,8 +250,12 @@ class LinkFlap final : public Fault {
   }
 
   std::string describe() const override {
-    std::string d = "link_flap " + p_.interface + ": " + std::to_string(p_.count) + " x (down " +
-                    shortDuration(p_.downNs) + ", up " + shortDuration(p_.upNs) + ")";
+    // A single flap has no "up between flaps": don't print one.
+    std::string d = "link_flap " + p_.interface + ": " +
+                    (p_.count == 1 ? "down " + shortDuration(p_.downNs)
+                                   : std::to_string(p_.count) + " x (down " +
+                                         shortDuration(p_.downNs) + ", up " +
+                                         shortDuration(p_.upNs) + ")");
     if (p_.jitterNs > 0)
       d += " + jitter " + shortDuration(p_.jitterNs) + " (seed " + std::to_string(p_.seed) + ")";
     return d;
