@@ -171,6 +171,7 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
     }
     ended.error = s.error.substr(0, 1000);
     ended.verified = s.verified;
+    s.counters.rxBytes = e->telemetry->rxBytes();
     ended.counters = toProto(s.counters);
     log::info("workload '{}' ended ({}): {} iterations, {} errors, {} corruptions, {} reconnects{}",
               e->id, ended.endReason, s.counters.iterations, s.counters.errors,

@@ -31,6 +31,11 @@ void Telemetry::update(const Counters& c) {
   counters_.rxBytes = rx;
 }
 
+uint64_t Telemetry::rxBytes() {
+  std::lock_guard lock(m_);
+  return counters_.rxBytes;
+}
+
 TelemetryBatch Telemetry::drain(int64_t now, bool final) {
   std::lock_guard lock(m_);
   TelemetryBatch b;

@@ -46,6 +46,7 @@ class Telemetry {
   // Bins that ended before NOW_NS (all of them if FINAL) and new records.
   TelemetryBatch drain(int64_t nowNs, bool final);
   int64_t binNs() const { return binNs_; }
+  uint64_t rxBytes();
 
  private:
   std::mutex m_;
