@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/clock.hpp"
+#include "workload/checksum.hpp"
 #include "workload/engine.hpp"
 #include "workload/inproc_transport.hpp"
 #include "workload/tcp_transport.hpp"
@@ -220,4 +221,21 @@ TEST_CASE("collectives over TCP on loopback, several streams per peer") {
     CHECK(r.summary.counters.corruptions == 0);
     checkTelemetry(r);
   }
+}
+
+TEST_CASE("the streaming checksum does not depend on how the bytes are split") {
+  std::vector<std::byte> data(1000);
+  for (size_t i = 0; i < data.size(); i++) data[i] = std::byte(uint8_t(i * 37 + 11));
+  uint32_t whole = checksum32(data.data(), data.size());
+  size_t piece = GENERATE(1, 3, 7, 8, 13, 31, 32, 33, 500);
+  StreamChecksum s;
+  for (size_t off = 0; off < data.size(); off += piece)
+    s.update(data.data() + off, std::min(piece, data.size() - off));
+  CHECK(s.value() == whole);
+  data[500] ^= std::byte{1};
+  CHECK(checksum32(data.data(), data.size()) != whole);
+  // Swapped words are caught too.
+  std::swap_ranges(data.begin(), data.begin() + 8, data.begin() + 8);
+  data[500] ^= std::byte{1};
+  CHECK(checksum32(data.data(), data.size()) != whole);
 }

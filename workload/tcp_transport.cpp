@@ -35,12 +35,17 @@ struct Hello {
   uint64_t tag;
   uint32_t rank, stream;
 };
+// A chunk on the wire: header, payload, trailer. The checksum goes in the trailer because it
+// is computed as the payload goes out, not in a separate pass over the buffer before.
 struct ChunkHeader {
   uint32_t magic, seq;
   uint64_t length;
-  uint32_t sum, flags;
+  uint32_t flags, reserved;
 };
-static_assert(sizeof(Hello) == 24 && sizeof(ChunkHeader) == 24);
+struct ChunkTrailer {
+  uint32_t sum, magic;
+};
+static_assert(sizeof(Hello) == 24 && sizeof(ChunkHeader) == 24 && sizeof(ChunkTrailer) == 8);
 
 std::string errnoText() { return std::strerror(errno); }
 
@@ -305,6 +310,7 @@ Result<void> TcpTransport::connect(const std::vector<int>& peers, int64_t deadli
 StepResult TcpTransport::runStep(std::span<const Op> ops) {
   StepResult res;
   const size_t S = size_t(o_.streams);
+  // One chunk (one stripe of one op) on one stream: header, payload, trailer in that order.
   struct Xfer {
     Conn* c;
     int peer;
@@ -313,6 +319,9 @@ StepResult TcpTransport::runStep(std::span<const Op> ops) {
     size_t left;
     ChunkHeader hdr;
     size_t hdrDone = 0;
+    ChunkTrailer trl{};
+    size_t trlDone = 0;
+    StreamChecksum sum;
     bool done = false;
   };
   std::vector<Xfer> xs;
@@ -327,11 +336,9 @@ StepResult TcpTransport::runStep(std::span<const Op> ops) {
       size_t b = chunkBegin(op.length, S, k), e = chunkBegin(op.length, S, k + 1);
       if (e == b) continue;
       Xfer x{it->second[k].get(), op.peer, op.kind == Op::Kind::send,
-             buf_.data() + op.offset + b, e - b, {}, 0, false};
-      if (x.send) {
-        x.hdr = {kChunkMagic, x.c->sendSeq++, uint64_t(e - b),
-                 o_.checksum ? checksum32(x.p, e - b) : 0, o_.checksum ? kFlagChecksum : 0};
-      }
+             buf_.data() + op.offset + b, e - b, {}, 0, {}, 0, {}, false};
+      if (x.send)
+        x.hdr = {kChunkMagic, x.c->sendSeq++, uint64_t(e - b), o_.checksum ? kFlagChecksum : 0, 0};
       xs.push_back(x);
     }
   }
@@ -342,6 +349,9 @@ StepResult TcpTransport::runStep(std::span<const Op> ops) {
     res.status = StepStatus::peerLost;
     res.error = "rank " + std::to_string(x.peer) + ": " + why;
     return res;
+  };
+  auto finishPayload = [&](Xfer& x) {
+    if (x.send) x.trl = {x.sum.value(), kChunkMagic};
   };
   while (remaining > 0) {
     pfds.clear();
@@ -366,12 +376,14 @@ StepResult TcpTransport::runStep(std::span<const Op> ops) {
       if (!pfds[i].revents) continue;
       Xfer& x = *owners[i - 1];
       int fd = x.c->fd.get();
+      const bool sums = x.send ? o_.checksum : (x.hdr.flags & kFlagChecksum);
       if (x.send) {
-        iovec iov[2];
+        iovec iov[3];
         int cnt = 0;
         if (x.hdrDone < sizeof x.hdr)
           iov[cnt++] = {reinterpret_cast<char*>(&x.hdr) + x.hdrDone, sizeof x.hdr - x.hdrDone};
-        iov[cnt++] = {x.p, x.left};
+        if (x.left) iov[cnt++] = {x.p, x.left};
+        else iov[cnt++] = {reinterpret_cast<char*>(&x.trl) + x.trlDone, sizeof x.trl - x.trlDone};
         msghdr mh{};
         mh.msg_iov = iov;
         mh.msg_iovlen = size_t(cnt);
@@ -386,20 +398,29 @@ StepResult TcpTransport::runStep(std::span<const Op> ops) {
           x.hdrDone += h;
           used -= h;
         }
-        x.p += used;
-        x.left -= used;
-        if (x.hdrDone == sizeof x.hdr && x.left == 0) {
+        if (x.left) {
+          // The kernel has just read these bytes: summing them now hits the cache.
+          if (sums) x.sum.update(x.p, used);
+          x.p += used;
+          x.left -= used;
+          if (!x.left) finishPayload(x);
+        } else {
+          x.trlDone += used;
+        }
+        if (x.hdrDone == sizeof x.hdr && x.left == 0 && x.trlDone == sizeof x.trl) {
           x.done = true;
           remaining--;
         }
       } else {
         ssize_t r;
-        if (x.hdrDone < sizeof x.hdr) {
+        if (x.hdrDone < sizeof x.hdr)
           r = ::recv(fd, reinterpret_cast<char*>(&x.hdr) + x.hdrDone, sizeof x.hdr - x.hdrDone,
                      MSG_DONTWAIT);
-        } else {
+        else if (x.left)
           r = ::recv(fd, x.p, x.left, MSG_DONTWAIT);
-        }
+        else
+          r = ::recv(fd, reinterpret_cast<char*>(&x.trl) + x.trlDone, sizeof x.trl - x.trlDone,
+                     MSG_DONTWAIT);
         if (r < 0) {
           if (errno == EAGAIN || errno == EINTR) continue;
           return lost(x, std::string("receive: ") + errnoText());
@@ -408,23 +429,24 @@ StepResult TcpTransport::runStep(std::span<const Op> ops) {
         if (x.hdrDone < sizeof x.hdr) {
           x.hdrDone += size_t(r);
           if (x.hdrDone == sizeof x.hdr) {
-            if (x.hdr.magic != kChunkMagic || x.hdr.seq != x.c->recvSeq ||
-                x.hdr.length != x.left)
+            if (x.hdr.magic != kChunkMagic || x.hdr.seq != x.c->recvSeq || x.hdr.length != x.left)
               return lost(x, "out-of-step data (seq " + std::to_string(x.hdr.seq) + ", expected " +
                                  std::to_string(x.c->recvSeq) + ")");
             x.c->recvSeq++;
           }
-        } else {
+        } else if (x.left) {
+          if (x.hdr.flags & kFlagChecksum) x.sum.update(x.p, size_t(r));
           x.p += r;
           x.left -= size_t(r);
           if (onReceived_) onReceived_(size_t(r));
-        }
-        if (x.hdrDone == sizeof x.hdr && x.left == 0) {
-          size_t len = size_t(x.hdr.length);
-          if ((x.hdr.flags & kFlagChecksum) && checksum32(x.p - len, len) != x.hdr.sum)
-            res.corruptions++;
-          x.done = true;
-          remaining--;
+        } else {
+          x.trlDone += size_t(r);
+          if (x.trlDone == sizeof x.trl) {
+            if (x.trl.magic != kChunkMagic) return lost(x, "bad chunk trailer");
+            if ((x.hdr.flags & kFlagChecksum) && x.trl.sum != x.sum.value()) res.corruptions++;
+            x.done = true;
+            remaining--;
+          }
         }
       }
     }
