@@ -5,6 +5,8 @@
 
 #include <time.h>
 
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "common/clock.hpp"
@@ -32,6 +34,8 @@ Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& tel,
   Summary sum;
   Counters& c = sum.counters;
   auto fail = [&](std::string why) {
+    // Peers blocked on us must learn at once that we are gone, not wait for a timeout.
+    transport.disconnect();
     sum.endReason = "error";
     sum.error = std::move(why);
     c.errors++;
@@ -40,10 +44,13 @@ Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& tel,
   };
   if (auto v = validateShape(spec.shape); !v) return fail(v.error().message);
   auto coll = makeCollective(spec.shape);
-  // The one buffer, allocated and registered once up front (a verbs transport pins it here).
-  std::vector<std::byte> buffer(coll->bufferBytes());
-  std::span<std::byte> buf(buffer);
-  if (auto r = transport.registerBuffer(buf); !r) return fail(r.error().message);
+  auto peers = coll->peers();
+  // The one buffer, allocated and registered once up front (a verbs transport pins it here);
+  // behind the collective's part, 8 bytes to send and 8 per peer to receive for the resync.
+  const size_t ctl = coll->bufferBytes();
+  std::vector<std::byte> buffer(ctl + 8 * (1 + peers.size()));
+  std::span<std::byte> buf(buffer.data(), ctl);
+  if (auto r = transport.registerBuffer(buffer); !r) return fail(r.error().message);
   transport.setOnReceived([&tel](size_t n) { tel.addBytes(wallNs(), n); });
 
   const int64_t endNs = spec.iterations ? INT64_MAX : spec.startNs + spec.durationNs;
@@ -53,7 +60,6 @@ Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& tel,
   auto pastEnd = [&](int64_t slack) { return wallNs() >= endNs - slack; };
 
   sleepUntilWall(spec.startNs, stop);
-  auto peers = coll->peers();
   auto connectAll = [&]() -> Result<void> {
     return transport.connect(peers, monoNs() + spec.reconnectTimeoutNs);
   };
@@ -67,15 +73,39 @@ Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& tel,
     }
   }
 
+  // Iterations the job has completed: after a lost connection some ranks may have finished
+  // the broken iteration and others not, so the ranks agree on the maximum before going on
+  // (otherwise one rank would run an iteration more than its peers and wait forever).
+  uint64_t jobDone = 0;
+  auto resync = [&]() -> StepStatus {
+    uint64_t v = jobDone;
+    for (int round = 0; round < spec.shape.world - 1; round++) {
+      std::memcpy(buffer.data() + ctl, &v, 8);
+      std::vector<Op> ops;
+      for (size_t k = 0; k < peers.size(); k++) {
+        ops.push_back({Op::Kind::send, peers[k], ctl, 8});
+        ops.push_back({Op::Kind::recv, peers[k], ctl + 8 * (1 + k), 8});
+      }
+      StepResult res = transport.runStep(ops);
+      if (res.status != StepStatus::ok) return res.status;
+      for (size_t k = 0; k < peers.size(); k++) {
+        uint64_t x;
+        std::memcpy(&x, buffer.data() + ctl + 8 * (1 + k), 8);
+        v = std::max(v, x);
+      }
+    }
+    jobDone = v;
+    return StepStatus::ok;
+  };
   uint64_t index = 0;
   while (!stop.load()) {
-    if (spec.iterations ? c.iterations >= spec.iterations : pastEnd(0)) break;
+    if (spec.iterations ? jobDone >= spec.iterations : pastEnd(0)) break;
     IterationRecord rec;
     rec.index = index++;
     rec.startNs = wallNs();
     coll->prepare(buf);
     uint64_t rx = 0;
-    bool lost = false;
+    bool lost = false, closed = false;
     std::string why;
     for (size_t step = 0; step < coll->stepCount() && !lost; step++) {
       auto ops = coll->ops(step);
@@ -84,8 +114,9 @@ Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& tel,
       StepResult res = transport.runStep(ops);
       c.corruptions += res.corruptions;
       if (res.status == StepStatus::stopped) break;
-      if (res.status == StepStatus::peerLost) {
+      if (res.status == StepStatus::peerLost || res.status == StepStatus::peerClosed) {
         lost = true;
+        closed = res.status == StepStatus::peerClosed;
         why = res.error;
         break;
       }
@@ -94,19 +125,42 @@ Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& tel,
     if (stop.load()) break;
     if (lost) {
       if (!spec.iterations && pastEnd(endGraceNs)) break;  // a peer finished first
+      // A peer that closed while we were in the last iteration has finished the run (it
+      // completed that iteration, we lost the end of it).
+      if (spec.iterations && closed && jobDone + 1 >= spec.iterations) {
+        c.failedIterations++;
+        break;
+      }
       c.failedIterations++;
       c.errors++;
       log::warn("workload: iteration {} lost a connection ({}); reconnecting", rec.index, why);
       tel.update(c);
-      transport.disconnect();
-      auto r = connectAll();
-      if (!r) {
+      // Reconnect and agree on the iteration count, all within the reconnect timeout; a
+      // failure during the resync is one more lost connection, so go round again.
+      const int64_t giveUp = monoNs() + spec.reconnectTimeoutNs;
+      std::string err;
+      for (;;) {
+        transport.disconnect();
+        auto r = transport.connect(peers, giveUp);
+        if (!r) {
+          err = r.error().message;
+          break;
+        }
+        c.reconnects++;
+        tel.update(c);
+        StepStatus st = resync();
+        if (st != StepStatus::peerLost && st != StepStatus::peerClosed) break;
+        c.errors++;
+        if (monoNs() >= giveUp) {
+          err = "connections kept failing while resynchronising";
+          break;
+        }
+      }
+      if (!err.empty()) {
         if (stop.load()) break;
         if (!spec.iterations && pastEnd(endGraceNs)) break;
-        return fail("a peer stayed unreachable for the reconnect timeout: " + r.error().message);
+        return fail("a peer stayed unreachable for the reconnect timeout: " + err);
       }
-      c.reconnects++;
-      tel.update(c);
       continue;
     }
     rec.endNs = wallNs();
@@ -117,6 +171,7 @@ Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& tel,
       sum.verified = false;
     }
     c.iterations++;
+    jobDone++;
     tel.addIteration(rec);
     tel.update(c);
   }

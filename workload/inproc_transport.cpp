@@ -31,6 +31,7 @@ Result<void> InprocTransport::connect(const std::vector<int>& peers, int64_t dea
     l.want[rank_ > p] = true;
     if (l.want[0] && l.want[1]) {
       l.up = true;
+      l.closed = false;
       l.gen++;
       l.want[0] = l.want[1] = false;
       f_->cv.notify_all();
@@ -58,8 +59,16 @@ void InprocTransport::disconnect() {
 }
 
 // Messages carry their link generation, so a receiver still drains what was sent before the
-// link went down: a graceful close and an abort look the same here.
-void InprocTransport::close() { disconnect(); }
+// link went down; then it sees an orderly close.
+void InprocTransport::close() {
+  std::lock_guard lock(f_->m);
+  for (int p : peers_) {
+    auto& l = f_->links[key(rank_, p)];
+    if (l.up) l.closed = true;
+    l.up = false;
+  }
+  f_->cv.notify_all();
+}
 
 void InprocTransport::interrupt() {
   interrupted_ = true;
@@ -77,7 +86,9 @@ StepResult InprocTransport::runStep(std::span<const Op> ops) {
   for (const auto& op : ops) {
     if (op.kind != Op::Kind::send) continue;
     if (lostPeer(op.peer)) {
-      res.status = StepStatus::peerLost;
+      const auto& l = f_->links[key(rank_, op.peer)];
+      res.status = l.closed && l.gen == linkGens_[op.peer] ? StepStatus::peerClosed
+                                                           : StepStatus::peerLost;
       res.error = "peer " + std::to_string(op.peer) + " disconnected";
       return res;
     }
@@ -101,7 +112,9 @@ StepResult InprocTransport::runStep(std::span<const Op> ops) {
         return res;
       }
       if (lostPeer(op.peer)) {
-        res.status = StepStatus::peerLost;
+        const auto& l = f_->links[key(rank_, op.peer)];
+        res.status = l.closed && l.gen == linkGens_[op.peer] ? StepStatus::peerClosed
+                                                             : StepStatus::peerLost;
         res.error = "peer " + std::to_string(op.peer) + " disconnected";
         return res;
       }

@@ -28,6 +28,7 @@ class InprocFabric {
   // the other end sees that as a lost connection (as with a closed socket).
   struct Link {
     bool up = false;
+    bool closed = false;  // taken down by close() (the end of a run), not disconnect()
     uint64_t gen = 0;
     bool want[2] = {false, false};  // [lower rank, higher rank]
   };

@@ -425,7 +425,12 @@ StepResult TcpTransport::runStep(std::span<const Op> ops) {
           if (errno == EAGAIN || errno == EINTR) continue;
           return lost(x, std::string("receive: ") + errnoText());
         }
-        if (r == 0) return lost(x, "connection closed by the peer");
+        if (r == 0) {
+          lost(x, "connection closed by the peer");
+          // Between chunks this is close() at the end of the peer's run, not a failure.
+          if (x.hdrDone == 0) res.status = StepStatus::peerClosed;
+          return res;
+        }
         if (x.hdrDone < sizeof x.hdr) {
           x.hdrDone += size_t(r);
           if (x.hdrDone == sizeof x.hdr) {

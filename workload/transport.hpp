@@ -25,7 +25,8 @@ struct Op {
 
 enum class StepStatus {
   ok,
-  peerLost,  // a connection failed: the caller reconnects and restarts the iteration
+  peerLost,    // a connection failed: the caller reconnects and restarts the iteration
+  peerClosed,  // a peer closed in an orderly way between chunks: it ended its run
   stopped,   // interrupt() was called
 };
 
