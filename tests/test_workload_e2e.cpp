@@ -254,3 +254,26 @@ TEST_CASE("kill -9 of the controller: the lease stops the workload on every agen
   json w = runWorkload({"--kind", "allreduce", "--size", "64KiB", "--iterations", "5"});
   for (const auto& n : w["nodes"]) CHECK(n["end_reason"] == "completed");
 }
+
+TEST_CASE("connections killed under a running all-reduce are re-established and counted") {
+  Proc wl = spawnCli({"workload", "--inventory", lab().inventory, "--json", "--kind", "allreduce",
+                      "--size", "1MiB", "--for", "5s", "--streams", "2"});
+  std::this_thread::sleep_for(2s);
+  // Abort every data connection of n2 (sock_diag destroy: both ends see a reset).
+  std::string cmd = "ip netns exec " + lab().node("n2").netns +
+                    " ss -K -t '( sport = :7480 or dport = :7480 )' >/dev/null 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  REQUIRE(waitCli(wl) == 0);
+  json w = json::parse(readFile(wl.out));
+  int64_t reconnects = 0, failed = 0;
+  for (const auto& n : w["nodes"]) {
+    INFO(n.dump());
+    CHECK(n["end_reason"] == "completed");
+    CHECK(n["verified"] == true);
+    reconnects += n["counters"]["reconnects"].get<int64_t>();
+    failed += n["counters"]["failed_iterations"].get<int64_t>();
+  }
+  CHECK(reconnects >= 1);
+  CHECK(failed >= 1);
+  checkSeries(w);
+}
