@@ -124,7 +124,7 @@ json runWorkload(std::vector<std::string> args, int expect = 0) {
 }
 
 // Every node's series: bins add up to the bytes it received, time goes forward.
-void checkSeries(const json& w) {
+void checkSeries(const json& w, bool exact) {
   for (const auto& n : w["nodes"]) {
     INFO(n["node"]);
     uint64_t sum = 0;
@@ -143,7 +143,10 @@ void checkSeries(const json& w) {
       lastEnd = it["end_ns"].get<int64_t>();
       iterBytes += it["rx_bytes"].get<uint64_t>();
     }
-    if (n["counters"]["failed_iterations"] == 0) CHECK(iterBytes == sum);
+    // Completed iterations account for all of it, except what arrived for an iteration a
+    // rank abandoned (a lost connection, or the end of a timed run while a peer finished).
+    CHECK(iterBytes <= sum);
+    if (exact) CHECK(iterBytes == sum);
   }
 }
 
@@ -171,7 +174,7 @@ TEST_CASE("all-reduce over TCP on the lab is exact for 2, 3 and 4 ranks") {
     CHECK(n["iterations"].size() == 20);
   }
   CHECK(w["bus_factor"].get<double>() == Approx(2.0 * (world - 1) / world));
-  checkSeries(w);
+  checkSeries(w, true);
 }
 
 TEST_CASE("all-gather, all-to-all and incast verify on 4 lab hosts") {
@@ -183,7 +186,7 @@ TEST_CASE("all-gather, all-to-all and incast verify on 4 lab hosts") {
     CHECK(n["verified"] == true);
     CHECK(n["counters"]["iterations"] == 10);
   }
-  checkSeries(w);
+  checkSeries(w, true);
 }
 
 TEST_CASE("a 2 s link flap during an all-reduce shows as a stall, then recovery") {
@@ -205,7 +208,7 @@ TEST_CASE("a 2 s link flap during an all-reduce shows as a stall, then recovery"
   }
   REQUIRE(down > 0);
   REQUIRE(up > down);
-  checkSeries(w);
+  checkSeries(w, false);
   // Job throughput: all nodes' bytes in 100 ms windows (10 bins), on the controller clock.
   const int64_t win = 100'000'000;
   std::map<int64_t, double> agg;
@@ -275,5 +278,5 @@ TEST_CASE("connections killed under a running all-reduce are re-established and 
   }
   CHECK(reconnects >= 1);
   CHECK(failed >= 1);
-  checkSeries(w);
+  checkSeries(w, false);
 }
