@@ -10,6 +10,7 @@
 #include "agent/config.hpp"
 #include "agent/fault_manager.hpp"
 #include "agent/server.hpp"
+#include "agent/workload_manager.hpp"
 #include "common/log.hpp"
 #include "common/tls.hpp"
 #include "rdmachaos_config.h"
@@ -52,8 +53,10 @@ int main(int argc, char** argv) {
   // Safety first: whatever a previous run left applied is reverted before any connection.
   for (const auto& line : manager.recoverJournal()) rc::log::warn("{}", line);
 
+  // Workloads share the faults' lease and lifetime bounds.
+  rc::agent::WorkloadManager workloads(config->leaseTimeout, config->maxFaultLifetime);
   boost::asio::io_context io;
-  rc::agent::Server server(io, *config, manager, *tls);
+  rc::agent::Server server(io, *config, manager, workloads, *tls);
   if (auto r = server.start(); !r) {
     rc::log::error("{}", r.error().message);
     return 2;
@@ -61,7 +64,8 @@ int main(int argc, char** argv) {
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
-    rc::log::info("signal {}: reverting every fault, then exiting", sig);
+    rc::log::info("signal {}: stopping workloads, reverting every fault, then exiting", sig);
+    workloads.shutdown();
     manager.shutdown();
     server.stop();
     io.stop();
@@ -69,6 +73,7 @@ int main(int argc, char** argv) {
   rc::log::info("ready: node {}, lease {} ms, {} fault kinds", config->node,
                 config->leaseTimeout.count(), rc::faults::registry().size());
   io.run();
+  workloads.shutdown();
   manager.shutdown();
   rc::log::info("stopped; no fault left applied");
   return 0;

@@ -51,13 +51,15 @@ struct Server::Impl {
   asio::io_context& io;
   const Config& config;
   FaultManager& manager;
+  WorkloadManager& workloads;
   asio::ssl::context& tls;
   tcp::acceptor acceptor;
   std::set<std::shared_ptr<Session>> sessions;
   int64_t startedNs = wallNs();
 
-  Impl(asio::io_context& i, const Config& c, FaultManager& m, asio::ssl::context& t)
-      : io(i), config(c), manager(m), tls(t), acceptor(i) {}
+  Impl(asio::io_context& i, const Config& c, FaultManager& m, WorkloadManager& w,
+       asio::ssl::context& t)
+      : io(i), config(c), manager(m), workloads(w), tls(t), acceptor(i) {}
 
   asio::awaitable<void> acceptLoop();
 };
@@ -209,6 +211,7 @@ void Session::dispatch(const proto::Envelope& env) {
           greeted_ = true;
           owner_ = r.controllerId;
           mgr.heartbeat(owner_);
+          server_.workloads.heartbeat(owner_);
           send(proto::makeReply(id, "hello",
                                 {{"version", proto::kVersion},
                                  {"node", server_.config.node},
@@ -219,6 +222,7 @@ void Session::dispatch(const proto::Envelope& env) {
           send(proto::makeReply(id, "clock", {{"t0", r.t0}, {"t1", receivedNs_}, {"t2", wallNs()}}));
         } else if constexpr (std::is_same_v<T, proto::Heartbeat>) {
           mgr.heartbeat(owner_);
+          server_.workloads.heartbeat(owner_);
           send(proto::makeReply(id, "heartbeat", {{"lease_ms", mgr.leaseTimeout().count()}}));
         } else if constexpr (std::is_same_v<T, proto::Schedule>) {
           // The scheduling session hears when the fault ends (completed, reverted, expired).
@@ -257,7 +261,29 @@ void Session::dispatch(const proto::Envelope& env) {
           st["node"] = server_.config.node;
           st["uptime_ms"] = (wallNs() - server_.startedNs) / 1'000'000;
           st["sessions"] = server_.sessions.size();
+          st["workloads"] = server_.workloads.list();
           send(proto::makeReply(id, "status", st));
+        } else if constexpr (std::is_same_v<T, proto::WorkloadStart>) {
+          // Telemetry and the end go to the session that started it, from workload threads.
+          auto emit = [weak, &io = server_.io](json m) {
+            asio::post(io, [weak, m = std::move(m)]() {
+              if (auto s = weak.lock()) s->send(m);
+            });
+          };
+          auto rec = server_.workloads.start(owner_, r, emit);
+          if (!rec) {
+            log::warn("refused workload '{}' from '{}': {}", r.workloadId, owner_,
+                      rec.error().message);
+            send(proto::makeError(id, proto::kErrRefused, rec.error().message));
+          } else {
+            send(proto::makeReply(id, "workload_start", *rec));
+          }
+        } else if constexpr (std::is_same_v<T, proto::WorkloadStop>) {
+          auto res = server_.workloads.stop(r.workloadId);
+          if (!res)
+            send(proto::makeError(id, proto::kErrNotFound, res.error().message));
+          else
+            send(proto::makeReply(id, "workload_stop", {{"workload", r.workloadId}}));
         } else if constexpr (std::is_same_v<T, proto::Capabilities>) {
           send(proto::makeReply(id, "capabilities",
                                 {{"capabilities", capabilities(server_.config, mgr.policy())}}));
@@ -289,8 +315,8 @@ asio::awaitable<void> Server::Impl::acceptLoop() {
 }
 
 Server::Server(asio::io_context& io, const Config& config, FaultManager& manager,
-               asio::ssl::context& tls)
-    : impl_(std::make_unique<Impl>(io, config, manager, tls)) {}
+               WorkloadManager& workloads, asio::ssl::context& tls)
+    : impl_(std::make_unique<Impl>(io, config, manager, workloads, tls)) {}
 
 Server::~Server() = default;
 

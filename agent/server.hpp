@@ -8,13 +8,14 @@
 
 #include "agent/config.hpp"
 #include "agent/fault_manager.hpp"
+#include "agent/workload_manager.hpp"
 
 namespace rc::agent {
 
 class Server {
  public:
   Server(boost::asio::io_context& io, const Config& config, FaultManager& manager,
-         boost::asio::ssl::context& tls);
+         WorkloadManager& workloads, boost::asio::ssl::context& tls);
   ~Server();
   // Binds and starts accepting. Errors name the address and the likely cause.
   Result<void> start();

@@ -192,6 +192,87 @@ Result<Envelope> parseRequest(const json& m) {
     if (t == "list") env.request = ListFaults{};
     if (t == "status") env.request = Status{};
     if (t == "capabilities") env.request = Capabilities{};
+  } else if (t == "workload_start") {
+    if (auto r = onlyKeys(m, {"workload", "kind", "rank", "world", "size", "iterations",
+                              "duration_ms", "streams", "incast_receiver", "fan_in", "bin_us",
+                              "reconnect_timeout_ms", "start_ns", "clock_offset_ns", "checksum"});
+        !r)
+      return r.error();
+    WorkloadStart w;
+    auto wid = getId(m, "workload");
+    if (!wid) return wid.error();
+    w.workloadId = *wid;
+    auto k = getString(m, "kind", 32, true);
+    if (!k) return k.error();
+    w.kind = *k;
+    auto wit = m.find("world");
+    if (wit == m.end() || !wit->is_array() || wit->size() < 2 || wit->size() > kMaxWorld)
+      return rc::makeError("field 'world' must be an array of 2 to " + std::to_string(kMaxWorld) +
+                           " members");
+    for (const auto& x : *wit) {
+      if (!x.is_object()) return rc::makeError("field 'world' must hold objects");
+      if (auto r = onlyKeys(x, {"rank", "address", "port"}); !r)
+        return rc::makeError("world member: " + r.error().message);
+      WorldMember mb;
+      auto rk = getInt(x, "rank", 0, int64_t(kMaxWorld) - 1, true);
+      if (!rk) return rc::makeError("world member: " + rk.error().message);
+      auto ad = getString(x, "address", 64, true);
+      if (!ad) return rc::makeError("world member: " + ad.error().message);
+      auto pt = getInt(x, "port", 1, 65535, true);
+      if (!pt) return rc::makeError("world member: " + pt.error().message);
+      mb.rank = int(*rk);
+      mb.address = *ad;
+      mb.port = int(*pt);
+      if (mb.rank != int(w.world.size()))
+        return rc::makeError("field 'world' must list ranks 0..n-1 in order");
+      w.world.push_back(std::move(mb));
+    }
+    const int64_t n = int64_t(w.world.size());
+    auto rk = getInt(m, "rank", 0, n - 1, true);
+    if (!rk) return rk.error();
+    w.rank = int(*rk);
+    auto sz = getInt(m, "size", 1, int64_t(1) << 30, true);
+    if (!sz) return sz.error();
+    w.size = *sz;
+    auto it = getInt(m, "iterations", 0, 1'000'000'000, false);
+    if (!it) return it.error();
+    w.iterations = *it;
+    auto du = getInt(m, "duration_ms", 0, 86'400'000, false);
+    if (!du) return du.error();
+    w.durationMs = *du;
+    if ((w.iterations == 0) == (w.durationMs == 0))
+      return rc::makeError("exactly one of 'iterations' and 'duration_ms' must be set");
+    auto st = getInt(m, "streams", 1, 64, false, 1);
+    if (!st) return st.error();
+    w.streams = int(*st);
+    auto ir = getInt(m, "incast_receiver", 0, n - 1, false);
+    if (!ir) return ir.error();
+    w.incastReceiver = int(*ir);
+    auto fi = getInt(m, "fan_in", 0, n - 1, false);
+    if (!fi) return fi.error();
+    w.fanIn = int(*fi);
+    auto bu = getInt(m, "bin_us", 100, 1'000'000, false, 10'000);
+    if (!bu) return bu.error();
+    w.binUs = *bu;
+    auto rt = getInt(m, "reconnect_timeout_ms", 100, 600'000, false, 10'000);
+    if (!rt) return rt.error();
+    w.reconnectTimeoutMs = *rt;
+    auto sn = getInt(m, "start_ns", 0, INT64_MAX / 2, false);
+    if (!sn) return sn.error();
+    w.startNs = *sn;
+    auto off = getInt(m, "clock_offset_ns", -86'400'000'000'000, 86'400'000'000'000, false);
+    if (!off) return off.error();
+    w.clockOffsetNs = *off;
+    if (auto c = m.find("checksum"); c != m.end()) {
+      if (!c->is_boolean()) return rc::makeError("field 'checksum' must be true or false");
+      w.checksum = c->get<bool>();
+    }
+    env.request = std::move(w);
+  } else if (t == "workload_stop") {
+    if (auto r = onlyKeys(m, {"workload"}); !r) return r.error();
+    auto wid = getId(m, "workload");
+    if (!wid) return wid.error();
+    env.request = WorkloadStop{*wid};
   } else {
     return rc::makeError("unknown message type '" + t + "'");
   }
@@ -231,6 +312,163 @@ Result<json> parseReply(const json& m, uint64_t expectedId, std::string_view req
   if (type != std::string(requestType) + ".ok")
     return rc::makeError("agent replied '" + type + "' to '" + std::string(requestType) + "'");
   return m;
+}
+
+namespace {
+
+json countersJson(const TelemetryCounters& c) {
+  return json{{"iterations", c.iterations},   {"failed_iterations", c.failedIterations},
+              {"verify_failures", c.verifyFailures}, {"errors", c.errors},
+              {"corruptions", c.corruptions}, {"reconnects", c.reconnects},
+              {"rx_bytes", c.rxBytes}};
+}
+
+Result<TelemetryCounters> parseCounters(const json& m) {
+  auto it = m.find("counters");
+  if (it == m.end() || !it->is_object()) return rc::makeError("field 'counters' must be an object");
+  const json& j = *it;
+  if (auto r = onlyKeys(j, {"iterations", "failed_iterations", "verify_failures", "errors",
+                            "corruptions", "reconnects", "rx_bytes"});
+      !r)
+    return r.error();
+  TelemetryCounters c;
+  struct F {
+    const char* key;
+    int64_t* dst;
+  };
+  for (F f : {F{"iterations", &c.iterations}, F{"failed_iterations", &c.failedIterations},
+              F{"verify_failures", &c.verifyFailures}, F{"errors", &c.errors},
+              F{"corruptions", &c.corruptions}, F{"reconnects", &c.reconnects},
+              F{"rx_bytes", &c.rxBytes}}) {
+    auto v = getInt(j, f.key, 0, INT64_MAX, true);
+    if (!v) return v.error();
+    *f.dst = *v;
+  }
+  return c;
+}
+
+Result<void> checkEvent(const json& m, const char* type) {
+  if (!m.is_object()) return rc::makeError("message must be a JSON object");
+  auto v = getInt(m, "v", kVersion, kVersion, true);
+  if (!v) return v.error();
+  auto id = getInt(m, "id", 0, 0, true);
+  if (!id) return id.error();
+  auto t = getString(m, "type", 32, true);
+  if (!t) return t.error();
+  if (*t != type) return rc::makeError(std::string("expected a '") + type + "' message");
+  return {};
+}
+
+}  // namespace
+
+json toJson(const TelemetryMsg& t) {
+  json its = json::array();
+  for (const auto& i : t.iterations)
+    its.push_back(json{{"i", i.index}, {"start_ns", i.startNs}, {"end_ns", i.endNs},
+                       {"rx_bytes", i.rxBytes}, {"ok", i.ok}});
+  return json{{"v", kVersion},          {"id", 0},
+              {"type", "telemetry"},    {"workload", t.workloadId},
+              {"rank", t.rank},         {"seq", t.seq},
+              {"first_bin_ns", t.firstBinNs}, {"bin_ns", t.binNs},
+              {"bins", t.bins},         {"iterations", its},
+              {"counters", countersJson(t.counters)}};
+}
+
+json toJson(const WorkloadEnded& e) {
+  return json{{"v", kVersion},          {"id", 0},
+              {"type", "workload_ended"}, {"workload", e.workloadId},
+              {"rank", e.rank},         {"end_reason", e.endReason},
+              {"error", e.error},       {"verified", e.verified},
+              {"counters", countersJson(e.counters)}};
+}
+
+Result<TelemetryMsg> parseTelemetry(const json& m) {
+  if (auto r = checkEvent(m, "telemetry"); !r) return r.error();
+  if (auto r = onlyKeys(m, {"workload", "rank", "seq", "first_bin_ns", "bin_ns", "bins",
+                            "iterations", "counters"});
+      !r)
+    return r.error();
+  TelemetryMsg t;
+  auto id = getId(m, "workload");
+  if (!id) return id.error();
+  t.workloadId = *id;
+  auto rk = getInt(m, "rank", 0, int64_t(kMaxWorld) - 1, true);
+  if (!rk) return rk.error();
+  t.rank = int(*rk);
+  auto sq = getInt(m, "seq", 0, INT64_MAX, true);
+  if (!sq) return sq.error();
+  t.seq = *sq;
+  auto fb = getInt(m, "first_bin_ns", 0, INT64_MAX / 2, true);
+  if (!fb) return fb.error();
+  t.firstBinNs = *fb;
+  auto bw = getInt(m, "bin_ns", 100'000, 1'000'000'000, true);
+  if (!bw) return bw.error();
+  t.binNs = *bw;
+  auto bins = m.find("bins");
+  if (bins == m.end() || !bins->is_array() || bins->size() > kMaxTelemetryBins)
+    return rc::makeError("field 'bins' must be an array of at most " +
+                         std::to_string(kMaxTelemetryBins) + " byte counts");
+  for (const auto& b : *bins) {
+    if (!b.is_number_integer() || (!b.is_number_unsigned() && b.get<int64_t>() < 0))
+      return rc::makeError("field 'bins' must hold byte counts");
+    t.bins.push_back(b.is_number_unsigned()
+                         ? int64_t(std::min<uint64_t>(b.get<uint64_t>(), uint64_t(INT64_MAX)))
+                         : b.get<int64_t>());
+  }
+  auto its = m.find("iterations");
+  if (its == m.end() || !its->is_array() || its->size() > kMaxTelemetryIterations)
+    return rc::makeError("field 'iterations' must be an array of at most " +
+                         std::to_string(kMaxTelemetryIterations) + " records");
+  for (const auto& x : *its) {
+    if (!x.is_object()) return rc::makeError("field 'iterations' must hold objects");
+    if (auto r = onlyKeys(x, {"i", "start_ns", "end_ns", "rx_bytes", "ok"}); !r) return r.error();
+    TelemetryIteration it;
+    auto i = getInt(x, "i", 0, INT64_MAX, true);
+    auto s = getInt(x, "start_ns", 0, INT64_MAX / 2, true);
+    auto e = getInt(x, "end_ns", 0, INT64_MAX / 2, true);
+    auto b = getInt(x, "rx_bytes", 0, INT64_MAX, true);
+    for (const auto* r : {&i, &s, &e, &b})
+      if (!*r) return r->error();
+    if (*e < *s) return rc::makeError("an iteration ends before it starts");
+    auto ok = x.find("ok");
+    if (ok == x.end() || !ok->is_boolean()) return rc::makeError("field 'ok' must be true or false");
+    it.index = *i;
+    it.startNs = *s;
+    it.endNs = *e;
+    it.rxBytes = *b;
+    it.ok = ok->get<bool>();
+    t.iterations.push_back(it);
+  }
+  auto c = parseCounters(m);
+  if (!c) return c.error();
+  t.counters = *c;
+  return t;
+}
+
+Result<WorkloadEnded> parseWorkloadEnded(const json& m) {
+  if (auto r = checkEvent(m, "workload_ended"); !r) return r.error();
+  if (auto r = onlyKeys(m, {"workload", "rank", "end_reason", "error", "verified", "counters"}); !r)
+    return r.error();
+  WorkloadEnded e;
+  auto id = getId(m, "workload");
+  if (!id) return id.error();
+  e.workloadId = *id;
+  auto rk = getInt(m, "rank", 0, int64_t(kMaxWorld) - 1, true);
+  if (!rk) return rk.error();
+  e.rank = int(*rk);
+  auto why = getString(m, "end_reason", 32, true);
+  if (!why) return why.error();
+  e.endReason = *why;
+  auto err = getString(m, "error", 1024, false);
+  if (!err) return err.error();
+  e.error = *err;
+  auto v = m.find("verified");
+  if (v == m.end() || !v->is_boolean()) return rc::makeError("field 'verified' must be true or false");
+  e.verified = v->get<bool>();
+  auto c = parseCounters(m);
+  if (!c) return c.error();
+  e.counters = *c;
+  return e;
 }
 
 }  // namespace rc::proto

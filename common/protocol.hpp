@@ -78,8 +78,36 @@ struct GetFault {
 struct Status {};
 struct Capabilities {};
 
+// A collective workload on this agent's data interface (see docs/workloads.md).
+inline constexpr size_t kMaxWorld = 256;
+struct WorldMember {
+  int rank = 0;
+  std::string address;  // IPv4 literal on the member's data interface
+  int port = 0;
+};
+struct WorkloadStart {
+  std::string workloadId;
+  std::string kind;               // allreduce, allgather, alltoall, incast, pairwise
+  int rank = 0;
+  std::vector<WorldMember> world;  // every rank exactly once, sorted by rank
+  int64_t size = 0;               // bytes
+  int64_t iterations = 0;         // exactly one of iterations and duration_ms is non-zero
+  int64_t durationMs = 0;
+  int streams = 1;
+  int incastReceiver = 0;
+  int fanIn = 0;
+  int64_t binUs = 10'000;
+  int64_t reconnectTimeoutMs = 10'000;
+  int64_t startNs = 0;        // controller clock; 0 = now
+  int64_t clockOffsetNs = 0;  // agent - controller
+  bool checksum = true;
+};
+struct WorkloadStop {
+  std::string workloadId;
+};
+
 using Request = std::variant<Hello, ClockReq, Heartbeat, Schedule, Revert, RevertAll, ListFaults,
-                             GetFault, Status, Capabilities>;
+                             GetFault, Status, Capabilities, WorkloadStart, WorkloadStop>;
 
 struct Envelope {
   int version = 0;
@@ -99,5 +127,41 @@ json makeError(uint64_t id, std::string_view code, std::string_view message);
 Result<json> parseReply(const json& message, uint64_t expectedId, std::string_view requestType);
 
 bool validId(std::string_view id);
+
+// ---- unsolicited workload messages (agent -> the session that started it, id 0) ----
+struct TelemetryIteration {
+  int64_t index = 0;
+  int64_t startNs = 0, endNs = 0;  // agent clock
+  int64_t rxBytes = 0;
+  bool ok = true;
+};
+struct TelemetryCounters {
+  int64_t iterations = 0, failedIterations = 0, verifyFailures = 0, errors = 0,
+          corruptions = 0, reconnects = 0, rxBytes = 0;
+};
+inline constexpr size_t kMaxTelemetryBins = 20'000;
+inline constexpr size_t kMaxTelemetryIterations = 20'000;
+struct TelemetryMsg {
+  std::string workloadId;
+  int rank = 0;
+  int64_t seq = 0;
+  int64_t firstBinNs = 0;  // agent clock: start of bins[0]
+  int64_t binNs = 0;
+  std::vector<int64_t> bins;  // received bytes per bin
+  std::vector<TelemetryIteration> iterations;
+  TelemetryCounters counters;
+};
+struct WorkloadEnded {
+  std::string workloadId;
+  int rank = 0;
+  std::string endReason;  // completed, stopped, lease_expired, max_duration, shutdown, error
+  std::string error;
+  bool verified = true;
+  TelemetryCounters counters;
+};
+json toJson(const TelemetryMsg& t);
+json toJson(const WorkloadEnded& e);
+Result<TelemetryMsg> parseTelemetry(const json& message);
+Result<WorkloadEnded> parseWorkloadEnded(const json& message);
 
 }  // namespace rc::proto

@@ -31,6 +31,25 @@ struct InjectOptions {
 };
 int cmdInject(const InjectOptions& o);
 
+struct WorkloadOptions {
+  std::string inventory;
+  std::string kind = "allreduce";
+  std::string size = "4MiB";
+  std::string forDuration;           // or iterations
+  uint64_t iterations = 0;
+  std::vector<std::string> nodes;    // names, roles or "all"; rank order = this order
+  int streams = 1;
+  std::string receiver;              // incast receiver node
+  int fanIn = 0;
+  std::string bin = "10ms";
+  std::string reconnectTimeout = "10s";
+  int port = 7480;
+  bool noChecksum = false;
+  std::string timeout = "5s";
+  bool json = false;                 // the whole series (bins, iterations) as JSON on stdout
+};
+int cmdWorkload(const WorkloadOptions& o);
+
 int cmdRecover(const std::string& inventory, const std::string& timeout);
 
 int cmdCertsInit(const std::string& dir, const std::vector<std::string>& agents, bool overwrite);

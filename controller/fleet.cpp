@@ -43,7 +43,7 @@ struct AgentClient::Impl : std::enable_shared_from_this<Impl> {
   json helloReply;
   ClockEstimate clock;
   int64_t leaseMs = 5000;
-  std::function<void(const json&)> eventHandler;
+  std::vector<std::function<void(const json&)>> eventHandlers;
   std::function<void(const std::string&)> lostHandler;
 
   Impl(asio::io_context& i, asio::ssl::context& t, Node n, std::string id)
@@ -82,8 +82,8 @@ struct AgentClient::Impl : std::enable_shared_from_this<Impl> {
       }
       if (m.value("type", "") == "error")
         log::warn("{} reported: {}", node.name, m.value("message", std::string("?")));
-      else if (eventHandler)
-        eventHandler(m);
+      else
+        for (auto& h : std::vector(eventHandlers)) h(m);
     }
   }
 
@@ -246,7 +246,7 @@ asio::awaitable<Result<ClockEstimate>> AgentClient::probeClock(int probes, Durat
 
 void AgentClient::startHeartbeats() { asio::co_spawn(impl_->io, impl_->heartbeats(), asio::detached); }
 void AgentClient::close() { impl_->close(); }
-void AgentClient::onEvent(std::function<void(const json&)> h) { impl_->eventHandler = std::move(h); }
+void AgentClient::onEvent(std::function<void(const json&)> h) { impl_->eventHandlers.push_back(std::move(h)); }
 void AgentClient::onLost(std::function<void(const std::string&)> h) { impl_->lostHandler = std::move(h); }
 const Node& AgentClient::node() const { return impl_->node; }
 const json& AgentClient::hello() const { return impl_->helloReply; }

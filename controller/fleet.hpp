@@ -37,7 +37,8 @@ class AgentClient {
   void startHeartbeats();
   void close();
 
-  // Unsolicited messages from the agent (e.g. "fault_ended").
+  // Adds a handler for unsolicited messages from the agent ("fault_ended", "telemetry",
+  // "workload_ended"); every handler sees every message.
   void onEvent(std::function<void(const json&)> handler);
   void onLost(std::function<void(const std::string& why)> handler);
 

@@ -33,6 +33,24 @@ int main(int argc, char** argv) {
   cInject->add_option("--timeout", inject.timeout, "per-agent request timeout")->capture_default_str();
   cInject->add_flag("--json", inject.json, "print the result as JSON");
 
+  WorkloadOptions wl;
+  auto* cWorkload = app.add_subcommand("workload", "run a collective on the data plane with live telemetry");
+  cWorkload->add_option("--inventory", wl.inventory, "inventory TOML")->required();
+  cWorkload->add_option("--kind", wl.kind, "allreduce, allgather, alltoall, incast, pairwise")->capture_default_str();
+  cWorkload->add_option("--size", wl.size, "message size, e.g. 4MiB")->capture_default_str();
+  cWorkload->add_option("--for", wl.forDuration, "duration, e.g. 20s");
+  cWorkload->add_option("--iterations", wl.iterations, "iteration count (instead of --for)");
+  cWorkload->add_option("--node", wl.nodes, "node name, role or 'all' (repeatable; order = rank)");
+  cWorkload->add_option("--streams", wl.streams, "TCP connections per peer (1-64)")->capture_default_str();
+  cWorkload->add_option("--receiver", wl.receiver, "incast receiver node (default: the last)");
+  cWorkload->add_option("--fan-in", wl.fanIn, "incast senders at a time (0 = all)");
+  cWorkload->add_option("--bin", wl.bin, "telemetry bin width")->capture_default_str();
+  cWorkload->add_option("--reconnect-timeout", wl.reconnectTimeout, "re-establish lost connections within")->capture_default_str();
+  cWorkload->add_option("--port", wl.port, "data-plane TCP port")->capture_default_str();
+  cWorkload->add_flag("--no-checksum", wl.noChecksum, "skip payload checksums");
+  cWorkload->add_option("--timeout", wl.timeout, "per-agent request timeout")->capture_default_str();
+  cWorkload->add_flag("--json", wl.json, "print the summary and the whole series as JSON");
+
   std::string recoverInventory, recoverTimeout = "5s";
   auto* cRecover = app.add_subcommand("recover", "every agent reverts everything now");
   cRecover->add_option("--inventory", recoverInventory, "inventory TOML")->required();
@@ -73,6 +91,7 @@ int main(int argc, char** argv) {
 
   if (*cAgents) return cmdAgents(agents);
   if (*cInject) return cmdInject(inject);
+  if (*cWorkload) return cmdWorkload(wl);
   if (*cRecover) return cmdRecover(recoverInventory, recoverTimeout);
   if (*cCertsInit) return cmdCertsInit(certsDir, certsAgents, certsOverwrite);
   if (*cLabUp) return cmdLabUp(labNodes, labDir, softRoce);

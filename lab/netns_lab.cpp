@@ -339,6 +339,8 @@ Result<void> buildFabric(const Names& names, int nodes) {
       return r;
     if (auto r = ip({"-n", ns, "link", "set", "data0", "up"}); !r) return r;
     if (auto r = strictArp(ns, "data0"); !r) return r;
+    // ECN-capable TCP on the hosts, so workload traffic reacts to marks from the fabric.
+    if (auto r = netnsSysctl(ns, "net/ipv4/tcp_ecn", "1"); !r) return r;
   }
   return {};
 }

@@ -118,3 +118,103 @@ TEST_CASE("replies: success, agent errors, and mismatches") {
   CHECK_FALSE(parseReply(makeReply(4, "list"), 3, "list").ok());
   CHECK_FALSE(parseReply(makeReply(3, "status"), 3, "list").ok());
 }
+
+namespace {
+json workloadStart() {
+  return makeRequest(9, "workload_start",
+                     {{"workload", "wl-1"},
+                      {"kind", "allreduce"},
+                      {"rank", 1},
+                      {"world", {{{"rank", 0}, {"address", "198.19.1.11"}, {"port", 7480}},
+                                 {{"rank", 1}, {"address", "198.19.1.12"}, {"port", 7480}}}},
+                      {"size", 4096},
+                      {"duration_ms", 2000},
+                      {"streams", 2},
+                      {"bin_us", 10000},
+                      {"start_ns", 1000},
+                      {"clock_offset_ns", -3}});
+}
+}  // namespace
+
+TEST_CASE("workload_start and workload_stop parse into typed values") {
+  auto env = parseRequest(workloadStart());
+  REQUIRE(env.ok());
+  const auto& w = std::get<WorkloadStart>(env->request);
+  CHECK(w.workloadId == "wl-1");
+  CHECK(w.rank == 1);
+  CHECK(w.world.size() == 2);
+  CHECK(w.world[1].address == "198.19.1.12");
+  CHECK(w.streams == 2);
+  CHECK(w.durationMs == 2000);
+  CHECK(w.reconnectTimeoutMs == 10000);  // default
+  CHECK(w.checksum);
+  auto stop = parseRequest(makeRequest(3, "workload_stop", {{"workload", "wl-1"}}));
+  REQUIRE(stop.ok());
+  CHECK(std::get<WorkloadStop>(stop->request).workloadId == "wl-1");
+}
+
+TEST_CASE("malformed workload_start messages are refused with the field named") {
+  auto [key, value, fragment] = GENERATE(table<std::string, json, std::string>({
+      {"rank", 2, "out of range"},
+      {"size", 0, "out of range"},
+      {"size", int64_t(1) << 31, "out of range"},
+      {"streams", 65, "out of range"},
+      {"iterations", 10, "exactly one of"},
+      {"world", json::array(), "array of 2 to"},
+      {"world", {{{"rank", 1}, {"address", "a"}, {"port", 1}}, {{"rank", 0}, {"address", "b"}, {"port", 1}}}, "in order"},
+      {"world", {{{"rank", 0}, {"address", "a"}, {"port", 0}}, {{"rank", 1}, {"address", "b"}, {"port", 1}}}, "out of range"},
+      {"bin_us", 10, "out of range"},
+      {"reconnect_timeout_ms", 0, "out of range"},
+      {"checksum", "yes", "true or false"},
+      {"workload", "../x", "A-Z a-z 0-9"},
+      {"colour", "red", "unknown field 'colour'"},
+  }));
+  json m = workloadStart();
+  m[key] = value;
+  auto r = parseRequest(m);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains(fragment));
+}
+
+TEST_CASE("telemetry and workload_ended round-trip and are validated") {
+  TelemetryMsg t;
+  t.workloadId = "wl-1";
+  t.rank = 2;
+  t.seq = 5;
+  t.firstBinNs = 1'000'000'000;
+  t.binNs = 10'000'000;
+  t.bins = {1, 2, 3};
+  t.iterations = {{0, 10, 20, 4096, true}};
+  t.counters.iterations = 1;
+  auto back = parseTelemetry(toJson(t));
+  REQUIRE(back.ok());
+  CHECK(back->bins == t.bins);
+  CHECK(back->iterations[0].endNs == 20);
+  CHECK(back->counters.iterations == 1);
+
+  json bad = toJson(t);
+  bad["bins"] = {-1};
+  CHECK_FALSE(parseTelemetry(bad).ok());
+  bad = toJson(t);
+  bad["iterations"][0]["end_ns"] = 5;
+  CHECK_THAT(parseTelemetry(bad).error().message, Catch::Contains("ends before"));
+  bad = toJson(t);
+  bad["bin_ns"] = 1;
+  CHECK_FALSE(parseTelemetry(bad).ok());
+  bad = toJson(t);
+  bad["bins"] = std::vector<int>(kMaxTelemetryBins + 1, 0);
+  CHECK_FALSE(parseTelemetry(bad).ok());
+
+  WorkloadEnded e;
+  e.workloadId = "wl-1";
+  e.rank = 0;
+  e.endReason = "completed";
+  e.verified = true;
+  e.counters.reconnects = 2;
+  auto eb = parseWorkloadEnded(toJson(e));
+  REQUIRE(eb.ok());
+  CHECK(eb->counters.reconnects == 2);
+  json m = toJson(e);
+  m.erase("verified");
+  CHECK_FALSE(parseWorkloadEnded(m).ok());
+}

@@ -1,0 +1,287 @@
+// Workload lifecycle on the agent: start (listener bound before replying), engine and
+// reporter threads, stop on request / lease expiry / maximum duration / shutdown.
+#include "agent/workload_manager.hpp"
+
+#include "common/clock.hpp"
+#include "common/log.hpp"
+#include "workload/engine.hpp"
+#include "workload/tcp_transport.hpp"
+
+namespace rc::agent {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+namespace wl = rc::workload;
+
+namespace {
+
+// Both ends of a connection derive the same tag from the workload id (FNV-1a).
+uint64_t tagOf(const std::string& id) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+proto::TelemetryCounters toProto(const wl::Counters& c) {
+  return {int64_t(c.iterations), int64_t(c.failedIterations), int64_t(c.verifyFailures),
+          int64_t(c.errors),     int64_t(c.corruptions),      int64_t(c.reconnects),
+          int64_t(c.rxBytes)};
+}
+
+}  // namespace
+
+struct WorkloadManager::Entry {
+  std::string id, owner, kind;
+  int rank = 0;
+  wl::RunSpec spec;
+  std::unique_ptr<wl::TcpTransport> transport;
+  std::unique_ptr<wl::Telemetry> telemetry;
+  Emit emit;
+  std::atomic<bool> stop{false};
+  std::mutex m;
+  std::string stopReason;  // guarded by m
+  bool finished = false;   // guarded by WorkloadManager::m_
+  Clock::time_point deadline;
+  std::jthread engine, reporter;
+
+  void requestStop(const std::string& reason) {
+    {
+      std::lock_guard lock(m);
+      if (stopReason.empty()) stopReason = reason;
+    }
+    stop = true;
+    transport->interrupt();
+  }
+};
+
+WorkloadManager::WorkloadManager(std::chrono::milliseconds leaseTimeout,
+                                 std::chrono::milliseconds maxDuration)
+    : leaseTimeout_(leaseTimeout), maxDuration_(maxDuration) {
+  watcher_ = std::jthread([this](std::stop_token st) { watch(st); });
+}
+
+WorkloadManager::~WorkloadManager() { shutdown(); }
+
+Result<json> WorkloadManager::start(const std::string& owner, const proto::WorkloadStart& r,
+                                    Emit emit) {
+  auto kind = wl::parseKind(r.kind);
+  if (!kind)
+    return makeError("unknown workload kind '" + r.kind +
+                     "' (known: allreduce, allgather, alltoall, incast, pairwise)");
+  wl::RunSpec spec;
+  spec.shape = {*kind, r.rank, int(r.world.size()), uint64_t(r.size), r.incastReceiver, r.fanIn};
+  if (auto v = wl::validateShape(spec.shape); !v) return v.error();
+  if (r.durationMs > maxDuration_.count())
+    return makeError("duration of " + std::to_string(r.durationMs) + " ms exceeds this agent's " +
+                     "maximum of " + std::to_string(maxDuration_.count()) + " ms");
+  spec.iterations = uint64_t(r.iterations);
+  spec.durationNs = r.durationMs * 1'000'000;
+  spec.reconnectTimeoutNs = r.reconnectTimeoutMs * 1'000'000;
+  spec.startNs = r.startNs ? r.startNs + r.clockOffsetNs : wallNs();
+
+  std::lock_guard guard(m_);
+  if (shuttingDown_) return makeError("the agent is shutting down");
+  reapLocked();
+  if (entries_.count(r.workloadId)) return makeError("workload '" + r.workloadId + "' exists");
+  if (entries_.size() >= 4) return makeError("4 workloads already run on this agent");
+
+  wl::TcpOptions to;
+  to.rank = r.rank;
+  for (const auto& mb : r.world) to.world.push_back({mb.address, uint16_t(mb.port)});
+  to.streams = r.streams;
+  to.tag = tagOf(r.workloadId);
+  to.userTimeoutMs = r.reconnectTimeoutMs;
+  to.checksum = r.checksum;
+  auto transport = wl::TcpTransport::create(to);
+  if (!transport) return transport.error();
+
+  auto e = std::make_shared<Entry>();
+  e->id = r.workloadId;
+  e->owner = owner;
+  e->kind = r.kind;
+  e->rank = r.rank;
+  e->spec = spec;
+  e->transport = std::move(*transport);
+  e->telemetry = std::make_unique<wl::Telemetry>(spec.startNs, r.binUs * 1000);
+  e->emit = std::move(emit);
+  // Lead time before the common start counts against nothing; the run itself is capped.
+  int64_t leadMs = std::max<int64_t>(0, (spec.startNs - wallNs()) / 1'000'000);
+  e->deadline = Clock::now() + std::chrono::milliseconds(leadMs) + maxDuration_;
+  leases_[owner] = Clock::now() + leaseTimeout_;
+
+  entries_[e->id] = e;
+  auto send = [e](bool final, int64_t& seq) {
+    auto b = e->telemetry->drain(wallNs(), final);
+    if (b.bins.empty() && b.iterations.empty() && !final) return;
+    proto::TelemetryMsg t;
+    t.workloadId = e->id;
+    t.rank = e->rank;
+    t.seq = seq++;
+    t.firstBinNs = b.firstBinNs;
+    t.binNs = b.binNs;
+    // Bounded messages: a huge backlog (a reporter that fell behind) goes in several.
+    t.counters = toProto(b.counters);
+    size_t bi = 0, ii = 0;
+    do {
+      size_t nb = std::min(b.bins.size() - bi, proto::kMaxTelemetryBins);
+      size_t ni = std::min(b.iterations.size() - ii, proto::kMaxTelemetryIterations / 2);
+      t.bins.assign(b.bins.begin() + long(bi), b.bins.begin() + long(bi + nb));
+      t.iterations.clear();
+      for (size_t k = ii; k < ii + ni; k++) {
+        const auto& it = b.iterations[k];
+        t.iterations.push_back({int64_t(it.index), it.startNs, it.endNs, int64_t(it.rxBytes), it.ok});
+      }
+      t.firstBinNs = b.firstBinNs + int64_t(bi) * b.binNs;
+      e->emit(proto::toJson(t));
+      t.seq = seq++;
+      bi += nb;
+      ii += ni;
+    } while (bi < b.bins.size() || ii < b.iterations.size());
+    seq--;
+  };
+  auto seq = std::make_shared<int64_t>(0);
+  auto seqMutex = std::make_shared<std::mutex>();
+  e->reporter = std::jthread([e, send, seq, seqMutex](std::stop_token st) {
+    std::mutex mx;
+    std::condition_variable_any cv;
+    std::unique_lock lock(mx);
+    // Every 50 ms: well inside the 100 ms the controller expects.
+    while (!cv.wait_for(lock, st, std::chrono::milliseconds(50), [] { return false; })) {
+      if (st.stop_requested()) break;
+      std::lock_guard sl(*seqMutex);
+      send(false, *seq);
+    }
+  });
+  e->engine = std::jthread([this, e, send, seq, seqMutex](std::stop_token) {
+    log::info("workload '{}' ({}, rank {} of {}) starting", e->id, e->kind, e->rank,
+              e->spec.shape.world);
+    wl::Summary s = wl::runWorkload(e->spec, *e->transport, *e->telemetry, e->stop);
+    e->reporter.request_stop();
+    e->reporter.join();
+    {
+      std::lock_guard sl(*seqMutex);
+      send(true, *seq);
+    }
+    proto::WorkloadEnded ended;
+    ended.workloadId = e->id;
+    ended.rank = e->rank;
+    {
+      std::lock_guard lock(e->m);
+      ended.endReason = e->stop.load() && !e->stopReason.empty() ? e->stopReason : s.endReason;
+    }
+    ended.error = s.error.substr(0, 1000);
+    ended.verified = s.verified;
+    s.counters.rxBytes = e->telemetry->rxBytes();
+    ended.counters = toProto(s.counters);
+    log::info("workload '{}' ended ({}): {} iterations, {} errors, {} corruptions, {} reconnects{}",
+              e->id, ended.endReason, s.counters.iterations, s.counters.errors,
+              s.counters.corruptions, s.counters.reconnects,
+              s.error.empty() ? "" : " — " + s.error);
+    e->emit(proto::toJson(ended));
+    {
+      std::lock_guard lock(m_);
+      e->finished = true;
+      generation_++;
+    }
+    cv_.notify_all();
+  });
+  generation_++;
+  cv_.notify_all();
+  return json{{"workload", e->id}, {"rank", e->rank}, {"start_ns", spec.startNs},
+              {"port", e->transport->port()}};
+}
+
+Result<void> WorkloadManager::stop(const std::string& id) {
+  std::lock_guard lock(m_);
+  auto it = entries_.find(id);
+  if (it == entries_.end() || it->second->finished)
+    return makeError("no running workload '" + id + "'");
+  it->second->requestStop("stopped");
+  return {};
+}
+
+void WorkloadManager::heartbeat(const std::string& owner) {
+  {
+    std::lock_guard lock(m_);
+    leases_[owner] = Clock::now() + leaseTimeout_;
+    generation_++;
+  }
+  cv_.notify_all();
+}
+
+size_t WorkloadManager::activeCount() const {
+  std::lock_guard lock(m_);
+  size_t n = 0;
+  for (const auto& [id, e] : entries_) n += !e->finished;
+  return n;
+}
+
+json WorkloadManager::list() const {
+  std::lock_guard lock(m_);
+  json out = json::array();
+  for (const auto& [id, e] : entries_)
+    out.push_back({{"workload", id}, {"kind", e->kind}, {"rank", e->rank},
+                   {"owner", e->owner}, {"finished", e->finished}});
+  return out;
+}
+
+void WorkloadManager::reapLocked() {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->second->finished) {
+      if (it->second->engine.joinable()) it->second->engine.join();
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void WorkloadManager::watch(std::stop_token stop) {
+  std::unique_lock lock(m_);
+  while (!stop.stop_requested()) {
+    auto now = Clock::now();
+    auto next = Clock::time_point::max();
+    for (auto& [id, e] : entries_) {
+      if (e->finished || e->stop) continue;
+      if (e->deadline <= now) {
+        log::warn("workload '{}' reached the maximum duration of {} ms: stopping", id,
+                  maxDuration_.count());
+        e->requestStop("max_duration");
+        continue;
+      }
+      next = std::min(next, e->deadline);
+      auto l = leases_.find(e->owner);
+      if (l != leases_.end() && l->second <= now) {
+        log::warn("lease of controller '{}' expired: stopping workload '{}'", e->owner, id);
+        e->requestStop("lease_expired");
+      } else if (l != leases_.end()) {
+        next = std::min(next, l->second);
+      }
+    }
+    uint64_t seen = generation_;
+    cv_.wait_until(lock, stop, next, [&] { return generation_ != seen; });
+  }
+}
+
+void WorkloadManager::shutdown() {
+  std::vector<std::shared_ptr<Entry>> all;
+  {
+    std::lock_guard lock(m_);
+    shuttingDown_ = true;
+    for (auto& [id, e] : entries_) {
+      if (!e->finished) e->requestStop("shutdown");
+      all.push_back(e);
+    }
+  }
+  // Outside the lock: the engines take it when they finish.
+  for (auto& e : all)
+    if (e->engine.joinable()) e->engine.join();
+  std::lock_guard lock(m_);
+  entries_.clear();
+  if (watcher_.joinable()) {
+    watcher_.request_stop();
+    cv_.notify_all();
+  }
+}
+
+}  // namespace rc::agent

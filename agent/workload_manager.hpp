@@ -1,0 +1,55 @@
+// Runs collective workloads on this node for their controllers: each on its own threads
+// (engine + telemetry reporter), bounded by a maximum duration, stopped on request, when the
+// owner's lease runs out, and on shutdown. Independent of the network layer.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "common/protocol.hpp"
+
+namespace rc::agent {
+
+class WorkloadManager {
+ public:
+  // Called from workload threads with a message for the session that started it.
+  using Emit = std::function<void(nlohmann::json message)>;
+
+  WorkloadManager(std::chrono::milliseconds leaseTimeout, std::chrono::milliseconds maxDuration);
+  ~WorkloadManager();  // stops everything and waits
+  WorkloadManager(const WorkloadManager&) = delete;
+  WorkloadManager& operator=(const WorkloadManager&) = delete;
+
+  // Validates, binds the data listener and starts the workload; returns its record.
+  Result<nlohmann::json> start(const std::string& owner, const proto::WorkloadStart& request,
+                               Emit emit);
+  // Asks a running workload to stop; its workload_ended message follows.
+  Result<void> stop(const std::string& workloadId);
+  void heartbeat(const std::string& owner);
+  size_t activeCount() const;
+  nlohmann::json list() const;
+  void shutdown();
+
+ private:
+  struct Entry;
+  void watch(std::stop_token stop);
+  void reapLocked();
+
+  std::chrono::milliseconds leaseTimeout_, maxDuration_;
+  mutable std::mutex m_;
+  std::condition_variable_any cv_;
+  std::map<std::string, std::shared_ptr<Entry>> entries_;
+  std::map<std::string, std::chrono::steady_clock::time_point> leases_;
+  uint64_t generation_ = 0;
+  bool shuttingDown_ = false;
+  std::jthread watcher_;
+};
+
+}  // namespace rc::agent

@@ -1,0 +1,273 @@
+// Controller side of a workload: start at a common instant, merge telemetry onto the
+// controller's clock, stop, and the statistics the CLI and the scorer print.
+#include "controller/workload_run.hpp"
+
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <algorithm>
+
+#include "common/clock.hpp"
+#include "common/log.hpp"
+#include "workload/collectives.hpp"
+
+namespace rc::controller {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+struct WorkloadRun::Impl {
+  asio::io_context& io;
+  std::vector<std::shared_ptr<AgentClient>> ranks;
+  WorkloadSpec spec;
+  WorkloadSeries series;
+  asio::steady_timer wake;
+  std::function<void()> update;
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+
+  Impl(asio::io_context& i, std::vector<std::shared_ptr<AgentClient>> r, WorkloadSpec s)
+      : io(i), ranks(std::move(r)), spec(std::move(s)), wake(i) {}
+
+  void handle(size_t rank, const json& m) {
+    const std::string type = m.value("type", "");
+    NodeSeries& ns = series.nodes[rank];
+    const int64_t off = ns.clockOffsetNs;
+    if (type == "telemetry") {
+      auto t = proto::parseTelemetry(m);
+      if (!t) {
+        log::warn("{}: bad telemetry: {}", ns.node, t.error().message);
+        return;
+      }
+      if (t->workloadId != series.workloadId) return;
+      for (size_t k = 0; k < t->bins.size(); k++)
+        ns.bins.push_back({t->firstBinNs + int64_t(k) * t->binNs - off, uint64_t(t->bins[k])});
+      for (const auto& it : t->iterations)
+        ns.iterations.push_back({uint64_t(it.index), it.startNs - off, it.endNs - off,
+                                 uint64_t(it.rxBytes), it.ok});
+      ns.counters = t->counters;
+    } else if (type == "workload_ended") {
+      auto e = proto::parseWorkloadEnded(m);
+      if (!e) {
+        log::warn("{}: bad workload_ended: {}", ns.node, e.error().message);
+        return;
+      }
+      if (e->workloadId != series.workloadId) return;
+      ns.ended = true;
+      ns.endReason = e->endReason;
+      ns.error = e->error;
+      ns.verified = e->verified;
+      ns.counters = e->counters;
+      wake.cancel();
+    } else {
+      return;
+    }
+    if (update) update();
+  }
+};
+
+WorkloadRun::WorkloadRun(asio::io_context& io, std::vector<std::shared_ptr<AgentClient>> ranks,
+                         WorkloadSpec spec, std::string workloadId)
+    : impl_(std::make_shared<Impl>(io, std::move(ranks), std::move(spec))) {
+  auto& s = impl_->series;
+  s.workloadId = std::move(workloadId);
+  s.kind = impl_->spec.kind;
+  s.world = int(impl_->ranks.size());
+  s.size = impl_->spec.size;
+  s.binNs = std::chrono::duration_cast<std::chrono::nanoseconds>(impl_->spec.bin).count();
+  if (auto k = workload::parseKind(s.kind)) {
+    s.busFactor = workload::busFactor(*k, s.world);
+    s.algBytes = *k == workload::Kind::incast ? s.size * uint64_t(s.world - 1) : s.size;
+  }
+  for (size_t r = 0; r < impl_->ranks.size(); r++) {
+    NodeSeries ns;
+    ns.node = impl_->ranks[r]->node().name;
+    ns.rank = int(r);
+    ns.clockOffsetNs = impl_->ranks[r]->clock().offsetNs;
+    s.nodes.push_back(std::move(ns));
+    // The handler outlives nothing: it checks that the run still exists.
+    std::weak_ptr<Impl> weak = impl_;
+    impl_->ranks[r]->onEvent([weak, r](const json& m) {
+      if (auto i = weak.lock()) i->handle(r, m);
+    });
+  }
+}
+
+WorkloadRun::~WorkloadRun() = default;
+
+asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
+  auto impl = impl_;
+  auto& spec = impl->spec;
+  auto& s = impl->series;
+  auto kind = workload::parseKind(spec.kind);
+  if (!kind)
+    co_return makeError("unknown workload kind '" + spec.kind +
+                        "' (known: allreduce, allgather, alltoall, incast, pairwise)");
+  if (impl->ranks.size() < 2) co_return makeError("a workload needs at least 2 nodes");
+  int receiver = int(impl->ranks.size()) - 1;
+  json world = json::array();
+  for (size_t r = 0; r < impl->ranks.size(); r++) {
+    const Node& n = impl->ranks[r]->node();
+    if (n.dataAddresses.empty())
+      co_return makeError("node '" + n.name +
+                          "' has no data_addresses in the inventory: the workload runs on the "
+                          "data plane, never on the management address");
+    if (n.name == spec.incastReceiver) receiver = int(r);
+    world.push_back(json{{"rank", r}, {"address", n.dataAddresses[0]}, {"port", spec.port}});
+  }
+  if (!spec.incastReceiver.empty() && impl->ranks[size_t(receiver)]->node().name != spec.incastReceiver)
+    co_return makeError("incast receiver '" + spec.incastReceiver + "' is not one of the nodes");
+  workload::Shape shape{*kind, 0, int(impl->ranks.size()), spec.size, receiver, spec.fanIn};
+  if (auto v = workload::validateShape(shape); !v) co_return v.error();
+
+  int64_t maxRtt = 0;
+  for (auto& c : impl->ranks) maxRtt = std::max(maxRtt, c->clock().rttNs);
+  Duration lead = spec.lead.count() > 0
+                      ? spec.lead
+                      : std::max<Duration>(300ms, std::chrono::nanoseconds(maxRtt * 20));
+  s.startNs = wallNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(lead).count();
+  auto ms = [](Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+
+  std::vector<std::string> refused(impl->ranks.size());
+  std::vector<bool> accepted(impl->ranks.size(), false);
+  std::vector<std::function<asio::awaitable<void>()>> tasks;
+  for (size_t r = 0; r < impl->ranks.size(); r++) {
+    json body = {{"workload", s.workloadId},
+                 {"kind", spec.kind},
+                 {"rank", r},
+                 {"world", world},
+                 {"size", spec.size},
+                 {"streams", spec.streams},
+                 {"incast_receiver", receiver},
+                 {"fan_in", spec.fanIn},
+                 {"bin_us", std::chrono::duration_cast<std::chrono::microseconds>(spec.bin).count()},
+                 {"reconnect_timeout_ms", ms(spec.reconnectTimeout)},
+                 {"start_ns", s.startNs},
+                 {"clock_offset_ns", impl->ranks[r]->clock().offsetNs},
+                 {"checksum", spec.checksum}};
+    if (spec.iterations)
+      body["iterations"] = spec.iterations;
+    else
+      body["duration_ms"] = ms(spec.duration);
+    tasks.push_back([impl, r, body, timeout, &refused, &accepted]() -> asio::awaitable<void> {
+      auto rep = co_await impl->ranks[r]->request("workload_start", body, timeout);
+      if (rep)
+        accepted[r] = true;
+      else
+        refused[r] = rep.error().message;
+    });
+  }
+  co_await whenAll(impl->io, std::move(tasks));
+  std::string errors;
+  for (auto& e : refused)
+    if (!e.empty()) errors += (errors.empty() ? "" : "; ") + e;
+  if (errors.empty()) co_return Result<void>{};
+  // Nothing half-started stays behind.
+  std::vector<std::function<asio::awaitable<void>()>> stops;
+  for (size_t r = 0; r < impl->ranks.size(); r++) {
+    if (!accepted[r]) {
+      impl->series.nodes[r].ended = true;
+      impl->series.nodes[r].endReason = "refused";
+      impl->series.nodes[r].error = refused[r];
+      continue;
+    }
+    json body = {{"workload", s.workloadId}};
+    stops.push_back([impl, r, body, timeout]() -> asio::awaitable<void> {
+      (void)co_await impl->ranks[r]->request("workload_stop", body, timeout);
+    });
+  }
+  co_await whenAll(impl->io, std::move(stops));
+  co_return makeError(errors);
+}
+
+asio::awaitable<bool> WorkloadRun::wait(Duration limit) {
+  auto impl = impl_;
+  auto end = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    bool all = true, lost = false;
+    for (size_t r = 0; r < impl->ranks.size(); r++) {
+      all = all && impl->series.nodes[r].ended;
+      lost = lost || (!impl->series.nodes[r].ended && !impl->ranks[r]->connected());
+    }
+    if (all) co_return true;
+    if (lost || std::chrono::steady_clock::now() >= end) co_return false;
+    // Woken by workload_ended; the periodic wake notices lost sessions.
+    impl->wake.expires_after(std::min<Duration>(200ms, end - std::chrono::steady_clock::now()));
+    boost::system::error_code ec;
+    co_await impl->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+}
+
+asio::awaitable<void> WorkloadRun::stop(Duration timeout) {
+  auto impl = impl_;
+  std::vector<std::function<asio::awaitable<void>()>> stops;
+  for (size_t r = 0; r < impl->ranks.size(); r++) {
+    if (impl->series.nodes[r].ended || !impl->ranks[r]->connected()) continue;
+    json body = {{"workload", impl->series.workloadId}};
+    stops.push_back([impl, r, body, timeout]() -> asio::awaitable<void> {
+      (void)co_await impl->ranks[r]->request("workload_stop", body, timeout);
+    });
+  }
+  co_await whenAll(impl->io, std::move(stops));
+}
+
+const WorkloadSeries& WorkloadRun::series() const { return impl_->series; }
+
+bool WorkloadRun::allEnded() const {
+  for (const auto& n : impl_->series.nodes)
+    if (!n.ended) return false;
+  return true;
+}
+
+void WorkloadRun::onUpdate(std::function<void()> h) { impl_->update = std::move(h); }
+
+IterationStats iterationStats(const WorkloadSeries& s, int64_t from, int64_t to) {
+  std::vector<int64_t> d;
+  for (const auto& n : s.nodes)
+    for (const auto& it : n.iterations)
+      if (it.ok && it.endNs >= from && it.endNs < to) d.push_back(it.endNs - it.startNs);
+  IterationStats st;
+  st.count = d.size();
+  if (d.empty()) return st;
+  std::sort(d.begin(), d.end());
+  st.p50Ns = d[d.size() / 2];
+  st.p99Ns = d[std::min(d.size() - 1, d.size() * 99 / 100)];
+  st.maxNs = d.back();
+  if (st.p50Ns > 0) {
+    st.algbw = double(s.algBytes) / (double(st.p50Ns) / 1e9);
+    st.busbw = st.algbw * s.busFactor;
+  }
+  return st;
+}
+
+json toJson(const WorkloadSeries& s) {
+  json nodes = json::array();
+  for (const auto& n : s.nodes) {
+    json bins = json::array(), its = json::array();
+    for (const auto& b : n.bins) bins.push_back({b.tNs, b.bytes});
+    for (const auto& i : n.iterations)
+      its.push_back({{"i", i.index}, {"start_ns", i.startNs}, {"end_ns", i.endNs},
+                     {"rx_bytes", i.rxBytes}, {"ok", i.ok}});
+    const auto& c = n.counters;
+    nodes.push_back({{"node", n.node},
+                     {"rank", n.rank},
+                     {"clock_offset_ns", n.clockOffsetNs},
+                     {"ended", n.ended},
+                     {"end_reason", n.endReason},
+                     {"error", n.error},
+                     {"verified", n.verified},
+                     {"counters", {{"iterations", c.iterations},
+                                   {"failed_iterations", c.failedIterations},
+                                   {"verify_failures", c.verifyFailures},
+                                   {"errors", c.errors},
+                                   {"corruptions", c.corruptions},
+                                   {"reconnects", c.reconnects},
+                                   {"rx_bytes", c.rxBytes}}},
+                     {"bins", bins},
+                     {"iterations", its}});
+  }
+  return json{{"workload", s.workloadId}, {"kind", s.kind},       {"world", s.world},
+              {"size", s.size},           {"alg_bytes", s.algBytes}, {"bus_factor", s.busFactor},
+              {"start_ns", s.startNs},    {"bin_ns", s.binNs},     {"nodes", nodes}};
+}
+
+}  // namespace rc::controller

@@ -1,0 +1,107 @@
+// Starts a collective workload on a set of agents and collects its telemetry as plain data
+// on the controller's timeline. Callable from a coroutine next to other tasks (faults).
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/protocol.hpp"
+#include "common/result.hpp"
+#include "controller/fleet.hpp"
+
+namespace rc::controller {
+
+struct WorkloadSpec {
+  std::string kind = "allreduce";  // allreduce, allgather, alltoall, incast, pairwise
+  uint64_t size = 4u << 20;        // bytes, as nccl-tests counts them (incast: per sender)
+  uint64_t iterations = 0;         // 0: run for DURATION
+  Duration duration = std::chrono::seconds(10);
+  int streams = 1;                 // TCP connections per peer
+  std::string incastReceiver;      // node name; "" = the last rank
+  int fanIn = 0;                   // incast senders at a time; 0 = all
+  Duration bin = std::chrono::milliseconds(10);
+  Duration reconnectTimeout = std::chrono::seconds(10);
+  uint16_t port = 7480;            // data-plane port on every node
+  bool checksum = true;
+  Duration lead{};                 // delay to the common start; 0 = automatic
+};
+
+// One throughput bin: bytes received by the node during [tNs, tNs + binNs).
+struct BinSample {
+  int64_t tNs = 0;  // controller clock (agent clock - offset)
+  uint64_t bytes = 0;
+};
+
+struct IterationSample {
+  uint64_t index = 0;
+  int64_t startNs = 0, endNs = 0;  // controller clock
+  uint64_t rxBytes = 0;
+  bool ok = true;  // completed and verified
+};
+
+struct NodeSeries {
+  std::string node;
+  int rank = 0;
+  int64_t clockOffsetNs = 0;  // agent - controller, as measured when connecting
+  std::vector<BinSample> bins;
+  std::vector<IterationSample> iterations;
+  proto::TelemetryCounters counters;
+  bool ended = false;
+  std::string endReason, error;
+  bool verified = true;
+};
+
+struct WorkloadSeries {
+  std::string workloadId, kind;
+  int world = 0;
+  uint64_t size = 0;
+  uint64_t algBytes = 0;   // bytes per iteration that algbw divides by the iteration time
+  double busFactor = 1.0;  // busbw = algbw x busFactor (nccl-tests)
+  int64_t startNs = 0;     // common start, controller clock
+  int64_t binNs = 0;
+  std::vector<NodeSeries> nodes;  // by rank
+};
+
+// Iteration statistics over records that ended in [fromNs, toNs) (controller clock).
+struct IterationStats {
+  size_t count = 0;
+  int64_t p50Ns = 0, p99Ns = 0, maxNs = 0;
+  double algbw = 0, busbw = 0;  // bytes per second, from the median iteration time
+};
+IterationStats iterationStats(const WorkloadSeries& series, int64_t fromNs, int64_t toNs);
+nlohmann::json toJson(const WorkloadSeries& series);
+
+class WorkloadRun {
+ public:
+  // RANKS in rank order; each needs a data address in the inventory. The clients must stay
+  // connected (with heartbeats) for the whole run.
+  WorkloadRun(boost::asio::io_context& io, std::vector<std::shared_ptr<AgentClient>> ranks,
+              WorkloadSpec spec, std::string workloadId);
+  ~WorkloadRun();
+  // Sends workload_start to every rank with one common start instant. On any refusal, stops
+  // the ranks that accepted and returns the error.
+  boost::asio::awaitable<Result<void>> start(Duration timeout);
+  // Until every rank reported workload_ended, a rank's session is lost, or LIMIT passes.
+  // True when every rank ended.
+  boost::asio::awaitable<bool> wait(Duration limit);
+  // Asks every rank to stop now (their workload_ended follows; call wait() to collect it).
+  boost::asio::awaitable<void> stop(Duration timeout);
+  const WorkloadSeries& series() const;
+  bool allEnded() const;
+  // Called on the io_context after each telemetry or end message.
+  void onUpdate(std::function<void()> handler);
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace rc::controller

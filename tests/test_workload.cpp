@@ -1,0 +1,267 @@
+// Workload engine: collectives are correct for 2..8 ranks over the in-process transport and
+// over TCP on loopback; telemetry adds up; lost connections and corruption are survived and
+// counted.
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "common/clock.hpp"
+#include "workload/checksum.hpp"
+#include "workload/engine.hpp"
+#include "workload/inproc_transport.hpp"
+#include "workload/tcp_transport.hpp"
+
+using namespace rc;
+using namespace rc::workload;
+
+namespace {
+
+struct RankResult {
+  Summary summary;
+  std::vector<TelemetryBatch> batches;
+};
+
+RunSpec specFor(Kind kind, int rank, int world, uint64_t size, uint64_t iterations) {
+  RunSpec s;
+  s.shape.kind = kind;
+  s.shape.rank = rank;
+  s.shape.world = world;
+  s.shape.size = size;
+  s.shape.incastReceiver = world - 1;
+  s.shape.fanIn = world > 3 ? 2 : 0;
+  s.iterations = iterations;
+  s.startNs = wallNs();
+  s.reconnectTimeoutNs = 5'000'000'000;
+  return s;
+}
+
+// Runs WORLD ranks on threads, each with its own transport, and drains telemetry as a
+// reporter would (concurrently, then a final drain).
+template <typename MakeTransport>
+std::vector<RankResult> runWorld(Kind kind, int world, uint64_t size, uint64_t iterations,
+                                 MakeTransport make, std::function<void()> during = {}) {
+  std::vector<RankResult> out(static_cast<size_t>(world));
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (int r = 0; r < world; r++) ts.push_back(make(r));
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  int64_t origin = wallNs();
+  for (int r = 0; r < world; r++) {
+    threads.emplace_back([&, r] {
+      Telemetry tel(origin, 1'000'000);
+      std::atomic<bool> done{false};
+      std::thread reporter([&] {
+        while (!done) {
+          out[size_t(r)].batches.push_back(tel.drain(wallNs(), false));
+          std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        }
+      });
+      auto spec = specFor(kind, r, world, size, iterations);
+      out[size_t(r)].summary = runWorkload(spec, *ts[size_t(r)], tel, stop);
+      done = true;
+      reporter.join();
+      out[size_t(r)].batches.push_back(tel.drain(wallNs(), true));
+    });
+  }
+  if (during) during();
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+void checkTelemetry(const RankResult& r) {
+  uint64_t binBytes = 0, iterBytes = 0;
+  int64_t nextBin = 0, lastEnd = 0;
+  for (const auto& b : r.batches) {
+    // Batches continue one another: bins are contiguous and in time order.
+    if (!b.bins.empty()) {
+      if (nextBin) CHECK(b.firstBinNs == nextBin);
+      nextBin = b.firstBinNs + int64_t(b.bins.size()) * b.binNs;
+    }
+    for (auto x : b.bins) binBytes += x;
+    for (const auto& it : b.iterations) {
+      CHECK(it.startNs >= lastEnd);
+      CHECK(it.endNs >= it.startNs);
+      lastEnd = it.endNs;
+      iterBytes += it.rxBytes;
+    }
+  }
+  CHECK(binBytes == r.batches.back().counters.rxBytes);
+  if (r.summary.counters.failedIterations == 0) CHECK(binBytes == iterBytes);
+}
+
+}  // namespace
+
+TEST_CASE("ring all-reduce is exact for 2..8 ranks and sizes not divisible by the rank count") {
+  int world = GENERATE(2, 3, 4, 5, 7, 8);
+  uint64_t size = GENERATE(4, 4 * 7, 4 * 1001, 1 << 20);
+  auto fabric = std::make_shared<InprocFabric>();
+  auto res = runWorld(Kind::allreduce, world, size, 3,
+                      [&](int r) { return std::make_unique<InprocTransport>(fabric, r); });
+  for (auto& r : res) {
+    INFO("world " << world << " size " << size << ": " << r.summary.error);
+    CHECK(r.summary.endReason == "completed");
+    CHECK(r.summary.verified);
+    CHECK(r.summary.counters.iterations == 3);
+    CHECK(r.summary.counters.verifyFailures == 0);
+    checkTelemetry(r);
+  }
+}
+
+TEST_CASE("all-gather, all-to-all, incast and pairwise verify their results") {
+  Kind kind = GENERATE(Kind::allgather, Kind::alltoall, Kind::incast, Kind::pairwise);
+  int world = GENERATE(2, 4, 5, 8);
+  uint64_t size = GENERATE(97, 65536 + 3);
+  if (kind == Kind::pairwise && world % 2) return;
+  auto fabric = std::make_shared<InprocFabric>();
+  auto res = runWorld(kind, world, size, 2,
+                      [&](int r) { return std::make_unique<InprocTransport>(fabric, r); });
+  for (auto& r : res) {
+    INFO(kindName(kind) << " world " << world << " size " << size << ": " << r.summary.error);
+    CHECK(r.summary.endReason == "completed");
+    CHECK(r.summary.verified);
+    CHECK(r.summary.counters.iterations == 2);
+    checkTelemetry(r);
+  }
+}
+
+TEST_CASE("the bus bandwidth factors are nccl-tests'") {
+  CHECK(busFactor(Kind::allreduce, 4) == Approx(1.5));
+  CHECK(busFactor(Kind::allgather, 4) == Approx(0.75));
+  CHECK(busFactor(Kind::alltoall, 8) == Approx(0.875));
+  CHECK(busFactor(Kind::incast, 8) == 1.0);
+  CHECK(busFactor(Kind::pairwise, 2) == 1.0);
+  CHECK(parseKind("allreduce") == Kind::allreduce);
+  CHECK_FALSE(parseKind("reduce").has_value());
+}
+
+TEST_CASE("invalid shapes are refused with the fix named") {
+  Shape s;
+  s.world = 1;
+  CHECK_FALSE(validateShape(s).ok());
+  s = Shape{Kind::allreduce, 0, 2, 6, 0, 0};
+  CHECK_THAT(validateShape(s).error().message, Catch::Contains("multiple of 4"));
+  s = Shape{Kind::pairwise, 0, 3, 8, 0, 0};
+  CHECK_THAT(validateShape(s).error().message, Catch::Contains("even"));
+}
+
+TEST_CASE("a dropped connection is re-established and the run completes") {
+  auto fabric = std::make_shared<InprocFabric>();
+  std::vector<InprocTransport*> raw(4);
+  auto res = runWorld(
+      Kind::allreduce, 4, 1 << 16, 400,
+      [&](int r) {
+        auto t = std::make_unique<InprocTransport>(fabric, r);
+        raw[size_t(r)] = t.get();
+        return t;
+      },
+      [&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        raw[2]->disconnect();
+      });
+  uint64_t reconnects = 0;
+  for (auto& r : res) {
+    INFO(r.summary.error);
+    CHECK(r.summary.endReason == "completed");
+    CHECK(r.summary.verified);
+    // A rank that lost the broken iteration completed one fewer; the job did all 400.
+    CHECK(r.summary.counters.iterations + r.summary.counters.failedIterations >= 400);
+    CHECK(r.summary.counters.iterations >= 399);
+    reconnects += r.summary.counters.reconnects;
+    checkTelemetry(r);
+  }
+  CHECK(reconnects >= 1);
+}
+
+TEST_CASE("corrupted payloads are counted, not fatal") {
+  auto fabric = std::make_shared<InprocFabric>();
+  fabric->corruptNextFrom = 1;
+  auto res = runWorld(Kind::allreduce, 3, 4096, 5,
+                      [&](int r) { return std::make_unique<InprocTransport>(fabric, r); });
+  uint64_t corrupt = 0, bad = 0;
+  for (auto& r : res) {
+    CHECK(r.summary.endReason == "completed");
+    corrupt += r.summary.counters.corruptions;
+    bad += r.summary.counters.verifyFailures;
+  }
+  CHECK(corrupt == 1);
+  CHECK(bad >= 1);  // the flipped byte also breaks the reduction, and verification sees it
+}
+
+TEST_CASE("collectives over TCP on loopback, several streams per peer") {
+  int world = GENERATE(2, 3, 4);
+  int streams = GENERATE(1, 3);
+  uint64_t size = 4 * 100'003;
+  std::vector<std::unique_ptr<TcpTransport>> made;
+  std::vector<Endpoint> eps;
+  // Bind every listener first (port 0), then tell every rank the world.
+  for (int r = 0; r < world; r++) {
+    TcpOptions o;
+    o.rank = 0;
+    o.world = {{"127.0.0.1", 0}};
+    o.streams = streams;
+    auto t = TcpTransport::create(o);
+    REQUIRE(t.ok());
+    eps.push_back({"127.0.0.1", (*t)->port()});
+  }
+  // Ports were free a moment ago; recreate on them with the full world.
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (int r = 0; r < world; r++) {
+    TcpOptions o;
+    o.rank = r;
+    o.world = eps;
+    o.streams = streams;
+    o.tag = 42;
+    auto t = TcpTransport::create(o);
+    REQUIRE(t.ok());
+    ts.push_back(std::move(*t));
+  }
+  auto res = runWorld(Kind::allreduce, world, size, 4, [&](int r) { return std::move(ts[size_t(r)]); });
+  for (auto& r : res) {
+    INFO("world " << world << " streams " << streams << ": " << r.summary.error);
+    CHECK(r.summary.endReason == "completed");
+    CHECK(r.summary.verified);
+    CHECK(r.summary.counters.iterations == 4);
+    CHECK(r.summary.counters.corruptions == 0);
+    checkTelemetry(r);
+  }
+}
+
+TEST_CASE("the streaming checksum does not depend on how the bytes are split") {
+  std::vector<std::byte> data(1000);
+  for (size_t i = 0; i < data.size(); i++) data[i] = std::byte(uint8_t(i * 37 + 11));
+  uint32_t whole = checksum32(data.data(), data.size());
+  size_t piece = GENERATE(1, 3, 7, 8, 13, 31, 32, 33, 500);
+  StreamChecksum s;
+  for (size_t off = 0; off < data.size(); off += piece)
+    s.update(data.data() + off, std::min(piece, data.size() - off));
+  CHECK(s.value() == whole);
+  data[500] ^= std::byte{1};
+  CHECK(checksum32(data.data(), data.size()) != whole);
+  // Swapped words are caught too.
+  std::swap_ranges(data.begin(), data.begin() + 8, data.begin() + 8);
+  data[500] ^= std::byte{1};
+  CHECK(checksum32(data.data(), data.size()) != whole);
+}
+
+TEST_CASE("a rank that gives up releases its peers at once") {
+  // Rank 2 of 3 never shows up: the others fail at their reconnect deadline, not later, and
+  // nobody hangs.
+  auto fabric = std::make_shared<InprocFabric>();
+  std::atomic<bool> stop{false};
+  std::vector<Summary> sums(2);
+  std::vector<std::thread> threads;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < 2; r++)
+    threads.emplace_back([&, r] {
+      InprocTransport t(fabric, r);
+      Telemetry tel(wallNs(), 1'000'000);
+      auto spec = specFor(Kind::allreduce, r, 3, 4096, 5);
+      spec.reconnectTimeoutNs = 300'000'000;
+      sums[size_t(r)] = runWorkload(spec, t, tel, stop);
+    });
+  for (auto& t : threads) t.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  for (auto& s : sums) {
+    CHECK(s.endReason == "error");
+    CHECK_THAT(s.error, Catch::Contains("cannot connect"));
+  }
+}

@@ -1,0 +1,59 @@
+// The collectives as plans: a buffer layout, and per iteration a fixed sequence of steps
+// (sets of ops handed to the transport at once) with local work between steps.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.hpp"
+#include "workload/transport.hpp"
+
+namespace rc::workload {
+
+enum class Kind { allreduce, allgather, alltoall, incast, pairwise };
+
+std::optional<Kind> parseKind(std::string_view name);
+std::string_view kindName(Kind kind);
+// nccl-tests' bus bandwidth factor: busbw = algbw x factor.
+double busFactor(Kind kind, int world);
+
+struct Shape {
+  Kind kind = Kind::allreduce;
+  int rank = 0;
+  int world = 2;
+  uint64_t size = 0;     // bytes: the collective's size as nccl-tests counts it
+  int incastReceiver = 0;
+  int fanIn = 0;         // incast: senders at a time (0 = all)
+};
+
+// Checks what a plan needs (world, sizes, receiver), with an error naming the fix.
+Result<void> validateShape(const Shape& shape);
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual size_t bufferBytes() const = 0;
+  virtual std::vector<int> peers() const = 0;  // ranks this one exchanges data with
+  // Writes this rank's input for a new iteration.
+  virtual void prepare(std::span<std::byte> buffer) const = 0;
+  virtual size_t stepCount() const = 0;
+  virtual std::vector<Op> ops(size_t step) const = 0;
+  virtual void afterStep(size_t step, std::span<std::byte> buffer) const { (void)step, (void)buffer; }
+  // True when the buffer holds exactly what the collective must produce.
+  virtual bool verify(std::span<const std::byte> buffer) const = 0;
+};
+
+std::unique_ptr<Collective> makeCollective(const Shape& shape);
+
+// Element I of rank R's all-reduce input: small integers, so float sums are exact whatever
+// the order of the additions.
+inline float allreduceInput(int rank, size_t i) { return float((rank + 1) * int((i % 251) + 1)); }
+
+// Range [begin, end) of chunk C when N items are split into K near-equal chunks.
+inline size_t chunkBegin(size_t n, size_t k, size_t c) { return n * c / k; }
+
+}  // namespace rc::workload
