@@ -890,9 +890,7 @@ std::string formatPlan(const Playbook& pb, const Plan& plan) {
       out += buf;
     }
     for (const auto& f : t.faults) {
-      std::string params;
-      for (auto it = f.params.begin(); it != f.params.end(); ++it)
-        params += (params.empty() ? "" : " ") + it.key() + "=" + showValue(it.value());
+      std::string params = formatParams(f.kind, f.params);
       std::snprintf(buf, sizeof buf, "  %-11s inject %-10s on %-8s for at most %-6s [%s] %s\n",
                     fmtOffset(f.atNs).c_str(), f.kind.c_str(), f.node.c_str(), fmtDur(f.forNs).c_str(),
                     f.step.c_str(), params.c_str());
@@ -906,6 +904,22 @@ std::string formatPlan(const Playbook& pb, const Plan& plan) {
       any = true;
       out += "  " + sc.name + ": " + e.describe() + "\n";
     }
+  return out;
+}
+
+std::string formatParams(const std::string& kind, const json& params) {
+  const faults::FaultKind* k = faults::findKind(kind);
+  std::string out;
+  for (auto it = params.begin(); params.is_object() && it != params.end(); ++it) {
+    std::string v = showValue(*it);
+    if (k && it->is_number_integer())
+      for (const auto& spec : k->params)
+        if (spec.name == it.key()) {
+          if (spec.type == faults::ParamType::duration) v = fmtDur(it->get<int64_t>());
+          if (spec.type == faults::ParamType::size) v = formatSize(it->get<uint64_t>());
+        }
+    out += (out.empty() ? "" : ", ") + it.key() + "=" + v;
+  }
   return out;
 }
 

@@ -197,4 +197,8 @@ std::string formatPlan(const Playbook& playbook, const Plan& plan);
 
 json toJson(const Plan& plan);
 
+// Normalised fault parameters back in the units people write ("down=2s, count=1"), using the
+// kind's parameter descriptions when this build registers the kind.
+std::string formatParams(const std::string& kind, const json& params);
+
 }  // namespace rc::controller

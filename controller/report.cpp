@@ -13,7 +13,6 @@
 #include <sstream>
 
 #include "common/units.hpp"
-#include "faults/fault.hpp"
 #include "rdmachaos_config.h"
 
 namespace rc::controller {
@@ -104,24 +103,6 @@ std::string rateText(std::optional<double> Bps) {
   if (*Bps == 0) return "0";
   if (*Bps * 8 < 1e6) return fmt("%.1fkb/s", *Bps * 8 / 1e3);  // formatBitRate stops at b/s
   return formatBitRate(*Bps * 8);
-}
-
-// Normalised parameters back in the units people write, using the kind's own description
-// when this build knows the kind.
-std::string describeParams(const std::string& kind, const json& params) {
-  const faults::FaultKind* k = faults::findKind(kind);
-  std::string out;
-  for (auto it = params.begin(); params.is_object() && it != params.end(); ++it) {
-    std::string v = it->is_string() ? it->get<std::string>() : it->dump();
-    if (k && it->is_number_integer())
-      for (const auto& spec : k->params)
-        if (spec.name == it.key()) {
-          if (spec.type == faults::ParamType::duration) v = dur(it->get<int64_t>());
-          if (spec.type == faults::ParamType::size) v = formatSize(it->get<uint64_t>());
-        }
-    out += (out.empty() ? "" : ", ") + it.key() + "=" + v;
-  }
-  return out;
 }
 
 std::string utc(int64_t unixNs) {
@@ -770,7 +751,7 @@ std::string renderHtml(const json& doc) {
          "<th>scheduled</th><th>applied</th><th>reverted</th><th>parameters</th></tr>\n";
     for (const auto& f : faults) {
       if (i64(f, "trial", -1) != idx) continue;
-      std::string params = describeParams(str(f, "kind"), f["params"]);
+      std::string params = formatParams(str(f, "kind"), f["params"]);
       h << "<tr><td>" << esc(str(f, "step")) << "</td><td>" << esc(str(f, "kind")) << "</td><td>" << esc(str(f, "node"))
         << "</td><td class=\"num\">" << rel(i64(f, "scheduled_ns") - t0) << "</td><td class=\"num\">"
         << (f["applied_ns"].is_number() ? rel(f["applied_ns"].get<int64_t>() - t0) : "<span class=\"fail\">" + esc(str(f, "error", "not applied")) + "</span>")

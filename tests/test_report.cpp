@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
+#include "controller/commands.hpp"
 #include "controller/report.hpp"
 #include "synthetic_run.hpp"
 
@@ -126,5 +128,25 @@ TEST_CASE("reports are written atomically") {
   CHECK(loadResultDocument(path).error().message.find(": not JSON:") != std::string::npos);
   CHECK_FALSE(writeFileAtomic(std::string(dir) + "/missing/x.html", "x"));
   std::remove(path.c_str());
+  ::rmdir(dir);
+}
+
+TEST_CASE("rdmachaos report re-renders a saved result; its exit code is the outcome's") {
+  char dir[] = "/tmp/rc-report-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  std::string d(dir);
+  REQUIRE(writeFileAtomic(d + "/result.json", documentFor(Shape::cleanStep).dump()));
+  ReportOptions o{d + "/result.json", d + "/report.html", d + "/junit.xml"};
+  CHECK(cmdReport(o) == kExitFailed);
+  std::ifstream html(d + "/report.html"), junit(d + "/junit.xml");
+  std::stringstream hs, js;
+  hs << html.rdbuf();
+  js << junit.rdbuf();
+  CHECK(hs.str() == renderHtml(documentFor(Shape::cleanStep)));
+  CHECK(js.str().find("failures=\"1\"") != std::string::npos);
+  REQUIRE(writeFileAtomic(d + "/ok.json", documentFor(Shape::noEffect).dump()));
+  CHECK(cmdReport({d + "/ok.json", "", ""}) == kExitOk);
+  CHECK(cmdReport({d + "/missing.json", "", ""}) == kExitError);
+  for (const char* f : {"/result.json", "/report.html", "/junit.xml", "/ok.json"}) std::remove((d + f).c_str());
   ::rmdir(dir);
 }
