@@ -17,6 +17,18 @@
 //  - counters: per trial and node, a snapshot at the trial start and at its end.
 //  - abortReason: non-empty when a guardrail or an error stopped the run; endedNs says how
 //    far it got. Scoring skips trials that did not complete.
+//
+// What the runner does with a Plan (to be written once the workload engine has merged):
+//  1. connect the fleet, record ClockInfo per node, take CounterSnapshot.before per trial;
+//  2. start the workload on plan.workloadNodes and stream bins/iterations into the RunResult;
+//  3. per PlannedFault, send the inject at trial-relative atNs with lifetime forNs (the
+//     agent reverts at the latest then) and record the applied/reverted events it reports;
+//  4. guardrails, live: after each baseline phase compare baselineRate() of the job with
+//     guardrails.minBaselineBytesPerSec; abort on a lost agent when abortOnAgentLoss; abort
+//     when the job's rate has been under stallFraction x baseline for maxStallNs. Aborting
+//     = `recover` on every agent, stop the workload, set abortReason and endedNs;
+//  5. score(run, playbook) -> makeResultDocument -> result.json, report.html, junit.xml in
+//     --report-dir, renderText to the terminal; exit with exitCodeFor(outcome).
 #pragma once
 
 #include <cstdint>
