@@ -60,6 +60,27 @@ int cmdLabStatus(const std::string& dir);
 
 int cmdDemo(const std::string& dir, int nodes);
 
+// Parses and checks each playbook (and, with an inventory, resolves its plan); prints one
+// line per file, errors as file:line:col. 0 = all valid, 2 = any invalid.
+int cmdValidate(const std::vector<std::string>& playbooks, const std::string& inventory);
+
+struct RunOptions {
+  std::string playbook;
+  std::string inventory;
+  std::string reportDir;
+  bool dryRun = false;
+};
+// Today only --dry-run (the resolved plan); live runs need the workload engine.
+int cmdRun(const RunOptions& o);
+
+struct ReportOptions {
+  std::string result;  // RESULT.json
+  std::string html;
+  std::string junit;
+};
+// Re-renders a result document; prints the text summary; exit code from its outcome.
+int cmdReport(const ReportOptions& o);
+
 // Where rdmachaos-agent lives: $RDMACHAOS_AGENT, next to this binary, or the build tree.
 std::string findAgentBinary();
 

@@ -86,6 +86,25 @@ int main(int argc, char** argv) {
   cDemo->add_option("--dir", demoDir, "lab directory")->capture_default_str();
   cDemo->add_option("--nodes", demoNodes, "number of hosts")->capture_default_str();
 
+  std::vector<std::string> validateFiles;
+  std::string validateInventory;
+  auto* cValidate = app.add_subcommand("validate", "check playbooks; errors as file:line:col");
+  cValidate->add_option("playbooks", validateFiles, "playbook TOML files")->required();
+  cValidate->add_option("--inventory", validateInventory, "also resolve targets against this inventory");
+
+  RunOptions run;
+  auto* cRun = app.add_subcommand("run", "run a playbook (today: --dry-run prints the resolved plan)");
+  cRun->add_option("playbook", run.playbook, "playbook TOML")->required();
+  cRun->add_option("--inventory", run.inventory, "inventory TOML")->required();
+  cRun->add_option("--report-dir", run.reportDir, "where result.json, report.html and junit.xml go");
+  cRun->add_flag("--dry-run", run.dryRun, "print who gets which fault when, and run nothing");
+
+  ReportOptions report;
+  auto* cReport = app.add_subcommand("report", "re-render a result document");
+  cReport->add_option("result", report.result, "RESULT.json")->required();
+  cReport->add_option("--html", report.html, "write an HTML report here");
+  cReport->add_option("--junit", report.junit, "write JUnit XML here");
+
   CLI11_PARSE(app, argc, argv);
   if (verbose) rc::log::setLevel(rc::log::Level::debug);
 
@@ -98,5 +117,8 @@ int main(int argc, char** argv) {
   if (*cLabDown) return cmdLabDown(labDir);
   if (*cLabStatus) return cmdLabStatus(labDir);
   if (*cDemo) return cmdDemo(demoDir, demoNodes);
+  if (*cValidate) return cmdValidate(validateFiles, validateInventory);
+  if (*cRun) return cmdRun(run);
+  if (*cReport) return cmdReport(report);
   return kExitError;
 }

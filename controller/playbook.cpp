@@ -1,0 +1,947 @@
+// Playbook parsing and plan resolution: every error says file:line:col and what to write instead.
+#include "controller/playbook.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "common/units.hpp"
+#include "faults/fault.hpp"
+
+namespace rc::controller {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kSec = 1'000'000'000;
+constexpr int64_t kHour = 3600 * kSec;
+constexpr int64_t kDay = 24 * kHour;
+
+constexpr size_t kMaxScenarios = 64;
+constexpr size_t kMaxPhases = 32;
+constexpr size_t kMaxSteps = 256;
+constexpr size_t kMaxExpectations = 256;
+constexpr size_t kMaxSweepValues = 64;
+constexpr size_t kMaxTrials = 1000;
+constexpr size_t kMaxSelectorNames = 1024;
+constexpr size_t kMaxPlannedFaults = 100000;
+constexpr int64_t kMaxRunNs = 7 * kDay;
+
+// Parsing is a deep, linear walk where any value can be wrong; an internal exception keeps
+// the walk readable. It never leaves this file: parsePlaybook/resolvePlan turn it into a
+// Result, as everything at a library edge is.
+struct Fail {
+  std::string message;
+};
+
+std::string fmtDur(int64_t ns) {
+  // Whole seconds and milliseconds print the way users write them.
+  char buf[48];
+  if (ns > 0 && ns % kHour == 0) {
+    std::snprintf(buf, sizeof buf, "%lldh", static_cast<long long>(ns / kHour));
+    return buf;
+  }
+  if (ns > 0 && ns % (60 * kSec) == 0) {
+    std::snprintf(buf, sizeof buf, "%lldm", static_cast<long long>(ns / (60 * kSec)));
+    return buf;
+  }
+  if (ns % kSec == 0) {
+    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(ns / kSec));
+    return buf;
+  }
+  if (ns % kMs == 0 && ns < 10 * kSec) {
+    std::snprintf(buf, sizeof buf, "%lldms", static_cast<long long>(ns / kMs));
+    return buf;
+  }
+  return formatDuration(Nanos(ns));
+}
+
+std::string fmtOffset(int64_t ns) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "+%.3fs", double(ns) / 1e9);
+  return buf;
+}
+
+std::string joinNames(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string path) : path_(std::move(path)) {}
+
+  std::string at(const toml::source_region& r) const {
+    return path_ + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
+  }
+  std::string at(const SourcePos& p) const {
+    return path_ + ":" + std::to_string(p.line) + ":" + std::to_string(p.column);
+  }
+  [[noreturn]] void fail(const toml::node& n, const std::string& msg) const {
+    throw Fail{at(n.source()) + ": " + msg};
+  }
+  [[noreturn]] void fail(const SourcePos& p, const std::string& msg) const {
+    throw Fail{at(p) + ": " + msg};
+  }
+  static SourcePos pos(const toml::node& n) {
+    return {int(n.source().begin.line), int(n.source().begin.column)};
+  }
+
+  void checkKeys(const toml::table& t, std::initializer_list<const char*> known,
+                 const std::string& what) const {
+    for (auto&& [k, v] : t) {
+      bool ok = std::any_of(known.begin(), known.end(), [&](const char* n) { return k.str() == n; });
+      if (!ok) {
+        std::vector<std::string> names(known.begin(), known.end());
+        fail(v, "unknown key '" + std::string(k.str()) + "' in " + what + " (known: " +
+                    joinNames(names) + ")");
+      }
+    }
+  }
+
+  const toml::table& table(const toml::node& n, const std::string& what) const {
+    if (!n.is_table()) fail(n, what + " must be a table");
+    return *n.as_table();
+  }
+
+  std::string str(const toml::node& n, const std::string& what, size_t maxLen = 128) const {
+    if (!n.is_string()) fail(n, what + " must be a string");
+    const std::string& s = n.as_string()->get();
+    if (s.size() > maxLen)
+      fail(n, what + " is longer than " + std::to_string(maxLen) + " characters");
+    return s;
+  }
+
+  std::string name(const toml::node& n, const std::string& what) const {
+    std::string s = str(n, what, 64);
+    bool ok = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+    });
+    if (!ok) fail(n, what + " '" + s + "' must be 1-64 characters of A-Z a-z 0-9 - _ .");
+    return s;
+  }
+
+  int64_t integer(const toml::node& n, const std::string& what, int64_t lo, int64_t hi) const {
+    auto v = n.value_exact<int64_t>();
+    if (!v) fail(n, what + " must be an integer");
+    if (*v < lo || *v > hi)
+      fail(n, what + " = " + std::to_string(*v) + " is out of range [" + std::to_string(lo) +
+                  ", " + std::to_string(hi) + "]");
+    return *v;
+  }
+
+  double number(const toml::node& n, const std::string& what, double lo, double hi) const {
+    std::optional<double> v;
+    if (n.is_integer()) v = double(n.as_integer()->get());
+    if (n.is_floating_point()) v = n.as_floating_point()->get();
+    if (!v) fail(n, what + " must be a number");
+    if (!std::isfinite(*v) || *v < lo || *v > hi) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, " = %g is out of range [%g, %g]", *v, lo, hi);
+      fail(n, what + buf);
+    }
+    return *v;
+  }
+
+  bool boolean(const toml::node& n, const std::string& what) const {
+    if (!n.is_boolean()) fail(n, what + " must be true or false");
+    return n.as_boolean()->get();
+  }
+
+  int64_t duration(const toml::node& n, const std::string& what, int64_t lo, int64_t hi) const {
+    if (n.is_integer() || n.is_floating_point())
+      fail(n, what + " must be a duration with a unit in quotes, e.g. \"500ms\" or \"10s\"");
+    if (!n.is_string()) fail(n, what + " must be a duration string, e.g. \"500ms\"");
+    auto d = parseDuration(n.as_string()->get());
+    if (!d) fail(n, what + ": " + d.error().message);
+    int64_t v = d->count();
+    if (v < lo || v > hi)
+      fail(n, what + " = " + fmtDur(v) + " is out of range [" + fmtDur(lo) + ", " + fmtDur(hi) + "]");
+    return v;
+  }
+
+  uint64_t size(const toml::node& n, const std::string& what, uint64_t lo, uint64_t hi) const {
+    uint64_t v = 0;
+    if (auto i = n.value_exact<int64_t>()) {
+      if (*i < 0) fail(n, what + " must not be negative");
+      v = uint64_t(*i);
+    } else if (n.is_string()) {
+      auto s = parseSize(n.as_string()->get());
+      if (!s) fail(n, what + ": " + s.error().message);
+      v = *s;
+    } else {
+      fail(n, what + " must be a size, e.g. \"4MiB\"");
+    }
+    if (v < lo || v > hi)
+      fail(n, what + " = " + formatSize(v) + " is out of range [" + formatSize(lo) + ", " +
+                  formatSize(hi) + "]");
+    return v;
+  }
+
+  // Bit rates are written as on a datasheet ("1Gbps"); scoring works in bytes per second.
+  double bitRateAsBytes(const toml::node& n, const std::string& what) const {
+    if (!n.is_string()) fail(n, what + " must be a bit rate in quotes, e.g. \"10Gbps\"");
+    auto r = parseBitRate(n.as_string()->get());
+    if (!r) fail(n, what + ": " + r.error().message);
+    if (*r > 100'000'000'000'000ull) fail(n, what + " is above 100Tbps");
+    return double(*r) / 8.0;
+  }
+
+  json value(const toml::node& n, const std::string& what) const {
+    if (n.is_string()) return n.as_string()->get();
+    if (n.is_integer()) return n.as_integer()->get();
+    if (n.is_floating_point()) return n.as_floating_point()->get();
+    if (n.is_boolean()) return n.as_boolean()->get();
+    if (n.is_array()) {
+      const auto& a = *n.as_array();
+      if (a.size() > 64) fail(n, what + " has more than 64 elements");
+      json out = json::array();
+      for (const auto& e : a) {
+        if (e.is_array() || e.is_table()) fail(e, what + " must be a flat list");
+        out.push_back(value(e, what));
+      }
+      return out;
+    }
+    fail(n, what + " must be a string, number, boolean or list");
+  }
+
+  Selector selector(const toml::node& n, const std::string& what) const {
+    Selector s;
+    s.pos = pos(n);
+    auto addNames = [&](const toml::node& v) {
+      if (v.is_string()) {
+        s.names.push_back(name(v, what));
+      } else if (v.is_array()) {
+        const auto& a = *v.as_array();
+        if (a.empty()) fail(v, what + " must name at least one node, role or 'all'");
+        if (a.size() > kMaxSelectorNames) fail(v, what + " lists more than 1024 names");
+        for (const auto& e : a) s.names.push_back(name(e, what));
+      } else {
+        fail(v, what + " must be a node name, a role, \"all\", a list of them, or "
+                       "{ random = K, from = \"role\" }");
+      }
+    };
+    if (n.is_table()) {
+      const auto& t = *n.as_table();
+      checkKeys(t, {"random", "from"}, what);
+      auto* k = t.get("random");
+      if (!k) fail(n, what + " table needs random = K (how many nodes to pick)");
+      s.random = int(integer(*k, what + " random", 1, 100000));
+      if (auto* from = t.get("from"))
+        addNames(*from);
+      else
+        s.names = {"all"};
+    } else {
+      addNames(n);
+    }
+    return s;
+  }
+
+  Playbook parse(const std::string& text);
+
+ private:
+  Scenario scenario(const toml::table& t, const std::string& name, const SourcePos& p,
+                    const Playbook& pb) const;
+  Phase phase(const toml::node& n) const;
+  Step step(const toml::node& n, size_t index, const Scenario& sc) const;
+  Expectation expectation(const toml::node& n) const;
+  Sweep sweep(const toml::node& n, const Scenario& sc) const;
+  json normalise(const toml::node& where, const std::string& kind, const json& raw,
+                 const toml::table* rawTable) const;
+
+  std::string path_;
+};
+
+const toml::array& arrayOfTables(const Parser& p, const toml::node& n, const std::string& what) {
+  if (!n.is_array_of_tables()) p.fail(n, what + " must be written as [[" + what + "]] tables");
+  return *n.as_array();
+}
+
+Phase Parser::phase(const toml::node& n) const {
+  const auto& t = table(n, "phase");
+  checkKeys(t, {"name", "duration"}, "[[phase]]");
+  Phase ph;
+  ph.pos = pos(n);
+  auto* nm = t.get("name");
+  if (!nm) fail(n, "[[phase]] needs a name, e.g. name = \"baseline\"");
+  ph.name = name(*nm, "phase name");
+  auto* d = t.get("duration");
+  if (!d) fail(n, "phase '" + ph.name + "' needs a duration, e.g. duration = \"10s\"");
+  ph.durationNs = duration(*d, "phase '" + ph.name + "' duration", 100 * kMs, kDay);
+  return ph;
+}
+
+json Parser::normalise(const toml::node& where, const std::string& kind, const json& raw,
+                       const toml::table* rawTable) const {
+  const faults::FaultKind* k = faults::findKind(kind);
+  auto r = faults::normaliseParams(kind, k->params, raw);
+  if (r) return *r;
+  // Point at the parameter the message names, when it is in the table as written.
+  if (rawTable)
+    for (auto&& [key, v] : *rawTable)
+      if (r.error().message.find("'" + std::string(key.str()) + "'") != std::string::npos)
+        fail(v, r.error().message);
+  fail(where, r.error().message);
+}
+
+Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
+  const auto& t = table(n, "step");
+  checkKeys(t, {"name", "kind", "target", "phase", "at", "for", "params"}, "[[step]]");
+  Step s;
+  s.pos = pos(n);
+  s.name = "step" + std::to_string(index + 1);
+  if (auto* nm = t.get("name")) s.name = name(*nm, "step name");
+  auto* kind = t.get("kind");
+  if (!kind) fail(n, "step '" + s.name + "' needs a fault kind, e.g. kind = \"link_flap\"");
+  s.kind = str(*kind, "step kind", 64);
+  if (!faults::findKind(s.kind)) {
+    std::vector<std::string> known;
+    for (const auto* k : faults::registry()) known.push_back(k->name);
+    fail(*kind, "unknown fault kind '" + s.kind + "' (known: " + joinNames(known) + ")");
+  }
+  const toml::table* rawTable = nullptr;
+  if (auto* p = t.get("params")) {
+    rawTable = &table(*p, "step '" + s.name + "' params");
+    for (auto&& [k, v] : *rawTable) s.rawParams[std::string(k.str())] = value(v, s.kind + " parameter '" + std::string(k.str()) + "'");
+  }
+  s.params = normalise(rawTable ? static_cast<const toml::node&>(*rawTable) : n, s.kind, s.rawParams, rawTable);
+
+  auto* target = t.get("target");
+  if (!target) fail(n, "step '" + s.name + "' needs a target: a node, a role, \"all\" or { random = K, from = \"role\" }");
+  s.target = selector(*target, "step '" + s.name + "' target");
+
+  // Where the step sits on the timeline.
+  int64_t phaseStart = 0, phaseEnd = sc.durationNs();
+  if (auto* ph = t.get("phase")) {
+    s.phase = str(*ph, "step phase", 64);
+    int64_t cursor = 0;
+    bool found = false;
+    std::vector<std::string> names;
+    for (const auto& p : sc.phases) {
+      names.push_back(p.name);
+      if (p.name == s.phase) {
+        phaseStart = cursor;
+        phaseEnd = cursor + p.durationNs;
+        found = true;
+      }
+      cursor += p.durationNs;
+    }
+    if (!found) fail(*ph, "no phase '" + s.phase + "' (phases: " + joinNames(names) + ")");
+  }
+  if (auto* a = t.get("at")) {
+    if (a->is_table()) {
+      const auto& at = *a->as_table();
+      checkKeys(at, {"between"}, "step at");
+      auto* b = at.get("between");
+      if (!b || !b->is_array() || b->as_array()->size() != 2)
+        fail(*a, "step at as a table is { between = [\"5s\", \"20s\"] } (a seeded random time)");
+      s.atNs = duration(*b->as_array()->get(0), "step at", 0, kDay);
+      s.atMaxNs = duration(*b->as_array()->get(1), "step at", 0, kDay);
+      if (s.atMaxNs <= s.atNs) fail(*b, "step at: the window's end must be after its start");
+    } else {
+      s.atNs = s.atMaxNs = duration(*a, "step at", 0, kDay);
+    }
+  }
+  const int64_t baselineEnd = sc.phases.front().durationNs;
+  const int64_t start = phaseStart + s.atNs;
+  if (start < baselineEnd)
+    fail(t.get("at") ? *t.get("at") : n,
+         "step '" + s.name + "' starts at " + fmtDur(start) + ", inside the baseline phase '" +
+             sc.phases.front().name + "' (0s.." + fmtDur(baselineEnd) +
+             "): faults start after the baseline; set phase = \"...\" or a later at");
+  const int64_t latest = phaseStart + s.atMaxNs;
+  if (latest >= sc.durationNs())
+    fail(t.get("at") ? *t.get("at") : n, "step '" + s.name + "' starts at " + fmtDur(latest) +
+                                             ", at or after the end of the timeline (" +
+                                             fmtDur(sc.durationNs()) + ")");
+  if (auto* f = t.get("for")) {
+    s.forNs = duration(*f, "step '" + s.name + "' for", kMs, kDay);
+  } else {
+    s.forNs = (phaseEnd > latest ? phaseEnd : sc.durationNs()) - latest;
+  }
+  if (latest + s.forNs > sc.durationNs())
+    fail(t.get("for") ? *t.get("for") : n,
+         "step '" + s.name + "' may run until " + fmtDur(latest + s.forNs) +
+             ", after the timeline ends at " + fmtDur(sc.durationNs()) +
+             ": shorten 'for' or lengthen the phases (faults are reverted before scoring ends)");
+  // A kind with its own duration must fit inside the lifetime the step grants it.
+  if (s.params.contains("duration") && s.params["duration"].is_number_integer() &&
+      s.params["duration"].get<int64_t>() > s.forNs)
+    fail(rawTable && rawTable->get("duration") ? *rawTable->get("duration") : n,
+         "step '" + s.name + "' duration " + fmtDur(s.params["duration"].get<int64_t>()) +
+             " is longer than its lifetime 'for' = " + fmtDur(s.forNs));
+  return s;
+}
+
+Expectation Parser::expectation(const toml::node& n) const {
+  const auto& t = table(n, "expect");
+  checkKeys(t, {"metric", "op", "bound", "scope"}, "[[expect]]");
+  Expectation e;
+  e.pos = pos(n);
+  auto* m = t.get("metric");
+  if (!m) fail(n, "[[expect]] needs a metric, e.g. metric = \"recovery_time\"");
+  e.metric = str(*m, "expect metric", 80);
+  auto info = findMetric(e.metric);
+  if (!info) {
+    std::vector<std::string> names;
+    for (const auto& mi : metricCatalogue()) names.push_back(mi.name);
+    names.push_back("counter.<name>");
+    fail(*m, "unknown metric '" + e.metric + "' (known: " + joinNames(names) + ")");
+  }
+  auto* op = t.get("op");
+  if (!op) fail(n, "[[expect]] needs op = \"<\", \"<=\", \">\" or \">=\"");
+  std::string o = str(*op, "expect op", 4);
+  if (o == "<") e.op = Comparison::less;
+  else if (o == "<=") e.op = Comparison::lessEqual;
+  else if (o == ">") e.op = Comparison::greater;
+  else if (o == ">=") e.op = Comparison::greaterEqual;
+  else fail(*op, "op '" + o + "' is not a comparison: use <, <=, > or >=");
+  auto* b = t.get("bound");
+  if (!b) fail(n, "[[expect]] needs a bound, e.g. bound = \"2s\"");
+  const std::string what = "bound of " + e.metric;
+  switch (info->unit) {
+    case MetricUnit::duration:
+      e.bound = double(duration(*b, what, 0, kDay));
+      e.boundText = fmtDur(int64_t(e.bound));
+      break;
+    case MetricUnit::size:
+      e.bound = double(size(*b, what, 0, uint64_t(1) << 60));
+      e.boundText = formatSize(uint64_t(e.bound));
+      break;
+    case MetricUnit::rate:
+      e.bound = bitRateAsBytes(*b, what);
+      e.boundText = formatBitRate(e.bound * 8);
+      break;
+    case MetricUnit::percent:
+      e.bound = number(*b, what, 0, 100);
+      e.boundText = b->is_integer() ? std::to_string(b->as_integer()->get()) + "%" : "";
+      if (e.boundText.empty()) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g%%", e.bound);
+        e.boundText = buf;
+      }
+      break;
+    case MetricUnit::number: {
+      e.bound = number(*b, what, 0, 1e18);
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", e.bound);
+      e.boundText = buf;
+      break;
+    }
+  }
+  if (auto* s = t.get("scope")) e.scope = name(*s, "expect scope");
+  return e;
+}
+
+Sweep Parser::sweep(const toml::node& n, const Scenario& sc) const {
+  const auto& t = table(n, "sweep");
+  checkKeys(t, {"step", "param", "values"}, "[sweep]");
+  Sweep sw;
+  sw.pos = pos(n);
+  auto* st = t.get("step");
+  auto* pa = t.get("param");
+  auto* va = t.get("values");
+  if (!st || !pa || !va)
+    fail(n, "[sweep] needs step = \"<step name>\", param = \"<fault parameter>\" and values = [...]");
+  sw.step = str(*st, "sweep step", 64);
+  sw.param = str(*pa, "sweep param", 64);
+  auto it = std::find_if(sc.steps.begin(), sc.steps.end(), [&](const Step& s) { return s.name == sw.step; });
+  if (it == sc.steps.end()) {
+    std::vector<std::string> names;
+    for (const auto& s : sc.steps) names.push_back(s.name);
+    fail(*st, "[sweep] step '" + sw.step + "' is not a step of this scenario (steps: " + joinNames(names) + ")");
+  }
+  const auto* kind = faults::findKind(it->kind);
+  bool known = std::any_of(kind->params.begin(), kind->params.end(),
+                           [&](const faults::ParamSpec& p) { return p.name == sw.param; });
+  if (!known) {
+    std::vector<std::string> names;
+    for (const auto& p : kind->params) names.push_back(p.name);
+    fail(*pa, it->kind + " has no parameter '" + sw.param + "' (known: " + joinNames(names) + ")");
+  }
+  if (!va->is_array() || va->as_array()->empty())
+    fail(*va, "[sweep] values must be a non-empty list");
+  if (va->as_array()->size() > kMaxSweepValues) fail(*va, "[sweep] has more than 64 values");
+  for (const auto& v : *va->as_array()) {
+    json raw = it->rawParams;
+    raw[sw.param] = value(v, "sweep value");
+    normalise(v, it->kind, raw, nullptr);
+    sw.values.push_back(raw[sw.param]);
+  }
+  return sw;
+}
+
+Scenario Parser::scenario(const toml::table& t, const std::string& nm, const SourcePos& p,
+                          const Playbook&) const {
+  Scenario sc;
+  sc.name = nm;
+  sc.pos = p;
+  auto* phases = t.get("phase");
+  if (!phases)
+    fail(p, "scenario '" + nm + "' has no [[phase]]: the first phase is the baseline, e.g. "
+                                 "[[phase]] name = \"baseline\" duration = \"10s\"");
+  const auto& pa = arrayOfTables(*this, *phases, "phase");
+  if (pa.size() > kMaxPhases) fail(*phases, "more than 32 phases");
+  std::set<std::string> seen;
+  for (const auto& ph : pa) {
+    sc.phases.push_back(phase(ph));
+    if (!seen.insert(sc.phases.back().name).second)
+      fail(ph, "phase '" + sc.phases.back().name + "' appears twice");
+  }
+  if (auto* steps = t.get("step")) {
+    const auto& sa = arrayOfTables(*this, *steps, "step");
+    if (sa.size() > kMaxSteps) fail(*steps, "more than 256 steps");
+    std::set<std::string> names;
+    for (size_t i = 0; i < sa.size(); i++) {
+      sc.steps.push_back(step(*sa.get(i), i, sc));
+      if (!names.insert(sc.steps.back().name).second)
+        fail(*sa.get(i), "step name '" + sc.steps.back().name + "' appears twice");
+    }
+  }
+  if (auto* ex = t.get("expect")) {
+    const auto& ea = arrayOfTables(*this, *ex, "expect");
+    if (ea.size() > kMaxExpectations) fail(*ex, "more than 256 expectations");
+    for (const auto& e : ea) sc.expectations.push_back(expectation(e));
+  }
+  if (auto* sw = t.get("sweep")) sc.sweep = sweep(*sw, sc);
+  return sc;
+}
+
+Playbook Parser::parse(const std::string& text) {
+  toml::table root;
+  try {
+    root = toml::parse(text, path_);
+  } catch (const toml::parse_error& e) {
+    throw Fail{at(e.source()) + ": " + std::string(e.description())};
+  }
+  checkKeys(root,
+            {"name", "description", "seed", "repeat", "workload", "guardrails", "scoring", "cost",
+             "phase", "step", "expect", "sweep", "scenario"},
+            "the playbook");
+  Playbook pb;
+  pb.path = path_;
+  pb.text = text;
+  auto* nm = root.get("name");
+  if (!nm) throw Fail{path_ + ":1:1: the playbook needs a name, e.g. name = \"link-flap-recovery\""};
+  pb.name = name(*nm, "name");
+  if (auto* d = root.get("description")) pb.description = str(*d, "description", 4096);
+  if (auto* s = root.get("seed")) pb.seed = uint64_t(integer(*s, "seed", 0, INT64_MAX));
+  if (auto* r = root.get("repeat")) pb.repeat = int(integer(*r, "repeat", 1, 100));
+
+  auto* wl = root.get("workload");
+  if (!wl) throw Fail{path_ + ":1:1: the playbook needs a [workload] table (kind, size, streams, nodes)"};
+  {
+    const auto& t = table(*wl, "workload");
+    checkKeys(t, {"kind", "size", "streams", "nodes"}, "[workload]");
+    auto* k = t.get("kind");
+    if (!k) fail(*wl, "[workload] needs kind = \"allreduce\" (or allgather, alltoall, incast, pairwise)");
+    auto kind = workloadKindFromString(str(*k, "workload kind", 32));
+    if (!kind)
+      fail(*k, "workload kind '" + k->as_string()->get() +
+                   "' is unknown (known: allreduce, allgather, alltoall, incast, pairwise)");
+    pb.workload.kind = *kind;
+    if (auto* s = t.get("size")) pb.workload.sizeBytes = size(*s, "workload size", 1, uint64_t(16) << 30);
+    if (auto* s = t.get("streams")) pb.workload.streams = int(integer(*s, "workload streams", 1, 1024));
+    pb.workload.nodes.names = {"all"};
+    pb.workload.nodes.pos = pos(*wl);
+    if (auto* n = t.get("nodes")) {
+      pb.workload.nodes = selector(*n, "workload nodes");
+      if (pb.workload.nodes.random) fail(*n, "workload nodes cannot be a random pick");
+    }
+  }
+  if (auto* g = root.get("guardrails")) {
+    const auto& t = table(*g, "guardrails");
+    checkKeys(t, {"min_baseline", "abort_on_agent_loss", "max_stall"}, "[guardrails]");
+    if (auto* v = t.get("min_baseline")) pb.guardrails.minBaselineBytesPerSec = bitRateAsBytes(*v, "min_baseline");
+    if (auto* v = t.get("abort_on_agent_loss")) pb.guardrails.abortOnAgentLoss = boolean(*v, "abort_on_agent_loss");
+    if (auto* v = t.get("max_stall")) pb.guardrails.maxStallNs = duration(*v, "max_stall", 10 * kMs, kHour);
+  }
+  if (auto* s = root.get("scoring")) {
+    const auto& t = table(*s, "scoring");
+    checkKeys(t, {"bin", "warmup", "epsilon", "hold", "stall_fraction"}, "[scoring]");
+    auto& sc = pb.scoring;
+    if (auto* v = t.get("bin")) sc.binNs = duration(*v, "bin", kMs, 10 * kSec);
+    if (auto* v = t.get("warmup")) sc.warmupNs = duration(*v, "warmup", 0, kHour);
+    if (auto* v = t.get("epsilon")) sc.epsilon = number(*v, "epsilon", 0.001, 0.5);
+    if (auto* v = t.get("hold")) sc.holdNs = duration(*v, "hold", kMs, kHour);
+    if (auto* v = t.get("stall_fraction")) sc.stallFraction = number(*v, "stall_fraction", 0.001, 0.9);
+    if (sc.holdNs < sc.binNs)
+      fail(*s, "hold (" + fmtDur(sc.holdNs) + ") must be at least one bin (" + fmtDur(sc.binNs) + ")");
+    if (sc.stallFraction >= 1 - sc.epsilon)
+      fail(*s, "stall_fraction must be below the recovery threshold 1 - epsilon");
+  }
+  if (auto* c = root.get("cost")) {
+    const auto& t = table(*c, "cost");
+    checkKeys(t, {"gpus", "price_per_gpu_hour", "currency", "incidents_per_day", "days"}, "[cost]");
+    auto& co = pb.cost;
+    if (auto* v = t.get("gpus")) co.gpus = integer(*v, "gpus", 0, 10'000'000);
+    if (auto* v = t.get("price_per_gpu_hour")) co.pricePerGpuHour = number(*v, "price_per_gpu_hour", 0, 10000);
+    if (auto* v = t.get("currency")) co.currency = str(*v, "currency", 8);
+    if (auto* v = t.get("incidents_per_day")) co.incidentsPerDay = number(*v, "incidents_per_day", 0, 100000);
+    if (auto* v = t.get("days")) co.days = number(*v, "days", 0, 3650);
+  }
+
+  const bool inlineForm = root.get("phase") || root.get("step") || root.get("expect") || root.get("sweep");
+  if (auto* scs = root.get("scenario")) {
+    if (inlineForm)
+      fail(*scs, "use either [[scenario]] tables or top-level [[phase]]/[[step]]/[[expect]], not both");
+    const auto& sa = arrayOfTables(*this, *scs, "scenario");
+    if (sa.size() > kMaxScenarios) fail(*scs, "more than 64 scenarios");
+    std::set<std::string> names;
+    for (const auto& s : sa) {
+      const auto& t = *s.as_table();
+      checkKeys(t, {"name", "phase", "step", "expect", "sweep"}, "[[scenario]]");
+      auto* n = t.get("name");
+      if (!n) fail(s, "[[scenario]] needs a name");
+      std::string scName = name(*n, "scenario name");
+      if (!names.insert(scName).second) fail(*n, "scenario '" + scName + "' appears twice");
+      pb.scenarios.push_back(scenario(t, scName, pos(s), pb));
+    }
+  } else {
+    pb.scenarios.push_back(scenario(root, pb.name, SourcePos{1, 1}, pb));
+  }
+
+  size_t trials = 0;
+  int64_t total = 0;
+  for (const auto& sc : pb.scenarios) {
+    if (pb.scoring.warmupNs >= sc.phases.front().durationNs)
+      fail(sc.phases.front().pos, "warm-up (" + fmtDur(pb.scoring.warmupNs) +
+                                      ") leaves nothing of the baseline phase '" +
+                                      sc.phases.front().name + "' (" +
+                                      fmtDur(sc.phases.front().durationNs) +
+                                      "): lengthen it or lower [scoring] warmup");
+    size_t n = (sc.sweep ? sc.sweep->values.size() : 1) * size_t(pb.repeat);
+    trials += n;
+    total += int64_t(n) * sc.durationNs();
+    if (trials > kMaxTrials) fail(sc.pos, "the playbook expands to more than 1000 trials");
+    if (total > kMaxRunNs)
+      fail(sc.pos, "the playbook runs for more than 7 days (" + fmtDur(total) + "); split it");
+  }
+  return pb;
+}
+
+// ---------------------------------------------------------------- plan
+
+// SplitMix64: tiny, and the same draws on every platform and standard library, so a seed
+// always yields the same game-day schedule.
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  uint64_t below(uint64_t n) {  // uniform in [0, n), without modulo bias
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    uint64_t x;
+    do x = next();
+    while (x >= limit);
+    return x % n;
+  }
+};
+
+Rng rngFor(uint64_t seed, size_t trial, size_t step) {
+  Rng r{seed ^ (uint64_t(trial + 1) * 0xD1B54A32D192ED03ull) ^ (uint64_t(step + 1) * 0x8CB92BA72F3D8DD7ull)};
+  r.next();
+  return r;
+}
+
+std::vector<std::string> selectNodes(const Parser& p, const Selector& s, const Inventory& inv,
+                                     Rng* rng) {
+  std::set<std::string> chosen;
+  for (const auto& n : s.names) {
+    auto r = inv.select(n);
+    if (!r) p.fail(s.pos, r.error().message);
+    for (const auto* node : *r) chosen.insert(node->name);
+  }
+  std::vector<std::string> pool;  // inventory order, so plans read like the inventory
+  for (const auto& n : inv.nodes)
+    if (chosen.count(n.name)) pool.push_back(n.name);
+  if (s.random == 0) return pool;
+  if (size_t(s.random) > pool.size())
+    p.fail(s.pos, "random = " + std::to_string(s.random) + " but '" + joinNames(s.names) + "' matches only " +
+                      std::to_string(pool.size()) + " node(s): " + joinNames(pool));
+  for (size_t i = 0; i < size_t(s.random); i++)
+    std::swap(pool[i], pool[i + rng->below(pool.size() - i)]);
+  pool.resize(size_t(s.random));
+  std::vector<std::string> picked;
+  for (const auto& n : inv.nodes)
+    if (std::find(pool.begin(), pool.end(), n.name) != pool.end()) picked.push_back(n.name);
+  return picked;
+}
+
+std::string showValue(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+}  // namespace
+
+const char* toString(WorkloadKind k) {
+  switch (k) {
+    case WorkloadKind::allreduce: return "allreduce";
+    case WorkloadKind::allgather: return "allgather";
+    case WorkloadKind::alltoall: return "alltoall";
+    case WorkloadKind::incast: return "incast";
+    case WorkloadKind::pairwise: return "pairwise";
+  }
+  return "?";
+}
+
+std::optional<WorkloadKind> workloadKindFromString(std::string_view s) {
+  for (auto k : {WorkloadKind::allreduce, WorkloadKind::allgather, WorkloadKind::alltoall,
+                 WorkloadKind::incast, WorkloadKind::pairwise})
+    if (s == toString(k)) return k;
+  return std::nullopt;
+}
+
+const char* toString(Comparison c) {
+  switch (c) {
+    case Comparison::less: return "<";
+    case Comparison::lessEqual: return "<=";
+    case Comparison::greater: return ">";
+    case Comparison::greaterEqual: return ">=";
+  }
+  return "?";
+}
+
+std::string Selector::describe() const {
+  std::string base = names.size() == 1 ? names.front() : "[" + joinNames(names) + "]";
+  if (random) return "random " + std::to_string(random) + " of " + base;
+  return base;
+}
+
+std::string Expectation::describe() const {
+  return metric + " " + toString(op) + " " + boundText + " (" + scope + ")";
+}
+
+int64_t Scenario::durationNs() const {
+  int64_t d = 0;
+  for (const auto& p : phases) d += p.durationNs;
+  return d;
+}
+
+std::vector<std::string> Playbook::faultKinds() const {
+  std::vector<std::string> out;
+  for (const auto& sc : scenarios)
+    for (const auto& s : sc.steps)
+      if (std::find(out.begin(), out.end(), s.kind) == out.end()) out.push_back(s.kind);
+  return out;
+}
+
+const std::vector<MetricInfo>& metricCatalogue() {
+  static const std::vector<MetricInfo> m = {
+      {"baseline", MetricUnit::rate, "median throughput of the baseline phase after warm-up"},
+      {"time_to_impact", MetricUnit::duration, "fault start until throughput first drops below (1-e)B"},
+      {"recovery_time", MetricUnit::duration, "fault end until throughput holds >= (1-e)B; fails if never"},
+      {"throughput_loss_bytes", MetricUnit::size, "integral of (B - x)+ over the impact window"},
+      {"throughput_loss_pct", MetricUnit::percent, "loss as a percentage of B x window"},
+      {"stall_time", MetricUnit::duration, "time with x < stall_fraction x B after the fault start"},
+      {"longest_stall", MetricUnit::duration, "longest contiguous stall"},
+      {"min_throughput", MetricUnit::rate, "lowest bin after the fault start"},
+      {"iteration_p50", MetricUnit::duration, "median iteration time in the impact window"},
+      {"iteration_p99", MetricUnit::duration, "99th percentile iteration time in the impact window"},
+      {"iteration_max", MetricUnit::duration, "slowest iteration in the impact window"},
+      {"iteration_p99_ratio", MetricUnit::number, "iteration p99 in the window / baseline p50"},
+      {"busbw", MetricUnit::rate, "bus bandwidth of the baseline (nccl-tests definition), job only"},
+      {"gpu_hours", MetricUnit::number, "GPU-hours lost per incident at [cost] gpus, job only"},
+      {"cost", MetricUnit::number, "money lost per incident at [cost] price, job only"},
+  };
+  return m;
+}
+
+std::optional<MetricInfo> findMetric(std::string_view name) {
+  for (const auto& m : metricCatalogue())
+    if (m.name == name) return m;
+  if (name.rfind("counter.", 0) == 0) {
+    std::string_view c = name.substr(8);
+    bool ok = !c.empty() && c.size() <= 64 && std::all_of(c.begin(), c.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' || ch == '-';
+    });
+    if (ok) return MetricInfo{std::string(name), MetricUnit::number, "counter delta over the trial"};
+  }
+  return std::nullopt;
+}
+
+std::string Trial::label() const {
+  std::string s = scenario;
+  if (!sweepParam.empty()) s += " " + sweepParam + "=" + showValue(sweepValue);
+  s += " #" + std::to_string(repeat + 1);
+  return s;
+}
+
+Result<Playbook> parsePlaybook(const std::string& text, const std::string& path) {
+  if (text.size() > 1 << 20) return makeError(path + ": playbook is larger than 1 MiB");
+  try {
+    return Parser(path).parse(text);
+  } catch (const Fail& f) {
+    return makeError(f.message);
+  }
+}
+
+Result<Playbook> loadPlaybook(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return makeError("cannot read playbook '" + path + "': check the path");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parsePlaybook(ss.str(), path);
+}
+
+Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
+  Parser p(pb.path);
+  try {
+    Plan plan;
+    plan.playbook = pb.name;
+    plan.seed = pb.seed;
+    plan.workloadNodes = selectNodes(p, pb.workload.nodes, inv, nullptr);
+    if (plan.workloadNodes.size() < 2)
+      p.fail(pb.workload.nodes.pos, std::string(toString(pb.workload.kind)) +
+                                        " needs at least 2 nodes; workload nodes '" +
+                                        pb.workload.nodes.describe() + "' match " +
+                                        std::to_string(plan.workloadNodes.size()));
+    for (const auto& sc : pb.scenarios)
+      for (const auto& e : sc.expectations)
+        if (e.scope != "job" &&
+            std::find(plan.workloadNodes.begin(), plan.workloadNodes.end(), e.scope) ==
+                plan.workloadNodes.end())
+          p.fail(e.pos, "expectation scope '" + e.scope +
+                            "' is neither \"job\" nor a workload node (" +
+                            joinNames(plan.workloadNodes) + ")");
+    int64_t cursor = 0;
+    size_t faults = 0;
+    for (const auto& sc : pb.scenarios) {
+      std::vector<json> values = sc.sweep ? sc.sweep->values : std::vector<json>{json()};
+      for (const auto& value : values) {
+        for (int r = 0; r < pb.repeat; r++) {
+          Trial t;
+          t.index = int(plan.trials.size());
+          t.scenario = sc.name;
+          t.repeat = r;
+          if (sc.sweep) {
+            t.sweepParam = sc.sweep->param;
+            t.sweepValue = value;
+          }
+          t.startNs = cursor;
+          int64_t c = cursor;
+          for (const auto& ph : sc.phases) {
+            t.phases.push_back({ph.name, c, c + ph.durationNs});
+            c += ph.durationNs;
+          }
+          t.endNs = c;
+          t.baselineFromNs = cursor + pb.scoring.warmupNs;
+          t.baselineToNs = t.phases.front().endNs;
+          for (size_t k = 0; k < sc.steps.size(); k++) {
+            const Step& s = sc.steps[k];
+            Rng rng = rngFor(pb.seed, size_t(t.index), k);
+            int64_t phaseStart = cursor;
+            for (const auto& ph : t.phases)
+              if (ph.name == s.phase) phaseStart = ph.startNs;
+            int64_t at = s.atNs;
+            if (s.atMaxNs > s.atNs) at += int64_t(rng.below(uint64_t(s.atMaxNs - s.atNs) + 1));
+            json params = s.params;
+            if (sc.sweep && sc.sweep->step == s.name) {
+              json raw = s.rawParams;
+              raw[sc.sweep->param] = value;
+              auto n = faults::normaliseParams(s.kind, faults::findKind(s.kind)->params, raw);
+              if (!n) p.fail(sc.sweep->pos, n.error().message);  // checked at parse time
+              params = *n;
+            }
+            for (const auto& node : selectNodes(p, s.target, inv, &rng))
+              t.faults.push_back({s.name, s.kind, node, phaseStart + at, s.forNs, params});
+          }
+          std::stable_sort(t.faults.begin(), t.faults.end(),
+                           [](const PlannedFault& a, const PlannedFault& b) { return a.atNs < b.atNs; });
+          faults += t.faults.size();
+          if (faults > kMaxPlannedFaults)
+            p.fail(sc.pos, "the plan has more than 100000 fault injections; narrow the targets");
+          cursor = t.endNs;
+          plan.trials.push_back(std::move(t));
+        }
+      }
+    }
+    plan.durationNs = cursor;
+    return plan;
+  } catch (const Fail& f) {
+    return makeError(f.message);
+  }
+}
+
+std::string formatPlan(const Playbook& pb, const Plan& plan) {
+  std::string out;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "playbook %s (seed %llu): %zu trial(s), %s in total\n",
+                pb.name.c_str(), static_cast<unsigned long long>(plan.seed), plan.trials.size(),
+                fmtDur(plan.durationNs).c_str());
+  out += buf;
+  std::snprintf(buf, sizeof buf, "workload %s, %s x %d stream(s) on %s\n", toString(pb.workload.kind),
+                formatSize(pb.workload.sizeBytes).c_str(), pb.workload.streams,
+                joinNames(plan.workloadNodes).c_str());
+  out += buf;
+  for (const auto& t : plan.trials) {
+    std::snprintf(buf, sizeof buf, "\ntrial %d  %s  %s .. %s\n", t.index + 1, t.label().c_str(),
+                  fmtOffset(t.startNs).c_str(), fmtOffset(t.endNs).c_str());
+    out += buf;
+    for (size_t i = 0; i < t.phases.size(); i++) {
+      const auto& ph = t.phases[i];
+      std::snprintf(buf, sizeof buf, "  %-11s phase %-12s until %s%s\n", fmtOffset(ph.startNs).c_str(),
+                    ph.name.c_str(), fmtOffset(ph.endNs).c_str(),
+                    i == 0 ? ("  (baseline scored from " + fmtOffset(t.baselineFromNs) + ")").c_str() : "");
+      out += buf;
+    }
+    for (const auto& f : t.faults) {
+      std::string params = formatParams(f.kind, f.params);
+      std::snprintf(buf, sizeof buf, "  %-11s inject %-10s on %-8s for at most %-6s [%s] %s\n",
+                    fmtOffset(f.atNs).c_str(), f.kind.c_str(), f.node.c_str(), fmtDur(f.forNs).c_str(),
+                    f.step.c_str(), params.c_str());
+      out += buf;
+    }
+  }
+  bool any = false;
+  for (const auto& sc : pb.scenarios)
+    for (const auto& e : sc.expectations) {
+      if (!any) out += "\nexpectations (checked in every trial of their scenario):\n";
+      any = true;
+      out += "  " + sc.name + ": " + e.describe() + "\n";
+    }
+  return out;
+}
+
+std::string formatParams(const std::string& kind, const json& params) {
+  const faults::FaultKind* k = faults::findKind(kind);
+  std::string out;
+  for (auto it = params.begin(); params.is_object() && it != params.end(); ++it) {
+    std::string v = showValue(*it);
+    if (k && it->is_number_integer())
+      for (const auto& spec : k->params)
+        if (spec.name == it.key()) {
+          if (spec.type == faults::ParamType::duration) v = fmtDur(it->get<int64_t>());
+          if (spec.type == faults::ParamType::size) v = formatSize(it->get<uint64_t>());
+        }
+    out += (out.empty() ? "" : ", ") + it.key() + "=" + v;
+  }
+  return out;
+}
+
+json toJson(const Plan& plan) {
+  json trials = json::array();
+  for (const auto& t : plan.trials) {
+    json phases = json::array(), faults = json::array();
+    for (const auto& ph : t.phases)
+      phases.push_back({{"name", ph.name}, {"start_ns", ph.startNs}, {"end_ns", ph.endNs}});
+    for (const auto& f : t.faults)
+      faults.push_back({{"step", f.step}, {"kind", f.kind}, {"node", f.node}, {"at_ns", f.atNs},
+                        {"for_ns", f.forNs}, {"params", f.params}});
+    json jt = {{"index", t.index},          {"label", t.label()},
+               {"scenario", t.scenario},    {"repeat", t.repeat},
+               {"start_ns", t.startNs},     {"end_ns", t.endNs},
+               {"baseline_from_ns", t.baselineFromNs}, {"baseline_to_ns", t.baselineToNs},
+               {"phases", phases},          {"faults", faults}};
+    if (!t.sweepParam.empty()) jt["sweep"] = {{"param", t.sweepParam}, {"value", t.sweepValue}};
+    trials.push_back(std::move(jt));
+  }
+  return {{"playbook", plan.playbook}, {"seed", plan.seed}, {"workload_nodes", plan.workloadNodes},
+          {"duration_ns", plan.durationNs}, {"trials", trials}};
+}
+
+}  // namespace rc::controller

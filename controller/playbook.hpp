@@ -1,0 +1,204 @@
+// Playbooks: the TOML format of a chaos experiment, its parser, and the resolved plan.
+//
+// A playbook is parsed and fully validated (units, bounds, fault kinds and parameters through
+// the fault registry, step placement on the timeline) before anything runs. resolvePlan()
+// then binds it to an inventory: selectors become node names, seeded random picks are drawn,
+// repeats and sweeps are expanded into trials with absolute offsets from the run start.
+// See docs/playbook-format.md.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+#include "controller/inventory.hpp"
+
+namespace rc::controller {
+
+using json = nlohmann::json;
+
+// A place in the playbook file, kept so that errors found later (by resolvePlan against an
+// inventory) still point at the line the user has to change.
+struct SourcePos {
+  int line = 0;
+  int column = 0;
+};
+
+enum class WorkloadKind { allreduce, allgather, alltoall, incast, pairwise };
+const char* toString(WorkloadKind k);
+std::optional<WorkloadKind> workloadKindFromString(std::string_view s);
+
+// Which nodes: the union of names, roles and "all"; with random = k, a seeded pick of k of them.
+struct Selector {
+  std::vector<std::string> names;
+  int random = 0;  // 0 = every matching node
+  SourcePos pos;
+  std::string describe() const;  // "worker", "[n1, n2]", "random 2 of worker"
+};
+
+struct Workload {
+  WorkloadKind kind = WorkloadKind::allreduce;
+  uint64_t sizeBytes = 4 << 20;
+  int streams = 1;
+  Selector nodes;  // default: all
+};
+
+struct Phase {
+  std::string name;
+  int64_t durationNs = 0;
+  SourcePos pos;
+};
+
+struct Step {
+  std::string name;  // unique in its scenario; default "step<N>"
+  std::string kind;
+  json rawParams = json::object();  // as written (units as strings), for sweeps and reports
+  json params = json::object();     // normalised by the fault kind (defaults, ns, bytes)
+  Selector target;
+  std::string phase;       // offsets are from this phase's start ("" = the timeline start)
+  int64_t atNs = 0;        // offset from the phase start
+  int64_t atMaxNs = 0;     // == atNs, or the end of a seeded random window
+  int64_t forNs = 0;       // maximum lifetime: the agent reverts at the latest then
+  SourcePos pos;
+};
+
+enum class Comparison { less, lessEqual, greater, greaterEqual };
+const char* toString(Comparison c);
+
+// Units of a metric, which decide how its bound is written and printed.
+enum class MetricUnit { duration, size, rate, percent, number };
+
+struct MetricInfo {
+  std::string name;
+  MetricUnit unit;
+  std::string help;
+};
+// The metrics an expectation may name; counters are "counter.<name>" (unit number).
+const std::vector<MetricInfo>& metricCatalogue();
+std::optional<MetricInfo> findMetric(std::string_view name);
+
+struct Expectation {
+  std::string metric;
+  std::string scope = "job";  // "job" or a node name
+  Comparison op = Comparison::lessEqual;
+  double bound = 0;          // in the metric's base unit: ns, bytes, bytes/s, percent, count
+  std::string boundText;     // as written, for reports
+  SourcePos pos;
+  std::string describe() const;  // "recovery_time <= 2s (job)"
+};
+
+// One fault parameter of one step takes each value in turn: one trial (and one score) per value.
+struct Sweep {
+  std::string step;
+  std::string param;
+  std::vector<json> values;  // as written
+  SourcePos pos;
+};
+
+struct Scenario {
+  std::string name;
+  std::vector<Phase> phases;  // the first one is the baseline
+  std::vector<Step> steps;
+  std::vector<Expectation> expectations;
+  std::optional<Sweep> sweep;
+  SourcePos pos;
+  int64_t durationNs() const;
+};
+
+struct Guardrails {
+  double minBaselineBytesPerSec = 0;  // abort when the baseline is below; 0 = no floor
+  bool abortOnAgentLoss = true;
+  int64_t maxStallNs = 0;  // abort when the job stalls longer; 0 = no bound
+};
+
+struct ScoringSettings {
+  int64_t binNs = 10'000'000;       // throughput bin width
+  int64_t warmupNs = 1'000'000'000;  // start of the baseline phase left out of the baseline
+  double epsilon = 0.05;            // recovered when x >= (1 - epsilon) * baseline ...
+  int64_t holdNs = 1'000'000'000;   // ... for this long
+  double stallFraction = 0.1;       // stalled while x < stallFraction * baseline
+};
+
+struct CostSettings {
+  int64_t gpus = 0;               // cluster size the loss is extrapolated to; 0 = no extrapolation
+  double pricePerGpuHour = 0;
+  std::string currency = "USD";
+  double incidentsPerDay = 1;     // how often this fault is expected in production
+  double days = 30;               // length of the production run extrapolated to
+};
+
+struct Playbook {
+  std::string path;
+  std::string text;  // the file as read, so results are self-contained
+  std::string name;
+  std::string description;
+  uint64_t seed = 1;
+  int repeat = 1;
+  Workload workload;
+  Guardrails guardrails;
+  ScoringSettings scoring;
+  CostSettings cost;
+  std::vector<Scenario> scenarios;  // a playbook without [[scenario]] has one, named after it
+  std::vector<std::string> faultKinds() const;  // distinct kinds used, in order of appearance
+};
+
+Result<Playbook> parsePlaybook(const std::string& text, const std::string& path);
+Result<Playbook> loadPlaybook(const std::string& path);
+
+// ---------------------------------------------------------------- the resolved plan
+
+struct PlannedPhase {
+  std::string name;
+  int64_t startNs = 0;  // from the run start
+  int64_t endNs = 0;
+};
+
+struct PlannedFault {
+  std::string step;
+  std::string kind;
+  std::string node;
+  int64_t atNs = 0;   // from the run start
+  int64_t forNs = 0;  // maximum lifetime
+  json params;        // normalised, sweep value applied
+};
+
+struct Trial {
+  int index = 0;  // 0-based, in run order
+  std::string scenario;
+  int repeat = 0;  // 0-based
+  std::string sweepParam;  // "" when the scenario has no sweep
+  json sweepValue;         // as written
+  int64_t startNs = 0;
+  int64_t endNs = 0;
+  int64_t baselineFromNs = 0;  // baseline phase after warm-up
+  int64_t baselineToNs = 0;
+  std::vector<PlannedPhase> phases;
+  std::vector<PlannedFault> faults;  // in time order
+  std::string label() const;  // "link-flap #2 kmin=200KiB"
+};
+
+struct Plan {
+  std::string playbook;
+  uint64_t seed = 0;
+  std::vector<std::string> workloadNodes;
+  std::vector<Trial> trials;
+  int64_t durationNs = 0;
+};
+
+// Binds the playbook to an inventory. Errors (unknown node or role, a random pick larger than
+// its pool, an expectation scoped to a node outside the workload) point into the playbook.
+Result<Plan> resolvePlan(const Playbook& playbook, const Inventory& inventory);
+
+// Human-readable plan for `run --dry-run`: every phase and every fault on every node.
+std::string formatPlan(const Playbook& playbook, const Plan& plan);
+
+json toJson(const Plan& plan);
+
+// Normalised fault parameters back in the units people write ("down=2s, count=1"), using the
+// kind's parameter descriptions when this build registers the kind.
+std::string formatParams(const std::string& kind, const json& params);
+
+}  // namespace rc::controller

@@ -1,0 +1,815 @@
+// The result document and its renderings: JUnit XML, a self-contained HTML page, text.
+#include "controller/report.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "common/units.hpp"
+#include "rdmachaos_config.h"
+
+namespace rc::controller {
+namespace {
+
+json optNum(const std::optional<double>& v) { return v ? json(*v) : json(); }
+json optInt(const std::optional<int64_t>& v) { return v ? json(*v) : json(); }
+
+json iterJson(const std::optional<IterationStats>& s) {
+  if (!s) return json();
+  return {{"count", s->count}, {"p50_ns", s->p50Ns}, {"p99_ns", s->p99Ns}, {"max_ns", s->maxNs}};
+}
+
+json scopeJson(const ScopeScore& s) {
+  json j = {{"scope", s.scope},
+            {"baseline_Bps", optNum(s.baseline)},
+            {"iterations", {{"baseline", iterJson(s.baselineIterations)},
+                            {"window", iterJson(s.windowIterations)}}},
+            {"counters", s.counterDeltas},
+            {"busbw_Bps", optNum(s.busbw)},
+            {"gpu_hours", optNum(s.gpuHours)},
+            {"cost", optNum(s.cost)},
+            {"gpu_hours_per_period", optNum(s.gpuHoursPerPeriod)},
+            {"cost_per_period", optNum(s.costPerPeriod)},
+            {"impact", nullptr}};
+  if (s.impact) {
+    const Impact& im = *s.impact;
+    j["impact"] = {{"time_to_impact_ns", optInt(im.timeToImpactNs)},
+                   {"recovered", im.recovered},
+                   {"recovery_time_ns", optInt(im.recoveryTimeNs)},
+                   {"recovered_at_ns", im.recovered ? json(im.recoveredAtNs) : json()},
+                   {"window_from_ns", im.windowFromNs},
+                   {"window_to_ns", im.windowToNs},
+                   {"loss_bytes", im.lossBytes},
+                   {"loss_pct", im.lossPct},
+                   {"stall_ns", im.stallNs},
+                   {"longest_stall_ns", im.longestStallNs},
+                   {"min_Bps", im.minRate}};
+  }
+  return j;
+}
+
+std::string esc(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default:
+        // Control characters are not allowed in XML 1.0; they can only come from odd input.
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += "?";
+        else out += c;
+    }
+  }
+  return out;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string str(const json& j, const char* key, std::string def = "") {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : def;
+}
+
+int64_t i64(const json& j, const char* key, int64_t def = 0) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<int64_t>() : def;
+}
+
+std::optional<double> num(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+std::string dur(int64_t ns) { return ns == 0 ? "0s" : formatDuration(Nanos(ns)); }
+std::string rel(int64_t ns) { return fmt("%+.3fs", double(ns) / 1e9); }
+std::string rateText(std::optional<double> Bps) {
+  if (!Bps) return "–";
+  if (*Bps == 0) return "0";
+  if (*Bps * 8 < 1e6) return fmt("%.1fkb/s", *Bps * 8 / 1e3);  // formatBitRate stops at b/s
+  return formatBitRate(*Bps * 8);
+}
+
+std::string utc(int64_t unixNs) {
+  if (unixNs <= 0) return "unknown";
+  std::time_t t = std::time_t(unixNs / 1'000'000'000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+}  // namespace
+
+json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& scores) {
+  json doc;
+  doc["schema"] = kResultSchema;
+  doc["generator"] = {{"tool", "rdmachaos"}, {"version", RDMACHAOS_VERSION}};
+  json scens = json::array();
+  for (const auto& sc : pb.scenarios) {
+    json ex = json::array();
+    for (const auto& e : sc.expectations)
+      ex.push_back({{"metric", e.metric}, {"scope", e.scope}, {"op", toString(e.op)},
+                    {"bound", e.bound}, {"bound_text", e.boundText}});
+    scens.push_back({{"name", sc.name}, {"duration_ns", sc.durationNs()}, {"expectations", ex}});
+  }
+  doc["playbook"] = {
+      {"name", pb.name},
+      {"description", pb.description},
+      {"path", pb.path},
+      {"seed", pb.seed},
+      {"repeat", pb.repeat},
+      {"text", pb.text},
+      {"workload", {{"kind", toString(pb.workload.kind)}, {"size_bytes", pb.workload.sizeBytes},
+                    {"streams", pb.workload.streams}, {"nodes", pb.workload.nodes.describe()}}},
+      {"scoring", {{"bin_ns", pb.scoring.binNs}, {"warmup_ns", pb.scoring.warmupNs},
+                   {"epsilon", pb.scoring.epsilon}, {"hold_ns", pb.scoring.holdNs},
+                   {"stall_fraction", pb.scoring.stallFraction}}},
+      {"guardrails", {{"min_baseline_Bps", pb.guardrails.minBaselineBytesPerSec},
+                      {"abort_on_agent_loss", pb.guardrails.abortOnAgentLoss},
+                      {"max_stall_ns", pb.guardrails.maxStallNs}}},
+      {"cost", {{"gpus", pb.cost.gpus}, {"price_per_gpu_hour", pb.cost.pricePerGpuHour},
+                {"currency", pb.cost.currency}, {"incidents_per_day", pb.cost.incidentsPerDay},
+                {"days", pb.cost.days}}},
+      {"scenarios", scens}};
+  json nodes = json::array();
+  for (const auto& n : run.inventoryNodes)
+    nodes.push_back({{"name", n.name}, {"address", n.address}, {"port", n.port},
+                     {"roles", n.roles}, {"data_interfaces", n.dataInterfaces}});
+  doc["inventory"] = {{"path", run.inventoryPath}, {"nodes", nodes}};
+  doc["run"] = {{"started_unix_ns", run.startedUnixNs},
+                {"ended_ns", run.endedNs},
+                {"planned_ns", run.plan.durationNs},
+                {"abort_reason", run.abortReason}};
+  json clocks = json::array();
+  for (const auto& c : run.clocks)
+    clocks.push_back({{"node", c.node}, {"offset_ns", c.offsetNs},
+                      {"uncertainty_ns", c.uncertaintyNs}, {"rtt_ns", c.rttNs}});
+  doc["clocks"] = clocks;
+  doc["plan"] = toJson(run.plan);
+
+  // Dense series from t = 0 over what was run: easy to plot and to re-score elsewhere.
+  const int64_t w = run.binNs > 0 ? run.binNs : pb.scoring.binNs;
+  const int64_t end = std::max<int64_t>(0, run.endedNs / w * w);
+  json series = {{"bin_ns", w}, {"start_ns", 0}, {"unit", "bytes per bin"}};
+  std::vector<Grid> grids;
+  json perNode = json::object();
+  for (const auto& name : run.plan.workloadNodes) {
+    auto it = run.series.find(name);
+    Grid g = toGrid(it == run.series.end() ? std::vector<Bin>{} : it->second, w, 0, end);
+    perNode[name] = g.bytes;
+    grids.push_back(std::move(g));
+  }
+  series["nodes"] = perNode;
+  series["job"] = sumGrids(grids).bytes;
+  doc["series"] = series;
+
+  json iters = json::array();
+  for (const auto& r : run.iterations)
+    iters.push_back({{"node", r.node}, {"iteration", r.iteration}, {"start_ns", r.startNs}, {"end_ns", r.endNs}});
+  doc["iterations"] = iters;
+  json faults = json::array();
+  for (const auto& f : run.faults)
+    faults.push_back({{"trial", f.trial}, {"step", f.step}, {"node", f.node}, {"kind", f.kind},
+                      {"params", f.params}, {"scheduled_ns", f.scheduledNs},
+                      {"applied_ns", optInt(f.appliedNs)}, {"reverted_ns", optInt(f.revertedNs)},
+                      {"error", f.error}});
+  doc["faults"] = faults;
+  json counters = json::array();
+  for (const auto& c : run.counters) {
+    json delta = json::object();
+    for (const auto& [k, a] : c.after)
+      if (auto b = c.before.find(k); b != c.before.end()) delta[k] = int64_t(a) - int64_t(b->second);
+    counters.push_back({{"trial", c.trial}, {"node", c.node}, {"before", c.before}, {"after", c.after},
+                        {"delta", delta}});
+  }
+  doc["counters"] = counters;
+
+  json trials = json::array();
+  for (const auto& ts : scores.trials) {
+    const Trial& t = run.plan.trials.at(size_t(ts.trial));
+    json jt = toJson(run.plan)["trials"][size_t(ts.trial)];
+    jt.erase("faults");  // the planned faults are in plan; the real ones in faults
+    jt["completed"] = ts.completed;
+    jt["fault_start_ns"] = optInt(ts.faultStartNs);
+    jt["fault_end_ns"] = optInt(ts.faultEndNs);
+    jt["problems"] = ts.problems;
+    jt["job"] = scopeJson(ts.job);
+    json ns = json::array();
+    for (const auto& n : ts.nodes) ns.push_back(scopeJson(n));
+    jt["nodes"] = ns;
+    json vs = json::array();
+    for (const auto& v : ts.verdicts)
+      vs.push_back({{"metric", v.metric}, {"scope", v.scope}, {"op", v.op}, {"bound", v.bound},
+                    {"bound_text", v.boundText}, {"measured", optNum(v.measured)},
+                    {"measured_text", v.measuredText}, {"passed", v.passed},
+                    {"line", v.pos.line}, {"column", v.pos.column}});
+    jt["verdicts"] = vs;
+    (void)t;
+    trials.push_back(std::move(jt));
+  }
+  doc["trials"] = trials;
+  doc["outcome"] = {{"verdict", toString(scores.outcome)},
+                    {"reason", scores.reason},
+                    {"exit_code", exitCodeFor(scores.outcome)},
+                    {"expectations_passed", scores.verdictsPassed},
+                    {"expectations_failed", scores.verdictsFailed}};
+  return doc;
+}
+
+Result<void> checkResultDocument(const json& doc) {
+  if (!doc.is_object()) return makeError("a result document is a JSON object");
+  if (str(doc, "schema") != kResultSchema)
+    return makeError("schema is '" + str(doc, "schema", "missing") + "', expected '" + kResultSchema +
+                     "': this file was not written by this version of rdmachaos");
+  struct Need {
+    const char* key;
+    json::value_t type;
+  };
+  for (const Need& n : {Need{"playbook", json::value_t::object}, Need{"run", json::value_t::object},
+                        Need{"series", json::value_t::object}, Need{"faults", json::value_t::array},
+                        Need{"trials", json::value_t::array}, Need{"outcome", json::value_t::object},
+                        Need{"counters", json::value_t::array}, Need{"clocks", json::value_t::array}}) {
+    auto it = doc.find(n.key);
+    if (it == doc.end() || it->type() != n.type)
+      return makeError(std::string("member '") + n.key + "' is missing or has the wrong type");
+  }
+  const json& s = doc["series"];
+  if (!s.contains("bin_ns") || !s["bin_ns"].is_number_integer() || s["bin_ns"].get<int64_t>() <= 0)
+    return makeError("series.bin_ns must be a positive integer");
+  if (!s.contains("job") || !s["job"].is_array()) return makeError("series.job must be an array");
+  if (!s.contains("nodes") || !s["nodes"].is_object()) return makeError("series.nodes must be an object");
+  for (const auto& t : doc["trials"]) {
+    if (!t.is_object() || !t.contains("start_ns") || !t.contains("end_ns") || !t.contains("job") ||
+        !t.contains("verdicts") || !t["verdicts"].is_array())
+      return makeError("every trial needs start_ns, end_ns, job and verdicts");
+  }
+  return {};
+}
+
+Result<json> loadResultDocument(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return makeError("cannot read result '" + path + "': check the path");
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::parse_error& e) {
+    return makeError(path + ": not JSON: " + e.what());
+  }
+  if (auto ok = checkResultDocument(doc); !ok) return makeError(path + ": " + ok.error().message);
+  return doc;
+}
+
+Result<void> writeFileAtomic(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return makeError("cannot write '" + path + "': " + std::strerror(errno), errno);
+  size_t off = 0;
+  while (off < content.size()) {
+    ssize_t n = ::write(fd, content.data() + off, content.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return makeError("cannot write '" + path + "': " + std::strerror(e), e);
+    }
+    off += size_t(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    return makeError("cannot write '" + path + "': " + std::strerror(e), e);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    return makeError("cannot rename into '" + path + "': " + std::strerror(e), e);
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------- JUnit
+
+std::string renderJunit(const json& doc) {
+  const json& pb = doc["playbook"];
+  const std::string suiteName = str(pb, "name", "playbook");
+  std::ostringstream cases;
+  int tests = 0, failures = 0, errors = 0;
+  std::ostringstream out;
+  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  std::ostringstream suites;
+  for (const auto& t : doc["trials"]) {
+    std::ostringstream tc;
+    int tt = 0, tf = 0, te = 0;
+    const std::string label = str(t, "label", "trial");
+    const std::string cls = "rdmachaos." + suiteName + "." + str(t, "scenario", "scenario");
+    // The trial itself is a test case: it errors when it did not complete or a fault failed.
+    tt++;
+    tc << "    <testcase classname=\"" << esc(cls) << "\" name=\"" << esc(label + ": trial ran cleanly") << "\">\n";
+    if (t.contains("problems") && !t["problems"].empty()) {
+      te++;
+      std::string all;
+      for (const auto& p : t["problems"]) all += p.get<std::string>() + "\n";
+      tc << "      <error message=\"" << esc(t["problems"][0].get<std::string>()) << "\">" << esc(all)
+         << "</error>\n";
+    }
+    tc << "    </testcase>\n";
+    for (const auto& v : t["verdicts"]) {
+      tt++;
+      std::string name = str(v, "metric") + " " + str(v, "op") + " " + str(v, "bound_text") + " [" +
+                         str(v, "scope") + "]";
+      tc << "    <testcase classname=\"" << esc(cls) << "\" name=\"" << esc(label + ": " + name) << "\">\n";
+      if (!v.value("passed", false)) {
+        tf++;
+        std::string msg = "measured " + str(v, "measured_text") + ", expected " + str(v, "op") + " " +
+                          str(v, "bound_text");
+        tc << "      <failure message=\"" << esc(msg) << "\" type=\"expectation\">" << esc(name)
+           << ": measured " << esc(str(v, "measured_text")) << " (bound " << esc(str(v, "op")) << " "
+           << esc(str(v, "bound_text")) << ", playbook line " << v.value("line", 0) << ")</failure>\n";
+      }
+      tc << "    </testcase>\n";
+    }
+    suites << "  <testsuite name=\"" << esc(suiteName + " / " + label) << "\" tests=\"" << tt
+           << "\" failures=\"" << tf << "\" errors=\"" << te << "\" skipped=\"0\">\n"
+           << tc.str() << "  </testsuite>\n";
+    tests += tt;
+    failures += tf;
+    errors += te;
+  }
+  std::string abort = str(doc["run"], "abort_reason");
+  if (!abort.empty()) {
+    errors++;
+    tests++;
+    suites << "  <testsuite name=\"" << esc(suiteName + " / run") << "\" tests=\"1\" failures=\"0\" errors=\"1\" skipped=\"0\">\n"
+           << "    <testcase classname=\"rdmachaos." << esc(suiteName) << "\" name=\"run completes\">\n"
+           << "      <error message=\"" << esc("aborted: " + abort) << "\"/>\n    </testcase>\n  </testsuite>\n";
+  }
+  out << "<testsuites name=\"" << esc(suiteName) << "\" tests=\"" << tests << "\" failures=\"" << failures
+      << "\" errors=\"" << errors << "\">\n"
+      << suites.str() << "</testsuites>\n";
+  return out.str();
+}
+
+// ---------------------------------------------------------------- text
+
+std::string renderText(const json& doc) {
+  std::ostringstream o;
+  const json& pb = doc["playbook"];
+  const json& oc = doc["outcome"];
+  o << "playbook " << str(pb, "name") << ": " << str(oc, "verdict") << " (" << str(oc, "reason") << ")\n";
+  for (const auto& t : doc["trials"]) {
+    const json& job = t["job"];
+    o << "\n" << str(t, "label") << "\n";
+    o << "  baseline        " << rateText(num(job, "baseline_Bps")) << "\n";
+    if (job["impact"].is_object()) {
+      const json& im = job["impact"];
+      auto tti = num(im, "time_to_impact_ns");
+      auto rec = num(im, "recovery_time_ns");
+      o << "  time to impact  " << (tti ? dur(int64_t(*tti)) : "no impact") << "\n";
+      o << "  recovery time   " << (rec ? dur(int64_t(*rec)) : "NOT RECOVERED") << "\n";
+      o << "  throughput loss " << formatSize(uint64_t(num(im, "loss_bytes").value_or(0))) << " ("
+        << fmt("%.2f", num(im, "loss_pct").value_or(0)) << "% of baseline over "
+        << dur(i64(im, "window_to_ns") - i64(im, "window_from_ns")) << ")\n";
+      o << "  stall time      " << dur(i64(im, "stall_ns")) << " (longest " << dur(i64(im, "longest_stall_ns")) << ")\n";
+    } else {
+      o << "  no fault was applied\n";
+    }
+    if (auto g = num(job, "gpu_hours"))
+      o << "  extrapolated    " << fmt("%.3g", *g) << " GPU-hours per incident ("
+        << fmt("%.2f", num(job, "cost").value_or(0)) << " " << str(pb["cost"], "currency") << "), "
+        << fmt("%.4g", num(job, "gpu_hours_per_period").value_or(0)) << " GPU-hours per period\n";
+    for (const auto& p : t["problems"]) o << "  ERROR " << p.get<std::string>() << "\n";
+    for (const auto& v : t["verdicts"])
+      o << "  " << (v.value("passed", false) ? "ok   " : "FAIL ") << str(v, "metric") << " " << str(v, "op") << " "
+        << str(v, "bound_text") << " (" << str(v, "scope") << "): " << str(v, "measured_text") << "\n";
+  }
+  std::string abort = str(doc["run"], "abort_reason");
+  if (!abort.empty()) o << "\nrun aborted: " << abort << "\n";
+  return o.str();
+}
+
+// ---------------------------------------------------------------- HTML
+
+namespace {
+
+struct Axis {
+  double max = 1;   // in display units
+  double step = 1;  // tick step
+};
+
+// A round tick step (1, 2 or 5 x 10^k) that gives about `ticks` ticks up to v.
+Axis niceAxis(double v, int ticks) {
+  if (!(v > 0)) v = 1;
+  double raw = v / ticks;
+  double mag = std::pow(10, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * mag >= raw) {
+      step = m * mag;
+      break;
+    }
+  return {std::ceil(v / step) * step, step};
+}
+
+struct Shade {
+  int64_t fromNs, toNs;
+  std::string title;
+  bool strong;
+};
+
+struct ChartInput {
+  std::string id;
+  std::string title;
+  std::vector<double> bytes;  // the trial's bins
+  int64_t binNs = 1;
+  int64_t t0 = 0, t1 = 1;     // trial span (run timeline)
+  std::optional<double> baseline;  // bytes/s
+  double epsilon = 0.05;
+  std::vector<std::pair<std::string, int64_t>> phases;  // name, start
+  std::vector<Shade> shades;
+  std::optional<int64_t> faultEnd;
+  std::optional<int64_t> recoveredAt;
+  bool notRecovered = false;
+  int height = 260;
+};
+
+std::string chart(const ChartInput& c) {
+  const double W = 1120, H = c.height, L = 70, R = 18, T = 24, B = 30;
+  const double pw = W - L - R, ph = H - T - B;
+  double peak = 0;
+  for (double b : c.bytes) peak = std::max(peak, b * 1e9 / double(c.binNs) * 8);
+  if (c.baseline) peak = std::max(peak, *c.baseline * 8);
+  const double unit = peak >= 1e9 ? 1e9 : peak >= 1e6 ? 1e6 : 1e3;
+  const char* unitName = peak >= 1e9 ? "Gb/s" : peak >= 1e6 ? "Mb/s" : "kb/s";
+  Axis ya = niceAxis(peak / unit * 1.08, 4);
+  const double span = double(c.t1 - c.t0) / 1e9;
+  Axis xa = niceAxis(span, 10);
+  auto X = [&](int64_t t) { return L + (double(t - c.t0) / 1e9) / span * pw; };
+  auto Y = [&](double bitsPerSec) { return T + ph - std::min(bitsPerSec / unit / ya.max, 1.0) * ph; };
+  std::ostringstream s;
+  s << "<svg class=\"chart\" id=\"" << esc(c.id) << "\" viewBox=\"0 0 " << W << " " << H
+    << "\" width=\"100%\" role=\"img\" aria-label=\"" << esc(c.title) << "\" xmlns=\"http://www.w3.org/2000/svg\">\n";
+  s << "<text x=\"" << L << "\" y=\"15\" class=\"ctitle\">" << esc(c.title) << "</text>\n";
+  // Grid and axes.
+  for (double v = 0; v <= ya.max + 1e-9; v += ya.step) {
+    double y = Y(v * unit);
+    s << "<line class=\"grid\" x1=\"" << L << "\" x2=\"" << L + pw << "\" y1=\"" << fmt("%.1f", y) << "\" y2=\""
+      << fmt("%.1f", y) << "\"/><text class=\"tick\" x=\"" << L - 6 << "\" y=\"" << fmt("%.1f", y + 4)
+      << "\" text-anchor=\"end\">" << fmt("%g", v) << "</text>\n";
+  }
+  s << "<text class=\"tick\" x=\"12\" y=\"" << T + ph / 2 << "\" transform=\"rotate(-90 12 " << T + ph / 2
+    << ")\" text-anchor=\"middle\">" << unitName << "</text>\n";
+  for (double v = 0; v <= span + 1e-9; v += xa.step) {
+    double x = L + v / span * pw;
+    s << "<line class=\"xtick\" x1=\"" << fmt("%.1f", x) << "\" x2=\"" << fmt("%.1f", x) << "\" y1=\"" << T + ph
+      << "\" y2=\"" << T + ph + 4 << "\"/><text class=\"tick\" x=\"" << fmt("%.1f", x) << "\" y=\"" << T + ph + 17
+      << "\" text-anchor=\"middle\">" << fmt("%g", v) << "s</text>\n";
+  }
+  // Fault windows under the data.
+  for (const auto& sh : c.shades) {
+    double x0 = X(std::max(sh.fromNs, c.t0)), x1 = X(std::min(sh.toNs, c.t1));
+    s << "<rect class=\"fault-window" << (sh.strong ? " target" : "") << "\" x=\"" << fmt("%.1f", x0) << "\" y=\"" << T
+      << "\" width=\"" << fmt("%.1f", std::max(1.0, x1 - x0)) << "\" height=\"" << ph << "\"><title>"
+      << esc(sh.title) << "</title></rect>\n";
+  }
+  // Phase boundaries and names.
+  for (const auto& [name, start] : c.phases) {
+    double x = X(start);
+    if (start > c.t0)
+      s << "<line class=\"phase\" x1=\"" << fmt("%.1f", x) << "\" x2=\"" << fmt("%.1f", x) << "\" y1=\"" << T
+        << "\" y2=\"" << T + ph << "\"/>\n";
+    s << "<text class=\"phasename\" x=\"" << fmt("%.1f", x + 4) << "\" y=\"" << T + 11 << "\">" << esc(name) << "</text>\n";
+  }
+  if (c.baseline) {
+    double yb = Y(*c.baseline * 8), yt = Y(*c.baseline * 8 * (1 - c.epsilon));
+    s << "<line class=\"baseline\" x1=\"" << L << "\" x2=\"" << L + pw << "\" y1=\"" << fmt("%.1f", yb) << "\" y2=\""
+      << fmt("%.1f", yb) << "\"><title>baseline " << esc(formatBitRate(*c.baseline * 8)) << "</title></line>\n";
+    s << "<line class=\"threshold\" x1=\"" << L << "\" x2=\"" << L + pw << "\" y1=\"" << fmt("%.1f", yt) << "\" y2=\""
+      << fmt("%.1f", yt) << "\"><title>recovery threshold (1 - " << c.epsilon << ") x baseline</title></line>\n";
+  }
+  // The series, as steps: a bin is a constant rate over its width. Wide runs are averaged
+  // down to about two points per pixel so the page stays light.
+  size_t n = c.bytes.size();
+  size_t stride = std::max<size_t>(1, n / 2200 + 1);
+  std::ostringstream d, area;
+  for (size_t i = 0; i < n; i += stride) {
+    double sum = 0;
+    size_t k = 0;
+    for (; k < stride && i + k < n; k++) sum += c.bytes[i + k];
+    double bps = sum / double(k) * 1e9 / double(c.binNs) * 8;
+    double xa0 = X(c.t0 + int64_t(i) * c.binNs), xa1 = X(c.t0 + int64_t(i + k) * c.binNs);
+    double y = Y(bps);
+    d << (i == 0 ? "M" : "L") << fmt("%.1f", xa0) << "," << fmt("%.1f", y) << "L" << fmt("%.1f", xa1) << ","
+      << fmt("%.1f", y);
+  }
+  if (n) {
+    area << "M" << L << "," << T + ph << d.str().substr(1).insert(0, "L") << "L" << fmt("%.1f", X(c.t0 + int64_t(n) * c.binNs))
+         << "," << T + ph << "Z";
+    s << "<path class=\"area\" d=\"" << area.str() << "\"/>\n";
+    s << "<path class=\"series\" data-bins=\"" << n << "\" d=\"" << d.str() << "\"/>\n";
+  }
+  if (c.recoveredAt) {
+    double x = X(*c.recoveredAt);
+    std::string label = "recovered " + (c.faultEnd ? "+" + formatDuration(Nanos(*c.recoveredAt - *c.faultEnd)) : "");
+    s << "<line class=\"recovery-mark\" x1=\"" << fmt("%.1f", x) << "\" x2=\"" << fmt("%.1f", x) << "\" y1=\"" << T
+      << "\" y2=\"" << T + ph << "\"><title>" << esc(label) << " after the fault ended</title></line>\n"
+      << "<text class=\"recovery-label\" x=\"" << fmt("%.1f", x + 4) << "\" y=\"" << T + ph - 6 << "\">"
+      << esc(label) << "</text>\n";
+  } else if (c.notRecovered) {
+    s << "<text class=\"recovery-mark not-recovered\" x=\"" << L + pw - 4 << "\" y=\"" << T + 26
+      << "\" text-anchor=\"end\">not recovered</text>\n";
+  }
+  s << "<rect class=\"frame\" x=\"" << L << "\" y=\"" << T << "\" width=\"" << pw << "\" height=\"" << ph << "\"/>\n";
+  s << "</svg>\n";
+  return s.str();
+}
+
+std::vector<double> slice(const json& arr, int64_t binNs, int64_t from, int64_t to) {
+  std::vector<double> out;
+  if (!arr.is_array()) return out;
+  int64_t a = from / binNs, b = to / binNs;
+  for (int64_t i = a; i < b; i++)
+    out.push_back(size_t(i) < arr.size() && arr[size_t(i)].is_number() ? arr[size_t(i)].get<double>() : 0.0);
+  return out;
+}
+
+const char* kCss = R"(
+:root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#f6f8fa;--ok:#1a7f37;--bad:#cf222e;--warn:#9a6700;--blue:#0969da}
+*{box-sizing:border-box}body{font:14px/1.45 -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:var(--fg);margin:0;background:#fff}
+header{padding:18px 28px;border-bottom:1px solid var(--line);background:var(--bg)}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}h3{font-size:14px;margin:18px 0 6px;color:var(--muted)}
+main{padding:8px 28px 40px;max-width:1200px}.muted{color:var(--muted)}
+.badge{display:inline-block;padding:2px 10px;border-radius:12px;font-weight:600;font-size:13px;color:#fff;vertical-align:middle;margin-left:8px}
+.passed{background:var(--ok)}.failed{background:var(--bad)}.error{background:var(--warn)}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:10px 0}
+.card{border:1px solid var(--line);border-radius:6px;padding:8px 12px;min-width:140px}
+.card .k{font-size:12px;color:var(--muted)}.card .v{font-size:18px;font-weight:600;font-variant-numeric:tabular-nums}
+.card.bad .v{color:var(--bad)}
+table{border-collapse:collapse;margin:6px 0 12px;font-variant-numeric:tabular-nums}
+th,td{border:1px solid var(--line);padding:4px 10px;text-align:left;font-size:13px}th{background:var(--bg)}
+td.num{text-align:right}.pass{color:var(--ok);font-weight:600}.fail{color:var(--bad);font-weight:600}
+.problem{color:var(--warn);font-weight:600}
+svg.chart{display:block;margin:6px 0;max-width:1120px}
+svg .ctitle{font-size:13px;font-weight:600;fill:var(--fg)}svg .tick{font-size:11px;fill:var(--muted)}
+svg .grid{stroke:#eaeef2;stroke-width:1}svg .xtick{stroke:var(--muted)}svg .frame{fill:none;stroke:var(--line)}
+svg .series{fill:none;stroke:var(--blue);stroke-width:1.4}svg .area{fill:var(--blue);opacity:.08}
+svg .fault-window{fill:#cf222e;opacity:.12}svg .fault-window.target{opacity:.22}
+svg .phase{stroke:#8c959f;stroke-dasharray:3 3}svg .phasename{font-size:11px;fill:var(--muted)}
+svg .baseline{stroke:#59636e;stroke-dasharray:6 4}svg .threshold{stroke:#9a6700;stroke-dasharray:2 3}
+svg .recovery-mark{stroke:var(--ok);stroke-width:2}svg .recovery-label{font-size:12px;fill:var(--ok);font-weight:600}
+svg text.not-recovered{fill:var(--bad);stroke:none;font-size:13px;font-weight:700}
+.legend span{margin-right:16px;font-size:12px;color:var(--muted)}.sw{display:inline-block;width:18px;height:10px;vertical-align:middle;margin-right:4px}
+details pre{background:var(--bg);padding:10px;border:1px solid var(--line);overflow:auto;font-size:12px}
+)";
+
+std::string card(const std::string& k, const std::string& v, bool bad = false) {
+  return "<div class=\"card" + std::string(bad ? " bad" : "") + "\"><div class=\"k\">" + esc(k) +
+         "</div><div class=\"v\">" + esc(v) + "</div></div>";
+}
+
+}  // namespace
+
+std::string renderHtml(const json& doc) {
+  const json& pb = doc["playbook"];
+  const json& oc = doc["outcome"];
+  const json& series = doc["series"];
+  const int64_t binNs = series["bin_ns"].get<int64_t>();
+  const double epsilon = pb.contains("scoring") ? pb["scoring"].value("epsilon", 0.05) : 0.05;
+  const std::string verdict = str(oc, "verdict", "error");
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>rdmachaos: "
+    << esc(str(pb, "name")) << " — " << esc(verdict) << "</title>\n<style>" << kCss << "</style></head>\n<body>\n";
+  h << "<header><h1>" << esc(str(pb, "name")) << " <span class=\"badge " << esc(verdict) << "\" id=\"verdict\">"
+    << esc(verdict == "passed" ? "PASSED" : verdict == "failed" ? "FAILED" : "ERROR") << "</span></h1>\n";
+  if (!str(pb, "description").empty()) h << "<div>" << esc(str(pb, "description")) << "</div>\n";
+  const json& run = doc["run"];
+  const json& wl = pb.value("workload", json::object());
+  h << "<div class=\"muted\">" << esc(str(oc, "reason")) << " · started " << esc(utc(i64(run, "started_unix_ns")))
+    << " · ran " << esc(dur(i64(run, "ended_ns"))) << " of " << esc(dur(i64(run, "planned_ns"))) << " · workload "
+    << esc(str(wl, "kind")) << " " << esc(formatSize(uint64_t(i64(wl, "size_bytes")))) << " × "
+    << i64(wl, "streams", 1) << " stream(s) on " << series["nodes"].size() << " node(s) · seed "
+    << i64(pb, "seed") << " · bin " << esc(dur(binNs)) << "</div>\n";
+  if (!str(run, "abort_reason").empty())
+    h << "<div class=\"problem\">Run aborted: " << esc(str(run, "abort_reason")) << "</div>\n";
+  h << "</header>\n<main>\n";
+  h << "<div class=\"legend\"><span><i class=\"sw\" style=\"background:#0969da\"></i>throughput</span>"
+       "<span><i class=\"sw\" style=\"background:#cf222e;opacity:.3\"></i>fault applied → reverted (agent times)</span>"
+       "<span><i class=\"sw\" style=\"border-top:2px dashed #59636e;height:0\"></i>baseline (median after warm-up)</span>"
+       "<span><i class=\"sw\" style=\"border-top:2px dotted #9a6700;height:0\"></i>recovery threshold</span>"
+       "<span><i class=\"sw\" style=\"background:#1a7f37;width:3px\"></i>recovered</span></div>\n";
+
+  const json& faults = doc["faults"];
+  for (const auto& t : doc["trials"]) {
+    const int idx = int(i64(t, "index"));
+    const int64_t t0 = i64(t, "start_ns"), t1 = i64(t, "end_ns");
+    const json& job = t["job"];
+    const json& im = job.value("impact", json());
+    int met = 0, total = 0;
+    for (const auto& v : t["verdicts"]) {
+      total++;
+      met += v.value("passed", false) ? 1 : 0;
+    }
+    const bool trialError = !t.value("problems", json::array()).empty();
+    const char* tv = trialError ? "error" : met < total ? "failed" : "passed";
+    h << "<section class=\"trial\" id=\"trial-" << idx << "\">\n<h2>Trial " << idx + 1 << ": " << esc(str(t, "label"))
+      << " <span class=\"badge " << tv << "\">" << (trialError ? "error" : std::to_string(met) + "/" + std::to_string(total) + " met")
+      << "</span></h2>\n";
+    for (const auto& p : t.value("problems", json::array()))
+      h << "<div class=\"problem\">⚠ " << esc(p.get<std::string>()) << "</div>\n";
+    h << "<div class=\"cards\">" << card("baseline", rateText(num(job, "baseline_Bps")));
+    if (auto bw = num(job, "busbw_Bps")) h << card("bus bandwidth", rateText(bw));
+    if (im.is_object()) {
+      auto tti = num(im, "time_to_impact_ns");
+      auto rec = num(im, "recovery_time_ns");
+      h << card("time to impact", tti ? dur(int64_t(*tti)) : "no impact")
+        << card("recovery time", rec ? dur(int64_t(*rec)) : "not recovered", !rec)
+        << card("throughput loss", fmt("%.2f%%", num(im, "loss_pct").value_or(0)) + " · " +
+                                       formatSize(uint64_t(num(im, "loss_bytes").value_or(0))))
+        << card("stall time", dur(i64(im, "stall_ns")), i64(im, "stall_ns") > 0);
+      const json& wi = job["iterations"].value("window", json());
+      const json& bi = job["iterations"].value("baseline", json());
+      if (wi.is_object())
+        h << card("iteration p99 (base p50)", dur(i64(wi, "p99_ns")) +
+                                                  (bi.is_object() ? " (" + dur(i64(bi, "p50_ns")) + ")" : ""));
+      if (auto g = num(job, "gpu_hours"))
+        h << card("GPU-hours / incident", fmt("%.3g", *g) + " · " + fmt("%.2f", num(job, "cost").value_or(0)) + " " +
+                                              str(pb.value("cost", json::object()), "currency"));
+    } else {
+      h << card("fault", "none applied", true);
+    }
+    h << "</div>\n";
+
+    ChartInput base;
+    base.binNs = binNs;
+    base.t0 = t0;
+    base.t1 = t1;
+    base.epsilon = epsilon;
+    for (const auto& ph : t.value("phases", json::array())) base.phases.push_back({str(ph, "name"), i64(ph, "start_ns")});
+    if (im.is_object()) {
+      base.faultEnd = num(t, "fault_end_ns") ? std::optional<int64_t>(i64(t, "fault_end_ns")) : std::nullopt;
+    }
+    auto shadesFor = [&](const std::string& node) {
+      std::vector<Shade> out;
+      for (const auto& f : faults) {
+        if (i64(f, "trial", -1) != idx || !f["applied_ns"].is_number()) continue;
+        int64_t a = f["applied_ns"].get<int64_t>();
+        int64_t r = f["reverted_ns"].is_number() ? f["reverted_ns"].get<int64_t>() : t1;
+        out.push_back({a, r,
+                       str(f, "kind") + " on " + str(f, "node") + " (step " + str(f, "step") + "): applied " +
+                           rel(a - t0) + ", reverted " + rel(r - t0),
+                       node.empty() || str(f, "node") == node});
+      }
+      return out;
+    };
+    auto marks = [&](ChartInput& c, const json& scope) {
+      c.baseline = num(scope, "baseline_Bps");
+      const json& sim = scope.value("impact", json());
+      if (sim.is_object()) {
+        if (sim.value("recovered", false) && sim["recovered_at_ns"].is_number())
+          c.recoveredAt = sim["recovered_at_ns"].get<int64_t>();
+        else
+          c.notRecovered = true;
+      }
+    };
+    {
+      ChartInput c = base;
+      c.id = "chart-" + std::to_string(idx) + "-job";
+      c.title = "Job throughput (sum of " + std::to_string(series["nodes"].size()) + " nodes), time from trial start";
+      c.bytes = slice(series["job"], binNs, t0, t1);
+      c.shades = shadesFor("");
+      marks(c, job);
+      h << chart(c);
+    }
+    h << "<h3>Per node</h3>\n";
+    for (const auto& n : t.value("nodes", json::array())) {
+      std::string node = str(n, "scope");
+      ChartInput c = base;
+      c.id = "chart-" + std::to_string(idx) + "-" + node;
+      c.title = node;
+      c.height = 150;
+      c.bytes = slice(series["nodes"].value(node, json::array()), binNs, t0, t1);
+      c.shades = shadesFor(node);
+      marks(c, n);
+      h << chart(c);
+    }
+
+    if (!t["verdicts"].empty()) {
+      h << "<h3>Expectations</h3>\n<table class=\"verdicts\"><tr><th></th><th>expectation</th><th>scope</th><th>measured</th><th>playbook line</th></tr>\n";
+      for (const auto& v : t["verdicts"]) {
+        bool ok = v.value("passed", false);
+        h << "<tr class=\"" << (ok ? "pass" : "fail") << "\"><td class=\"" << (ok ? "pass" : "fail") << "\">"
+          << (ok ? "✓ pass" : "✗ fail") << "</td><td>" << esc(str(v, "metric") + " " + str(v, "op") + " " + str(v, "bound_text"))
+          << "</td><td>" << esc(str(v, "scope")) << "</td><td class=\"num\">" << esc(str(v, "measured_text"))
+          << "</td><td class=\"num\">" << i64(v, "line") << "</td></tr>\n";
+      }
+      h << "</table>\n";
+    }
+    h << "<h3>Scores per scope</h3>\n<table class=\"scopes\"><tr><th>scope</th><th>baseline</th><th>time to impact</th>"
+         "<th>recovery</th><th>loss</th><th>stall</th><th>min</th><th>iter p50 / p99 / max</th></tr>\n";
+    std::vector<json> scopes{job};
+    for (const auto& n : t.value("nodes", json::array())) scopes.push_back(n);
+    for (const auto& sc : scopes) {
+      const json& si = sc.value("impact", json());
+      const json& wi = sc.value("iterations", json::object()).value("window", json());
+      h << "<tr><td>" << esc(str(sc, "scope")) << "</td><td class=\"num\">" << esc(rateText(num(sc, "baseline_Bps")))
+        << "</td>";
+      if (si.is_object()) {
+        auto tti = num(si, "time_to_impact_ns");
+        auto rec = num(si, "recovery_time_ns");
+        h << "<td class=\"num\">" << esc(tti ? dur(int64_t(*tti)) : "–") << "</td><td class=\"num" << (rec ? "" : " fail")
+          << "\">" << esc(rec ? dur(int64_t(*rec)) : "not recovered") << "</td><td class=\"num\">"
+          << fmt("%.2f%%", num(si, "loss_pct").value_or(0)) << "</td><td class=\"num\">" << esc(dur(i64(si, "stall_ns")))
+          << "</td><td class=\"num\">" << esc(rateText(num(si, "min_Bps"))) << "</td>";
+      } else {
+        h << "<td>–</td><td>–</td><td>–</td><td>–</td><td>–</td>";
+      }
+      h << "<td class=\"num\">"
+        << (wi.is_object() ? esc(dur(i64(wi, "p50_ns")) + " / " + dur(i64(wi, "p99_ns")) + " / " + dur(i64(wi, "max_ns")))
+                           : "–")
+        << "</td></tr>\n";
+    }
+    h << "</table>\n";
+
+    h << "<h3>Faults (times from the trial start)</h3>\n<table class=\"faults\"><tr><th>step</th><th>kind</th><th>node</th>"
+         "<th>scheduled</th><th>applied</th><th>reverted</th><th>parameters</th></tr>\n";
+    for (const auto& f : faults) {
+      if (i64(f, "trial", -1) != idx) continue;
+      std::string params = formatParams(str(f, "kind"), f["params"]);
+      h << "<tr><td>" << esc(str(f, "step")) << "</td><td>" << esc(str(f, "kind")) << "</td><td>" << esc(str(f, "node"))
+        << "</td><td class=\"num\">" << rel(i64(f, "scheduled_ns") - t0) << "</td><td class=\"num\">"
+        << (f["applied_ns"].is_number() ? rel(f["applied_ns"].get<int64_t>() - t0) : "<span class=\"fail\">" + esc(str(f, "error", "not applied")) + "</span>")
+        << "</td><td class=\"num\">" << (f["reverted_ns"].is_number() ? rel(f["reverted_ns"].get<int64_t>() - t0) : "–")
+        << "</td><td>" << esc(params) << "</td></tr>\n";
+    }
+    h << "</table>\n";
+
+    // Counter deltas: one row per node, one column per counter any node reported.
+    std::vector<std::string> names;
+    for (const auto& c : doc["counters"])
+      if (i64(c, "trial", -1) == idx)
+        for (auto it = c["delta"].begin(); it != c["delta"].end(); ++it)
+          if (std::find(names.begin(), names.end(), it.key()) == names.end()) names.push_back(it.key());
+    if (!names.empty()) {
+      h << "<h3>Counter deltas over the trial</h3>\n<table class=\"counters\"><tr><th>node</th>";
+      for (const auto& n : names) h << "<th>" << esc(n) << "</th>";
+      h << "</tr>\n";
+      for (const auto& c : doc["counters"]) {
+        if (i64(c, "trial", -1) != idx) continue;
+        h << "<tr><td>" << esc(str(c, "node")) << "</td>";
+        for (const auto& n : names)
+          h << "<td class=\"num\">" << (c["delta"].contains(n) ? c["delta"][n].dump() : "–") << "</td>";
+        h << "</tr>\n";
+      }
+      h << "</table>\n";
+    }
+    h << "</section>\n";
+  }
+
+  if (!doc["clocks"].empty()) {
+    h << "<h2>Clocks</h2>\n<p class=\"muted\">Agent times are mapped onto the controller's timeline with these offsets; "
+         "fault times are exact to within the uncertainty.</p>\n<table class=\"clocks\"><tr><th>node</th><th>offset</th>"
+         "<th>± uncertainty</th><th>RTT</th></tr>\n";
+    for (const auto& c : doc["clocks"])
+      h << "<tr><td>" << esc(str(c, "node")) << "</td><td class=\"num\">" << esc(dur(i64(c, "offset_ns")))
+        << "</td><td class=\"num\">" << esc(dur(i64(c, "uncertainty_ns"))) << "</td><td class=\"num\">"
+        << esc(dur(i64(c, "rtt_ns"))) << "</td></tr>\n";
+    h << "</table>\n";
+  }
+  const json& inv = doc.value("inventory", json::object());
+  if (inv.contains("nodes") && !inv["nodes"].empty()) {
+    h << "<h2>Inventory</h2>\n<p class=\"muted\">" << esc(str(inv, "path")) << "</p>\n<table class=\"inventory\"><tr><th>node</th>"
+         "<th>address</th><th>roles</th><th>data interfaces</th></tr>\n";
+    for (const auto& n : inv["nodes"]) {
+      std::string roles, ifs;
+      for (const auto& r : n.value("roles", json::array())) roles += (roles.empty() ? "" : ", ") + r.get<std::string>();
+      for (const auto& r : n.value("data_interfaces", json::array())) ifs += (ifs.empty() ? "" : ", ") + r.get<std::string>();
+      h << "<tr><td>" << esc(str(n, "name")) << "</td><td>" << esc(str(n, "address")) << "</td><td>" << esc(roles)
+        << "</td><td>" << esc(ifs) << "</td></tr>\n";
+    }
+    h << "</table>\n";
+  }
+  h << "<details><summary>Playbook " << esc(str(pb, "path")) << "</summary><pre>" << esc(str(pb, "text"))
+    << "</pre></details>\n";
+  h << "<p class=\"muted\">Generated by rdmachaos " << esc(str(doc.value("generator", json::object()), "version"))
+    << " from a result document (" << kResultSchema << "). Definitions: docs/scoring.md.</p>\n</main>\n</body></html>\n";
+  return h.str();
+}
+
+}  // namespace rc::controller

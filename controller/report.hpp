@@ -1,0 +1,33 @@
+// Reports: the self-contained result document (JSON) and what is rendered from it (JUnit
+// XML, HTML with inline SVG, a terminal summary). See docs/result-schema.md.
+//
+// Everything is rendered from the document rather than from the in-memory structures, so
+// `rdmachaos report RESULT.json` re-renders exactly what the run rendered.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/result.hpp"
+#include "controller/playbook.hpp"
+#include "controller/runner.hpp"
+#include "controller/score.hpp"
+
+namespace rc::controller {
+
+inline constexpr const char* kResultSchema = "rdmachaos-result/1";
+
+json makeResultDocument(const RunResult& run, const Playbook& playbook, const Scores& scores);
+
+// Checks the schema tag and the members the renderers need, with their types.
+Result<void> checkResultDocument(const json& doc);
+Result<json> loadResultDocument(const std::string& path);
+
+std::string renderJunit(const json& doc);
+std::string renderHtml(const json& doc);
+std::string renderText(const json& doc);
+
+// Writes through a temporary file and a rename, so a reader never sees half a report.
+Result<void> writeFileAtomic(const std::string& path, const std::string& content);
+
+}  // namespace rc::controller

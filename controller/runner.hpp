@@ -1,0 +1,97 @@
+// What a playbook run produces: the data the runner collects and scoring and reports consume.
+//
+// The runner (controller glue over the fleet and the workload engine) fills a RunResult; it
+// is also what a synthetic test builds. Every time is in nanoseconds on the controller's
+// timeline, relative to the run start (t = 0 when trial 0 starts); agent timestamps are
+// mapped onto it with the clock offsets recorded here, so the report can show how
+// precise each node's times are.
+//
+// Contract for the runner:
+//  - series: one entry per workload node; bins of width binNs at tNs = k * binNs covering
+//    [0, endedNs). A bin the node sent nothing in is present with bytes = 0; a bin missing
+//    from telemetry is also counted as 0 (and should be avoided: it looks like a stall).
+//  - iterations: one record per node per completed collective iteration.
+//  - faults: one record per PlannedFault, in plan order, with the times the agent reported
+//    for the fault's "applied" and "reverted" events (kernel times where available), or an
+//    error when it could not be applied.
+//  - counters: per trial and node, a snapshot at the trial start and at its end.
+//  - abortReason: non-empty when a guardrail or an error stopped the run; endedNs says how
+//    far it got. Scoring skips trials that did not complete.
+//
+// What the runner does with a Plan (to be written once the workload engine has merged):
+//  1. connect the fleet, record ClockInfo per node, take CounterSnapshot.before per trial;
+//  2. start the workload on plan.workloadNodes and stream bins/iterations into the RunResult;
+//  3. per PlannedFault, send the inject at trial-relative atNs with lifetime forNs (the
+//     agent reverts at the latest then) and record the applied/reverted events it reports;
+//  4. guardrails, live: after each baseline phase compare baselineRate() of the job with
+//     guardrails.minBaselineBytesPerSec; abort on a lost agent when abortOnAgentLoss; abort
+//     when the job's rate has been under stallFraction x baseline for maxStallNs. Aborting
+//     = `recover` on every agent, stop the workload, set abortReason and endedNs;
+//  5. score(run, playbook) -> makeResultDocument -> result.json, report.html, junit.xml in
+//     --report-dir, renderText to the terminal; exit with exitCodeFor(outcome).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "controller/playbook.hpp"
+
+namespace rc::controller {
+
+struct Bin {
+  int64_t tNs = 0;  // start of the bin
+  double bytes = 0;
+};
+
+struct IterationRecord {
+  std::string node;
+  int64_t iteration = 0;  // same number on every node for the same collective call
+  int64_t startNs = 0;
+  int64_t endNs = 0;
+};
+
+struct FaultRecord {
+  int trial = 0;
+  std::string step;
+  std::string node;
+  std::string kind;
+  json params;
+  int64_t scheduledNs = 0;
+  std::optional<int64_t> appliedNs;   // actual, as reported by the agent
+  std::optional<int64_t> revertedNs;  // actual; missing if the run ended before
+  std::string error;                  // non-empty if the fault could not be applied
+};
+
+struct CounterSnapshot {
+  int trial = 0;
+  std::string node;
+  std::map<std::string, uint64_t> before;  // at the trial start
+  std::map<std::string, uint64_t> after;   // at the trial end
+};
+
+struct ClockInfo {
+  std::string node;
+  int64_t offsetNs = 0;       // agent clock - controller clock
+  int64_t uncertaintyNs = 0;  // half the best round trip
+  int64_t rttNs = 0;
+};
+
+struct RunResult {
+  Plan plan;
+  std::string inventoryPath;
+  std::vector<Node> inventoryNodes;  // the nodes of the run, for the report's summary
+  int64_t startedUnixNs = 0;          // wall clock of t = 0
+  int64_t endedNs = 0;                // how far the run got, on the run timeline
+  int64_t binNs = 10'000'000;
+  std::map<std::string, std::vector<Bin>> series;  // per workload node
+  std::vector<IterationRecord> iterations;
+  std::vector<FaultRecord> faults;
+  std::vector<CounterSnapshot> counters;
+  std::vector<ClockInfo> clocks;
+  std::string abortReason;  // empty = ran to the end
+};
+
+}  // namespace rc::controller

@@ -1,0 +1,136 @@
+// Scoring: baseline, time to impact, recovery, loss, stalls, iteration tails, counters, cost,
+// and expectations turned into verdicts. Pure functions over series; see docs/scoring.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "controller/playbook.hpp"
+#include "controller/runner.hpp"
+
+namespace rc::controller {
+
+// ---------------------------------------------------------------- building blocks
+
+// A dense series of byte counts in bins of binNs starting at startNs.
+struct Grid {
+  int64_t startNs = 0;
+  int64_t binNs = 10'000'000;
+  std::vector<double> bytes;
+  double rate(size_t i) const { return bytes[i] * 1e9 / double(binNs); }  // bytes/s
+  int64_t timeOf(size_t i) const { return startNs + int64_t(i) * binNs; }
+  size_t size() const { return bytes.size(); }
+};
+
+// The bins of [fromNs, toNs) (both multiples of binNs) as a dense grid; absent bins are 0.
+// A bin whose tNs is not a multiple of binNs counts towards the bin it starts in.
+Grid toGrid(const std::vector<Bin>& bins, int64_t binNs, int64_t fromNs, int64_t toNs);
+// Bin-wise sum of grids on the same timeline (the job's series).
+Grid sumGrids(const std::vector<Grid>& grids);
+
+// Median (mean of the two middle values for an even count); nullopt when empty.
+std::optional<double> median(std::vector<double> v);
+// Nearest-rank percentile, p in (0, 100]: the smallest value with at least p% at or below it.
+std::optional<double> percentile(std::vector<double> v, double p);
+
+// nccl-tests' bus bandwidth factor for n ranks: allreduce 2(n-1)/n; allgather, alltoall
+// (and reduce-scatter) (n-1)/n; incast and pairwise are point-to-point: 1.
+double busBandwidthFactor(WorkloadKind kind, size_t ranks);
+
+// Median rate (bytes/s) of the bins that lie wholly in [fromNs, toNs).
+std::optional<double> baselineRate(const Grid& g, int64_t fromNs, int64_t toNs);
+
+// What a fault did to one series. Times in ns on the run timeline, rates in bytes/s.
+struct Impact {
+  std::optional<int64_t> timeToImpactNs;  // nullopt: never fell below (1-e)B
+  bool recovered = false;
+  std::optional<int64_t> recoveryTimeNs;  // nullopt when not recovered
+  int64_t recoveredAtNs = 0;              // start of the held-good stretch (if recovered)
+  int64_t windowFromNs = 0;               // the impact window the loss is measured over
+  int64_t windowToNs = 0;
+  double lossBytes = 0;                   // integral of (B - x)+ over the window
+  double lossPct = 0;                     // lossBytes / (B x window) x 100
+  int64_t stallNs = 0;                    // time with x < stall_fraction x B after fault start
+  int64_t longestStallNs = 0;
+  double minRate = 0;                     // lowest bin rate after fault start
+};
+
+// Scores grid g (covering the trial up to endNs) against baseline B for a fault that was
+// applied at faultStartNs and reverted at faultEndNs.
+Impact scoreImpact(const Grid& g, double baseline, int64_t faultStartNs, int64_t faultEndNs,
+                   const ScoringSettings& s);
+
+struct IterationStats {
+  size_t count = 0;
+  double p50Ns = 0;
+  double p99Ns = 0;
+  double maxNs = 0;
+};
+std::optional<IterationStats> iterationStats(const std::vector<double>& durationsNs);
+
+// ---------------------------------------------------------------- scoring a run
+
+struct ScopeScore {
+  std::string scope;  // "job" or a node name
+  std::optional<double> baseline;  // bytes/s
+  std::optional<Impact> impact;    // nullopt when no fault was applied
+  std::optional<IterationStats> baselineIterations;
+  std::optional<IterationStats> windowIterations;
+  std::map<std::string, int64_t> counterDeltas;
+  // Job only:
+  std::optional<double> busbw;     // bytes/s, from baseline iterations
+  std::optional<double> gpuHours;  // per incident, at [cost] gpus
+  std::optional<double> cost;      // per incident, at [cost] price
+  std::optional<double> gpuHoursPerPeriod;  // x incidents_per_day x days
+  std::optional<double> costPerPeriod;
+};
+
+struct Verdict {
+  std::string metric;
+  std::string scope;
+  std::string op;
+  double bound = 0;
+  std::string boundText;
+  std::optional<double> measured;
+  std::string measuredText;  // "3.210s", "not recovered", ...
+  bool passed = false;
+  SourcePos pos;
+  std::string describe() const;  // "recovery_time <= 2s (job): measured 0.52s"
+};
+
+struct TrialScore {
+  int trial = 0;
+  std::string label;
+  bool completed = false;
+  std::optional<int64_t> faultStartNs;  // first fault actually applied
+  std::optional<int64_t> faultEndNs;    // last fault actually reverted
+  std::vector<std::string> problems;    // faults that failed, guardrails crossed: errors
+  ScopeScore job;
+  std::vector<ScopeScore> nodes;
+  std::vector<Verdict> verdicts;
+};
+
+enum class Outcome { passed, failed, error };
+const char* toString(Outcome o);
+
+struct Scores {
+  std::vector<TrialScore> trials;
+  Outcome outcome = Outcome::passed;
+  std::string reason;  // why error/failed, one line
+  int verdictsPassed = 0;
+  int verdictsFailed = 0;
+};
+
+Scores score(const RunResult& run, const Playbook& playbook);
+
+// The value an expectation's metric has in a scope, in the metric's base unit.
+std::optional<double> metricValue(const ScopeScore& s, std::string_view metric);
+std::string formatMetric(MetricUnit unit, double value);
+
+// CLI exit code of the contract: 0 every expectation met, 1 one failed, 2 error or aborted.
+int exitCodeFor(Outcome o);
+
+}  // namespace rc::controller

@@ -1,0 +1,144 @@
+// Synthetic runs for the scoring, report and browser tests: a small playbook, an inventory,
+// and a RunResult whose series follow a known shape, so every score has an exact answer.
+#pragma once
+
+#include <string>
+
+#include "controller/inventory.hpp"
+#include "controller/playbook.hpp"
+#include "controller/runner.hpp"
+
+namespace rc::test {
+
+using namespace rc::controller;
+
+inline const char* kSyntheticInventory = R"(
+[tls]
+ca = "ca.pem"
+cert = "controller.pem"
+key = "controller.key"
+[[node]]
+name = "n1"
+address = "198.18.1.11"
+data_interfaces = ["data0"]
+roles = ["worker"]
+[[node]]
+name = "n2"
+address = "198.18.1.12"
+data_interfaces = ["data0"]
+roles = ["worker"]
+)";
+
+// 30 s trial: baseline 0-10 s (warm-up 1 s), fault phase 10-15 s, recovery 15-30 s; 100 ms
+// bins; a 2 s link flap on n2 at 10 s.
+inline const char* kSyntheticPlaybook = R"(name = "synthetic"
+description = "a 2 s link flap under an all-reduce, with known answers"
+seed = 7
+[workload]
+kind = "allreduce"
+size = "4MiB"
+streams = 2
+nodes = "worker"
+[scoring]
+bin = "100ms"
+warmup = "1s"
+hold = "1s"
+[cost]
+gpus = 1024
+price_per_gpu_hour = 2.0
+[[phase]]
+name = "baseline"
+duration = "10s"
+[[phase]]
+name = "fault"
+duration = "5s"
+[[phase]]
+name = "recovery"
+duration = "15s"
+[[step]]
+name = "flap"
+kind = "link_flap"
+phase = "fault"
+for = "2s"
+target = "n2"
+params = { down = "2s" }
+[[expect]]
+metric = "recovery_time"
+op = "<="
+bound = "1s"
+[[expect]]
+metric = "throughput_loss_pct"
+op = "<"
+bound = 90
+[[expect]]
+metric = "recovery_time"
+scope = "n1"
+op = "<="
+bound = "1s"
+)";
+
+// Bytes per 100 ms bin as a function of the bin index (bins 100..119 are the fault).
+enum class Shape { cleanStep, slowRamp, neverRecovers, noisyBaseline, noEffect };
+
+inline double shapeBytes(Shape s, int i) {
+  switch (s) {
+    case Shape::cleanStep:  // out for the fault and 500 ms more
+      return i >= 100 && i < 125 ? 0 : 1000;
+    case Shape::slowRamp:  // out for the fault, then 10 % more per bin
+      if (i >= 100 && i < 120) return 0;
+      if (i >= 120 && i < 130) return 100.0 * (i - 119);
+      return 1000;
+    case Shape::neverRecovers:
+      if (i >= 100 && i < 120) return 0;
+      return i >= 120 ? 500 : 1000;
+    case Shape::noisyBaseline:  // +-3 % noise; out for 1 s only (the fault ends at 11 s)
+      if (i >= 100 && i < 110) return 0;
+      return i % 3 == 0 ? 970 : i % 3 == 1 ? 1000 : 1030;
+    case Shape::noEffect:
+      return 1000;
+  }
+  return 0;
+}
+
+inline Inventory syntheticInventory() { return *parseInventory(kSyntheticInventory, "/lab/inventory.toml"); }
+inline Playbook syntheticPlaybook() { return *parsePlaybook(kSyntheticPlaybook, "synthetic.toml"); }
+
+// A complete run in the given shape; the fault is applied at faultStartNs and reverted at faultEndNs.
+// scale multiplies every byte count (1.25e5 turns 1000 bytes per bin into 10 Gb/s).
+inline RunResult syntheticRun(const Playbook& pb, Shape shape, int64_t faultStartNs = 10'000'000'000,
+                              int64_t faultEndNs = 12'000'000'000, double scale = 1) {
+  RunResult r;
+  r.plan = *resolvePlan(pb, syntheticInventory());
+  r.inventoryPath = "/lab/inventory.toml";
+  r.inventoryNodes = syntheticInventory().nodes;
+  r.startedUnixNs = 1'700'000'000'000'000'000;
+  r.binNs = 100'000'000;
+  r.endedNs = r.plan.durationNs;
+  for (const auto& node : r.plan.workloadNodes) {
+    auto& bins = r.series[node];
+    for (int i = 0; i < 300; i++) bins.push_back({int64_t(i) * r.binNs, shapeBytes(shape, i) * scale});
+  }
+  // One 100 ms iteration per bin while traffic flows; an outage stretches the iteration that
+  // was in flight until the first bin with traffic again.
+  int64_t it = 0, pending = -1;
+  for (int i = 0; i < 300; i++) {
+    if (shapeBytes(shape, i) == 0) {
+      if (pending < 0) pending = int64_t(i) * r.binNs;
+      continue;
+    }
+    int64_t start = pending >= 0 ? pending : int64_t(i) * r.binNs;
+    pending = -1;
+    for (const auto& node : r.plan.workloadNodes)
+      r.iterations.push_back({node, it, start, int64_t(i + 1) * r.binNs});
+    it++;
+  }
+  for (const auto& f : r.plan.trials[0].faults)
+    r.faults.push_back({0, f.step, f.node, f.kind, f.params, f.atNs, faultStartNs, faultEndNs, ""});
+  for (const auto& node : r.plan.workloadNodes)
+    r.counters.push_back({0, node, {{"link_downed", 3}, {"rx_packets", 1000}},
+                          {{"link_downed", node == "n2" ? 4u : 3u}, {"rx_packets", 61000}}});
+  r.clocks = {{"n1", 120'000, 35'000, 70'000}, {"n2", -80'000, 40'000, 80'000}};
+  return r;
+}
+
+}  // namespace rc::test

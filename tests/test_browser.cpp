@@ -1,0 +1,155 @@
+// Browser suite: headless chromium renders the HTML report from a file; the screenshot must be
+// a real image and the live DOM must hold the chart's series, fault windows and recovery marks.
+// Exits 77 (skip) with the reason when chromium is missing or cannot run here.
+#define CATCH_CONFIG_RUNNER
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "controller/report.hpp"
+#include "synthetic_run.hpp"
+
+using namespace rc::controller;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string g_chromium;
+fs::path g_dir;
+
+std::string findChromium() {
+  if (const char* env = std::getenv("RDMACHAOS_CHROMIUM"); env && *env) return env;
+  for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser"})
+    if (::access(c, X_OK) == 0) return c;
+  return "";
+}
+
+// The flags keep chromium off the network and away from any profile of the user's.
+std::string chromiumCommand(const std::string& args) {
+  fs::path profile = g_dir / "profile";
+  return "timeout 120 '" + g_chromium +
+         "' --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+         "--disable-background-networking --disable-component-update --disable-sync "
+         "--user-data-dir='" + profile.string() + "' " + args + " 2>'" + (g_dir / "chromium.log").string() + "'";
+}
+
+std::string run(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) {
+    *status = -1;
+    return out;
+  }
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *status = ::pclose(p);
+  return out;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+size_t count(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) n++;
+  return n;
+}
+
+uint32_t be32(const std::string& s, size_t at) {
+  return uint32_t(uint8_t(s[at])) << 24 | uint32_t(uint8_t(s[at + 1])) << 16 |
+         uint32_t(uint8_t(s[at + 2])) << 8 | uint32_t(uint8_t(s[at + 3]));
+}
+
+fs::path writeReport(rc::test::Shape shape, const std::string& name) {
+  Playbook pb = rc::test::syntheticPlaybook();
+  // 10 Gb/s per node, as on a real fabric.
+  RunResult r = rc::test::syntheticRun(pb, shape, 10'000'000'000, 12'000'000'000, 1.25e5);
+  fs::path html = g_dir / name;
+  REQUIRE(writeFileAtomic(html.string(), renderHtml(makeResultDocument(r, pb, score(r, pb)))));
+  return html;
+}
+
+}  // namespace
+
+TEST_CASE("chromium renders the report to a plausible screenshot") {
+  fs::path html = writeReport(rc::test::Shape::slowRamp, "report.html");
+  fs::path png = g_dir / "report.png";
+  int status = 0;
+  run(chromiumCommand("--screenshot='" + png.string() + "' --window-size=1200,900 'file://" +
+                      html.string() + "'"),
+      &status);
+  INFO(slurp(g_dir / "chromium.log"));
+  REQUIRE(fs::exists(png));
+  std::string img = slurp(png);
+  REQUIRE(img.size() > 33);
+  CHECK(img.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+  CHECK(be32(img, 16) == 1200);  // IHDR width
+  CHECK(be32(img, 20) == 900);   // IHDR height
+  // A blank page compresses to a few kB; charts, tables and text do not.
+  CHECK(img.size() > 30000);
+  if (const char* keep = std::getenv("RDMACHAOS_BUILD_DIR"); keep && *keep)
+  {  // kept for a human look: the page and what chromium made of it
+    fs::copy_file(png, fs::path(keep) / "report-screenshot.png", fs::copy_options::overwrite_existing);
+    fs::copy_file(html, fs::path(keep) / "report-example.html", fs::copy_options::overwrite_existing);
+  }
+}
+
+TEST_CASE("the DOM chromium built holds the charts' parts") {
+  fs::path html = writeReport(rc::test::Shape::cleanStep, "dom.html");
+  int status = 0;
+  std::string dom = run(chromiumCommand("--dump-dom 'file://" + html.string() + "'"), &status);
+  INFO(slurp(g_dir / "chromium.log"));
+  REQUIRE(status == 0);
+  CHECK(count(dom, "<svg class=\"chart\"") == 3);
+  CHECK(count(dom, "<path class=\"series\"") == 3);
+  CHECK(count(dom, "<path class=\"area\"") == 3);
+  CHECK(count(dom, "class=\"fault-window") == 3);
+  CHECK(count(dom, "<line class=\"recovery-mark\"") == 3);
+  CHECK(dom.find("recovered +500ms") != std::string::npos);
+  CHECK(dom.find("<table class=\"counters\">") != std::string::npos);
+  CHECK(dom.find("id=\"verdict\">FAILED<") != std::string::npos);
+
+  fs::path never = writeReport(rc::test::Shape::neverRecovers, "never.html");
+  std::string dom2 = run(chromiumCommand("--dump-dom 'file://" + never.string() + "'"), &status);
+  CHECK(count(dom2, "not-recovered\"") == 3);
+}
+
+int main(int argc, char* argv[]) {
+  g_chromium = findChromium();
+  if (g_chromium.empty()) {
+    std::printf("SKIP: chromium is not installed (scripts/install-deps installs it)\n");
+    return 77;
+  }
+  char tmpl[] = "/tmp/rc-browser-XXXXXX";
+  if (!::mkdtemp(tmpl)) {
+    std::printf("SKIP: cannot create a temporary directory\n");
+    return 77;
+  }
+  g_dir = tmpl;
+  // Can chromium start at all here (sandboxes, missing /dev/shm, no fonts)?
+  std::ofstream(g_dir / "probe.html") << "<p id=probe>ok</p>";
+  int status = 0;
+  std::string probe = run(chromiumCommand("--dump-dom 'file://" + (g_dir / "probe.html").string() + "'"), &status);
+  if (status != 0 || probe.find("probe") == std::string::npos) {
+    std::printf("SKIP: chromium cannot run headless here (status %d): %s\n", status,
+                slurp(g_dir / "chromium.log").substr(0, 400).c_str());
+    std::error_code ec;
+    fs::remove_all(g_dir, ec);
+    return 77;
+  }
+  int rc = Catch::Session().run(argc, argv);
+  std::error_code ec;
+  fs::remove_all(g_dir, ec);
+  return rc;
+}

@@ -1,0 +1,401 @@
+// Playbooks: parsing, every kind of error with its place, and plan resolution.
+#include <catch2/catch.hpp>
+#include <set>
+
+#include "controller/playbook.hpp"
+#include "synthetic_run.hpp"
+
+using namespace rc::controller;
+
+namespace {
+
+constexpr int64_t kSec = 1'000'000'000;
+
+const char* kInventory = R"(
+[tls]
+ca = "ca.pem"
+cert = "c.pem"
+key = "c.key"
+[[node]]
+name = "n1"
+address = "10.0.0.1"
+roles = ["worker", "receiver"]
+[[node]]
+name = "n2"
+address = "10.0.0.2"
+roles = ["worker"]
+[[node]]
+name = "n3"
+address = "10.0.0.3"
+roles = ["worker"]
+[[node]]
+name = "n4"
+address = "10.0.0.4"
+roles = ["worker"]
+)";
+
+// Header shared by the error cases; line numbers in the cases count from here (line 1).
+const std::string kHead = R"(name = "t"
+[workload]
+kind = "allreduce"
+[[phase]]
+name = "baseline"
+duration = "10s"
+[[phase]]
+name = "fault"
+duration = "10s"
+)";
+
+Inventory inventory() { return *parseInventory(kInventory, "inv.toml"); }
+
+}  // namespace
+
+TEST_CASE("a complete playbook parses into its parts") {
+  const char* text = R"(name = "full"
+description = "everything"
+seed = 42
+repeat = 2
+[workload]
+kind = "alltoall"
+size = "8MiB"
+streams = 4
+nodes = ["worker"]
+[guardrails]
+min_baseline = "1Gbps"
+abort_on_agent_loss = false
+max_stall = "5s"
+[scoring]
+bin = "20ms"
+warmup = "2s"
+epsilon = 0.1
+hold = "500ms"
+stall_fraction = 0.2
+[cost]
+gpus = 1024
+price_per_gpu_hour = 2.5
+currency = "EUR"
+incidents_per_day = 0.5
+days = 30
+[[phase]]
+name = "baseline"
+duration = "10s"
+[[phase]]
+name = "fault"
+duration = "5s"
+[[phase]]
+name = "recovery"
+duration = "15s"
+[[step]]
+name = "flap"
+kind = "link_flap"
+phase = "fault"
+at = "1s"
+for = "3s"
+target = { random = 2, from = "worker" }
+[step.params]
+down = "500ms"
+count = 2
+up = "1s"
+[[expect]]
+metric = "recovery_time"
+op = "<="
+bound = "2s"
+[[expect]]
+metric = "throughput_loss_pct"
+op = "<"
+bound = 20
+scope = "n1"
+[[expect]]
+metric = "baseline"
+op = ">="
+bound = "8Gbps"
+[[expect]]
+metric = "counter.link_downed"
+op = ">="
+bound = 1
+)";
+  auto pb = parsePlaybook(text, "full.toml");
+  INFO((pb ? "" : pb.error().message));
+  REQUIRE(pb);
+  CHECK(pb->name == "full");
+  CHECK(pb->seed == 42);
+  CHECK(pb->repeat == 2);
+  CHECK(pb->workload.kind == WorkloadKind::alltoall);
+  CHECK(pb->workload.sizeBytes == 8u << 20);
+  CHECK(pb->workload.streams == 4);
+  CHECK(pb->guardrails.minBaselineBytesPerSec == 125e6);
+  CHECK_FALSE(pb->guardrails.abortOnAgentLoss);
+  CHECK(pb->guardrails.maxStallNs == 5 * kSec);
+  CHECK(pb->scoring.binNs == 20'000'000);
+  CHECK(pb->scoring.epsilon == 0.1);
+  CHECK(pb->cost.currency == "EUR");
+  REQUIRE(pb->scenarios.size() == 1);
+  const Scenario& sc = pb->scenarios[0];
+  CHECK(sc.name == "full");
+  CHECK(sc.durationNs() == 30 * kSec);
+  REQUIRE(sc.steps.size() == 1);
+  const Step& s = sc.steps[0];
+  CHECK(s.kind == "link_flap");
+  CHECK(s.phase == "fault");
+  CHECK(s.atNs == 1 * kSec);
+  CHECK(s.forNs == 3 * kSec);
+  CHECK(s.target.random == 2);
+  CHECK(s.target.describe() == "random 2 of worker");
+  CHECK(s.params["down"] == 500'000'000);  // normalised by the fault kind
+  CHECK(s.params["count"] == 2);
+  CHECK(s.params["jitter"] == 0);           // default filled in
+  CHECK(s.rawParams["down"] == "500ms");
+  REQUIRE(sc.expectations.size() == 4);
+  CHECK(sc.expectations[0].bound == 2e9);
+  CHECK(sc.expectations[0].describe() == "recovery_time <= 2s (job)");
+  CHECK(sc.expectations[1].scope == "n1");
+  CHECK(sc.expectations[1].op == Comparison::less);
+  CHECK(sc.expectations[2].bound == 1e9);  // 8 Gb/s in bytes/s
+  CHECK(sc.expectations[3].metric == "counter.link_downed");
+  CHECK(pb->faultKinds() == std::vector<std::string>{"link_flap"});
+}
+
+TEST_CASE("a step's lifetime defaults to the rest of its phase") {
+  auto pb = parsePlaybook(kHead + R"([[step]]
+kind = "link_flap"
+phase = "fault"
+at = "2s"
+target = "n1"
+)", "p.toml");
+  REQUIRE(pb);
+  CHECK(pb->scenarios[0].steps[0].name == "step1");
+  CHECK(pb->scenarios[0].steps[0].forNs == 8 * kSec);
+}
+
+struct BadCase {
+  std::string body;     // appended to kHead
+  std::string message;  // expected in the error, starting with file:line:col
+};
+
+TEST_CASE("errors name the file, line and column and what to change") {
+  auto c = GENERATE(values<BadCase>({
+      {"[[step]\n", "p.toml:10:8: Error while parsing table header: expected ']'"},  // TOML syntax
+      {"[scoring]\ncolour = \"red\"\n", "p.toml:11:10: unknown key 'colour' in [scoring] (known: bin, warmup,"},
+      {"[[phase]]\nname = \"x\"\nlength = \"1s\"\n", "p.toml:12:10: unknown key 'length' in [[phase]] (known: name, duration)"},
+      {"[scoring]\nbin = \"10\"\n", "p.toml:11:7: bin: duration '10' needs a unit"},
+      {"[scoring]\nbin = 10\n", "p.toml:11:7: bin must be a duration with a unit in quotes"},
+      {"[scoring]\nepsilon = 0.9\n", "p.toml:11:11: epsilon = 0.9 is out of range [0.001, 0.5]"},
+      {"[scoring]\nwarmup = \"10s\"\n", "p.toml:4:1: warm-up (10s) leaves nothing of the baseline phase"},
+            {"[guardrails]\nmin_baseline = \"1Gbit\"\n", "p.toml:11:16: min_baseline: bit rate '1Gbit' has unknown unit"},
+      {"[[step]]\nkind = \"pfc_bomb\"\nphase = \"fault\"\ntarget = \"n1\"\n",
+       "p.toml:11:8: unknown fault kind 'pfc_bomb' (known: link_flap"},
+      {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = \"n1\"\nparams = { dwn = \"1s\" }\n",
+       "p.toml:14:18: link_flap has no parameter 'dwn' (known: interface, down, count, up, jitter, seed)"},
+      {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = \"n1\"\nparams = { count = 0 }\n",
+       "p.toml:14:20: link_flap parameter 'count' = 0 is out of range [1, 1000]"},
+      {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = \"n1\"\nparams = { down = 5 }\n",
+       "p.toml:14:19: link_flap parameter 'down' must be a duration with a unit"},
+      {"[[step]]\nkind = \"link_flap\"\ntarget = \"n1\"\nat = \"5s\"\n",
+       "p.toml:13:6: step 'step1' starts at 5s, inside the baseline phase 'baseline'"},
+      {"[[step]]\nkind = \"link_flap\"\ntarget = \"n1\"\nat = \"25s\"\n",
+       "p.toml:13:6: step 'step1' starts at 25s, at or after the end of the timeline (20s)"},
+      {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\nat = \"5s\"\nfor = \"6s\"\ntarget = \"n1\"\n",
+       "p.toml:14:7: step 'step1' may run until 21s, after the timeline ends at 20s"},
+      {"[[step]]\nkind = \"link_flap\"\nphase = \"recovery\"\ntarget = \"n1\"\n",
+       "p.toml:12:9: no phase 'recovery' (phases: baseline, fault)"},
+      {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = { random = 0, from = \"worker\" }\n",
+       "p.toml:13:21: step 'step1' target random = 0 is out of range [1, 100000]"},
+      {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = 3\n",
+       "p.toml:13:10: step 'step1' target must be a node name, a role"},
+      {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\n", "p.toml:10:1: step 'step1' needs a target"},
+      {"[[expect]]\nmetric = \"recovery\"\nop = \"<\"\nbound = \"1s\"\n",
+       "p.toml:11:10: unknown metric 'recovery' (known: baseline, time_to_impact, recovery_time,"},
+      {"[[expect]]\nmetric = \"recovery_time\"\nop = \"=<\"\nbound = \"1s\"\n",
+       "p.toml:12:6: op '=<' is not a comparison: use <, <=, > or >="},
+      {"[[expect]]\nmetric = \"recovery_time\"\nop = \"<\"\nbound = 2\n",
+       "p.toml:13:9: bound of recovery_time must be a duration with a unit in quotes"},
+      {"[[expect]]\nmetric = \"throughput_loss_pct\"\nop = \"<\"\nbound = 120\n",
+       "p.toml:13:9: bound of throughput_loss_pct = 120 is out of range [0, 100]"},
+      {"[[phase]]\nname = \"fault\"\nduration = \"1s\"\n", "p.toml:10:1: phase 'fault' appears twice"},
+      {"[[phase]]\nname = \"long\"\nduration = \"2d\"\n", "p.toml:12:12: phase 'long' duration: duration '2d' has unknown unit 'd'"},
+      {"[[phase]]\nname = \"long\"\nduration = \"25h\"\n", "p.toml:12:12: phase 'long' duration = 25h is out of range [100ms, 24h]"},
+      {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = \"n1\"\n[sweep]\nstep = \"step1\"\nparam = \"kmin\"\nvalues = [1]\n",
+       "p.toml:16:9: link_flap has no parameter 'kmin' (known: interface, down,"},
+      {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = \"n1\"\n[sweep]\nstep = \"step1\"\nparam = \"count\"\nvalues = [1, 5000]\n",
+       "p.toml:17:14: link_flap parameter 'count' = 5000 is out of range [1, 1000]"},
+      {"[[scenario]]\nname = \"a\"\n", "p.toml:10:1: use either [[scenario]] tables or top-level"},
+      {"[workload.x]\n", "p.toml:10:1: unknown key 'x' in [workload] (known: kind, size, streams, nodes)"},
+  }));
+  auto pb = parsePlaybook(kHead + c.body, "p.toml");
+  REQUIRE_FALSE(pb);
+  INFO(pb.error().message);
+  CHECK(pb.error().message.rfind(c.message, 0) == 0);
+}
+
+TEST_CASE("top-level keys are checked too") {
+  CHECK(parsePlaybook("colour = 1\n" + kHead, "p.toml").error().message.rfind(
+            "p.toml:1:10: unknown key 'colour' in the playbook (known: name, description, seed,", 0) == 0);
+  CHECK(parsePlaybook("repeat = 0\n" + kHead, "p.toml").error().message ==
+        "p.toml:1:10: repeat = 0 is out of range [1, 100]");
+}
+
+TEST_CASE("missing essentials are named") {
+  CHECK(parsePlaybook("[workload]\nkind = \"allreduce\"\n", "p.toml").error().message ==
+        "p.toml:1:1: the playbook needs a name, e.g. name = \"link-flap-recovery\"");
+  CHECK(parsePlaybook("name = \"x\"\n", "p.toml").error().message.find("needs a [workload] table") !=
+        std::string::npos);
+  CHECK(parsePlaybook("name = \"x\"\n[workload]\nkind = \"allreduce\"\n", "p.toml").error().message.find("has no [[phase]]") !=
+        std::string::npos);
+  CHECK(parsePlaybook("name = \"x y\"\n", "p.toml").error().message.find("must be 1-64 characters") != std::string::npos);
+  CHECK(loadPlaybook("/nonexistent/p.toml").error().message.find("cannot read playbook") != std::string::npos);
+}
+
+TEST_CASE("resolvePlan: selectors, seeded random picks, absolute offsets") {
+  auto pb = parsePlaybook("seed = 99\n" + kHead + R"([[step]]
+name = "pick"
+kind = "link_flap"
+phase = "fault"
+at = "1s"
+target = { random = 2, from = "worker" }
+[[step]]
+name = "role"
+kind = "link_flap"
+phase = "fault"
+at = { between = ["2s", "4s"] }
+for = "1s"
+target = ["receiver", "n4"]
+)",
+                          "p.toml");
+  INFO((pb ? "" : pb.error().message));
+  REQUIRE(pb);
+  auto plan = resolvePlan(*pb, inventory());
+  REQUIRE(plan);
+  CHECK(plan->workloadNodes == std::vector<std::string>{"n1", "n2", "n3", "n4"});
+  REQUIRE(plan->trials.size() == 1);
+  const Trial& t = plan->trials[0];
+  CHECK(t.baselineFromNs == 1 * kSec);
+  CHECK(t.baselineToNs == 10 * kSec);
+  REQUIRE(t.faults.size() == 4);
+  int picks = 0;
+  for (const auto& f : t.faults) {
+    if (f.step == "pick") {
+      picks++;
+      CHECK(f.atNs == 11 * kSec);
+      CHECK(f.forNs == 9 * kSec);
+    } else {
+      CHECK((f.node == "n1" || f.node == "n4"));
+      CHECK(f.atNs >= 12 * kSec);
+      CHECK(f.atNs <= 14 * kSec);
+    }
+  }
+  CHECK(picks == 2);
+  // The same seed gives the same plan; another seed (almost surely) another one.
+  auto again = resolvePlan(*pb, inventory());
+  CHECK(toJson(*again) == toJson(*plan));
+  std::set<std::string> seen;
+  for (uint64_t seed = 1; seed <= 20; seed++) {
+    Playbook other = *pb;
+    other.seed = seed;
+    auto p2 = resolvePlan(other, inventory());
+    REQUIRE(p2);
+    std::string pair;
+    for (const auto& f : p2->trials[0].faults)
+      if (f.step == "pick") pair += f.node;
+    seen.insert(pair);
+  }
+  CHECK(seen.size() > 2);  // 6 possible pairs: the pick really varies with the seed
+}
+
+TEST_CASE("resolvePlan: repeats and sweeps become trials back to back") {
+  auto pb = parsePlaybook("repeat = 2\n" + kHead + R"([[step]]
+name = "flap"
+kind = "link_flap"
+phase = "fault"
+target = "n2"
+params = { down = "1s" }
+[sweep]
+step = "flap"
+param = "down"
+values = ["100ms", "2s", "5s"]
+)",
+                          "p.toml");
+  INFO((pb ? "" : pb.error().message));
+  REQUIRE(pb);
+  auto plan = resolvePlan(*pb, inventory());
+  REQUIRE(plan);
+  REQUIRE(plan->trials.size() == 6);
+  CHECK(plan->durationNs == 120 * kSec);
+  const Trial& t3 = plan->trials[3];
+  CHECK(t3.startNs == 60 * kSec);
+  CHECK(t3.repeat == 1);
+  CHECK(t3.sweepParam == "down");
+  CHECK(t3.sweepValue == "2s");
+  CHECK(t3.label() == "t down=2s #2");
+  REQUIRE(t3.faults.size() == 1);
+  CHECK(t3.faults[0].atNs == 70 * kSec);
+  CHECK(t3.faults[0].params["down"] == 2 * kSec);
+  CHECK(plan->trials[5].faults[0].params["down"] == 5 * kSec);
+  std::string text = formatPlan(*pb, *plan);
+  CHECK(text.find("6 trial(s), 2m in total") != std::string::npos);
+  CHECK(text.find("+70.000s    inject link_flap  on n2") != std::string::npos);
+}
+
+TEST_CASE("resolvePlan errors point into the playbook") {
+  auto check = [](const std::string& body, const std::string& want) {
+    auto pb = parsePlaybook(kHead + body, "p.toml");
+    REQUIRE(pb);
+    auto plan = resolvePlan(*pb, inventory());
+    REQUIRE_FALSE(plan);
+    INFO(plan.error().message);
+    CHECK(plan.error().message.rfind(want, 0) == 0);
+  };
+  check("[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = \"spine\"\n",
+        "p.toml:13:10: no node or role 'spine' in inv.toml (nodes: n1, n2, n3, n4; or use 'all')");
+  check("[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = { random = 2, from = \"receiver\" }\n",
+        "p.toml:13:10: random = 2 but 'receiver' matches only 1 node(s): n1");
+  check("[[expect]]\nmetric = \"stall_time\"\nop = \"<\"\nbound = \"1s\"\nscope = \"n9\"\n",
+        "p.toml:10:1: expectation scope 'n9' is neither \"job\" nor a workload node");
+  auto pb = parsePlaybook(std::string(kHead).replace(kHead.find("kind = \"allreduce\""), 18,
+                                                     "kind = \"allreduce\"\nnodes = \"receiver\""),
+                          "p.toml");
+  REQUIRE(pb);
+  auto plan = resolvePlan(*pb, inventory());
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error().message.find("allreduce needs at least 2 nodes") != std::string::npos);
+}
+
+TEST_CASE("scenarios: several in one playbook, each with its own timeline") {
+  auto pb = parsePlaybook(R"(name = "suite"
+[workload]
+kind = "allgather"
+[[scenario]]
+name = "one"
+[[scenario.phase]]
+name = "baseline"
+duration = "5s"
+[[scenario.phase]]
+name = "fault"
+duration = "5s"
+[[scenario.step]]
+kind = "link_flap"
+phase = "fault"
+target = "n1"
+[[scenario]]
+name = "two"
+[[scenario.phase]]
+name = "baseline"
+duration = "8s"
+[[scenario.phase]]
+name = "after"
+duration = "2s"
+[[scenario.expect]]
+metric = "baseline"
+op = ">"
+bound = "1Mbps"
+)",
+                          "s.toml");
+  INFO((pb ? "" : pb.error().message));
+  REQUIRE(pb);
+  REQUIRE(pb->scenarios.size() == 2);
+  auto plan = resolvePlan(*pb, inventory());
+  REQUIRE(plan);
+  REQUIRE(plan->trials.size() == 2);
+  CHECK(plan->trials[1].startNs == 10 * kSec);
+  CHECK(plan->trials[1].baselineToNs == 18 * kSec);
+  CHECK(plan->trials[1].faults.empty());
+}

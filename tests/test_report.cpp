@@ -1,0 +1,152 @@
+// Reports: the result document round-trips and every rendering shows what was measured.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "controller/commands.hpp"
+#include "controller/report.hpp"
+#include "synthetic_run.hpp"
+
+using namespace rc::controller;
+using rc::test::Shape;
+
+namespace {
+
+json documentFor(Shape shape) {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, shape);
+  return makeResultDocument(run, pb, score(run, pb));
+}
+
+size_t count(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) n++;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("the result document is self-contained and passes its own check") {
+  json doc = documentFor(Shape::cleanStep);
+  REQUIRE(checkResultDocument(doc));
+  CHECK(doc["schema"] == kResultSchema);
+  CHECK(doc["playbook"]["text"].get<std::string>().find("name = \"synthetic\"") == 0);
+  CHECK(doc["inventory"]["nodes"].size() == 2);
+  CHECK(doc["clocks"][0]["offset_ns"] == 120000);
+  CHECK(doc["series"]["bin_ns"] == 100'000'000);
+  CHECK(doc["series"]["job"].size() == 300);
+  CHECK(doc["series"]["job"][0] == 2000.0);
+  CHECK(doc["series"]["nodes"]["n2"][100] == 0.0);
+  CHECK(doc["faults"][0]["applied_ns"] == 10'000'000'000);
+  CHECK(doc["counters"][1]["delta"]["link_downed"] == 1);
+  const json& t = doc["trials"][0];
+  CHECK(t["job"]["impact"]["recovery_time_ns"] == 500'000'000);
+  CHECK(t["job"]["impact"]["loss_bytes"] == 50000.0);
+  CHECK(t["verdicts"].size() == 3);
+  CHECK(t["verdicts"][1]["passed"] == false);
+  CHECK(t["verdicts"][1]["line"] == 36);  // where the expectation is in the playbook
+  CHECK(doc["outcome"]["verdict"] == "failed");
+  CHECK(doc["outcome"]["exit_code"] == 1);
+  // A JSON round trip changes nothing the renderers see.
+  json again = json::parse(doc.dump());
+  CHECK(renderHtml(again) == renderHtml(doc));
+}
+
+TEST_CASE("documents that are not ours are refused with the reason") {
+  json doc = documentFor(Shape::noEffect);
+  json wrong = doc;
+  wrong["schema"] = "something/2";
+  CHECK(checkResultDocument(wrong).error().message.find("schema is 'something/2'") == 0);
+  wrong = doc;
+  wrong.erase("series");
+  CHECK(checkResultDocument(wrong).error().message == "member 'series' is missing or has the wrong type");
+  wrong = doc;
+  wrong["series"]["bin_ns"] = 0;
+  CHECK_FALSE(checkResultDocument(wrong));
+  CHECK_FALSE(checkResultDocument(json::array()));
+}
+
+TEST_CASE("JUnit: one testcase per expectation, failures with measured vs bound") {
+  std::string x = renderJunit(documentFor(Shape::cleanStep));
+  CHECK(x.rfind("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"synthetic\" tests=\"4\" failures=\"1\" errors=\"0\">", 0) == 0);
+  CHECK(count(x, "<testcase ") == 4);  // 3 expectations + the trial itself
+  CHECK(x.find("name=\"synthetic #1: recovery_time &lt;= 1s [job]\"") != std::string::npos);
+  CHECK(x.find("<failure message=\"measured 100.00%, expected &lt; 90%\" type=\"expectation\">") !=
+        std::string::npos);
+  std::string never = renderJunit(documentFor(Shape::neverRecovers));
+  CHECK(never.find("message=\"measured not recovered, expected &lt;= 1s\"") != std::string::npos);
+}
+
+TEST_CASE("JUnit: aborted runs and failed faults are errors") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  run.abortReason = "agent n2 lost <lease>";
+  run.endedNs = 11'000'000'000;
+  std::string x = renderJunit(makeResultDocument(run, pb, score(run, pb)));
+  CHECK(x.find("errors=\"2\"") != std::string::npos);
+  CHECK(x.find("<error message=\"aborted: agent n2 lost &lt;lease&gt;\"/>") != std::string::npos);
+}
+
+TEST_CASE("HTML: self-contained, with series, fault windows, recovery marks and counters") {
+  std::string h = renderHtml(documentFor(Shape::cleanStep));
+  CHECK(h.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(h.find("http://") == h.find("http://www.w3.org/2000/svg"));  // the SVG namespace only
+  CHECK(h.find("https://") == std::string::npos);
+  CHECK(h.find("<script") == std::string::npos);
+  CHECK(h.find("<link") == std::string::npos);
+  CHECK(count(h, "<svg class=\"chart\"") == 3);      // job + 2 nodes
+  CHECK(count(h, "<path class=\"series\"") == 3);
+  CHECK(count(h, "class=\"fault-window") == 3);
+  CHECK(count(h, "<line class=\"recovery-mark\"") == 3);
+  CHECK(h.find("recovered +500ms") != std::string::npos);
+  CHECK(h.find("<table class=\"counters\">") != std::string::npos);
+  CHECK(h.find("<td class=\"num\">60000</td>") != std::string::npos);  // rx_packets delta
+  CHECK(h.find("id=\"verdict\">FAILED</span>") != std::string::npos);
+  std::string never = renderHtml(documentFor(Shape::neverRecovers));
+  CHECK(count(never, "not-recovered\"") == 3);
+}
+
+TEST_CASE("text summary names the numbers an operator looks for") {
+  std::string t = renderText(documentFor(Shape::cleanStep));
+  CHECK(t.find("playbook synthetic: failed (1 of 3 expectations failed)") == 0);
+  CHECK(t.find("recovery time   500ms") != std::string::npos);
+  CHECK(t.find("FAIL throughput_loss_pct < 90% (job): 100.00%") != std::string::npos);
+}
+
+TEST_CASE("reports are written atomically") {
+  char dir[] = "/tmp/rc-report-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  std::string path = std::string(dir) + "/r.json";
+  REQUIRE(writeFileAtomic(path, documentFor(Shape::noEffect).dump()));
+  auto doc = loadResultDocument(path);
+  CHECK(doc);
+  CHECK(::access((path + ".tmp").c_str(), F_OK) != 0);
+  std::ofstream(path) << "{not json";
+  CHECK(loadResultDocument(path).error().message.find(": not JSON:") != std::string::npos);
+  CHECK_FALSE(writeFileAtomic(std::string(dir) + "/missing/x.html", "x"));
+  std::remove(path.c_str());
+  ::rmdir(dir);
+}
+
+TEST_CASE("rdmachaos report re-renders a saved result; its exit code is the outcome's") {
+  char dir[] = "/tmp/rc-report-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  std::string d(dir);
+  REQUIRE(writeFileAtomic(d + "/result.json", documentFor(Shape::cleanStep).dump()));
+  ReportOptions o{d + "/result.json", d + "/report.html", d + "/junit.xml"};
+  CHECK(cmdReport(o) == kExitFailed);
+  std::ifstream html(d + "/report.html"), junit(d + "/junit.xml");
+  std::stringstream hs, js;
+  hs << html.rdbuf();
+  js << junit.rdbuf();
+  CHECK(hs.str() == renderHtml(documentFor(Shape::cleanStep)));
+  CHECK(js.str().find("failures=\"1\"") != std::string::npos);
+  REQUIRE(writeFileAtomic(d + "/ok.json", documentFor(Shape::noEffect).dump()));
+  CHECK(cmdReport({d + "/ok.json", "", ""}) == kExitOk);
+  CHECK(cmdReport({d + "/missing.json", "", ""}) == kExitError);
+  for (const char* f : {"/result.json", "/report.html", "/junit.xml", "/ok.json"}) std::remove((d + f).c_str());
+  ::rmdir(dir);
+}

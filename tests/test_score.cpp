@@ -1,0 +1,197 @@
+// Scoring: building blocks and whole runs on synthetic series with known answers.
+#include <catch2/catch.hpp>
+
+#include "controller/score.hpp"
+#include "synthetic_run.hpp"
+
+using namespace rc::controller;
+using rc::test::Shape;
+
+namespace {
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kSec = 1'000'000'000;
+}  // namespace
+
+TEST_CASE("median and nearest-rank percentiles") {
+  CHECK(*median({3, 1, 2}) == 2);
+  CHECK(*median({4, 1, 3, 2}) == 2.5);
+  CHECK_FALSE(median({}).has_value());
+  std::vector<double> hundred;
+  for (int i = 1; i <= 100; i++) hundred.push_back(i);
+  auto [p, want] = GENERATE(table<double, double>({{50, 50}, {99, 99}, {100, 100}, {1, 1}, {99.5, 100}}));
+  CHECK(*percentile(hundred, p) == want);
+  CHECK(*percentile({5, 1, 9, 7, 3, 2, 8, 6, 4, 10}, 99) == 10);  // p99 of 10 values is the max
+}
+
+TEST_CASE("bus bandwidth factors follow nccl-tests") {
+  auto [kind, n, want] = GENERATE(table<WorkloadKind, size_t, double>({
+      {WorkloadKind::allreduce, 2, 1.0},
+      {WorkloadKind::allreduce, 4, 1.5},
+      {WorkloadKind::allreduce, 8, 1.75},
+      {WorkloadKind::allgather, 4, 0.75},
+      {WorkloadKind::alltoall, 8, 0.875},
+      {WorkloadKind::incast, 8, 1.0},
+      {WorkloadKind::pairwise, 2, 1.0},
+  }));
+  CHECK(busBandwidthFactor(kind, n) == Approx(want));
+}
+
+TEST_CASE("grids: alignment, gaps, sums") {
+  std::vector<Bin> bins{{0, 10}, {100, 20}, {250, 5}, {400, 7}};
+  Grid g = toGrid(bins, 100, 0, 400);
+  REQUIRE(g.size() == 4);
+  CHECK(g.bytes == std::vector<double>{10, 20, 5, 0});  // 250 lands in bin 2; 400 is outside
+  Grid s = sumGrids({g, g});
+  CHECK(s.bytes == std::vector<double>{20, 40, 10, 0});
+  CHECK(g.rate(0) == Approx(10 * 1e9 / 100));
+}
+
+// Per node (1000 bytes per 100 ms bin = 10 kB/s baseline), fault 10 s - 12 s unless noted.
+struct Expected {
+  Shape shape;
+  std::optional<int64_t> timeToImpact;
+  std::optional<int64_t> recovery;
+  double lossBytes;
+  double lossPct;
+  int64_t stall;
+  int64_t windowTo;
+};
+
+TEST_CASE("impact scores on known shapes") {
+  auto e = GENERATE(values<Expected>({
+      // Out for 2.5 s: impact at once, recovered 500 ms after the fault, 25 bins lost.
+      {Shape::cleanStep, 0, 500 * kMs, 25000, 100, 2500 * kMs, 12500 * kMs},
+      // Ramp of 10 % per bin after the fault: good (>= 95 %) from bin 129 = 12.9 s.
+      {Shape::slowRamp, 0, 900 * kMs, 24500, 24500.0 / 29000 * 100, 2000 * kMs, 12900 * kMs},
+      // Half speed forever: never recovered, loss counted to the trial end (30 s).
+      {Shape::neverRecovers, 0, std::nullopt, 110000, 55, 2000 * kMs, 30000 * kMs},
+      // Noise within +-3 % never looks like impact; fault ends at 11 s here.
+      {Shape::noisyBaseline, 0, 0, 10000, 100, 1000 * kMs, 11000 * kMs},
+      // Nothing happens: no impact, recovered at once, no loss.
+      {Shape::noEffect, std::nullopt, 0, 0, 0, 0, 12000 * kMs},
+  }));
+  CAPTURE(int(e.shape));
+  Playbook pb = rc::test::syntheticPlaybook();
+  int64_t faultEnd = e.shape == Shape::noisyBaseline ? 11 * kSec : 12 * kSec;
+  RunResult run = rc::test::syntheticRun(pb, e.shape, 10 * kSec, faultEnd);
+  Grid g = toGrid(run.series["n1"], run.binNs, 0, 30 * kSec);
+  auto B = baselineRate(g, 1 * kSec, 10 * kSec);
+  REQUIRE(B);
+  CHECK(*B == Approx(10000));
+  Impact im = scoreImpact(g, *B, 10 * kSec, faultEnd, pb.scoring);
+  CHECK(im.timeToImpactNs == e.timeToImpact);
+  CHECK(im.recoveryTimeNs == e.recovery);
+  CHECK(im.recovered == e.recovery.has_value());
+  CHECK(im.lossBytes == Approx(e.lossBytes));
+  CHECK(im.lossPct == Approx(e.lossPct));
+  CHECK(im.stallNs == e.stall);
+  CHECK(im.longestStallNs == e.stall);
+  CHECK(im.windowFromNs == 10 * kSec);
+  CHECK(im.windowToNs == e.windowTo);
+}
+
+TEST_CASE("fault times inside a bin are measured from the actual times") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  Grid g = toGrid(run.series["n1"], run.binNs, 0, 30 * kSec);
+  // Applied 30 ms before traffic stops: impact is seen in the next bin, 70 ms later.
+  Impact im = scoreImpact(g, 10000, 9970 * kMs, 12030 * kMs, pb.scoring);
+  CHECK(im.timeToImpactNs == 30 * kMs);  // bin 100 starts 30 ms after 9.97 s
+  CHECK(im.recoveryTimeNs == 470 * kMs);
+}
+
+TEST_CASE("a whole run: scopes, iterations, counters, cost, verdicts") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  Scores s = score(run, pb);
+  REQUIRE(s.trials.size() == 1);
+  const TrialScore& t = s.trials[0];
+  CHECK(t.completed);
+  CHECK(t.problems.empty());
+  CHECK(t.faultStartNs == 10 * kSec);
+  CHECK(t.faultEndNs == 12 * kSec);
+  CHECK(*t.job.baseline == Approx(20000));  // two nodes
+  REQUIRE(t.job.impact);
+  CHECK(t.job.impact->recoveryTimeNs == 500 * kMs);
+  CHECK(t.job.impact->lossBytes == Approx(50000));
+  REQUIRE(t.nodes.size() == 2);
+  CHECK(t.nodes[1].scope == "n2");
+  CHECK(t.nodes[1].counterDeltas.at("link_downed") == 1);
+  CHECK(t.job.counterDeltas.at("rx_packets") == 120000);
+  // Baseline iterations are 100 ms; the one in flight during the outage took 10.0 s -> 12.6 s.
+  REQUIRE(t.job.baselineIterations);
+  CHECK(t.job.baselineIterations->p50Ns == 100 * kMs);
+  REQUIRE(t.job.windowIterations);
+  CHECK(t.job.windowIterations->maxNs == 2600 * kMs);
+  CHECK(*metricValue(t.job, "iteration_p99_ratio") == Approx(26));
+  // busbw: 4 MiB per 100 ms iteration is 41.9 MB/s algbw, x 2(2-1)/2 = 1 for two ranks.
+  CHECK(*t.job.busbw == Approx(4194304 / 0.1));
+  // 50 kB lost at 20 kB/s = 2.5 s of the whole job; 1024 GPUs; 2.0 per GPU-hour.
+  CHECK(*t.job.gpuHours == Approx(1024 * 2.5 / 3600));
+  CHECK(*t.job.cost == Approx(1024 * 2.5 / 3600 * 2));
+  CHECK(*t.job.gpuHoursPerPeriod == Approx(1024 * 2.5 / 3600 * 30));
+  // recovery 500 ms <= 1 s passes twice (job, n1); loss 100 % < 90 fails.
+  REQUIRE(t.verdicts.size() == 3);
+  CHECK(t.verdicts[0].passed);
+  CHECK(t.verdicts[0].measuredText == "500ms");
+  CHECK_FALSE(t.verdicts[1].passed);
+  CHECK(t.verdicts[1].measuredText == "100.00%");
+  CHECK(t.verdicts[2].passed);
+  CHECK(s.outcome == Outcome::failed);
+  CHECK(exitCodeFor(s.outcome) == 1);
+  CHECK(s.verdictsPassed == 2);
+  CHECK(s.verdictsFailed == 1);
+}
+
+TEST_CASE("not recovered fails the recovery expectation") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  Scores s = score(rc::test::syntheticRun(pb, Shape::neverRecovers), pb);
+  const Verdict& v = s.trials[0].verdicts[0];
+  CHECK_FALSE(v.passed);
+  CHECK_FALSE(v.measured.has_value());
+  CHECK(v.measuredText == "not recovered");
+  CHECK(s.outcome == Outcome::failed);
+}
+
+TEST_CASE("no effect passes every expectation") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  Scores s = score(rc::test::syntheticRun(pb, Shape::noEffect), pb);
+  CHECK(s.outcome == Outcome::passed);
+  CHECK(exitCodeFor(s.outcome) == 0);
+  CHECK_FALSE(s.trials[0].job.impact->timeToImpactNs.has_value());
+}
+
+TEST_CASE("errors outrank failures: abort, failed fault, missing revert, guardrail") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  SECTION("aborted mid-trial") {
+    RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+    run.abortReason = "agent n2 lost (lease expired)";
+    run.endedNs = 11 * kSec;
+    Scores s = score(run, pb);
+    CHECK(s.outcome == Outcome::error);
+    CHECK(s.reason == "aborted: agent n2 lost (lease expired)");
+    CHECK_FALSE(s.trials[0].completed);
+    CHECK(exitCodeFor(s.outcome) == 2);
+  }
+  SECTION("a fault that failed to apply") {
+    RunResult run = rc::test::syntheticRun(pb, Shape::noEffect);
+    run.faults[0].appliedNs.reset();
+    run.faults[0].revertedNs.reset();
+    run.faults[0].error = "interface 'data0' is not in the agent's allowlist";
+    Scores s = score(run, pb);
+    CHECK(s.outcome == Outcome::error);
+    CHECK(s.reason.find("link_flap on n2 (step flap) failed") != std::string::npos);
+  }
+  SECTION("baseline below the guardrail floor") {
+    pb.guardrails.minBaselineBytesPerSec = 1e6;
+    Scores s = score(rc::test::syntheticRun(pb, Shape::noEffect), pb);
+    CHECK(s.outcome == Outcome::error);
+    CHECK(s.reason.find("below the guardrail floor") != std::string::npos);
+  }
+  SECTION("a stall longer than max_stall") {
+    pb.guardrails.maxStallNs = 1 * kSec;
+    Scores s = score(rc::test::syntheticRun(pb, Shape::cleanStep), pb);
+    CHECK(s.outcome == Outcome::error);
+    CHECK(s.reason.find("stalled for 2.500s") != std::string::npos);
+  }
+}
