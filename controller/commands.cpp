@@ -415,18 +415,20 @@ int cmdDemo(const std::string& dir, int nodes) {
   int code = kExitOk;
   {
     std::fprintf(stderr, "\n== agents ==\n");
+    std::fflush(stdout);
     AgentsOptions a;
     a.inventory = *inv;
     code = cmdAgents(a);
+    std::fflush(stdout);
     if (code == kExitOk) {
-      std::fprintf(stderr, "\n== link flap train on n1: 3 x (down 500ms, up 1s) ==\n");
-      InjectOptions i;
-      i.kind = "link_flap";
-      i.inventory = *inv;
-      i.nodes = {"n1"};
-      i.sets = {"down=500ms", "count=3", "up=1s"};
-      i.forDuration = "20s";
-      code = cmdInject(i);
+      std::string playbook = findPlaybook("quickstart.toml");
+      std::fprintf(stderr, "\n== playbook %s ==\n", playbook.c_str());
+      RunOptions r;
+      r.playbook = playbook;
+      r.inventory = *inv;
+      r.reportDir = dir + "/report";
+      code = cmdRun(r);
+      std::fflush(stdout);
     }
   }
   std::fprintf(stderr, "\n== lab down ==\n");
@@ -434,7 +436,25 @@ int cmdDemo(const std::string& dir, int nodes) {
     std::fprintf(stderr, "rdmachaos: %s\n", r.error().message.c_str());
     return kExitError;
   }
+  if (code != kExitError)
+    std::fprintf(stderr, "the HTML report stays in %s/report/report.html\n", dir.c_str());
   return code;
+}
+
+std::string findPlaybook(const std::string& name) {
+  if (const char* env = std::getenv("RDMACHAOS_PLAYBOOKS"); env && *env)
+    return std::string(env) + "/" + name;
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = 0;
+    std::string dir(self);
+    dir = dir.substr(0, dir.rfind('/'));
+    // build/controller/rdmachaos -> source tree; or an installed share directory.
+    for (std::string cand : {dir + "/../../playbooks/" + name, dir + "/../share/rdmachaos/playbooks/" + name})
+      if (::access(cand.c_str(), R_OK) == 0) return cand;
+  }
+  return "playbooks/" + name;
 }
 
 }  // namespace rc::controller

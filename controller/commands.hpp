@@ -70,7 +70,7 @@ struct RunOptions {
   std::string reportDir;
   bool dryRun = false;
 };
-// Today only --dry-run (the resolved plan); live runs need the workload engine.
+// Runs a playbook (or prints its resolved plan with --dry-run); exit 0/1/2 per the contract.
 int cmdRun(const RunOptions& o);
 
 struct ReportOptions {
@@ -80,6 +80,9 @@ struct ReportOptions {
 };
 // Re-renders a result document; prints the text summary; exit code from its outcome.
 int cmdReport(const ReportOptions& o);
+
+// A shipped playbook: $RDMACHAOS_PLAYBOOKS, the source tree next to the build, or share/.
+std::string findPlaybook(const std::string& name);
 
 // Where rdmachaos-agent lives: $RDMACHAOS_AGENT, next to this binary, or the build tree.
 std::string findAgentBinary();

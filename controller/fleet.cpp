@@ -245,7 +245,12 @@ asio::awaitable<Result<ClockEstimate>> AgentClient::probeClock(int probes, Durat
 }
 
 void AgentClient::startHeartbeats() { asio::co_spawn(impl_->io, impl_->heartbeats(), asio::detached); }
-void AgentClient::close() { impl_->close(); }
+void AgentClient::close() {
+  // Handlers capture their owner's state: once closed, nothing may call them any more.
+  impl_->eventHandlers.clear();
+  impl_->lostHandler = nullptr;
+  impl_->close();
+}
 void AgentClient::onEvent(std::function<void(const json&)> h) { impl_->eventHandlers.push_back(std::move(h)); }
 void AgentClient::onLost(std::function<void(const std::string&)> h) { impl_->lostHandler = std::move(h); }
 const Node& AgentClient::node() const { return impl_->node; }

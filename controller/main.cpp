@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
 
   std::string demoDir = "/tmp/rdmachaos-demo";
   int demoNodes = 3;
-  auto* cDemo = app.add_subcommand("demo", "lab up, a link flap with its timeline, lab down");
+  auto* cDemo = app.add_subcommand("demo", "lab up, the quickstart playbook with its scored report, lab down");
   cDemo->add_option("--dir", demoDir, "lab directory")->capture_default_str();
   cDemo->add_option("--nodes", demoNodes, "number of hosts")->capture_default_str();
 
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   cValidate->add_option("--inventory", validateInventory, "also resolve targets against this inventory");
 
   RunOptions run;
-  auto* cRun = app.add_subcommand("run", "run a playbook (today: --dry-run prints the resolved plan)");
+  auto* cRun = app.add_subcommand("run", "run a playbook: workload, faults on a common clock, scores and reports");
   cRun->add_option("playbook", run.playbook, "playbook TOML")->required();
   cRun->add_option("--inventory", run.inventory, "inventory TOML")->required();
   cRun->add_option("--report-dir", run.reportDir, "where result.json, report.html and junit.xml go");

@@ -561,12 +561,13 @@ Playbook Parser::parse(const std::string& text) {
   }
   if (auto* s = root.get("scoring")) {
     const auto& t = table(*s, "scoring");
-    checkKeys(t, {"bin", "warmup", "epsilon", "hold", "stall_fraction"}, "[scoring]");
+    checkKeys(t, {"bin", "warmup", "epsilon", "hold", "smooth", "stall_fraction"}, "[scoring]");
     auto& sc = pb.scoring;
     if (auto* v = t.get("bin")) sc.binNs = duration(*v, "bin", kMs, 10 * kSec);
     if (auto* v = t.get("warmup")) sc.warmupNs = duration(*v, "warmup", 0, kHour);
     if (auto* v = t.get("epsilon")) sc.epsilon = number(*v, "epsilon", 0.001, 0.5);
     if (auto* v = t.get("hold")) sc.holdNs = duration(*v, "hold", kMs, kHour);
+    if (auto* v = t.get("smooth")) sc.smoothNs = duration(*v, "smooth", 0, 10 * kSec);
     if (auto* v = t.get("stall_fraction")) sc.stallFraction = number(*v, "stall_fraction", 0.001, 0.9);
     if (sc.holdNs < sc.binNs)
       fail(*s, "hold (" + fmtDur(sc.holdNs) + ") must be at least one bin (" + fmtDur(sc.binNs) + ")");

@@ -119,6 +119,9 @@ struct ScoringSettings {
   int64_t warmupNs = 1'000'000'000;  // start of the baseline phase left out of the baseline
   double epsilon = 0.05;            // recovered when x >= (1 - epsilon) * baseline ...
   int64_t holdNs = 1'000'000'000;   // ... for this long
+  // Impact and recovery look at x averaged over this window centred on each bin (0 = the
+  // raw bins): collectives move data in bursts, so single small bins are noisy.
+  int64_t smoothNs = 0;
   double stallFraction = 0.1;       // stalled while x < stallFraction * baseline
 };
 

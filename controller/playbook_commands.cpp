@@ -1,5 +1,14 @@
-// The playbook subcommands: validate, run --dry-run, report.
+// The playbook subcommands: validate, run (live or --dry-run), report.
+#include <sys/stat.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
 #include <cstdio>
+#include <ctime>
+
+#include "common/tls.hpp"
+#include "controller/run_playbook.hpp"
+#include "controller/score.hpp"
 
 #include "controller/commands.hpp"
 #include "controller/inventory.hpp"
@@ -73,8 +82,54 @@ int cmdRun(const RunOptions& o) {
     std::printf("%s", formatPlan(*pb, *plan).c_str());
     return kExitOk;
   }
-  return fail("live playbook runs need the collective workload engine, which this build does not "
-              "have yet; use --dry-run to see the plan, or `rdmachaos inject` for one fault");
+  auto tls = tls::makeClientContext(inv->tls);
+  if (!tls) return fail(tls.error().message);
+  std::string dir = o.reportDir;
+  if (dir.empty()) {
+    char stamp[32];
+    time_t now = time(nullptr);
+    tm t{};
+    localtime_r(&now, &t);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &t);
+    dir = "rdmachaos-results/" + pb->name + "-" + stamp;
+  }
+  for (size_t i = 1; i <= dir.size(); i++)
+    if (i == dir.size() || dir[i] == '/') ::mkdir(dir.substr(0, i).c_str(), 0755);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return fail("cannot create the report directory '" + dir + "'");
+
+  std::fprintf(stderr, "running '%s': %zu trial(s), %.1fs, workload %s on %zu node(s); reports in %s\n",
+               pb->name.c_str(), plan->trials.size(), plan->durationNs / 1e9,
+               toString(pb->workload.kind), plan->workloadNodes.size(), dir.c_str());
+  boost::asio::io_context io;
+  RunResult result;
+  boost::asio::co_spawn(io, executePlan(io, *pb, *plan, *inv, *tls, RunnerOptions{}),
+                        [&](std::exception_ptr e, RunResult r) {
+                          if (e) {
+                            try {
+                              std::rethrow_exception(e);
+                            } catch (const std::exception& ex) {
+                              r.abortReason = std::string("internal error: ") + ex.what();
+                            }
+                          }
+                          result = std::move(r);
+                        });
+  io.run();
+
+  Scores scores = score(result, *pb);
+  json doc = makeResultDocument(result, *pb, scores);
+  const std::string resultPath = dir + "/result.json", htmlPath = dir + "/report.html",
+                    junitPath = dir + "/junit.xml";
+  for (auto [path, content] : {std::pair{resultPath, doc.dump(2) + "\n"},
+                               std::pair{htmlPath, renderHtml(doc)},
+                               std::pair{junitPath, renderJunit(doc)}})
+    if (auto w = writeFileAtomic(path, content); !w) return fail(w.error().message);
+  std::printf("%s", renderText(doc).c_str());
+  std::printf("\nreport: %s\nresult: %s\njunit:  %s\n", htmlPath.c_str(), resultPath.c_str(),
+              junitPath.c_str());
+  if (!result.abortReason.empty()) return kExitError;
+  return exitCodeFor(scores.outcome);
 }
 
 int cmdReport(const ReportOptions& o) {

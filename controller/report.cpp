@@ -140,6 +140,7 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
                     {"streams", pb.workload.streams}, {"nodes", pb.workload.nodes.describe()}}},
       {"scoring", {{"bin_ns", pb.scoring.binNs}, {"warmup_ns", pb.scoring.warmupNs},
                    {"epsilon", pb.scoring.epsilon}, {"hold_ns", pb.scoring.holdNs},
+                   {"smooth_ns", pb.scoring.smoothNs},
                    {"stall_fraction", pb.scoring.stallFraction}}},
       {"guardrails", {{"min_baseline_Bps", pb.guardrails.minBaselineBytesPerSec},
                       {"abort_on_agent_loss", pb.guardrails.abortOnAgentLoss},

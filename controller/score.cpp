@@ -102,8 +102,20 @@ Impact scoreImpact(const Grid& g, double B, int64_t faultStartNs, int64_t faultE
   const size_t ie = binContaining(g, faultEndNs);
   const size_t hold = size_t((s.holdNs + g.binNs - 1) / g.binNs);
 
+  // Impact and recovery on the smoothed rate (a centred moving average); loss and stalls on
+  // the raw bins.
+  std::vector<double> x(n);
+  const size_t half = size_t(s.smoothNs / g.binNs) / 2;
+  {
+    std::vector<double> prefix(n + 1, 0.0);
+    for (size_t i = 0; i < n; i++) prefix[i + 1] = prefix[i] + g.rate(i);
+    for (size_t i = 0; i < n; i++) {
+      size_t lo = i >= half ? i - half : 0, hi = std::min(n, i + half + 1);
+      x[i] = (prefix[hi] - prefix[lo]) / double(hi - lo);
+    }
+  }
   for (size_t i = i0; i < n; i++)
-    if (g.rate(i) < good) {
+    if (x[i] < good) {
       im.timeToImpactNs = std::max<int64_t>(0, g.timeOf(i) - faultStartNs);
       break;
     }
@@ -112,7 +124,7 @@ Impact scoreImpact(const Grid& g, double B, int64_t faultStartNs, int64_t faultE
   // the stretch must fit in the trial, otherwise recovery was not shown.
   size_t run = 0;
   for (size_t j = ie; j < n; j++) {
-    run = g.rate(j) >= good ? run + 1 : 0;
+    run = x[j] >= good ? run + 1 : 0;
     if (run == hold) {
       size_t i = j + 1 - hold;
       im.recovered = true;

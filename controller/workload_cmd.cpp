@@ -103,7 +103,7 @@ asio::awaitable<int> workloadMain(asio::io_context& io, asio::ssl::context& tls,
     if (lost) break;
     int64_t now = wallNs();
     if (now - lastLine >= 1'000'000'000 && now > s.startNs) {
-      auto st = iterationStats(s, lastLine, now);
+      auto st = workloadStats(s, lastLine, now);
       uint64_t rx = 0;
       for (const auto& n : s.nodes)
         for (const auto& b : n.bins)
@@ -126,7 +126,7 @@ asio::awaitable<int> workloadMain(asio::io_context& io, asio::ssl::context& tls,
   signals.cancel();
   for (auto& c : ranks) c->close();
 
-  auto st = iterationStats(s, INT64_MIN, INT64_MAX);
+  auto st = workloadStats(s, INT64_MIN, INT64_MAX);
   bool ok = all;
   for (const auto& n : s.nodes)
     ok = ok && n.endReason == "completed" && n.verified && n.counters.corruptions == 0;

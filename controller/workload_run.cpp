@@ -220,12 +220,12 @@ bool WorkloadRun::allEnded() const {
 
 void WorkloadRun::onUpdate(std::function<void()> h) { impl_->update = std::move(h); }
 
-IterationStats iterationStats(const WorkloadSeries& s, int64_t from, int64_t to) {
+WorkloadStats workloadStats(const WorkloadSeries& s, int64_t from, int64_t to) {
   std::vector<int64_t> d;
   for (const auto& n : s.nodes)
     for (const auto& it : n.iterations)
       if (it.ok && it.endNs >= from && it.endNs < to) d.push_back(it.endNs - it.startNs);
-  IterationStats st;
+  WorkloadStats st;
   st.count = d.size();
   if (d.empty()) return st;
   std::sort(d.begin(), d.end());

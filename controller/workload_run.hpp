@@ -70,12 +70,12 @@ struct WorkloadSeries {
 };
 
 // Iteration statistics over records that ended in [fromNs, toNs) (controller clock).
-struct IterationStats {
+struct WorkloadStats {
   size_t count = 0;
   int64_t p50Ns = 0, p99Ns = 0, maxNs = 0;
   double algbw = 0, busbw = 0;  // bytes per second, from the median iteration time
 };
-IterationStats iterationStats(const WorkloadSeries& series, int64_t fromNs, int64_t toNs);
+WorkloadStats workloadStats(const WorkloadSeries& series, int64_t fromNs, int64_t toNs);
 nlohmann::json toJson(const WorkloadSeries& series);
 
 class WorkloadRun {

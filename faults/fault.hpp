@@ -94,6 +94,10 @@ struct ParamSpec {
 Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>& specs,
                              const json& raw);
 
+// The inverse for the wire: normalised parameters written so that normaliseParams reads them
+// back unchanged (durations as "<n>ns", sizes as "<n>B"), e.g. for a resolved playbook step.
+json wireParams(const std::vector<ParamSpec>& specs, const json& normalised);
+
 struct FaultKind {
   std::string name;
   std::string summary;

@@ -169,4 +169,15 @@ Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>
   return out;
 }
 
+json wireParams(const std::vector<ParamSpec>& specs, const json& normalised) {
+  json out = normalised;
+  for (const auto& spec : specs) {
+    auto it = out.find(spec.name);
+    if (it == out.end() || !it->is_number_integer()) continue;
+    if (spec.type == ParamType::duration) *it = std::to_string(it->get<int64_t>()) + "ns";
+    if (spec.type == ParamType::size) *it = std::to_string(it->get<int64_t>()) + "B";
+  }
+  return out;
+}
+
 }  // namespace rc::faults

@@ -142,3 +142,16 @@ TEST_CASE("link_flap describes itself and validates its target", "[params]") {
     CHECK_THAT(r.error().message, Catch::Contains("link_flap journal snapshot"));
   }
 }
+
+TEST_CASE("wire parameters read back to the same normalised values") {
+  const auto* kind = rc::faults::findKind("link_flap");
+  REQUIRE(kind);
+  auto n = rc::faults::normaliseParams("link_flap", kind->params,
+                                       {{"down", "1.5s"}, {"count", "3"}, {"jitter", "250us"}});
+  REQUIRE(n.ok());
+  auto wire = rc::faults::wireParams(kind->params, *n);
+  CHECK(wire["down"] == "1500000000ns");
+  auto again = rc::faults::normaliseParams("link_flap", kind->params, wire);
+  REQUIRE(again.ok());
+  CHECK(*again == *n);
+}

@@ -195,3 +195,26 @@ TEST_CASE("errors outrank failures: abort, failed fault, missing revert, guardra
     CHECK(s.reason.find("stalled for 2.500s") != std::string::npos);
   }
 }
+
+TEST_CASE("smoothing keeps bursty bins from reading as not recovered") {
+  // 10 ms bins alternating 0 and 2x: a healthy bursty job with mean = baseline 1000 B/bin.
+  std::vector<Bin> bins;
+  for (int i = 0; i < 600; i++) {
+    double b = (i % 2 == 0) ? 0.0 : 2000.0;
+    if (i >= 200 && i < 300) b = 0;  // the fault: 1 s of nothing
+    bins.push_back({int64_t(i) * 10'000'000, b});
+  }
+  Grid g = toGrid(bins, 10'000'000, 0, 6'000'000'000);
+  ScoringSettings raw;
+  raw.holdNs = 500'000'000;
+  auto strict = scoreImpact(g, 100'000.0, 2'000'000'000, 3'000'000'000, raw);
+  CHECK_FALSE(strict.recovered);  // every other raw bin is 0
+  ScoringSettings smooth = raw;
+  smooth.smoothNs = 100'000'000;  // 11 bins: means of 909 or 1091 B per bin
+  smooth.epsilon = 0.1;
+  auto im = scoreImpact(g, 100'000.0, 2'000'000'000, 3'000'000'000, smooth);
+  REQUIRE(im.recovered);
+  CHECK(*im.recoveryTimeNs <= 60'000'000);  // within half a smoothing window of the fault end
+  REQUIRE(im.timeToImpactNs);
+  CHECK(*im.timeToImpactNs <= 60'000'000);
+}

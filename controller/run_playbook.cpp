@@ -1,0 +1,334 @@
+// Live playbook runs: one workload over the whole plan, every fault scheduled at its planned
+// instant on the common clock, guardrails checked while it runs.
+#include "controller/run_playbook.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "common/clock.hpp"
+#include "common/log.hpp"
+#include "common/units.hpp"
+#include "controller/fleet.hpp"
+#include "controller/score.hpp"
+#include "controller/workload_run.hpp"
+#include "faults/fault.hpp"
+
+namespace rc::controller {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Telemetry arrives at least every 100 ms: decisions about "now" look this far back.
+constexpr int64_t kTelemetryLagNs = 300'000'000;
+
+std::string faultId(const std::string& run, int trial, const std::string& step,
+                    const std::string& node) {
+  auto clean = [](const std::string& s, size_t max) {
+    std::string out;
+    for (char c : s) {
+      bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+      out += ok ? c : '_';
+      if (out.size() >= max) break;
+    }
+    return out;
+  };
+  return clean(run, 12) + "-" + std::to_string(trial) + "-" + clean(step, 24) + "-" +
+         clean(node, 20);
+}
+
+struct Scheduled {
+  size_t record;  // index into RunResult::faults
+  std::string id;
+  std::shared_ptr<AgentClient> client;
+  bool ended = false;
+};
+
+}  // namespace
+
+std::vector<Bin> rebin(const std::vector<std::pair<int64_t, double>>& samples, int64_t sampleNs,
+                       int64_t origin, int64_t binNs, int64_t endNs) {
+  int64_t n = endNs > 0 ? (endNs + binNs - 1) / binNs : 0;
+  std::vector<Bin> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i++) out[size_t(i)].tNs = i * binNs;
+  for (const auto& [t, bytes] : samples) {
+    int64_t a = t - origin, b = a + sampleNs;
+    if (b <= 0 || a >= n * binNs || sampleNs <= 0) continue;
+    for (int64_t k = std::max<int64_t>(0, a / binNs); k < n && k * binNs < b; k++) {
+      int64_t lo = std::max(a, k * binNs), hi = std::min(b, (k + 1) * binNs);
+      if (hi > lo) out[size_t(k)].bytes += bytes * double(hi - lo) / double(sampleNs);
+    }
+  }
+  return out;
+}
+
+asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& playbook,
+                                       const Plan& plan, const Inventory& inventory,
+                                       asio::ssl::context& tls, RunnerOptions options) {
+  RunResult run;
+  run.plan = plan;
+  run.inventoryPath = inventory.path;
+  run.binNs = playbook.scoring.binNs;
+
+  // Every node the run touches: the workload's and the fault targets.
+  std::vector<std::string> names = plan.workloadNodes;
+  for (const auto& t : plan.trials)
+    for (const auto& f : t.faults)
+      if (std::find(names.begin(), names.end(), f.node) == names.end()) names.push_back(f.node);
+  std::vector<const Node*> nodes;
+  for (const auto& n : names)
+    if (auto* node = inventory.find(n)) {
+      nodes.push_back(node);
+      run.inventoryNodes.push_back(*node);
+    }
+
+  std::string ctl = newControllerId();
+  Fleet fleet(io, tls, ctl);
+  if (options.progress) std::fprintf(stderr, "connecting to %zu agent(s)...\n", nodes.size());
+  co_await fleet.connect(nodes, options.connectTimeout, 8);
+  for (auto& c : fleet.clients())
+    run.clocks.push_back({c->node().name, c->clock().offsetNs, c->clock().uncertaintyNs,
+                          c->clock().rttNs});
+  if (!fleet.errors().empty()) {
+    run.abortReason = "cannot reach agent " + fleet.errors().front().first + ": " +
+                      fleet.errors().front().second;
+    for (auto& c : fleet.clients()) c->close();
+    co_return run;
+  }
+  for (auto& c : fleet.clients()) c->startHeartbeats();
+
+  // ---- abort plumbing: guardrails, lost agents, Ctrl-C
+  bool aborted = false;
+  asio::steady_timer tick(io);
+  auto abort = [&](std::string why) {
+    if (aborted) return;
+    aborted = true;
+    run.abortReason = std::move(why);
+    tick.cancel();
+  };
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (!ec) abort("interrupted by the operator");
+  });
+  for (auto& c : fleet.clients()) {
+    std::string node = c->node().name;
+    c->onLost([&, node](const std::string& why) {
+      if (playbook.guardrails.abortOnAgentLoss) abort("lost agent " + node + ": " + why);
+    });
+  }
+
+  // ---- the workload: one run across the whole plan
+  std::vector<std::shared_ptr<AgentClient>> ranks;
+  for (const auto& n : plan.workloadNodes) ranks.push_back(fleet.find(n));
+  WorkloadSpec spec;
+  spec.kind = toString(playbook.workload.kind);
+  spec.size = playbook.workload.sizeBytes;
+  spec.streams = playbook.workload.streams;
+  spec.bin = std::chrono::nanoseconds(playbook.scoring.binNs);
+  spec.duration = std::chrono::nanoseconds(plan.durationNs + 500'000'000);
+  spec.lead = 1s;
+  WorkloadRun workload(io, ranks, spec, "wl-" + ctl.substr(ctl.size() - 4));
+  auto started = co_await workload.start(options.connectTimeout);
+  if (!started) {
+    run.abortReason = "workload did not start: " + started.error().message;
+    for (auto& c : fleet.clients()) c->close();
+    co_return run;
+  }
+  const int64_t t0 = workload.series().startNs;  // the run's t = 0, controller clock
+  run.startedUnixNs = t0;
+
+  // ---- every fault, scheduled now for its planned instant (agents hold them until then)
+  std::vector<Scheduled> scheduled;
+  std::map<std::string, size_t> byId;
+  for (auto& c : fleet.clients()) {
+    c->onEvent([&](const json& m) {
+      if (m.value("type", "") != "fault_ended" || !m.contains("fault")) return;
+      const json& rec = m["fault"];
+      auto it = byId.find(rec.value("fault", std::string()));
+      if (it == byId.end()) return;
+      Scheduled& s = scheduled[it->second];
+      s.ended = true;
+      FaultRecord& fr = run.faults[s.record];
+      int64_t off = s.client->clock().offsetNs;
+      // The actual times: the first and last transitions the agent observed (kernel
+      // notifications for link_flap), else when it applied and ended the fault.
+      const json& events = rec.value("events", json::array());
+      int64_t applied = rec.value("applied_ns", int64_t(0));
+      int64_t reverted = rec.value("ended_ns", int64_t(0));
+      if (!events.empty()) {
+        applied = events.front().value("t_ns", applied);
+        reverted = events.back().value("t_ns", reverted);
+      }
+      if (applied > 0) fr.appliedNs = applied - off - t0;
+      if (reverted > 0) fr.revertedNs = reverted - off - t0;
+      if (!rec.value("error", std::string()).empty()) fr.error = rec["error"];
+    });
+  }
+  for (const auto& trial : plan.trials) {
+    for (const auto& f : trial.faults) {
+      FaultRecord fr;
+      fr.trial = trial.index;
+      fr.step = f.step;
+      fr.node = f.node;
+      fr.kind = f.kind;
+      fr.params = f.params;
+      fr.scheduledNs = f.atNs;
+      run.faults.push_back(fr);
+      auto client = fleet.find(f.node);
+      Scheduled s{run.faults.size() - 1, faultId(ctl.substr(ctl.size() - 4), trial.index, f.step, f.node), client};
+      const faults::FaultKind* kind = faults::findKind(f.kind);
+      json params = kind ? faults::wireParams(kind->params, f.params) : f.params;
+      json body = {{"fault", s.id},
+                   {"kind", f.kind},
+                   {"params", params},
+                   {"start_ns", t0 + f.atNs},
+                   {"clock_offset_ns", client->clock().offsetNs},
+                   {"lifetime_ms", std::max<int64_t>(1, (f.forNs + 999'999) / 1'000'000)}};
+      auto r = co_await client->request("schedule", std::move(body), options.connectTimeout);
+      if (!r) {
+        run.faults.back().error = r.error().message;
+        abort("fault " + f.step + " on " + f.node + " refused: " + r.error().message);
+        break;
+      }
+      byId[s.id] = scheduled.size();
+      scheduled.push_back(std::move(s));
+    }
+    if (aborted) break;
+  }
+
+  // ---- live: progress, guardrails, counter snapshots, until the plan ends or an abort
+  auto jobGrid = [&](int64_t fromRel, int64_t toRel) {
+    std::vector<Grid> grids;
+    for (const auto& ns : workload.series().nodes) {
+      std::vector<Bin> bins;
+      for (const auto& b : ns.bins) bins.push_back({b.tNs - t0, double(b.bytes)});
+      grids.push_back(toGrid(bins, run.binNs, fromRel, toRel));
+    }
+    return sumGrids(grids);
+  };
+  auto countersNow = [&](const std::string& node) {
+    std::map<std::string, uint64_t> m;
+    for (const auto& ns : workload.series().nodes) {
+      if (ns.node != node) continue;
+      m["workload_errors"] = uint64_t(ns.counters.errors);
+      m["workload_reconnects"] = uint64_t(ns.counters.reconnects);
+      m["workload_corruptions"] = uint64_t(ns.counters.corruptions);
+      m["workload_failed_iterations"] = uint64_t(ns.counters.failedIterations);
+      m["workload_rx_bytes"] = uint64_t(ns.counters.rxBytes);
+    }
+    return m;
+  };
+  std::map<int, double> baselines;
+  std::set<int> before, after;
+  int64_t lastProgress = -1;
+  while (!aborted) {
+    int64_t now = wallNs() - t0;
+    if (now >= plan.durationNs + kTelemetryLagNs) break;
+    for (const auto& trial : plan.trials) {
+      if (now >= trial.startNs && before.insert(trial.index).second)
+        for (const auto& n : plan.workloadNodes)
+          run.counters.push_back({trial.index, n, countersNow(n), {}});
+      if (now >= trial.endNs + kTelemetryLagNs && after.insert(trial.index).second)
+        for (auto& cs : run.counters)
+          if (cs.trial == trial.index) cs.after = countersNow(cs.node);
+      // The baseline, once it is complete: below the floor means the fabric is not fit to test.
+      if (!baselines.count(trial.index) && now >= trial.baselineToNs + kTelemetryLagNs) {
+        auto b = baselineRate(jobGrid(trial.baselineFromNs, trial.baselineToNs),
+                              trial.baselineFromNs, trial.baselineToNs);
+        baselines[trial.index] = b.value_or(0);
+        if (playbook.guardrails.minBaselineBytesPerSec > 0 &&
+            b.value_or(0) < playbook.guardrails.minBaselineBytesPerSec)
+          abort("baseline " + formatBitRate(b.value_or(0) * 8) + " of trial " + trial.label() +
+                " is below the floor of " +
+                formatBitRate(playbook.guardrails.minBaselineBytesPerSec * 8));
+      }
+      if (playbook.guardrails.maxStallNs > 0 && baselines.count(trial.index) &&
+          now >= trial.startNs && now < trial.endNs + kTelemetryLagNs) {
+        int64_t to = now - kTelemetryLagNs, from = to - playbook.guardrails.maxStallNs;
+        if (from >= trial.baselineToNs) {
+          Grid g = jobGrid(from, to);
+          bool stalled = g.size() > 0;
+          for (size_t i = 0; i < g.size() && stalled; i++)
+            stalled = g.rate(i) < playbook.scoring.stallFraction * baselines[trial.index];
+          if (stalled)
+            abort("the job stalled for longer than " +
+                  formatDuration(Nanos(playbook.guardrails.maxStallNs)) + " in trial " +
+                  trial.label());
+        }
+      }
+    }
+    if (options.progress && now / 1'000'000'000 != lastProgress && now >= 0 && now < plan.durationNs) {
+      lastProgress = now / 1'000'000'000;
+      std::string phase = "-", label;
+      for (const auto& trial : plan.trials)
+        for (const auto& p : trial.phases)
+          if (now >= p.startNs && now < p.endNs) {
+            phase = p.name;
+            label = trial.label();
+          }
+      auto st = workloadStats(workload.series(), t0 + now - 1'000'000'000 - kTelemetryLagNs,
+                               t0 + now - kTelemetryLagNs);
+      std::string active;
+      for (const auto& s : scheduled) {
+        const auto& fr = run.faults[s.record];
+        if (fr.appliedNs && !s.ended) active += (active.empty() ? "" : ", ") + fr.step + "@" + fr.node;
+      }
+      std::fprintf(stderr, "[%s] %-10s %6.1fs / %.1fs  busbw %-11s iter p50 %-9s faults: %s\n",
+                   label.c_str(), phase.c_str(), now / 1e9, plan.durationNs / 1e9,
+                   st.count ? formatBitRate(st.busbw * 8).c_str() : "-",
+                   st.count ? formatDuration(Nanos(int64_t(st.p50Ns))).c_str() : "-",
+                   active.empty() ? "none" : active.c_str());
+    }
+    tick.expires_after(100ms);
+    boost::system::error_code ec;
+    co_await tick.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  run.endedNs = std::min<int64_t>(wallNs() - t0, plan.durationNs);
+  if (aborted) {
+    std::fprintf(stderr, "aborting: %s — reverting every fault\n", run.abortReason.c_str());
+    for (auto& c : fleet.clients()) {
+      if (!c->connected()) continue;
+      auto r = co_await c->request("revert_all", json::object(), 10s);
+      if (!r) log::error("revert on {}: {}", c->node().name, r.error().message);
+    }
+  }
+  co_await workload.stop(5s);
+  co_await workload.wait(10s);
+  // Faults end by themselves by their lifetime; wait (bounded) for the last reports.
+  asio::steady_timer wait(io);
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < until &&
+         std::any_of(scheduled.begin(), scheduled.end(),
+                     [](const Scheduled& s) { return !s.ended && s.client->connected(); })) {
+    wait.expires_after(50ms);
+    boost::system::error_code ec;
+    co_await wait.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  signals.cancel();
+  for (auto& cs : run.counters)
+    if (cs.after.empty()) cs.after = countersNow(cs.node);
+
+  // ---- the series on the run's timeline
+  const auto& ws = workload.series();
+  for (const auto& ns : ws.nodes) {
+    std::vector<std::pair<int64_t, double>> samples;
+    for (const auto& b : ns.bins) samples.emplace_back(b.tNs, double(b.bytes));
+    run.series[ns.node] = rebin(samples, ws.binNs, t0, run.binNs, run.endedNs);
+    for (const auto& it : ns.iterations)
+      if (it.ok) run.iterations.push_back({ns.node, int64_t(it.index), it.startNs - t0, it.endNs - t0});
+    if (!ns.error.empty() && run.abortReason.empty() && ns.endReason == "error")
+      log::warn("workload on {} ended with an error: {}", ns.node, ns.error);
+  }
+  for (auto& c : fleet.clients()) c->close();
+  co_return run;
+}
+
+}  // namespace rc::controller
