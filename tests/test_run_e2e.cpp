@@ -1,0 +1,232 @@
+// Playbook runs end to end on the namespace lab: quickstart's scores agree with the link's
+// real down time; an expectation that cannot hold exits 1 with a JUnit failure; a guardrail
+// abort and Ctrl-C exit 2 with every fault reverted and a partial report written.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "lab/lab.hpp"
+#include "lab/lab_state.hpp"
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Lab {
+  std::string dir, inventory;
+  Lab() {
+    char tmpl[] = "/tmp/rc-run-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    rc::lab::UpOptions o;
+    o.nodes = 3;
+    o.dir = dir;
+    o.agentBinary = env("RDMACHAOS_AGENT");
+    auto r = rc::lab::up(o);
+    if (!r) FAIL("lab up failed: " << r.error().message);
+    inventory = *r;
+  }
+  ~Lab() {
+    (void)rc::lab::down(dir);
+    fs::remove_all(dir);
+  }
+};
+
+Lab& lab() {
+  static Lab instance;
+  return instance;
+}
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `rdmachaos run PLAYBOOK` into REPORT; SIGINT after INTERRUPT_AFTER if non-zero.
+Run runPlaybook(const std::string& playbook, const std::string& report,
+                std::chrono::milliseconds interruptAfter = 0ms) {
+  std::string out = report + ".out", err = report + ".err";
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(e, 2);
+    std::string cli = env("RDMACHAOS_CLI");
+    execl(cli.c_str(), cli.c_str(), "run", playbook.c_str(), "--inventory",
+          lab().inventory.c_str(), "--report-dir", report.c_str(), nullptr);
+    _exit(127);
+  }
+  if (interruptAfter > 0ms) {
+    std::this_thread::sleep_for(interruptAfter);
+    kill(pid, SIGINT);
+  }
+  int status = 0;
+  auto end = std::chrono::steady_clock::now() + 180s;
+  while (waitpid(pid, &status, WNOHANG) != pid) {
+    if (std::chrono::steady_clock::now() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      FAIL("rdmachaos run did not finish; stderr: " << readFile(err));
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, readFile(out), readFile(err)};
+}
+
+bool linkUp(const std::string& ns) {
+  std::string cmd = "ip -n " + ns + " -o link show dev data0 2>/dev/null | grep -q '[<,]UP[,>]'";
+  return std::system(cmd.c_str()) == 0;
+}
+
+void requireEverythingReverted() {
+  auto st = rc::lab::loadState(lab().dir);
+  REQUIRE(st.ok());
+  for (const auto& n : st->nodes) {
+    CHECK(linkUp(n.netns));
+    auto journal = fs::path(n.config).parent_path() / "state" / "journal";
+    CHECK(fs::is_empty(journal));
+  }
+}
+
+std::string writePlaybook(const std::string& name, const std::string& body) {
+  std::string path = lab().dir + "/" + name + ".toml";
+  std::ofstream(path) << body;
+  return path;
+}
+
+const char* kShortRun = R"(
+name = "%NAME%"
+[workload]
+kind = "allreduce"
+size = "1MiB"
+nodes = "all"
+[scoring]
+warmup = "1s"
+smooth = "250ms"
+epsilon = 0.25
+%EXTRA%
+[[phase]]
+name = "baseline"
+duration = "4s"
+[[phase]]
+name = "fault"
+duration = "6s"
+[[step]]
+kind = "link_flap"
+target = "n3"
+phase = "fault"
+at = "500ms"
+for = "3s"
+params = { down = "1s" }
+%EXPECT%
+)";
+
+std::string shortRun(const std::string& name, const std::string& extra, const std::string& expect) {
+  std::string s = kShortRun;
+  auto put = [&](const std::string& key, const std::string& v) { s.replace(s.find(key), key.size(), v); };
+  put("%NAME%", name);
+  put("%EXTRA%", extra);
+  put("%EXPECT%", expect);
+  return writePlaybook(name, s);
+}
+
+}  // namespace
+
+TEST_CASE("quickstart: reported impact and recovery agree with the link's real down time") {
+  std::string report = lab().dir + "/quickstart";
+  auto r = runPlaybook(env("RDMACHAOS_SOURCE_DIR") + "/playbooks/quickstart.toml", report);
+  INFO(r.err);
+  INFO(r.out);
+  REQUIRE((r.code == 0 || r.code == 1));  // 1 only if this noisy machine missed a bound
+  json doc = json::parse(readFile(report + "/result.json"));
+  REQUIRE(doc["faults"].size() == 1);
+  const json& f = doc["faults"][0];
+  // Ground truth: the kernel-observed down and up of n2's link, on the controller's timeline.
+  int64_t down = f["applied_ns"], up = f["reverted_ns"];
+  CHECK((up - down) / 1e6 == Approx(2000).margin(20));
+  CHECK(std::llabs(down - f["scheduled_ns"].get<int64_t>()) < 20'000'000);
+  int64_t bin = doc["series"]["bin_ns"];
+  int64_t uncertainty = 0;
+  for (const auto& c : doc["clocks"]) uncertainty = std::max<int64_t>(uncertainty, c["uncertainty_ns"]);
+  const json& trial = doc["trials"][0];
+  CHECK(trial["fault_start_ns"] == down);
+  CHECK(trial["fault_end_ns"] == up);
+  const json& impact = trial["job"]["impact"];
+  // Impact: the job stops moving data as the link goes down, within a bin (plus half the
+  // smoothing window the playbook asks for) and the clock uncertainty.
+  int64_t smoothHalf = 125'000'000;
+  CHECK(impact["time_to_impact_ns"].get<int64_t>() <= bin + smoothHalf + uncertainty);
+  // The stall covers the down time: at least the 2 s minus a bin, and the job recovers.
+  CHECK(impact["stall_ns"].get<int64_t>() >= (up - down) - bin - uncertainty);
+  REQUIRE(impact["recovered"] == true);
+  CHECK(impact["recovered_at_ns"].get<int64_t>() >= up - smoothHalf - bin);
+  CHECK(fs::exists(report + "/report.html"));
+  CHECK(fs::exists(report + "/junit.xml"));
+  requireEverythingReverted();
+}
+
+TEST_CASE("an expectation that cannot hold exits 1 and JUnit shows the failure") {
+  std::string pb = shortRun("impossible", "", R"([[expect]]
+metric = "stall_time"
+op = "<="
+bound = "1ms")");
+  std::string report = lab().dir + "/impossible";
+  auto r = runPlaybook(pb, report);
+  INFO(r.err);
+  CHECK(r.code == 1);
+  std::string junit = readFile(report + "/junit.xml");
+  CHECK_THAT(junit, Catch::Contains("<failure"));
+  CHECK_THAT(junit, Catch::Contains("stall_time"));
+  requireEverythingReverted();
+}
+
+TEST_CASE("a guardrail abort exits 2, reverts everything and writes a partial report") {
+  std::string pb = shortRun("floor", "[guardrails]\nmin_baseline = \"1000Gbps\"\n", "");
+  std::string report = lab().dir + "/floor";
+  auto r = runPlaybook(pb, report);
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("below the floor"));
+  json doc = json::parse(readFile(report + "/result.json"));
+  CHECK_THAT(doc["run"]["abort_reason"].get<std::string>(), Catch::Contains("below the floor"));
+  requireEverythingReverted();
+}
+
+TEST_CASE("Ctrl-C during the fault reverts everything, exits 2, keeps a partial report") {
+  std::string pb = shortRun("interrupted", "", "");
+  std::string report = lab().dir + "/interrupted";
+  // The flap starts 4.5 s after the workload (which starts 1 s after the command): interrupt
+  // while n3's link is down.
+  auto r = runPlaybook(pb, report, 6500ms);
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("interrupted"));
+  json doc = json::parse(readFile(report + "/result.json"));
+  CHECK(doc["run"]["abort_reason"] == "interrupted by the operator");
+  requireEverythingReverted();
+}
