@@ -4,10 +4,12 @@
 namespace rc::faults {
 
 extern const FaultKind kLinkFlap;
+extern const FaultKind kPfcStorm;
 
 const std::vector<const FaultKind*>& registry() {
   static const std::vector<const FaultKind*> kinds = {
       &kLinkFlap,
+      &kPfcStorm,
   };
   return kinds;
 }

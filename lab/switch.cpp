@@ -41,6 +41,9 @@ constexpr size_t kReadBatch = 64;
 // Transmission runs ahead of the port's schedule by at most this much, so one timer wake-up
 // sends a small burst instead of one frame; the long-run rate stays exact.
 constexpr int64_t kTxSlackNs = 100'000;
+// A backlogged port that the scheduler served late catches up (a burst), so the long-run rate
+// stays exact on a busy machine; at most this much lateness is made up.
+constexpr int64_t kTxCatchUpNs = 5'000'000;
 // Frames a paused host NIC holds before the switch stops reading that host's TAP.
 constexpr size_t kHostHoldFrames = 512;
 constexpr size_t kMaxClients = 16;
@@ -110,6 +113,7 @@ struct Port {
   double nextTxNs = 0;
   int drrNext = 0;
   bool reading = true;
+  bool busy = false;  // transmitting back to back (see kTxCatchUpNs)
   size_t held = 0;
   uint64_t rxFrames = 0, rxBytes = 0, txFrames = 0, txBytes = 0, rxDrops = 0, noRoute = 0;
   uint64_t windowTxBytes = 0, lastWindowTxBytes = 0;  // adaptive routing's load estimate
@@ -314,7 +318,10 @@ class Fabric {
     size_t len = pkt.data.size();
     if (prio < 6) q.deficit -= int64_t(len);
     release(p, q, pkt, now);
-    p.nextTxNs = std::max(p.nextTxNs, double(now) - kTxSlackNs) + double(len + kWireOverhead) * 8e9 / p.rateBps;
+    // An idle port starts its schedule now; a busy one continues its own schedule.
+    double base = p.busy ? std::max(p.nextTxNs, double(now - kTxCatchUpNs)) : std::max(p.nextTxNs, double(now));
+    p.busy = true;
+    p.nextTxNs = base + double(len + kWireOverhead) * 8e9 / p.rateBps;
     q.stats.txFrames++;
     q.stats.txBytes += len;
     p.txFrames++;
@@ -891,13 +898,17 @@ class Fabric {
       for (;;) {
         bool backlog = false;
         for (const auto& q : p.q) backlog |= !q.frames.empty();
-        if (!backlog) break;
+        if (!backlog) {
+          p.busy = false;
+          break;
+        }
         if (p.nextTxNs > double(now + kTxSlackNs)) {
           wake = std::min(wake, int64_t(p.nextTxNs) - kTxSlackNs);
           break;
         }
         int prio = pickQueue(p, now);
         if (prio < 0) {
+          p.busy = false;
           // Everything waiting is paused: wake when the first pause ends.
           for (const auto& q : p.q)
             if (!q.frames.empty() && q.pausedUntil > now) wake = std::min(wake, q.pausedUntil);

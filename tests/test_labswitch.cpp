@@ -1,0 +1,198 @@
+// Behaviour of the lab switch in a real lab: line rate, PFC pause propagation under a
+// pfc_storm fault with the watchdog off and on. Asserts on switch counters and traffic.
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "common/clock.hpp"
+#include "faults/fault.hpp"
+#include "lab_traffic.hpp"
+
+using namespace labtest;
+
+namespace {
+
+constexpr int kDscp26 = 26 << 2;
+
+// Runs a fault the way the agent does (create, snapshot, run, revert) on a thread inside
+// the node's namespace; the thread joins (and the fault is reverted) when this goes away.
+struct FaultRun {
+  std::thread t;
+  std::stop_source stop;
+  rc::faults::EventLog events;
+  std::atomic<bool> done{false};
+  std::string error;
+  FaultRun(const std::string& ns, std::string kind, json params) {
+    t = std::thread([this, ns, kind, params] {
+      int fd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+        error = "cannot enter " + ns;
+        done = true;
+        return;
+      }
+      ::close(fd);
+      const auto* k = rc::faults::findKind(kind);
+      auto p = rc::faults::normaliseParams(kind, k->params, params);
+      if (!p) {
+        error = p.error().message;
+        done = true;
+        return;
+      }
+      rc::faults::Policy policy{{"data0"}, {"mgmt0"}, "data0"};
+      auto f = k->create(*p, policy);
+      if (!f) {
+        error = f.error().message;
+        done = true;
+        return;
+      }
+      (void)(*f)->snapshot();
+      auto r = (*f)->run(stop.get_token(), events);
+      if (!r) error = r.error().message;
+      auto rv = (*f)->revert(events);
+      if (!rv) error += rv.error().message;
+      done = true;
+    });
+  }
+  ~FaultRun() {
+    stop.request_stop();
+    if (t.joinable()) t.join();
+  }
+  int64_t framesSent() const {
+    for (const auto& e : events.snapshot())
+      if (e.what == "frames_sent") return std::stoll(e.detail.substr(e.detail.rfind(' ') + 1));
+    return -1;
+  }
+};
+
+struct Sample {
+  int64_t ns;
+  uint64_t victim;
+};
+
+// Samples a port's transmitted lossless (priority 3) frames every 20 ms for `ms`.
+std::vector<Sample> sampleTx(const std::string& control, const std::string& portName, int ms) {
+  std::vector<Sample> out;
+  int64_t end = rc::monoNs() + int64_t(ms) * 1'000'000;
+  while (rc::monoNs() < end) {
+    json p = port(control, portName);
+    // Queue 3 only: the port also floods the hosts' IPv6 multicast and ARP (priority 0).
+    out.push_back({rc::monoNs(), p["queues"][3]["tx_frames"].get<uint64_t>()});
+    sleepMs(20);
+  }
+  return out;
+}
+
+uint64_t deltaBetween(const std::vector<Sample>& s, int64_t from, int64_t to) {
+  uint64_t a = 0, b = 0;
+  bool haveA = false;
+  for (const auto& x : s) {
+    if (x.ns >= from && !haveA) {
+      a = x.victim;
+      haveA = true;
+    }
+    if (x.ns <= to) b = x.victim;
+  }
+  return haveA && b > a ? b - a : 0;
+}
+
+}  // namespace
+
+TEST_CASE("a port carries its configured line rate within 2%", "[labswitch][rate]") {
+  rc::lab::UpOptions o;
+  o.nodes = 2;
+  o.rateBps = 100e6;
+  Lab lab(o);
+  // 1400-byte datagrams at ~150 Mb/s into a 100 Mb/s port: the queue stays backlogged.
+  Child flow = udpFlow(lab.ns(1), lab.addr(2), 9000, 13000, 1400, 0);
+  sleepMs(700);
+  json a = control(lab.control, {{"cmd", "counters"}, {"port", "n2"}});
+  sleepMs(2000);
+  json b = control(lab.control, {{"cmd", "counters"}, {"port", "n2"}});
+  flow.stop();
+  REQUIRE(a["ok"] == true);
+  REQUIRE(b["ok"] == true);
+  const json &pa = a["ports"][0], &pb = b["ports"][0];
+  // The switch's own clock (now_ns) times the window; the line rate includes the 24 bytes of
+  // preamble, FCS and inter-frame gap per frame, as a real port's does.
+  double frames = double(pb["tx_frames"].get<uint64_t>() - pa["tx_frames"].get<uint64_t>());
+  double bytes = double(pb["tx_bytes"].get<uint64_t>() - pa["tx_bytes"].get<uint64_t>());
+  double secs = double(b["now_ns"].get<int64_t>() - a["now_ns"].get<int64_t>()) / 1e9;
+  double rate = (bytes + 24 * frames) * 8 / secs;
+  INFO("measured " << rate / 1e6 << " Mb/s on a 100 Mb/s port over " << secs << " s; queue 0 drops "
+                   << pb["queues"][0]["drops"]);
+  CHECK(pb["queues"][0]["drops"].get<uint64_t>() > 0);  // it really was backlogged
+  CHECK(std::abs(rate - 100e6) / 100e6 < 0.02);
+}
+
+TEST_CASE("a PFC storm stalls a victim flow between two other hosts; the watchdog ends the stall",
+          "[labswitch][pfc]") {
+  bool watchdog = GENERATE(false, true);
+  rc::lab::UpOptions o;
+  o.nodes = 3;
+  Lab lab(o);
+  json wd = control(lab.control, {{"cmd", "set_watchdog"}, {"port", "*"}, {"enabled", watchdog},
+                                  {"detection_ms", 200}, {"restoration_ms", 200}, {"action", "drop"}});
+  REQUIRE(wd["ok"] == true);
+  // n2 -> n1 fills n1's paused egress queue and so n2's ingress account; the switch pauses
+  // n2, and n2's lossless traffic to n3 (the victim) stalls with it.
+  Child toStormer = udpFlow(lab.ns(2), lab.addr(1), 9000, 20000, 1000, kDscp26);
+  Child victim = udpFlow(lab.ns(2), lab.addr(3), 9001, 2000, 200, kDscp26);
+  sleepMs(600);
+  json before = port(lab.control, "n3");
+  REQUIRE(before["tx_frames"].get<uint64_t>() > 200);  // the victim flows (ARP resolved)
+
+  int64_t stormStart = rc::monoNs();
+  const int stormMs = 1500;
+  std::vector<Sample> samples;
+  {
+    FaultRun storm(lab.ns(1), "pfc_storm",
+                   {{"priorities", json::array({3})}, {"quanta", 65535}, {"rate", "200"},
+                    {"duration", std::to_string(stormMs) + "ms"}, {"max_frames", 100000}});
+    samples = sampleTx(lab.control, "n3", stormMs + 700);
+    while (!storm.done) sleepMs(10);
+    INFO(storm.error);
+    REQUIRE(storm.error.empty());
+    int64_t sent = storm.framesSent();
+    // 200 frames/s for 1.5 s: 301 frames (the first at t = 0), give or take the last slot.
+    CHECK(sent >= 295);
+    CHECK(sent <= 302);
+    json n1 = port(lab.control, "n1");
+    // Every storm frame reached the switch (plus the revert's resume frame).
+    CHECK(n1["queues"][3]["pfc_rx"].get<int64_t>() == sent + 1);
+  }
+  int64_t stormEnd = stormStart + int64_t(stormMs) * 1'000'000;
+  json n1 = port(lab.control, "n1"), n2 = port(lab.control, "n2");
+  INFO("n1 q3: " << n1["queues"][3].dump() << "\nn2 q3: " << n2["queues"][3].dump());
+  CHECK(n2["queues"][3]["pfc_tx"].get<uint64_t>() > 0);  // the pause propagated to n2
+
+  // Victim frames per 100 ms before the storm: ~200.
+  if (!watchdog) {
+    CHECK(n1["queues"][3]["paused_ns"].get<int64_t>() > int64_t(stormMs - 100) * 1'000'000);
+    uint64_t during = deltaBetween(samples, stormStart + 300'000'000, stormEnd - 100'000'000);
+    CHECK(during == 0);  // stalled for the storm
+    uint64_t after = deltaBetween(samples, stormEnd + 300'000'000, stormEnd + 650'000'000);
+    CHECK(after > 200);  // and flows again after it
+    CHECK(n1["queues"][3]["wd_storms"].get<uint64_t>() == 0);
+  } else {
+    // Recovery: the victim moves again within detection (200) + poll (10) + margin (290) ms.
+    uint64_t late = deltaBetween(samples, stormStart + 500'000'000, stormEnd - 100'000'000);
+    CHECK(late > 1000);  // ~2000 frames/s for 0.9 s
+    CHECK(n1["queues"][3]["wd_storms"].get<uint64_t>() == 1);
+    CHECK(n1["queues"][3]["wd_drops"].get<uint64_t>() > 0);
+    // Restoration: no PFC for 200 ms after the storm ended.
+    CHECK(n1["queues"][3]["wd_restored"].get<uint64_t>() == 1);
+    // First stall-free sample after the storm began, for the record.
+    int64_t recovered = 0;
+    for (size_t i = 1; i < samples.size(); i++)
+      if (samples[i].ns > stormStart + 100'000'000 && samples[i].victim > samples[i - 1].victim &&
+          deltaBetween(samples, stormStart + 50'000'000, samples[i - 1].ns) <
+              deltaBetween(samples, stormStart + 50'000'000, samples[i].ns)) {
+        recovered = samples[i].ns - stormStart;
+        break;
+      }
+    INFO("victim moving again " << recovered / 1'000'000 << " ms after the storm began");
+    CHECK(recovered < 500'000'000);
+  }
+}
