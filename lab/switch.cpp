@@ -43,7 +43,7 @@ constexpr size_t kReadBatch = 64;
 constexpr int64_t kTxSlackNs = 100'000;
 // A backlogged port that the scheduler served late catches up (a burst), so the long-run rate
 // stays exact on a busy machine; at most this much lateness is made up.
-constexpr int64_t kTxCatchUpNs = 5'000'000;
+constexpr int64_t kTxCatchUpNs = 20'000'000;
 // Frames a paused host NIC holds before the switch stops reading that host's TAP.
 constexpr size_t kHostHoldFrames = 512;
 constexpr size_t kMaxClients = 16;
