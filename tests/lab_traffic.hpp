@@ -208,7 +208,7 @@ inline Child tcpSink(const std::string& ns, int port) {
   }
 }
 
-// A TCP sender writing as fast as the connection takes, with the given TOS byte.
+// A TCP sender (CUBIC) writing as fast as the connection takes, with the given TOS byte.
 inline Child tcpSource(const std::string& ns, const std::string& dst, int port, int tos) {
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
@@ -217,6 +217,9 @@ inline Child tcpSource(const std::string& ns, const std::string& dst, int port, 
   for (;;) {
     int s = ::socket(AF_INET, SOCK_STREAM, 0);
     ::setsockopt(s, IPPROTO_IP, IP_TOS, &tos, sizeof tos);
+    // A loss/ECN-based congestion control: the host default may be BBR, which ignores CE.
+    const char cc[] = "cubic";
+    ::setsockopt(s, IPPROTO_TCP, TCP_CONGESTION, cc, sizeof cc - 1);
     sockaddr_in to{};
     to.sin_family = AF_INET;
     to.sin_port = htons(uint16_t(port));
