@@ -306,3 +306,33 @@ TEST_CASE("leaf-spine with a flapped uplink: adaptive routing keeps more than EC
   CHECK(adaptive > 0.97);
   CHECK(adaptive > ecmp + 0.05);
 }
+
+TEST_CASE("link_flap on a lab switch port: down for its time, host sees no carrier, restored",
+          "[labswitch][link_flap]") {
+  rc::lab::UpOptions o;
+  o.nodes = 2;
+  Lab lab(o);
+  auto adminUp = [&] {
+    json r = control(lab.control, {{"cmd", "get_link"}, {"port", "n2"}});
+    return r["ports"][0]["admin_up"].get<bool>();
+  };
+  REQUIRE(adminUp());
+  FaultRun flap(lab.ns(1), "link_flap",
+                {{"switch_port", "n2"}, {"down", "600ms"}, {"count", 1}, {"socket", lab.control}});
+  sleepMs(250);
+  CHECK_FALSE(adminUp());
+  auto link = rc::lab::runCommand({"ip", "-n", lab.ns(2), "link", "show", "data0"});
+  REQUIRE(link.ok());
+  CHECK(link->find("NO-CARRIER") != std::string::npos);
+  while (!flap.done) sleepMs(10);
+  INFO(flap.error);
+  CHECK(flap.error.empty());
+  CHECK(adminUp());
+  int downs = 0, ups = 0;
+  for (const auto& e : flap.events.snapshot()) {
+    downs += e.what == "down";
+    ups += e.what == "up";
+  }
+  CHECK(downs == 1);
+  CHECK(ups == 1);
+}
