@@ -336,3 +336,38 @@ TEST_CASE("link_flap on a lab switch port: down for its time, host sees no carri
   CHECK(downs == 1);
   CHECK(ups == 1);
 }
+
+TEST_CASE("the supervisor restarts a killed lab switch, which re-attaches to the hosts' TAPs",
+          "[labswitch][supervisor]") {
+  rc::lab::UpOptions o;
+  o.nodes = 2;
+  Lab lab(o);
+  auto switchPid = [&] {
+    std::ifstream in(lab.dir.path + "/lab.json");
+    return json::parse(in)["switch"]["proc"]["pid"].get<int>();
+  };
+  int old = switchPid();
+  REQUIRE(old > 0);
+  REQUIRE(::kill(old, SIGKILL) == 0);
+  int fresh = 0;
+  for (int i = 0; i < 100 && (fresh == 0 || fresh == old); i++) {
+    sleepMs(50);
+    fresh = switchPid();
+  }
+  REQUIRE(fresh != old);
+  REQUIRE(fresh > 0);
+  json ping;
+  for (int i = 0; i < 100; i++) {
+    ping = control(lab.control, {{"cmd", "ping"}});
+    if (ping["ok"] == true) break;
+    sleepMs(50);
+  }
+  CHECK(ping["ok"] == true);
+  // Traffic flows again through the new process (the hosts kept addresses and neighbours).
+  Child flow = udpFlow(lab.ns(1), lab.addr(2), 9000, 1000, 200, 0);
+  sleepMs(500);
+  CHECK(port(lab.control, "n2")["tx_frames"].get<uint64_t>() > 100);
+  flow.stop();
+  std::ifstream in(lab.dir.path + "/lab.json");
+  CHECK(json::parse(in)["switch"]["restarts"].get<int>() == 1);
+}
