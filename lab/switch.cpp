@@ -893,32 +893,47 @@ class Fabric {
 
   void pump(int64_t now) {
     int64_t wake = INT64_MAX;
-    for (size_t pi = 0; pi < ports_.size(); pi++) {
-      Port& p = ports_[pi];
-      for (;;) {
-        bool backlog = false;
-        for (const auto& q : p.q) backlog |= !q.frames.empty();
-        if (!backlog) {
-          p.busy = false;
-          break;
+    // A frame delivered over an internal link can queue on a port served earlier in the
+    // pass; passes repeat until nothing moves, and the last pass computes the wake-up.
+    for (int pass = 0; pass < 8; pass++) {
+      wake = INT64_MAX;
+      bool moved = false;
+      for (size_t pi = 0; pi < ports_.size(); pi++) {
+        Port& p = ports_[pi];
+        // PFC refreshes are due at half the pause time, which at high rates is far below
+        // the poll interval: they are part of the transmit schedule.
+        for (int prio = 0; prio < kPriorities; prio++) {
+          Queue& q = p.q[prio];
+          if (!q.xoff) continue;
+          if (now >= q.xoffRefreshAt) sendPfc(int(pi), prio, true, now);
+          wake = std::min(wake, q.xoffRefreshAt);
         }
-        if (p.nextTxNs > double(now + kTxSlackNs)) {
-          wake = std::min(wake, int64_t(p.nextTxNs) - kTxSlackNs);
-          break;
+        for (;;) {
+          bool backlog = false;
+          for (const auto& q : p.q) backlog |= !q.frames.empty();
+          if (!backlog) {
+            p.busy = false;
+            break;
+          }
+          if (p.nextTxNs > double(now + kTxSlackNs)) {
+            wake = std::min(wake, int64_t(p.nextTxNs) - kTxSlackNs);
+            break;
+          }
+          int prio = pickQueue(p, now);
+          if (prio < 0) {
+            p.busy = false;
+            // Everything waiting is paused: wake when the first pause ends.
+            for (const auto& q : p.q)
+              if (!q.frames.empty() && q.pausedUntil > now) wake = std::min(wake, q.pausedUntil);
+            break;
+          }
+          transmit(int(pi), prio, now);
+          moved = true;
         }
-        int prio = pickQueue(p, now);
-        if (prio < 0) {
-          p.busy = false;
-          // Everything waiting is paused: wake when the first pause ends.
-          for (const auto& q : p.q)
-            if (!q.frames.empty() && q.pausedUntil > now) wake = std::min(wake, q.pausedUntil);
-          break;
-        }
-        transmit(int(pi), prio, now);
       }
+      if (!moved) break;
+      wake = std::min(wake, now + 1000);  // still moving after the last pass: come back soon
     }
-    // A frame delivered over an internal link may have queued behind an already scheduled
-    // port; another pass is cheap and keeps the wake-up exact.
     if (wake <= now) wake = now + 1000;
     itimerspec t{};
     if (wake != INT64_MAX) {
