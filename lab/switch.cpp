@@ -597,6 +597,7 @@ class Fabric {
       if (cmd == "get_pfc" || cmd == "set_pfc") return pfcCmd(req, cmd == "set_pfc");
       if (cmd == "get_watchdog" || cmd == "set_watchdog") return wdCmd(req, cmd == "set_watchdog");
       if (cmd == "get_link" || cmd == "set_link") return linkCmd(req, cmd == "set_link", now);
+      if (cmd == "get_port" || cmd == "set_port") return portCmd(req, cmd == "set_port");
       if (cmd == "get_routing") return {{"ok", true}, {"mode", adaptive_ ? "adaptive" : "ecmp"}};
       if (cmd == "set_routing") {
         std::string m = req.value("mode", "");
@@ -606,7 +607,7 @@ class Fabric {
         for (auto& s : switches_) s.flowlets.clear();
         return {{"ok", true}, {"previous", prev}, {"mode", m}};
       }
-      return err("unknown command '" + cmd + "' (ping, topology, counters, reset_counters, get_ecn, set_ecn, get_pfc, set_pfc, get_watchdog, set_watchdog, get_link, set_link, get_routing, set_routing)");
+      return err("unknown command '" + cmd + "' (ping, topology, counters, reset_counters, get_ecn, set_ecn, get_pfc, set_pfc, get_watchdog, set_watchdog, get_link, set_link, get_port, set_port, get_routing, set_routing)");
     } catch (const std::exception& e) {
       return err(std::string("bad request: ") + e.what());
     }
@@ -767,6 +768,26 @@ class Fabric {
           return err("detection_ms and restoration_ms must be within [1, 60000]");
         ports_[size_t(pi)].q[prio].wd = w;
       }
+    return {{"ok", true}, {"previous", prev}};
+  }
+
+  // Line rate and MTU per port.
+  json portCmd(const json& req, bool set) {
+    auto sel = selectPorts(req);
+    if (!sel) return err(sel.error().message);
+    json prev = json::array();
+    for (int pi : *sel)
+      prev.push_back({{"port", ports_[size_t(pi)].name}, {"rate_bps", ports_[size_t(pi)].rateBps},
+                      {"mtu", ports_[size_t(pi)].mtu}});
+    if (!set) return {{"ok", true}, {"ports", prev}};
+    double rate = req.value("rate_bps", 0.0);
+    int mtu = req.value("mtu", 0);
+    if (req.contains("rate_bps") && !(rate >= 1e6 && rate <= 400e9)) return err("rate_bps must be within [1e6, 4e11]");
+    if (req.contains("mtu") && (mtu < 68 || mtu > 9216)) return err("mtu must be within [68, 9216]");
+    for (int pi : *sel) {
+      if (rate > 0) ports_[size_t(pi)].rateBps = rate;
+      if (mtu > 0) ports_[size_t(pi)].mtu = mtu;
+    }
     return {{"ok", true}, {"previous", prev}};
   }
 

@@ -317,6 +317,14 @@ TEST_CASE("link_flap on a lab switch port: down for its time, host sees no carri
     return r["ports"][0]["admin_up"].get<bool>();
   };
   REQUIRE(adminUp());
+  // Per-port settings: line rate and MTU, with the previous values returned.
+  json setPort = control(lab.control, {{"cmd", "set_port"}, {"port", "n1"}, {"rate_bps", 5e8}, {"mtu", 9000}});
+  REQUIRE(setPort["ok"] == true);
+  CHECK(setPort["previous"][0]["rate_bps"] == 1e9);
+  json getPort = control(lab.control, {{"cmd", "get_port"}, {"port", "n1"}});
+  CHECK(getPort["ports"][0]["rate_bps"] == 5e8);
+  CHECK(getPort["ports"][0]["mtu"] == 9000);
+  CHECK(control(lab.control, {{"cmd", "set_port"}, {"port", "n1"}, {"mtu", 10}})["ok"] == false);
   FaultRun flap(lab.ns(1), "link_flap",
                 {{"switch_port", "n2"}, {"down", "600ms"}, {"count", 1}, {"socket", lab.control}});
   sleepMs(250);
