@@ -378,12 +378,28 @@ int cmdCertsInit(const std::string& dir, const std::vector<std::string>& agents,
 }
 
 // ---------------------------------------------------------------- lab
-int cmdLabUp(int nodes, const std::string& dir, bool softRoce) {
+int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOptions& fabric) {
   lab::UpOptions opt;
   opt.nodes = nodes;
   opt.dir = dir;
   opt.agentBinary = findAgentBinary();
   opt.softRoce = softRoce;
+  opt.fabric = fabric.fabric;
+  opt.leaves = fabric.leaves;
+  opt.spines = fabric.spines;
+  opt.routing = fabric.routing;
+  {
+    // "1G", "100M", "25G" or plain bits per second.
+    const std::string& r = fabric.rate;
+    char* end = nullptr;
+    double v = std::strtod(r.c_str(), &end);
+    std::string unit = end ? end : "";
+    double mult = unit.empty() ? 1 : unit == "K" ? 1e3 : unit == "M" ? 1e6 : unit == "G" ? 1e9 : 0;
+    if (end == r.c_str() || mult == 0 || v * mult < 1e6 || v * mult > 400e9)
+      return fail("lab up: --rate '" + r + "' must be a rate like 1G, 100M or 25G (1M..400G)");
+    opt.rateBps = v * mult;
+  }
+  if (opt.spines > 0 && opt.leaves == 0) opt.leaves = 2;
   auto r = lab::up(opt);
   if (!r) return fail(r.error().message);
   std::printf("%s\n", r->c_str());

@@ -54,7 +54,14 @@ int cmdRecover(const std::string& inventory, const std::string& timeout);
 
 int cmdCertsInit(const std::string& dir, const std::vector<std::string>& agents, bool overwrite);
 
-int cmdLabUp(int nodes, const std::string& dir, bool softRoce);
+// The lab's data fabric (lab up --fabric/--leaves/--spines/--rate/--routing).
+struct LabFabricOptions {
+  std::string fabric = "switch";
+  int leaves = 0, spines = 0;
+  std::string rate = "1G";  // bits per second: 1G, 100M, 25G
+  std::string routing = "ecmp";
+};
+int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOptions& fabric = {});
 int cmdLabDown(const std::string& dir);
 int cmdLabStatus(const std::string& dir);
 

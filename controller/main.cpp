@@ -75,6 +75,13 @@ int main(int argc, char** argv) {
   cLabUp->add_option("--nodes", labNodes, "number of hosts (1-32)")->capture_default_str();
   cLabUp->add_option("--dir", labDir, "lab directory")->capture_default_str();
   cLabUp->add_flag("--soft-roce", softRoce, "QEMU guests with soft-RoCE (rdma_rxe)");
+  rc::controller::LabFabricOptions labFabric;
+  cLabUp->add_option("--fabric", labFabric.fabric, "data fabric: switch (rdmachaos-labswitch) or bridge")
+      ->capture_default_str();
+  cLabUp->add_option("--leaves", labFabric.leaves, "leaf switches (with --spines; nodes split evenly)");
+  cLabUp->add_option("--spines", labFabric.spines, "spine switches (0: one switch)")->capture_default_str();
+  cLabUp->add_option("--rate", labFabric.rate, "port line rate, e.g. 1G, 100M")->capture_default_str();
+  cLabUp->add_option("--routing", labFabric.routing, "ecmp or adaptive")->capture_default_str();
   auto* cLabDown = cLab->add_subcommand("down", "remove everything the lab created");
   cLabDown->add_option("--dir", labDir, "lab directory")->capture_default_str();
   auto* cLabStatus = cLab->add_subcommand("status", "show the lab's hosts and agents");
@@ -113,7 +120,7 @@ int main(int argc, char** argv) {
   if (*cWorkload) return cmdWorkload(wl);
   if (*cRecover) return cmdRecover(recoverInventory, recoverTimeout);
   if (*cCertsInit) return cmdCertsInit(certsDir, certsAgents, certsOverwrite);
-  if (*cLabUp) return cmdLabUp(labNodes, labDir, softRoce);
+  if (*cLabUp) return cmdLabUp(labNodes, labDir, softRoce, labFabric);
   if (*cLabDown) return cmdLabDown(labDir);
   if (*cLabStatus) return cmdLabStatus(labDir);
   if (*cDemo) return cmdDemo(demoDir, demoNodes);

@@ -10,6 +10,7 @@
 
 #include "common/clock.hpp"
 #include "faults/fault.hpp"
+#include "faults/labswitch_client.hpp"
 #include "faults/netlink.hpp"
 
 namespace rc::faults {
@@ -302,6 +303,106 @@ class LinkFlap final : public Fault {
   std::optional<AdminSnapshot> snap_;
 };
 
+
+// The same flap train on a lab switch port or inter-switch link, through the switch's control
+// socket: a port name ("n2", "leaf1:spine1") or a link name ("leaf1-spine1", both ends).
+json switchSelector(const std::string& target) {
+  if (target.find('-') != std::string::npos && target.find(':') == std::string::npos)
+    return json{{"link", target}};
+  return json{{"port", target}};
+}
+
+Result<void> restoreSwitch(const json& snap, EventLog* events) {
+  std::string sock = snap.value("socket", "");
+  for (const auto& p : snap.at("ports")) {
+    auto r = labswitchRequest(sock, {{"cmd", "set_link"}, {"port", p.at("port")}, {"up", p.at("admin_up")}});
+    if (!r) return makeError("reverting link_flap: " + r.error().message, r.error().code);
+  }
+  if (events) events->add(Event{wallNs(), "reverted", snap.value("switch_port", ""), false});
+  return {};
+}
+
+class SwitchPortFlap final : public Fault {
+ public:
+  SwitchPortFlap(json params, FlapParams p, std::string target, std::string socket)
+      : params_(std::move(params)), p_(std::move(p)), target_(std::move(target)), socket_(std::move(socket)) {}
+  const json& params() const override { return params_; }
+
+  Result<json> snapshot() override {
+    json req = switchSelector(target_);
+    req["cmd"] = "get_link";
+    auto r = labswitchRequest(socket_, req);
+    if (!r) return makeError("link_flap snapshot: " + r.error().message, r.error().code);
+    json s = {{"switch_port", target_}, {"socket", socket_}, {"ports", (*r)["ports"]}};
+    std::lock_guard lock(m_);
+    snap_ = s;
+    return s;
+  }
+
+  Result<void> run(std::stop_token stop, EventLog& events) override {
+    {
+      std::lock_guard lock(m_);
+      if (!snap_) return makeError("link_flap: run without a snapshot");
+    }
+    std::mt19937_64 rng(p_.seed);
+    std::uniform_int_distribution<int64_t> extra(0, p_.jitterNs);
+    auto planned = Clock::now();
+    for (int64_t i = 0; i < p_.count; ++i) {
+      if (stop.stop_requested()) return {};
+      if (auto r = set(false, events); !r) return r;
+      planned += std::chrono::nanoseconds(p_.downNs + extra(rng));
+      if (sleepUntil(stop, planned)) return {};
+      if (auto r = set(true, events); !r) return r;
+      if (i + 1 < p_.count) {
+        planned += std::chrono::nanoseconds(p_.upNs + extra(rng));
+        if (sleepUntil(stop, planned)) return {};
+      }
+    }
+    return {};
+  }
+
+  Result<void> revert(EventLog& events) override {
+    std::optional<json> s;
+    {
+      std::lock_guard lock(m_);
+      s = snap_;
+    }
+    if (!s) return {};
+    return restoreSwitch(*s, &events);
+  }
+
+  std::string describe() const override {
+    return "link_flap switch " + target_ + ": " + std::to_string(p_.count) + " x (down " +
+           shortDuration(p_.downNs) + ", up " + shortDuration(p_.upNs) + ")";
+  }
+
+ private:
+  Result<void> set(bool up, EventLog& events) {
+    json req = switchSelector(target_);
+    req["cmd"] = "set_link";
+    req["up"] = up;
+    auto r = labswitchRequest(socket_, req);
+    if (!r) return makeError("link_flap: " + r.error().message, r.error().code);
+    // The switch applies the change before it answers, so this is when it took effect.
+    events.add(Event{wallNs(), up ? "up" : "down", target_, false});
+    return {};
+  }
+
+  static bool sleepUntil(std::stop_token& stop, Clock::time_point until) {
+    std::mutex m;
+    std::condition_variable_any cv;
+    std::unique_lock lock(m);
+    cv.wait_until(lock, stop, until, [] { return false; });
+    return stop.stop_requested();
+  }
+
+  json params_;
+  FlapParams p_;
+  std::string target_, socket_;
+  std::mutex m_;
+  std::optional<json> snap_;
+};
+
 }  // namespace
 
 extern const FaultKind kLinkFlap;
@@ -321,10 +422,24 @@ const FaultKind kLinkFlap{
          kHour},
         {"seed", ParamType::integer, "seed of the jitter's random generator (mt19937_64)", 1, 0,
          9007199254740991.0},
+        {"switch_port", ParamType::string,
+         "instead of an interface: a lab switch port (n2, leaf1:spine1) or link (leaf1-spine1)",
+         json(), 0, 0, true},
+        {"socket", ParamType::string, "lab switch control socket (default: the lab's)", json(), 0, 0,
+         true},
     },
     [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
       auto p = readParams(params, kLinkFlap.params, policy);
       if (!p) return p.error();
+      if (auto it = params.find("switch_port"); it != params.end() && it->is_string()) {
+        auto sock = labswitchSocket(params.value("socket", ""));
+        if (!sock) return makeError("link_flap: " + sock.error().message);
+        json resolved = params;
+        resolved["socket"] = *sock;
+        resolved.erase("interface");
+        return std::unique_ptr<Fault>(std::make_unique<SwitchPortFlap>(
+            std::move(resolved), std::move(*p), it->get<std::string>(), *sock));
+      }
       if (auto ok = checkInterface(policy, p->interface); !ok)
         return makeError("link_flap: " + ok.error().message, EPERM);
       auto link = nl::getLink(p->interface);
@@ -334,6 +449,13 @@ const FaultKind kLinkFlap{
       return std::unique_ptr<Fault>(std::make_unique<LinkFlap>(std::move(resolved), std::move(*p)));
     },
     [](const json& /*params*/, const json& snapshot) -> Result<void> {
+      if (snapshot.is_object() && snapshot.contains("switch_port")) {
+        try {
+          return restoreSwitch(snapshot, nullptr);
+        } catch (const std::exception& e) {
+          return makeError(std::string("link_flap journal snapshot is incomplete: ") + e.what());
+        }
+      }
       auto s = parseSnapshot(snapshot);
       if (!s) return s.error();
       return restore(*s, nullptr);

@@ -4,10 +4,14 @@
 namespace rc::faults {
 
 extern const FaultKind kLinkFlap;
+extern const FaultKind kPfcStorm;
+extern const FaultKind kEcnShift;
 
 const std::vector<const FaultKind*>& registry() {
   static const std::vector<const FaultKind*> kinds = {
       &kLinkFlap,
+      &kPfcStorm,
+      &kEcnShift,
   };
   return kinds;
 }

@@ -13,6 +13,14 @@ struct UpOptions {
   std::string dir;           // lab state, certificates, configs, inventory.toml, logs
   std::string agentBinary;   // path of rdmachaos-agent to run in each host
   bool softRoce = false;     // QEMU guests with rdma_rxe (not yet: clear error)
+  // The data fabric: "switch" (rdmachaos-labswitch, TAP ports; the default) or "bridge"
+  // (a Linux bridge: no queues, PFC, ECN or line rate, but no extra process).
+  std::string fabric = "switch";
+  std::string switchBinary;  // empty: $RDMACHAOS_LABSWITCH, next to the agent, or PATH
+  int leaves = 0;            // 0: one switch; otherwise nodes must divide evenly
+  int spines = 0;
+  double rateBps = 1e9;      // host ports and inter-switch links
+  std::string routing = "ecmp";  // or "adaptive"
 };
 
 // Brings the lab up and returns the path of DIR/inventory.toml. Refuses if DIR already holds

@@ -74,6 +74,16 @@ Result<LabState> loadState(const std::string& dir) {
       if (n.contains("agent")) r.agent = procFromJson(n["agent"]);
       s.nodes.push_back(std::move(r));
     }
+    s.fabric = j.value("fabric", "bridge");
+    if (j.contains("switch")) {
+      const json& w = j["switch"];
+      s.sw.binary = w.value("binary", "");
+      s.sw.config = w.value("config", "");
+      s.sw.control = w.value("control", "");
+      s.sw.log = w.value("log", "");
+      s.sw.restarts = w.value("restarts", 0);
+      if (w.contains("proc")) s.sw.proc = procFromJson(w["proc"]);
+    }
     return s;
   } catch (const std::exception& e) {
     return makeError("'" + path + "' is not a valid lab state file (" + e.what() +
@@ -102,7 +112,14 @@ Result<void> saveState(const LabState& s) {
             {"namespaces", s.namespaces},
             {"root_links", s.rootLinks},
             {"supervisor", procToJson(s.supervisor)},
-            {"nodes", nodes}};
+            {"nodes", nodes},
+            {"fabric", s.fabric},
+            {"switch", {{"binary", s.sw.binary},
+                        {"config", s.sw.config},
+                        {"control", s.sw.control},
+                        {"log", s.sw.log},
+                        {"proc", procToJson(s.sw.proc)},
+                        {"restarts", s.sw.restarts}}}};
   std::string path = statePath(s.dir);
   // One temp name per writer: up() and the supervisor never write at the same time, but a
   // shared name would let a crashed writer's leftovers be renamed over a newer state.

@@ -21,6 +21,16 @@ struct NodeRecord {
   int restarts = 0;
 };
 
+// The lab switch process (fabric "switch"), supervised like an agent.
+struct SwitchRecord {
+  std::string binary;
+  std::string config;   // DIR/switch.json
+  std::string control;  // DIR/switch.sock
+  std::string log;      // DIR/switch.log
+  ProcRecord proc;
+  int restarts = 0;
+};
+
 struct LabState {
   std::string dir;  // absolute
   int slot = 0;
@@ -31,6 +41,8 @@ struct LabState {
   std::vector<std::string> rootLinks;   // in the root namespace: rc<k>-m<i>, rc<k>-mgmt
   ProcRecord supervisor;
   std::vector<NodeRecord> nodes;
+  std::string fabric = "bridge";  // "switch" or "bridge"
+  SwitchRecord sw;                // used when fabric == "switch"
 };
 
 std::string statePath(const std::string& dir);

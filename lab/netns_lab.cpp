@@ -10,6 +10,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/certs.hpp"
@@ -42,6 +44,8 @@ constexpr int kAgentPort = 7470;
 constexpr int kReadyTimeoutMs = 10'000;
 constexpr int kStopGraceMs = 15'000;  // the supervisor itself gives agents 10 s
 const char* kSlotDir = "/run/rdmachaos/labs";
+
+Result<std::string> resolveBinary(const std::string& name);
 
 std::string errnoText(const std::string& what, const std::string& path) {
   return what + " '" + path + "': " + std::strerror(errno);
@@ -145,6 +149,7 @@ std::string absoluteDir(const std::string& dir) {
 // DIR/lab.json exists and its supervisor or one of its agents is still alive.
 bool labRunning(const LabState& s) {
   if (stillRunning(s.supervisor)) return true;
+  if (s.fabric == "switch" && stillRunning(s.sw.proc, s.sw.config)) return true;
   for (const auto& n : s.nodes)
     if (stillRunning(n.agent, n.config)) return true;
   return false;
@@ -345,6 +350,64 @@ Result<void> buildFabric(const Names& names, int nodes) {
   return {};
 }
 
+// The data fabric through rdmachaos-labswitch: each node's data0 is a persistent TAP (made
+// by `ip tuntap`, so it lives and dies with the node's namespace), and the switch process
+// attaches to all of them. A restarted switch re-attaches; the hosts keep addresses and ARP.
+Result<void> buildSwitchFabric(const Names& names, int nodes) {
+  for (int i = 1; i <= nodes; i++) {
+    std::string ns = names.nodeNs(i);
+    if (auto r = ip({"-n", ns, "tuntap", "add", "dev", "data0", "mode", "tap"}); !r) return r;
+    if (auto r = ip({"-n", ns, "link", "set", "data0", "mtu", "1500"}); !r) return r;
+    if (auto r = ip({"-n", ns, "addr", "add", names.dataAddress(i) + "/24", "dev", "data0"}); !r)
+      return r;
+    if (auto r = ip({"-n", ns, "link", "set", "data0", "up"}); !r) return r;
+    if (auto r = strictArp(ns, "data0"); !r) return r;
+  }
+  return {};
+}
+
+std::string switchConfig(const LabState& s, const UpOptions& o) {
+  nlohmann::json hosts = nlohmann::json::array();
+  for (const auto& n : s.nodes)
+    hosts.push_back({{"name", n.name}, {"netns", "/run/netns/" + n.netns}, {"ifname", "data0"}});
+  nlohmann::json j = {{"control", s.sw.control}, {"rate_bps", o.rateBps}, {"mtu", 1500},
+                      {"leaves", o.leaves},      {"spines", o.spines},     {"routing", o.routing},
+                      {"hosts", hosts}};
+  return j.dump(2) + "\n";
+}
+
+// Waits (bounded, best effort) until the switch accepts on its control socket.
+void waitForSwitch(const LabState& s) {
+  int64_t deadline = monoNs() + 10'000'000'000;
+  while (monoNs() < deadline) {
+    UniqueFD fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::strncpy(sa.sun_path, s.sw.control.c_str(), sizeof sa.sun_path - 1);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) return;
+    ::poll(nullptr, 0, 50);
+  }
+  log::warn("the lab switch does not accept on {} after 10 s (continuing; see {})", s.sw.control,
+            s.sw.log);
+}
+
+Result<std::string> resolveSwitchBinary(const UpOptions& o, const std::string& agentBinary) {
+  std::vector<std::string> cands;
+  if (!o.switchBinary.empty()) {
+    cands.push_back(o.switchBinary);
+  } else {
+    if (const char* env = std::getenv("RDMACHAOS_LABSWITCH"); env && *env) cands.push_back(env);
+    std::string dir = agentBinary.substr(0, agentBinary.rfind('/'));
+    cands.push_back(dir + "/rdmachaos-labswitch");
+    cands.push_back(dir + "/../lab/rdmachaos-labswitch");
+    cands.push_back("rdmachaos-labswitch");
+  }
+  for (const auto& c : cands)
+    if (auto r = resolveBinary(c)) return r;
+  return makeError("the lab switch binary (rdmachaos-labswitch) was not found; build it (ninja -C "
+                   "build lab/rdmachaos-labswitch), set RDMACHAOS_LABSWITCH, or use --fabric bridge");
+}
+
 std::string agentConfig(const LabState& s, const NodeRecord& n) {
   std::string pki = s.dir + "/pki/";
   std::string nodeDir = s.dir + "/nodes/" + n.name;
@@ -379,6 +442,9 @@ std::string inventory(const LabState& s) {
     << "[lab]\n"
     << "dir = " << tomlString(s.dir) << "\n"
     << "slot = " << s.slot << "\n";
+  if (s.fabric == "switch")
+    o << "fabric = \"switch\"\n"
+      << "switch_control = " << tomlString(s.sw.control) << "   # JSON lines, see docs/lab.md\n";
   for (const auto& n : s.nodes) {
     o << "\n[[node]]\n"
       << "name = " << tomlString(n.name) << "\n"
@@ -492,6 +558,9 @@ Result<void> downLocked(const std::string& dir) {
   }
   for (auto& p : stopProcesses(agents, configs, 10'000))
     problems.push_back("agent " + p + " did not exit");
+  if (s.fabric == "switch")
+    for (auto& p : stopProcesses({s.sw.proc}, {s.sw.config}, 10'000))
+      problems.push_back("lab switch " + p + " did not exit");
 
   // Root links before namespaces: deleting a veth is synchronous, while the devices of a
   // deleted namespace disappear later, from a kernel work queue.
@@ -548,6 +617,15 @@ Result<std::string> resolveBinary(const std::string& name) {
 
 Result<std::string> build(const UpOptions& options, LabState& s, const std::string& agentBinary) {
   s.agentBinary = agentBinary;
+  s.fabric = options.fabric;
+  if (s.fabric == "switch") {
+    auto sw = resolveSwitchBinary(options, agentBinary);
+    if (!sw) return sw.error();
+    s.sw.binary = *sw;
+    s.sw.config = s.dir + "/switch.json";
+    s.sw.control = s.dir + "/switch.sock";
+    s.sw.log = s.dir + "/switch.log";
+  }
   s.phase = "building";
   {
     if (auto r = mkdirs(kSlotDir, 0755); !r) return r.error();
@@ -567,7 +645,7 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
     s.nodes.push_back(n);
     s.namespaces.push_back(n.netns);
   }
-  s.namespaces.push_back(names.fabricNs());
+  if (s.fabric == "bridge") s.namespaces.push_back(names.fabricNs());
   s.rootLinks.push_back(names.mgmtBridge());
   for (int i = 1; i <= options.nodes; i++) s.rootLinks.push_back(names.mgmtVeth(i));
   // Everything is listed before the first object exists.
@@ -579,7 +657,12 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
     if (auto r = ip({"-n", ns, "link", "set", "lo", "up"}); !r) return r.error();
   }
   if (auto r = buildManagement(names, options.nodes); !r) return r.error();
-  if (auto r = buildFabric(names, options.nodes); !r) return r.error();
+  if (s.fabric == "bridge") {
+    if (auto r = buildFabric(names, options.nodes); !r) return r.error();
+  } else {
+    if (auto r = buildSwitchFabric(names, options.nodes); !r) return r.error();
+    if (auto r = writeFile(s.sw.config, switchConfig(s, options)); !r) return r.error();
+  }
 
   log::info("lab slot {}: certificates in {}/pki", s.slot, s.dir);
   certs::Options co;
@@ -598,6 +681,7 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
 
   log::info("lab slot {}: starting {} agent(s) ({})", s.slot, s.nodes.size(), agentBinary);
   if (auto r = startSupervisor(s); !r) return r.error();
+  if (s.fabric == "switch") waitForSwitch(s);
   waitForAgents(s);
   return inventoryPath;
 }
@@ -613,6 +697,12 @@ Result<std::string> up(const UpOptions& options) {
     return makeError("lab up: --nodes " + std::to_string(options.nodes) +
                      " is out of range; use 1.." + std::to_string(kMaxNodes));
   if (options.dir.empty()) return makeError("lab up: no lab directory given (--dir DIR)");
+  if (options.fabric != "switch" && options.fabric != "bridge")
+    return makeError("lab up: fabric '" + options.fabric + "' is not 'switch' or 'bridge'");
+  if (options.fabric == "switch" && options.spines > 0 &&
+      (options.leaves < 1 || options.nodes % options.leaves != 0))
+    return makeError("lab up: " + std::to_string(options.nodes) + " node(s) do not divide into " +
+                     std::to_string(options.leaves) + " leaves; pick --nodes as a multiple");
   if (::geteuid() != 0)
     return makeError("lab up needs root (CAP_NET_ADMIN) to create namespaces; run with sudo");
   auto binary = resolveBinary(options.agentBinary);
@@ -686,8 +776,12 @@ Result<std::string> status(const std::string& dirArg) {
       << "; agents are no longer restarted\n";
   o << "management: bridge " << names.mgmtBridge() << " " << names.bridgeAddress() << "/24"
     << (linkExists(names.mgmtBridge()) ? "" : " (missing)") << "\n";
-  o << "data: bridge br0 in namespace " << names.fabricNs()
-    << (netnsExists(names.fabricNs()) ? "" : " (missing)") << ", 198.19." << s.slot << ".0/24\n";
+  if (s.fabric == "switch")
+    o << "data: lab switch " << (stillRunning(s.sw.proc, s.sw.config) ? "pid " + std::to_string(s.sw.proc.pid) + " (running)" : "not running")
+      << ", restarts " << s.sw.restarts << ", control " << s.sw.control << ", 198.19." << s.slot << ".0/24\n";
+  else
+    o << "data: bridge br0 in namespace " << names.fabricNs()
+      << (netnsExists(names.fabricNs()) ? "" : " (missing)") << ", 198.19." << s.slot << ".0/24\n";
   o << "inventory: " << s.dir << "/inventory.toml\n\n";
   char line[256];
   std::snprintf(line, sizeof line, "%-5s %-10s %-15s %-15s %-8s %-6s %s\n", "NODE", "NAMESPACE",

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -67,7 +68,7 @@ void resetSignals() {
 
 // Runs in the freshly forked agent child; never returns.
 [[noreturn]] void execAgent(const NodeRecord& node, const std::string& binary, int goFd,
-                            int restarts) {
+                            int restarts, const std::string& switchControl) {
   resetSignals();
   char go = 0;
   // The supervisor records our pid in lab.json before letting us run: if it dies first, we
@@ -97,6 +98,9 @@ void resetSignals() {
     dprintf(2, "rdmachaos lab: warning: cannot remount /sys for namespace %s: %s\n",
             node.netns.c_str(), strerror(errno));
   closeAllExcept({0, 1, 2});
+  // Faults that drive the lab switch (ecn_shift's labswitch backend, link_flap's
+  // switch_port) find its control socket here unless told otherwise.
+  if (!switchControl.empty()) ::setenv("RDMACHAOS_LABSWITCH_SOCKET", switchControl.c_str(), 1);
   std::string nodeDir = node.config.substr(0, node.config.rfind('/'));
   if (::chdir(nodeDir.c_str()) != 0) (void)!::chdir("/");
   std::vector<std::string> argv = {binary, "--config", node.config};
@@ -108,10 +112,38 @@ void resetSignals() {
   ::_exit(127);
 }
 
+// Runs in the freshly forked switch child; never returns. The switch stays in the root
+// namespace: it enters each host's namespace only to attach to that host's TAP.
+[[noreturn]] void execSwitch(const SwitchRecord& sw, int goFd, int restarts) {
+  resetSignals();
+  char go = 0;
+  if (!readByte(goFd, &go, -1) || go != 'g') ::_exit(0);
+  int logFd = ::open(sw.log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (logFd < 0) ::_exit(126);
+  ::dup2(logFd, 1);
+  ::dup2(logFd, 2);
+  int nullFd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (nullFd >= 0) ::dup2(nullFd, 0);
+  dprintf(2, "rdmachaos lab: starting the lab switch (restart %d)\n", restarts);
+  // The switch stands in for hardware: line rates and watchdog timing hold only if it gets
+  // the CPU when it needs it, also while the hosts' traffic generators compete for it.
+  if (::setpriority(PRIO_PROCESS, 0, -10) != 0)
+    dprintf(2, "rdmachaos lab: warning: cannot raise the switch's priority: %s\n", strerror(errno));
+  closeAllExcept({0, 1, 2});
+  std::vector<std::string> argv = {sw.binary, "--config", sw.config};
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  ::execv(args[0], args.data());
+  dprintf(2, "rdmachaos lab: cannot execute '%s': %s\n", sw.binary.c_str(), strerror(errno));
+  ::_exit(127);
+}
+
 class Supervisor {
  public:
   Supervisor(LabState state, int readyFd) : state_(std::move(state)), readyFd_(readyFd) {
-    agents_.resize(state_.nodes.size());
+    // Child i < nodes is node i's agent; the last one, if any, is the lab switch.
+    agents_.resize(state_.nodes.size() + (hasSwitch() ? 1 : 0));
   }
 
   int run() {
@@ -124,7 +156,9 @@ class Supervisor {
       log::error("cannot create signalfd/timerfd: {}", strerror(errno));
       return 1;
     }
-    for (size_t i = 0; i < agents_.size(); i++) start(i, false);
+    // The switch first, so the hosts' NICs have carrier when the agents start.
+    if (hasSwitch()) start(switchIndex(), false);
+    for (size_t i = 0; i < state_.nodes.size(); i++) start(i, false);
     state_.phase = "running";
     save();
     // Tell up() every agent has a recorded pid.
@@ -145,6 +179,7 @@ class Supervisor {
       if (stopping_ && live() == 0) break;
     }
     for (auto& n : state_.nodes) n.agent = {};
+    state_.sw.proc = {};
     state_.supervisor = {};
     save();
     log::info("all agents stopped; supervisor exits");
@@ -159,6 +194,11 @@ class Supervisor {
     int64_t restartAtNs = 0;  // 0: no restart pending
   };
 
+  bool hasSwitch() const { return state_.fabric == "switch"; }
+  size_t switchIndex() const { return state_.nodes.size(); }
+  bool isSwitch(size_t i) const { return hasSwitch() && i == switchIndex(); }
+  std::string childName(size_t i) const { return isSwitch(i) ? "lab switch" : "agent " + state_.nodes[i].name; }
+
   void save() {
     if (auto r = saveState(state_); !r) log::error("{}", r.error().message);
   }
@@ -169,41 +209,53 @@ class Supervisor {
   }
 
   void start(size_t i, bool isRestart) {
-    NodeRecord& node = state_.nodes[i];
     Agent& a = agents_[i];
     a.restartAtNs = 0;
+    std::string name = childName(i);
     int go[2];
     if (::pipe2(go, O_CLOEXEC) != 0) {
-      log::error("agent {}: pipe: {}", node.name, strerror(errno));
+      log::error("{}: pipe: {}", name, strerror(errno));
       scheduleRestart(i, 0);
       return;
     }
     UniqueFD goR(go[0]), goW(go[1]);
-    int restarts = isRestart ? node.restarts + 1 : node.restarts;
+    int& restartCount = isSwitch(i) ? state_.sw.restarts : state_.nodes[i].restarts;
+    int restarts = isRestart ? restartCount + 1 : restartCount;
     pid_t pid = ::fork();
     if (pid < 0) {
-      log::error("agent {}: fork: {}", node.name, strerror(errno));
+      log::error("{}: fork: {}", name, strerror(errno));
       scheduleRestart(i, 0);
       return;
     }
     if (pid == 0) {
       try {
         goW.reset();
-        execAgent(node, state_.agentBinary, goR.get(), restarts);
+        if (isSwitch(i))
+          execSwitch(state_.sw, goR.get(), restarts);
+        else
+          execAgent(state_.nodes[i], state_.agentBinary, goR.get(), restarts,
+                    hasSwitch() ? state_.sw.control : std::string());
       } catch (...) {
       }
       ::_exit(127);
     }
     a.pid = pid;
     a.startedNs = monoNs();
-    node.restarts = restarts;
-    node.agent = identify(pid);
+    restartCount = restarts;
+    ProcRecord rec = identify(pid);
     // Before exec the child still shows our command line; record the one it is about to run.
-    node.agent.cmdline = {state_.agentBinary, "--config", node.config};
+    if (isSwitch(i)) {
+      rec.cmdline = {state_.sw.binary, "--config", state_.sw.config};
+      state_.sw.proc = rec;
+    } else {
+      NodeRecord& node = state_.nodes[i];
+      rec.cmdline = {state_.agentBinary, "--config", node.config};
+      node.agent = rec;
+    }
     save();
     char g = 'g';
     writeAllFd(goW.get(), &g, 1);
-    log::info("agent {} started in {} (pid {}, restarts {})", node.name, node.netns, pid, restarts);
+    log::info("{} started (pid {}, restarts {})", name, pid, restarts);
   }
 
   void scheduleRestart(size_t i, int64_t livedMs) {
@@ -213,7 +265,7 @@ class Supervisor {
     else
       a.backoffMs = kFirstBackoffMs;
     a.restartAtNs = monoNs() + a.backoffMs * kMs;
-    log::info("agent {}: restart in {} ms", state_.nodes[i].name, a.backoffMs);
+    log::info("{}: restart in {} ms", childName(i), a.backoffMs);
   }
 
   void onSignals() {
@@ -225,14 +277,19 @@ class Supervisor {
         log::info("signal {}: stopping {} agent(s)", int(si.ssi_signo), live());
         stopping_ = true;
         stopDeadlineNs_ = monoNs() + kStopGraceMs * kMs;
-        for (auto& a : agents_) {
-          a.restartAtNs = 0;
-          if (a.pid > 0) ::kill(a.pid, SIGTERM);
+        for (size_t i = 0; i < agents_.size(); i++) {
+          agents_[i].restartAtNs = 0;
+          // The switch goes last: agents revert faults through its control socket.
+          if (agents_[i].pid > 0 && !isSwitch(i)) ::kill(agents_[i].pid, SIGTERM);
         }
       }
     }
     // SIGCHLD coalesces; reaping after every batch also catches exits merged into one signal.
     reap();
+    if (stopping_ && hasSwitch() && agents_[switchIndex()].pid > 0 && live() == 1 && !switchTermed_) {
+      switchTermed_ = true;
+      ::kill(agents_[switchIndex()].pid, SIGTERM);
+    }
   }
 
   void reap() {
@@ -243,14 +300,16 @@ class Supervisor {
                              [&](const Agent& a) { return a.pid == pid; });
       if (it == agents_.end()) continue;
       size_t i = size_t(it - agents_.begin());
-      NodeRecord& node = state_.nodes[i];
       std::string how = WIFEXITED(status)
                             ? "exited with status " + std::to_string(WEXITSTATUS(status))
                             : "was killed by signal " + std::to_string(WTERMSIG(status));
-      log::info("agent {} (pid {}) {}", node.name, pid, how);
+      log::info("{} (pid {}) {}", childName(i), pid, how);
       int64_t livedMs = (monoNs() - it->startedNs) / kMs;
       it->pid = 0;
-      node.agent = {};
+      if (isSwitch(i))
+        state_.sw.proc = {};
+      else
+        state_.nodes[i].agent = {};
       if (!stopping_) scheduleRestart(i, livedMs);
       save();
     }
@@ -300,6 +359,7 @@ class Supervisor {
   UniqueFD signalFd_, timerFd_;
   bool stopping_ = false;
   bool killed_ = false;
+  bool switchTermed_ = false;
   int64_t stopDeadlineNs_ = 0;
 };
 

@@ -227,7 +227,7 @@ TEST_CASE("lab up builds the namespace lab; agents are supervised; down removes 
 
   // (1) namespaces, configs and inventory.
   std::string netns = run({"ip", "netns", "list"});
-  for (std::string ns : {p + "n1", p + "n2", p + "n3", p + "fab"}) {
+  for (std::string ns : {p + "n1", p + "n2", p + "n3"}) {
     INFO(ns);
     CHECK(netns.find(ns) != std::string::npos);
   }

@@ -24,7 +24,8 @@ TEST_CASE("link_flap is registered with its documented parameters", "[params]") 
   const FaultKind& k = flapKind();
   std::vector<std::string> names;
   for (const auto& p : k.params) names.push_back(p.name);
-  CHECK(names == std::vector<std::string>{"interface", "down", "count", "up", "jitter", "seed"});
+  CHECK(names == std::vector<std::string>{"interface", "down", "count", "up", "jitter", "seed",
+                                          "switch_port", "socket"});
 }
 
 TEST_CASE("defaults are filled in", "[params]") {

@@ -1,0 +1,258 @@
+// Benchmarks of the lab switch (needs root): aggregate forwarding capacity with 1500-byte
+// frames against a Linux bridge measured in the same run, and pfc_storm's generation rate on a
+// TAP with exact frame counts at the sender and at the switch. Prints numbers; asserts nothing.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "common/unique_fd.hpp"
+#include "faults/fault.hpp"
+#include "lab/lab.hpp"
+
+using nlohmann::json;
+
+namespace {
+
+const char* kStandIn = R"PERL(#!/usr/bin/perl
+use strict; use IO::Socket::INET;
+my %args = @ARGV; open(my $cfg, '<', $args{'--config'}) or die;
+my ($listen) = map { /^listen\s*=\s*"([^"]+)"/ ? $1 : () } <$cfg>;
+my ($host, $port) = split /:/, $listen;
+my $srv = IO::Socket::INET->new(LocalAddr => $host, LocalPort => $port, Listen => 4, ReuseAddr => 1) or die;
+$SIG{TERM} = sub { exit 0 };
+while (1) { my $c = $srv->accept; close($c) if $c; }
+)PERL";
+
+// A lab that is taken down (and its directory removed) whatever happens.
+struct Lab {
+  std::string dir, agent;
+  int slot = 0;
+  std::string control;
+  bool ok = false;
+  Lab(int nodes, const std::string& fabric, double rate) {
+    char tmpl[] = "/tmp/rc-bench-lab-XXXXXX";
+    if (!::mkdtemp(tmpl)) return;
+    dir = tmpl;
+    agent = dir + "-standin";
+    std::ofstream(agent) << kStandIn;
+    std::filesystem::permissions(agent, std::filesystem::perms::owner_all);
+    rc::lab::UpOptions o;
+    o.nodes = nodes;
+    o.dir = dir;
+    o.agentBinary = agent;
+    o.fabric = fabric;
+    o.rateBps = rate;
+    auto r = rc::lab::up(o);
+    if (!r) {
+      std::fprintf(stderr, "lab up failed: %s\n", r.error().message.c_str());
+      return;
+    }
+    std::ifstream in(dir + "/lab.json");
+    json s = json::parse(in);
+    slot = s["slot"].get<int>();
+    control = s["switch"]["control"].get<std::string>();
+    ok = true;
+  }
+  ~Lab() {
+    if (!dir.empty()) {
+      (void)rc::lab::down(dir);
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+      std::filesystem::remove(agent, ec);
+    }
+  }
+  std::string ns(int i) const { return "rc" + std::to_string(slot) + "-n" + std::to_string(i); }
+  std::string addr(int i) const { return "198.19." + std::to_string(slot) + "." + std::to_string(10 + i); }
+};
+
+json request(const std::string& path, const json& req) {
+  rc::UniqueFD fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::strncpy(sa.sun_path, path.c_str(), sizeof sa.sun_path - 1);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) return json::object();
+  std::string line = req.dump() + "\n";
+  (void)!::write(fd.get(), line.data(), line.size());
+  std::string in;
+  char buf[65536];
+  while (in.find('\n') == std::string::npos) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n <= 0) return json::object();
+    in.append(buf, size_t(n));
+  }
+  return json::parse(in.substr(0, in.find('\n')));
+}
+
+void enter(const std::string& ns) {
+  int fd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) ::_exit(3);
+}
+
+// Floods dst with 1472-byte UDP payloads (1514-byte frames) using sendmmsg, until killed.
+pid_t flood(const std::string& ns, const std::string& dst) {
+  pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  enter(ns);
+  int s = ::socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(9);
+  ::inet_pton(AF_INET, dst.c_str(), &to.sin_addr);
+  ::connect(s, reinterpret_cast<sockaddr*>(&to), sizeof to);
+  static char payload[1472];
+  iovec iov{payload, sizeof payload};
+  mmsghdr m[32]{};
+  for (auto& x : m) {
+    x.msg_hdr.msg_iov = &iov;
+    x.msg_hdr.msg_iovlen = 1;
+  }
+  for (;;) (void)!::sendmmsg(s, m, 32, 0);
+}
+
+// Frames the receiving host's NIC took in (/proc/net/dev of its namespace): what the fabric
+// delivered, independent of what the receiver's stack does with them.
+uint64_t rxPackets(const std::string& ns) {
+  pid_t pid;
+  int p[2];
+  if (::pipe(p) != 0) return 0;
+  pid = ::fork();
+  if (pid == 0) {
+    enter(ns);
+    std::ifstream in("/proc/net/dev");
+    std::string line;
+    uint64_t packets = 0;
+    while (std::getline(in, line)) {
+      auto colon = line.find("data0:");
+      if (colon == std::string::npos) continue;
+      std::istringstream fields(line.substr(colon + 6));
+      uint64_t bytes = 0;
+      fields >> bytes >> packets;  // receive bytes, receive packets
+    }
+    (void)!::write(p[1], &packets, sizeof packets);
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  uint64_t v = 0;
+  (void)!::read(p[0], &v, sizeof v);
+  ::close(p[0]);
+  ::waitpid(pid, nullptr, 0);
+  return v;
+}
+
+// Two 1500-byte floods (n1 -> n2, n3 -> n4) through the fabric for `secs`: frames/s and
+// Gb/s delivered to the receivers' NICs.
+std::pair<double, double> forwarding(const std::string& fabric, double secs) {
+  Lab lab(4, fabric, 100e9);  // ports fast enough that the line rate is not the limit
+  if (!lab.ok) return {0, 0};
+  // Resolve ARP first, so the floods are unicast from the start.
+  for (int i : {1, 3}) {
+    std::string cmd = "ip netns exec " + lab.ns(i) + " ip neigh replace " + lab.addr(i + 1) +
+                      " lladdr $(ip netns exec " + lab.ns(i + 1) +
+                      " cat /sys/class/net/data0/address) dev data0 nud permanent";
+    (void)!std::system(("bash -c '" + cmd + "' 2>/dev/null").c_str());
+  }
+  pid_t a = flood(lab.ns(1), lab.addr(2)), b = flood(lab.ns(3), lab.addr(4));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  uint64_t r0 = rxPackets(lab.ns(2)) + rxPackets(lab.ns(4));
+  int64_t t0 = rc::monoNs();
+  std::this_thread::sleep_for(std::chrono::milliseconds(int(secs * 1000)));
+  uint64_t r1 = rxPackets(lab.ns(2)) + rxPackets(lab.ns(4));
+  int64_t t1 = rc::monoNs();
+  for (pid_t p : {a, b}) {
+    ::kill(p, SIGKILL);
+    ::waitpid(p, nullptr, 0);
+  }
+  double fps = double(r1 - r0) / (double(t1 - t0) / 1e9);
+  return {fps, fps * 1514 * 8 / 1e9};
+}
+
+// pfc_storm at `rate` frames/s for at most `frames`: frames sent (the fault's own count),
+// frames the switch received, and the achieved rate.
+void stormRate(double rate, int64_t frames) {
+  Lab lab(2, "switch", 1e9);
+  if (!lab.ok) return;
+  (void)request(lab.control, {{"cmd", "set_watchdog"}, {"port", "*"}, {"enabled", false}});
+  rc::faults::EventLog events;
+  int64_t start = 0, end = 0;
+  std::string error;
+  std::thread t([&] {
+    enter(lab.ns(1));
+    const auto* k = rc::faults::findKind("pfc_storm");
+    auto p = rc::faults::normaliseParams(
+        "pfc_storm", k->params,
+        {{"rate", std::to_string(int64_t(rate))}, {"max_frames", frames}, {"duration", "60s"}});
+    if (!p) {
+      error = p.error().message;
+      return;
+    }
+    auto f = k->create(*p, rc::faults::Policy{{"data0"}, {"mgmt0"}, "data0"});
+    if (!f) {
+      error = f.error().message;
+      return;
+    }
+    std::stop_source stop;
+    start = rc::monoNs();
+    auto r = (*f)->run(stop.get_token(), events);
+    end = rc::monoNs();
+    if (!r) error = r.error().message;
+  });
+  t.join();
+  if (!error.empty()) {
+    std::printf("  pfc_storm failed: %s\n", error.c_str());
+    return;
+  }
+  int64_t sent = -1;
+  for (const auto& e : events.snapshot())
+    if (e.what == "frames_sent") sent = std::stoll(e.detail.substr(e.detail.rfind(' ') + 1));
+  // Let the switch drain its TAP before reading the count.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  json c = request(lab.control, {{"cmd", "counters"}, {"port", "n1"}});
+  uint64_t rx = c["ports"][0]["queues"][3]["pfc_rx"].get<uint64_t>();
+  double secs = double(end - start) / 1e9;
+  std::printf("  requested %9.0f/s, max_frames %lld: sent %lld (exact: %s) in %.3f s = %9.0f/s "
+              "(%.3f of requested); switch received %llu (%.4f of sent)\n",
+              rate, (long long)frames, (long long)sent, sent == frames ? "yes" : "no", secs,
+              double(sent) / secs, double(sent) / secs / rate, (unsigned long long)rx,
+              double(rx) / double(std::max<int64_t>(1, sent)));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (::geteuid() != 0) {
+    std::fprintf(stderr, "labswitch_bench needs root (network namespaces)\n");
+    return 77;
+  }
+  double secs = argc > 1 ? std::atof(argv[1]) : 3.0;
+  std::printf("== forwarding capacity, 1514-byte frames, 2 flows on 4 hosts, %.1f s each ==\n", secs);
+  auto sw = forwarding("switch", secs);
+  auto br = forwarding("bridge", secs);
+  std::printf("  lab switch:   %9.0f frames/s  %6.3f Gb/s\n", sw.first, sw.second);
+  std::printf("  linux bridge: %9.0f frames/s  %6.3f Gb/s\n", br.first, br.second);
+  std::printf("  ratio switch/bridge: %.3f\n", br.first > 0 ? sw.first / br.first : 0.0);
+  std::printf("== pfc_storm generation on a TAP (AF_PACKET + sendmmsg) ==\n");
+  stormRate(10'000, 20'000);
+  stormRate(100'000, 200'000);
+  stormRate(2'000'000, 1'000'000);
+  return 0;
+}

@@ -1,0 +1,59 @@
+// Lab switch control-socket client (see labswitch_client.hpp).
+#include "faults/labswitch_client.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/clock.hpp"
+#include "common/unique_fd.hpp"
+
+namespace rc::faults {
+
+Result<std::string> labswitchSocket(const std::string& given) {
+  if (!given.empty()) return given;
+  if (const char* env = std::getenv("RDMACHAOS_LABSWITCH_SOCKET"); env && *env) return std::string(env);
+  return makeError(
+      "no lab switch control socket: set the fault's 'socket' parameter (the lab writes it as "
+      "switch_control in inventory.toml) or run the agent under `rdmachaos lab up`");
+}
+
+Result<nlohmann::json> labswitchRequest(const std::string& path, const nlohmann::json& request) {
+  std::string where = "lab switch at '" + path + "'";
+  UniqueFD fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof sa.sun_path) return makeError(where + ": path too long");
+  std::strcpy(sa.sun_path, path.c_str());
+  if (!fd.isValid() || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+    return makeError("cannot reach the " + where + ": " + std::strerror(errno) +
+                         " (is the lab up? `rdmachaos lab status`)",
+                     errno);
+  std::string line = request.dump() + "\n";
+  if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) != ssize_t(line.size()))
+    return makeError("cannot send to the " + where + ": " + std::strerror(errno), errno);
+  std::string in;
+  int64_t deadline = monoNs() + 2'000'000'000;
+  while (in.find('\n') == std::string::npos) {
+    int left = int((deadline - monoNs()) / 1'000'000);
+    pollfd p{fd.get(), POLLIN, 0};
+    if (left <= 0 || ::poll(&p, 1, left) <= 0)
+      return makeError("the " + where + " did not answer within 2 s", ETIMEDOUT);
+    char buf[8192];
+    ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+    if (n <= 0) return makeError("the " + where + " closed the connection", EPIPE);
+    in.append(buf, size_t(n));
+    if (in.size() > (16u << 20)) return makeError("the " + where + " sent an oversized response");
+  }
+  auto j = nlohmann::json::parse(in.substr(0, in.find('\n')), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return makeError("the " + where + " sent a response that is not JSON");
+  if (j.value("ok", false) != true)
+    return makeError("the " + where + " refused '" + request.value("cmd", "") + "': " + j.value("error", "?"));
+  return j;
+}
+
+}  // namespace rc::faults

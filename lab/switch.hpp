@@ -1,0 +1,77 @@
+// rdmachaos-labswitch: a userspace Ethernet switch (or a leaf-spine of them, in one process)
+// for the namespace lab. Per port: line rate, MTU, admin state, 8 priority queues (strict for
+// CNP/network control, deficit-weighted round robin for the rest) over a shared buffer with
+// per-ingress (port, priority) accounting, RED-style ECN marking, tail drop for lossy and PFC
+// for lossless priorities, and a SONiC-style PFC watchdog; ECMP or flowlet-adaptive routing
+// between leaves and spines; counters and settings over a JSON-lines unix control socket.
+// See docs/lab.md ("The lab switch") for the model and the control protocol.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace rc::labswitch {
+
+using json = nlohmann::json;
+
+constexpr int kPriorities = 8;
+
+struct EcnProfile {
+  bool enabled = true;
+  uint64_t kminBytes = 400 * 1024;
+  uint64_t kmaxBytes = 1600 * 1024;
+  double pmax = 0.2;
+};
+
+struct PfcThreshold {
+  uint64_t xoffBytes = 512 * 1024;  // per ingress (port, priority)
+  uint64_t xonBytes = 256 * 1024;
+};
+
+enum class WatchdogAction { drop, forward, alert };
+
+struct WatchdogConfig {
+  bool enabled = true;
+  int64_t detectionNs = 200'000'000;
+  int64_t restorationNs = 200'000'000;
+  WatchdogAction action = WatchdogAction::drop;
+};
+
+struct HostPort {
+  std::string name;    // node name; also the port's name, e.g. "n1"
+  std::string netns;   // path, e.g. /run/netns/rc3-n1
+  std::string ifname;  // the persistent TAP inside it, e.g. data0
+};
+
+struct Config {
+  std::string control;              // unix socket path (JSON lines)
+  double rateBps = 1e9;             // host ports
+  double linkRateBps = 0;           // inter-switch links; 0 = rateBps
+  int mtu = 1500;
+  uint64_t bufferBytes = 8ull << 20;       // shared by all queues of one switch
+  uint64_t lossyQueueBytes = 1ull << 20;   // tail-drop limit of one lossy queue
+  uint8_t losslessMask = 1 << 3;           // PFC-enabled priorities
+  int leaves = 0, spines = 0;              // 0 spines: one switch with every host
+  std::vector<HostPort> hosts;             // in leaf order: hosts/leaves per leaf
+  std::string routing = "ecmp";            // or "adaptive"
+  int64_t pollNs = 10'000'000;             // watchdog poll, PFC refresh, routing updates
+  int64_t convergenceNs = 500'000'000;     // ECMP next-hop update delay after a link change
+  int64_t flowletGapNs = 500'000;          // adaptive routing: idle gap that ends a flowlet
+  EcnProfile ecn;                          // default for every (port, queue)
+  PfcThreshold pfc;
+  WatchdogConfig watchdog;
+  std::vector<uint8_t> dscpMap;            // 64 entries; empty = default (26->3, 48->6)
+  uint32_t seed = 1;                       // ECN marking randomness
+};
+
+// Reads the switch's JSON configuration (what `lab up` writes to DIR/switch.json).
+Result<Config> parseConfig(const json& j);
+
+// Attaches every port, opens the control socket and forwards until SIGTERM or SIGINT.
+Result<void> run(const Config& config);
+
+}  // namespace rc::labswitch

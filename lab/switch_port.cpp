@@ -1,0 +1,141 @@
+// TAP and QEMU stream-socket ports of the lab switch (see switch_port.hpp).
+#include "lab/switch_port.hpp"
+
+#include <fcntl.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace rc::labswitch {
+namespace {
+
+constexpr size_t kMaxFrame = 65536;
+
+class TapIo final : public PortIo {
+ public:
+  TapIo(UniqueFD fd, std::string name, Mac mac) : fd_(std::move(fd)), name_(std::move(name)), mac_(mac) {}
+  int fd() const override { return fd_.get(); }
+  Result<size_t> readBatch(std::vector<std::vector<uint8_t>>& out, size_t max) override {
+    size_t n = 0;
+    while (n < max) {
+      ssize_t r = ::read(fd_.get(), buf_, sizeof buf_);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) break;
+        return makeError("reading TAP " + name_ + ": " + std::strerror(errno), errno);
+      }
+      if (r == 0) break;
+      out.emplace_back(buf_, buf_ + r);
+      n++;
+    }
+    return n;
+  }
+  bool write(const uint8_t* data, size_t len) override {
+    // A TAP write is handed to the host's stack synchronously; it fails only when the
+    // device is down (EIO) or gone.
+    return ::write(fd_.get(), data, len) == ssize_t(len);
+  }
+  Mac hostMac() const override { return mac_; }
+  std::string describe() const override { return "tap " + name_; }
+
+ private:
+  UniqueFD fd_;
+  std::string name_;
+  Mac mac_;
+  uint8_t buf_[kMaxFrame];
+};
+
+class StreamIo final : public PortIo {
+ public:
+  StreamIo(UniqueFD fd, std::string name) : fd_(std::move(fd)), name_(std::move(name)) {}
+  int fd() const override { return fd_.get(); }
+  Result<size_t> readBatch(std::vector<std::vector<uint8_t>>& out, size_t max) override {
+    size_t n = 0;
+    for (;;) {
+      // Whole frames already buffered first.
+      while (n < max && have_ >= 4) {
+        uint32_t len = uint32_t(in_[0]) << 24 | uint32_t(in_[1]) << 16 | uint32_t(in_[2]) << 8 | in_[3];
+        if (len > kMaxFrame) return makeError("stream port " + name_ + ": frame of " + std::to_string(len) + " bytes", EPROTO);
+        if (have_ < 4 + len) break;
+        out.emplace_back(in_.begin() + 4, in_.begin() + 4 + len);
+        in_.erase(in_.begin(), in_.begin() + 4 + len);
+        have_ -= 4 + len;
+        n++;
+      }
+      if (n >= max) return n;
+      in_.resize(have_ + kMaxFrame);
+      ssize_t r = ::recv(fd_.get(), in_.data() + have_, kMaxFrame, MSG_DONTWAIT);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && errno == EAGAIN) { in_.resize(have_); return n; }
+      if (r <= 0) return makeError("stream port " + name_ + ": peer closed", EPIPE);
+      have_ += size_t(r);
+      in_.resize(have_);
+    }
+  }
+  bool write(const uint8_t* data, size_t len) override {
+    uint8_t hdr[4] = {uint8_t(len >> 24), uint8_t(len >> 16), uint8_t(len >> 8), uint8_t(len)};
+    iovec iov[2] = {{hdr, 4}, {const_cast<uint8_t*>(data), len}};
+    // A short write would break the framing for good; the socket is blocking for writes,
+    // which is the back-pressure QEMU's NIC expects.
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = 2;
+    size_t want = len + 4;
+    ssize_t r = ::sendmsg(fd_.get(), &m, MSG_NOSIGNAL);
+    return r == ssize_t(want);
+  }
+  std::string describe() const override { return "stream " + name_; }
+
+ private:
+  UniqueFD fd_;
+  std::string name_;
+  std::vector<uint8_t> in_;
+  size_t have_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname) {
+  std::string what = "TAP '" + ifname + "' in " + netnsPath;
+  UniqueFD home(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
+  UniqueFD target(::open(netnsPath.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!home.isValid() || !target.isValid())
+    return makeError("cannot open the namespace of " + what + ": " + std::strerror(errno), errno);
+  if (::setns(target.get(), CLONE_NEWNET) != 0)
+    return makeError("cannot enter the namespace of " + what + ": " + std::strerror(errno), errno);
+  // TUNSETIFF looks the device up in the namespace of the opener, hence the setns dance.
+  UniqueFD fd(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
+  int err = fd.isValid() ? 0 : errno;
+  ifreq ifr{};
+  Mac mac{};
+  if (err == 0) {
+    std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+    if (::ioctl(fd.get(), TUNSETIFF, &ifr) != 0) err = errno;
+  }
+  if (err == 0) {
+    ifreq hw{};
+    std::strncpy(hw.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+    UniqueFD s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (s.isValid() && ::ioctl(s.get(), SIOCGIFHWADDR, &hw) == 0)
+      std::memcpy(mac.data(), hw.ifr_hwaddr.sa_data, 6);
+  }
+  if (::setns(home.get(), CLONE_NEWNET) != 0)
+    return makeError("cannot return to the switch's own namespace: " + std::string(std::strerror(errno)), errno);
+  if (err != 0)
+    return makeError("cannot attach to " + what + ": " + std::strerror(err) +
+                     " (it must exist: `ip tuntap add dev " + ifname + " mode tap`)", err);
+  return std::unique_ptr<PortIo>(std::make_unique<TapIo>(std::move(fd), ifname, mac));
+}
+
+std::unique_ptr<PortIo> streamPort(UniqueFD connected, std::string name) {
+  return std::make_unique<StreamIo>(std::move(connected), std::move(name));
+}
+
+}  // namespace rc::labswitch

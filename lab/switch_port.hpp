@@ -1,0 +1,45 @@
+// Where a lab switch port's frames come from and go to. A port is either the switch's end of
+// a host NIC (a TAP device inside the host's namespace, or — for QEMU guests — a stream
+// socket carrying frames each prefixed by a 4-byte big-endian length), or an internal link
+// to a port of another switch of the same process (no PortIo at all).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+#include "common/unique_fd.hpp"
+
+namespace rc::labswitch {
+
+using Mac = std::array<uint8_t, 6>;
+
+class PortIo {
+ public:
+  virtual ~PortIo() = default;
+  // Readable when frames wait (epoll, level-triggered).
+  virtual int fd() const = 0;
+  // Reads up to `max` frames without blocking, appending them to out. Returns how many were
+  // read; 0 when none waits. Draining a batch per wake-up is what keeps a TAP's ring (its
+  // txqueuelen) from overflowing while the switch serves other ports.
+  virtual Result<size_t> readBatch(std::vector<std::vector<uint8_t>>& out, size_t max) = 0;
+  // Hands one frame to the host. False if it could not (the host side is gone or full).
+  virtual bool write(const uint8_t* data, size_t len) = 0;
+  // The host NIC's MAC address when it is known up front (a TAP's own address).
+  virtual Mac hostMac() const { return {}; }
+  virtual std::string describe() const = 0;
+};
+
+// Attaches to the existing persistent TAP `ifname` inside the network namespace at
+// `netnsPath` (created by `lab up` with `ip tuntap add`). Because the device is persistent,
+// a restarted switch re-attaches to the same NIC and the host keeps its address and routes.
+Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname);
+
+// A QEMU `-netdev stream`/`socket` peer: frames with a 4-byte big-endian length prefix on a
+// connected stream socket (the switch listens, QEMU connects). The descriptor is adopted.
+std::unique_ptr<PortIo> streamPort(UniqueFD connected, std::string name);
+
+}  // namespace rc::labswitch

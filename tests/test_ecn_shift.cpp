@@ -1,0 +1,147 @@
+// Unit tests of ecn_shift's pieces that need no switch or root: the RED/ECN rtnetlink message,
+// the command backend's exact snapshot/apply/revert, and parameter errors.
+#include <linux/netlink.h>
+#include <linux/pkt_sched.h>
+#include <linux/rtnetlink.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "faults/fault.hpp"
+#include "faults/tc_red.hpp"
+
+using namespace rc::faults;
+using nlohmann::json;
+
+namespace {
+
+std::map<int, std::vector<uint8_t>> attrs(const uint8_t* data, int len) {
+  std::map<int, std::vector<uint8_t>> out;
+  for (auto* a = reinterpret_cast<const rtattr*>(data); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+    auto* p = static_cast<const uint8_t*>(RTA_DATA(a));
+    out[a->rta_type] = std::vector<uint8_t>(p, p + RTA_PAYLOAD(a));
+  }
+  return out;
+}
+
+rc::Result<std::unique_ptr<Fault>> make(json raw) {
+  const FaultKind* k = findKind("ecn_shift");
+  REQUIRE(k != nullptr);
+  auto p = normaliseParams("ecn_shift", k->params, raw);
+  if (!p) return p.error();
+  Policy policy{{"data0"}, {"mgmt0"}, "data0"};
+  return k->create(*p, policy);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("tc-red builds a root RED qdisc with ECN, the thresholds and max_P", "[ecn_shift]") {
+  tcred::RedParams p{7, 100'000, 400'000, 0.2, 1000};
+  auto msg = tcred::buildAddRed(p, 42);
+  REQUIRE(msg.ok());
+  auto* h = reinterpret_cast<const nlmsghdr*>(msg->data());
+  CHECK(h->nlmsg_len == msg->size());
+  CHECK(h->nlmsg_type == RTM_NEWQDISC);
+  CHECK(h->nlmsg_seq == 42);
+  CHECK((h->nlmsg_flags & (NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK)) ==
+        (NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK));
+  auto* tm = static_cast<const tcmsg*>(NLMSG_DATA(h));
+  CHECK(tm->tcm_ifindex == 7);
+  CHECK(tm->tcm_parent == TC_H_ROOT);
+  const uint8_t* a = reinterpret_cast<const uint8_t*>(tm) + NLMSG_ALIGN(sizeof *tm);
+  auto top = attrs(a, int(h->nlmsg_len - NLMSG_LENGTH(sizeof *tm)));
+  REQUIRE(top.count(TCA_KIND));
+  CHECK(std::string(reinterpret_cast<const char*>(top[TCA_KIND].data())) == "red");
+  REQUIRE(top.count(TCA_OPTIONS));
+  auto opts = attrs(top[TCA_OPTIONS].data(), int(top[TCA_OPTIONS].size()));
+  REQUIRE(opts[TCA_RED_PARMS].size() == sizeof(tc_red_qopt));
+  tc_red_qopt q;
+  std::memcpy(&q, opts[TCA_RED_PARMS].data(), sizeof q);
+  CHECK(q.qth_min == 100'000);
+  CHECK(q.qth_max == 400'000);
+  CHECK(q.limit == 1'600'000);
+  CHECK(q.flags == TC_RED_ECN);
+  CHECK(q.Wlog == tcred::redWlog(100'000, 400'000, 1000));
+  CHECK(q.Plog == tcred::redPlog(100'000, 400'000, 0.2));
+  CHECK(opts[TCA_RED_STAB].size() == 256);
+  REQUIRE(opts[TCA_RED_MAX_P].size() == 4);
+  uint32_t maxP;
+  std::memcpy(&maxP, opts[TCA_RED_MAX_P].data(), 4);
+  CHECK(std::abs(double(maxP) / 4294967296.0 - 0.2) < 1e-6);
+  // 2^-Plog times the span (kmax - kmin) is about pmax: the kernel's probability at kmax.
+  CHECK(std::ldexp(300'000.0, -q.Plog) > 0.1);
+  CHECK(std::ldexp(300'000.0, -q.Plog) <= 0.2);
+}
+
+TEST_CASE("tc-red refuses impossible thresholds and deletes only the root", "[ecn_shift]") {
+  CHECK_FALSE(tcred::buildAddRed({7, 0, 400, 0.1, 1000}, 1).ok());
+  CHECK_FALSE(tcred::buildAddRed({7, 500, 400, 0.1, 1000}, 1).ok());
+  CHECK_FALSE(tcred::buildAddRed({7, 100, 400, 0, 1000}, 1).ok());
+  auto del = tcred::buildDeleteRoot(9, 3);
+  auto* h = reinterpret_cast<const nlmsghdr*>(del.data());
+  CHECK(h->nlmsg_type == RTM_DELQDISC);
+  CHECK(static_cast<const tcmsg*>(NLMSG_DATA(h))->tcm_parent == TC_H_ROOT);
+}
+
+TEST_CASE("the command backend snapshots, applies and restores exactly", "[ecn_shift]") {
+  char tmpl[] = "/tmp/rc-test-ecn-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::string dir = tmpl, state = dir + "/profile";
+  std::ofstream(state) << "kmin=1048576 kmax=2097152 pmax=0.05";
+  auto f = make({{"backend", "command"}, {"port", "Ethernet0"}, {"kmin", "100KiB"},
+                 {"kmax", "400KiB"}, {"pmax", 0.2},
+                 {"snapshot_command", "cat " + state},
+                 {"apply_command", "echo kmin={kmin} kmax={kmax} pmax={pmax} port={port} > " + state},
+                 {"revert_command", "printf %s {snapshot} > " + state}});
+  REQUIRE(f.ok());
+  auto snap = (*f)->snapshot();
+  REQUIRE(snap.ok());
+  CHECK((*snap)["output"] == "kmin=1048576 kmax=2097152 pmax=0.05");
+  EventLog events;
+  std::stop_source stop;
+  std::thread t([&] { (void)(*f)->run(stop.get_token(), events); });
+  for (int i = 0; i < 200 && slurp(state).find("102400") == std::string::npos; i++) usleep(10'000);
+  CHECK(slurp(state) == "kmin=102400 kmax=409600 pmax=0.2 port=Ethernet0\n");
+  stop.request_stop();
+  t.join();
+  REQUIRE((*f)->revert(events).ok());
+  CHECK(slurp(state) == "kmin=1048576 kmax=2097152 pmax=0.05");
+  // From the journal (after a crash): the same restore.
+  std::ofstream(state) << "changed";
+  REQUIRE(findKind("ecn_shift")->revertRecord((*f)->params(), *snap).ok());
+  CHECK(slurp(state) == "kmin=1048576 kmax=2097152 pmax=0.05");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("ecn_shift names what is missing", "[ecn_shift]") {
+  ::unsetenv("RDMACHAOS_LABSWITCH_SOCKET");
+  auto noSocket = make({{"port", "n1"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}});
+  REQUIRE_FALSE(noSocket.ok());
+  CHECK(noSocket.error().message.find("switch_control") != std::string::npos);
+  auto noPort = make({{"kmin", "1KiB"}, {"kmax", "2KiB"}, {"socket", "/nonexistent"}});
+  REQUIRE_FALSE(noPort.ok());
+  CHECK(noPort.error().message.find("'port'") != std::string::npos);
+  auto bad = make({{"backend", "snmp"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("labswitch, tc-red or command") != std::string::npos);
+  auto order = make({{"port", "n1"}, {"socket", "/x"}, {"kmin", "4KiB"}, {"kmax", "2KiB"}});
+  REQUIRE_FALSE(order.ok());
+  auto noCmd = make({{"backend", "command"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}});
+  REQUIRE_FALSE(noCmd.ok());
+  CHECK(noCmd.error().message.find("revert_command") != std::string::npos);
+}

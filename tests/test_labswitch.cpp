@@ -1,0 +1,381 @@
+// Behaviour of the lab switch in a real lab: line rate, PFC pause propagation under a
+// pfc_storm fault with the watchdog off and on. Asserts on switch counters and traffic.
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "common/clock.hpp"
+#include "faults/fault.hpp"
+#include "lab/process.hpp"
+#include "lab_traffic.hpp"
+
+using namespace labtest;
+
+namespace {
+
+constexpr int kDscp26 = 26 << 2;
+
+// Runs a fault the way the agent does (create, snapshot, run, revert) on a thread inside
+// the node's namespace; the thread joins (and the fault is reverted) when this goes away.
+struct FaultRun {
+  std::thread t;
+  std::stop_source stop;
+  rc::faults::EventLog events;
+  std::atomic<bool> done{false};
+  std::string error;
+  FaultRun(const std::string& ns, std::string kind, json params) {
+    t = std::thread([this, ns, kind, params] {
+      int fd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+        error = "cannot enter " + ns;
+        done = true;
+        return;
+      }
+      ::close(fd);
+      const auto* k = rc::faults::findKind(kind);
+      auto p = rc::faults::normaliseParams(kind, k->params, params);
+      if (!p) {
+        error = p.error().message;
+        done = true;
+        return;
+      }
+      rc::faults::Policy policy{{"data0"}, {"mgmt0"}, "data0"};
+      auto f = k->create(*p, policy);
+      if (!f) {
+        error = f.error().message;
+        done = true;
+        return;
+      }
+      (void)(*f)->snapshot();
+      auto r = (*f)->run(stop.get_token(), events);
+      if (!r) error = r.error().message;
+      auto rv = (*f)->revert(events);
+      if (!rv) error += rv.error().message;
+      done = true;
+    });
+  }
+  ~FaultRun() {
+    stop.request_stop();
+    if (t.joinable()) t.join();
+  }
+  int64_t framesSent() const {
+    for (const auto& e : events.snapshot())
+      if (e.what == "frames_sent") return std::stoll(e.detail.substr(e.detail.rfind(' ') + 1));
+    return -1;
+  }
+};
+
+struct Sample {
+  int64_t ns;
+  uint64_t victim;
+};
+
+// Samples a port's transmitted lossless (priority 3) frames every 20 ms for `ms`.
+std::vector<Sample> sampleTx(const std::string& control, const std::string& portName, int ms) {
+  std::vector<Sample> out;
+  int64_t end = rc::monoNs() + int64_t(ms) * 1'000'000;
+  while (rc::monoNs() < end) {
+    json p = port(control, portName);
+    // Queue 3 only: the port also floods the hosts' IPv6 multicast and ARP (priority 0).
+    out.push_back({rc::monoNs(), p["queues"][3]["tx_frames"].get<uint64_t>()});
+    sleepMs(20);
+  }
+  return out;
+}
+
+uint64_t deltaBetween(const std::vector<Sample>& s, int64_t from, int64_t to) {
+  uint64_t a = 0, b = 0;
+  bool haveA = false;
+  for (const auto& x : s) {
+    if (x.ns >= from && !haveA) {
+      a = x.victim;
+      haveA = true;
+    }
+    if (x.ns <= to) b = x.victim;
+  }
+  return haveA && b > a ? b - a : 0;
+}
+
+}  // namespace
+
+TEST_CASE("a port carries its configured line rate within 2%", "[labswitch][rate]") {
+  rc::lab::UpOptions o;
+  o.nodes = 2;
+  o.rateBps = 100e6;
+  Lab lab(o);
+  // 1400-byte datagrams at ~120 Mb/s into a 100 Mb/s port: the queue stays backlogged.
+  Child flow = udpFlow(lab.ns(1), lab.addr(2), 9000, 10500, 1400, 0);
+  sleepMs(700);
+  json a = control(lab.control, {{"cmd", "counters"}, {"port", "n2"}});
+  sleepMs(2000);
+  json b = control(lab.control, {{"cmd", "counters"}, {"port", "n2"}});
+  flow.stop();
+  REQUIRE(a["ok"] == true);
+  REQUIRE(b["ok"] == true);
+  const json &pa = a["ports"][0], &pb = b["ports"][0];
+  // The switch's own clock (now_ns) times the window; the line rate includes the 24 bytes of
+  // preamble, FCS and inter-frame gap per frame, as a real port's does.
+  double frames = double(pb["tx_frames"].get<uint64_t>() - pa["tx_frames"].get<uint64_t>());
+  double bytes = double(pb["tx_bytes"].get<uint64_t>() - pa["tx_bytes"].get<uint64_t>());
+  double secs = double(b["now_ns"].get<int64_t>() - a["now_ns"].get<int64_t>()) / 1e9;
+  double rate = (bytes + 24 * frames) * 8 / secs;
+  INFO("measured " << rate / 1e6 << " Mb/s on a 100 Mb/s port over " << secs << " s; queue 0 drops "
+                   << pb["queues"][0]["drops"]);
+  CHECK(pb["queues"][0]["drops"].get<uint64_t>() > 0);  // it really was backlogged
+  CHECK(std::abs(rate - 100e6) / 100e6 < 0.02);
+}
+
+TEST_CASE("a PFC storm stalls a victim flow between two other hosts; the watchdog ends the stall",
+          "[labswitch][pfc]") {
+  bool watchdog = GENERATE(false, true);
+  rc::lab::UpOptions o;
+  o.nodes = 3;
+  Lab lab(o);
+  json wd = control(lab.control, {{"cmd", "set_watchdog"}, {"port", "*"}, {"enabled", watchdog},
+                                  {"detection_ms", 200}, {"restoration_ms", 200}, {"action", "drop"}});
+  REQUIRE(wd["ok"] == true);
+  // n2 -> n1 fills n1's paused egress queue and so n2's ingress account; the switch pauses
+  // n2, and n2's lossless traffic to n3 (the victim) stalls with it.
+  Child toStormer = udpFlow(lab.ns(2), lab.addr(1), 9000, 20000, 1000, kDscp26);
+  Child victim = udpFlow(lab.ns(2), lab.addr(3), 9001, 2000, 200, kDscp26);
+  sleepMs(600);
+  json before = port(lab.control, "n3");
+  REQUIRE(before["tx_frames"].get<uint64_t>() > 200);  // the victim flows (ARP resolved)
+
+  int64_t stormStart = rc::monoNs();
+  const int stormMs = 1500;
+  std::vector<Sample> samples;
+  {
+    FaultRun storm(lab.ns(1), "pfc_storm",
+                   {{"priorities", json::array({3})}, {"quanta", 65535}, {"rate", "200"},
+                    {"duration", std::to_string(stormMs) + "ms"}, {"max_frames", 100000}});
+    samples = sampleTx(lab.control, "n3", stormMs + 700);
+    while (!storm.done) sleepMs(10);
+    INFO(storm.error);
+    REQUIRE(storm.error.empty());
+    int64_t sent = storm.framesSent();
+    // 200 frames/s for 1.5 s: 301 frames (the first at t = 0), give or take the last slot.
+    CHECK(sent >= 295);
+    CHECK(sent <= 302);
+    json n1 = port(lab.control, "n1");
+    // Every storm frame reached the switch (plus the revert's resume frame).
+    CHECK(n1["queues"][3]["pfc_rx"].get<int64_t>() == sent + 1);
+  }
+  int64_t stormEnd = stormStart + int64_t(stormMs) * 1'000'000;
+  json n1 = port(lab.control, "n1"), n2 = port(lab.control, "n2");
+  INFO("n1 q3: " << n1["queues"][3].dump() << "\nn2 q3: " << n2["queues"][3].dump());
+  CHECK(n2["queues"][3]["pfc_tx"].get<uint64_t>() > 0);  // the pause propagated to n2
+
+  // Victim frames per 100 ms before the storm: ~200.
+  if (!watchdog) {
+    CHECK(n1["queues"][3]["paused_ns"].get<int64_t>() > int64_t(stormMs - 100) * 1'000'000);
+    uint64_t during = deltaBetween(samples, stormStart + 300'000'000, stormEnd - 100'000'000);
+    CHECK(during == 0);  // stalled for the storm
+    uint64_t after = deltaBetween(samples, stormEnd + 300'000'000, stormEnd + 650'000'000);
+    CHECK(after > 200);  // and flows again after it
+    CHECK(n1["queues"][3]["wd_storms"].get<uint64_t>() == 0);
+  } else {
+    // Recovery: the victim moves again within detection (200) + poll (10) + margin (290) ms.
+    uint64_t late = deltaBetween(samples, stormStart + 500'000'000, stormEnd - 100'000'000);
+    CHECK(late > 1000);  // ~2000 frames/s for 0.9 s
+    CHECK(n1["queues"][3]["wd_storms"].get<uint64_t>() == 1);
+    CHECK(n1["queues"][3]["wd_drops"].get<uint64_t>() > 0);
+    // Restoration: no PFC for 200 ms after the storm ended.
+    CHECK(n1["queues"][3]["wd_restored"].get<uint64_t>() == 1);
+    // First stall-free sample after the storm began, for the record.
+    int64_t recovered = 0;
+    for (size_t i = 1; i < samples.size(); i++)
+      if (samples[i].ns > stormStart + 100'000'000 && samples[i].victim > samples[i - 1].victim &&
+          deltaBetween(samples, stormStart + 50'000'000, samples[i - 1].ns) <
+              deltaBetween(samples, stormStart + 50'000'000, samples[i].ns)) {
+        recovered = samples[i].ns - stormStart;
+        break;
+      }
+    INFO("victim moving again " << recovered / 1'000'000 << " ms after the storm began");
+    CHECK(recovered < 500'000'000);
+  }
+}
+
+TEST_CASE("ecn_shift lowers kmin/kmax during incast: marks rise, depth stays under kmax, exact "
+          "restore", "[labswitch][ecn]") {
+  rc::lab::UpOptions o;
+  o.nodes = 4;
+  Lab lab(o);
+  for (int i = 1; i <= 4; i++)
+    REQUIRE(rc::lab::runCommand({"ip", "netns", "exec", lab.ns(i), "sysctl", "-qw", "net.ipv4.tcp_ecn=1"}).ok());
+  json before = control(lab.control, {{"cmd", "get_ecn"}, {"port", "n4"}, {"queue", 3}});
+  REQUIRE(before["ok"] == true);
+  Child sink = tcpSink(lab.ns(4), 5201);
+  sleepMs(200);
+  std::vector<Child> senders;
+  for (int i = 1; i <= 3; i++) senders.push_back(tcpSource(lab.ns(i), lab.addr(4), 5201, kDscp26));
+  sleepMs(1000);
+
+  auto marks = [&] { return port(lab.control, "n4")["queues"][3]["ecn_marked"].get<uint64_t>(); };
+  auto txq = [&] { return port(lab.control, "n4")["queues"][3]["tx_frames"].get<uint64_t>(); };
+  uint64_t m0 = marks(), t0 = txq();
+  sleepMs(1500);
+  uint64_t m1 = marks(), t1 = txq();
+
+  const uint64_t kmin = 50 * 1024, kmax = 200 * 1024;
+  std::vector<uint64_t> depths;
+  uint64_t m2 = 0, t2 = 0, m3 = 0, t3 = 0;
+  {
+    FaultRun shift(lab.ns(1), "ecn_shift",
+                   {{"backend", "labswitch"}, {"port", "n4"}, {"queue", 3}, {"kmin", "50KiB"},
+                    {"kmax", "200KiB"}, {"pmax", 0.2}, {"socket", lab.control}});
+    sleepMs(300);  // the senders react within a few round trips
+    REQUIRE(shift.error.empty());
+    json now = control(lab.control, {{"cmd", "get_ecn"}, {"port", "n4"}, {"queue", 3}});
+    CHECK(now["profiles"][0]["profile"]["kmin"] == kmin);
+    CHECK(now["profiles"][0]["profile"]["kmax"] == kmax);
+    m2 = marks();
+    t2 = txq();
+    int64_t end = rc::monoNs() + 1'500'000'000;
+    while (rc::monoNs() < end) {
+      depths.push_back(port(lab.control, "n4")["queues"][3]["depth_bytes"].get<uint64_t>());
+      sleepMs(10);
+    }
+    m3 = marks();
+    t3 = txq();
+  }
+  senders.clear();
+  double before_rate = double(m1 - m0) / double(std::max<uint64_t>(1, t1 - t0));
+  double during_rate = double(m3 - m2) / double(std::max<uint64_t>(1, t3 - t2));
+  size_t under = size_t(std::count_if(depths.begin(), depths.end(), [&](uint64_t d) { return d < kmax; }));
+  uint64_t maxDepth = depths.empty() ? 0 : *std::max_element(depths.begin(), depths.end());
+  INFO("marked fraction before " << before_rate << ", during " << during_rate << "; " << under << "/"
+                                 << depths.size() << " depth samples under kmax; max sample " << maxDepth);
+  CHECK(t3 - t2 > 1000);             // the incast kept running
+  CHECK(m3 - m2 > m1 - m0);          // marked counts rise
+  CHECK(during_rate > before_rate);
+  CHECK(under * 100 >= depths.size() * 95);
+  // Reverted exactly: the profile is the one before, field for field.
+  json after = control(lab.control, {{"cmd", "get_ecn"}, {"port", "n4"}, {"queue", 3}});
+  CHECK(after["profiles"] == before["profiles"]);
+
+  // The tc-red backend on this kernel (no sch_red) fails with a message that says so.
+  FaultRun red(lab.ns(1), "ecn_shift",
+               {{"backend", "tc-red"}, {"kmin", "50KiB"}, {"kmax", "200KiB"}});
+  while (!red.done) sleepMs(10);
+  INFO(red.error);
+  bool kernelHasRed = red.error.empty();
+  if (!kernelHasRed) CHECK(red.error.find("sch_red") != std::string::npos);
+}
+
+TEST_CASE("leaf-spine with a flapped uplink: adaptive routing keeps more than ECMP",
+          "[labswitch][routing]") {
+  rc::lab::UpOptions o;
+  o.nodes = 4;
+  o.leaves = 2;
+  o.spines = 2;
+  Lab lab(o);
+  json topo = control(lab.control, {{"cmd", "topology"}});
+  REQUIRE(topo["ok"] == true);
+  REQUIRE(topo["links"].size() == 4);
+  // 16 UDP flows leaf1 -> leaf2 (distinct source ports: ECMP spreads them over both spines).
+  std::vector<Child> flows;
+  for (int i = 0; i < 8; i++) {
+    flows.push_back(udpFlow(lab.ns(1), lab.addr(3), 9000, 800, 1000, 0, 50000 + i));
+    flows.push_back(udpFlow(lab.ns(2), lab.addr(4), 9000, 800, 1000, 0, 50100 + i));
+  }
+  sleepMs(800);
+  auto sum = [&](const std::vector<std::string>& names, const char* key) {
+    uint64_t total = 0;
+    for (const auto& n : names) total += port(lab.control, n)[key].get<uint64_t>();
+    return total;
+  };
+  // Sent = what n1 and n2 handed to leaf1; delivered = what leaf2 handed to n3 and n4.
+  auto run = [&](const std::string& mode) {
+    REQUIRE(control(lab.control, {{"cmd", "set_routing"}, {"mode", mode}})["ok"] == true);
+    sleepMs(300);
+    uint64_t s0 = sum({"n1", "n2"}, "rx_frames"), d0 = sum({"n3", "n4"}, "tx_frames");
+    REQUIRE(control(lab.control, {{"cmd", "set_link"}, {"link", "leaf1-spine1"}, {"up", false}})["ok"] == true);
+    sleepMs(1000);
+    REQUIRE(control(lab.control, {{"cmd", "set_link"}, {"link", "leaf1-spine1"}, {"up", true}})["ok"] == true);
+    sleepMs(1000);
+    uint64_t s1 = sum({"n1", "n2"}, "rx_frames"), d1 = sum({"n3", "n4"}, "tx_frames");
+    sleepMs(700);  // routing converges before the next round
+    return double(d1 - d0) / double(std::max<uint64_t>(1, s1 - s0));
+  };
+  double ecmp = run("ecmp");
+  double adaptive = run("adaptive");
+  INFO("delivered/sent during a 1 s uplink flap: ecmp " << ecmp << ", adaptive " << adaptive);
+  CHECK(adaptive > 0.97);
+  CHECK(adaptive > ecmp + 0.05);
+}
+
+TEST_CASE("link_flap on a lab switch port: down for its time, host sees no carrier, restored",
+          "[labswitch][link_flap]") {
+  rc::lab::UpOptions o;
+  o.nodes = 2;
+  Lab lab(o);
+  auto adminUp = [&] {
+    json r = control(lab.control, {{"cmd", "get_link"}, {"port", "n2"}});
+    return r["ports"][0]["admin_up"].get<bool>();
+  };
+  REQUIRE(adminUp());
+  // Per-port settings: line rate and MTU, with the previous values returned.
+  json setPort = control(lab.control, {{"cmd", "set_port"}, {"port", "n1"}, {"rate_bps", 5e8}, {"mtu", 9000}});
+  REQUIRE(setPort["ok"] == true);
+  CHECK(setPort["previous"][0]["rate_bps"] == 1e9);
+  json getPort = control(lab.control, {{"cmd", "get_port"}, {"port", "n1"}});
+  CHECK(getPort["ports"][0]["rate_bps"] == 5e8);
+  CHECK(getPort["ports"][0]["mtu"] == 9000);
+  CHECK(control(lab.control, {{"cmd", "set_port"}, {"port", "n1"}, {"mtu", 10}})["ok"] == false);
+  FaultRun flap(lab.ns(1), "link_flap",
+                {{"switch_port", "n2"}, {"down", "600ms"}, {"count", 1}, {"socket", lab.control}});
+  sleepMs(250);
+  CHECK_FALSE(adminUp());
+  auto link = rc::lab::runCommand({"ip", "-n", lab.ns(2), "link", "show", "data0"});
+  REQUIRE(link.ok());
+  CHECK(link->find("NO-CARRIER") != std::string::npos);
+  while (!flap.done) sleepMs(10);
+  INFO(flap.error);
+  CHECK(flap.error.empty());
+  CHECK(adminUp());
+  int downs = 0, ups = 0;
+  for (const auto& e : flap.events.snapshot()) {
+    downs += e.what == "down";
+    ups += e.what == "up";
+  }
+  CHECK(downs == 1);
+  CHECK(ups == 1);
+}
+
+TEST_CASE("the supervisor restarts a killed lab switch, which re-attaches to the hosts' TAPs",
+          "[labswitch][supervisor]") {
+  rc::lab::UpOptions o;
+  o.nodes = 2;
+  Lab lab(o);
+  auto switchPid = [&] {
+    std::ifstream in(lab.dir.path + "/lab.json");
+    return json::parse(in)["switch"]["proc"]["pid"].get<int>();
+  };
+  int old = switchPid();
+  REQUIRE(old > 0);
+  REQUIRE(::kill(old, SIGKILL) == 0);
+  int fresh = 0;
+  for (int i = 0; i < 100 && (fresh == 0 || fresh == old); i++) {
+    sleepMs(50);
+    fresh = switchPid();
+  }
+  REQUIRE(fresh != old);
+  REQUIRE(fresh > 0);
+  json ping;
+  for (int i = 0; i < 100; i++) {
+    ping = control(lab.control, {{"cmd", "ping"}});
+    if (ping["ok"] == true) break;
+    sleepMs(50);
+  }
+  CHECK(ping["ok"] == true);
+  // Traffic flows again through the new process (the hosts kept addresses and neighbours).
+  Child flow = udpFlow(lab.ns(1), lab.addr(2), 9000, 1000, 200, 0);
+  sleepMs(500);
+  CHECK(port(lab.control, "n2")["tx_frames"].get<uint64_t>() > 100);
+  flow.stop();
+  std::ifstream in(lab.dir.path + "/lab.json");
+  CHECK(json::parse(in)["switch"]["restarts"].get<int>() == 1);
+}

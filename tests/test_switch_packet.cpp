@@ -1,0 +1,106 @@
+// Unit tests of the lab switch's frame inspection and of PFC frames.
+#include <catch2/catch.hpp>
+#include <vector>
+
+#include "common/pfc.hpp"
+#include "lab/switch_packet.hpp"
+
+using namespace rc::labswitch;
+
+namespace {
+
+uint16_t ipChecksum(const uint8_t* h, size_t len) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i < len; i += 2) sum += uint32_t(h[i] << 8 | h[i + 1]);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return uint16_t(~sum);
+}
+
+// An Ethernet + IPv4 + UDP frame with a valid header checksum.
+std::vector<uint8_t> udpFrame(uint8_t tos, uint16_t sport, bool vlan = false, uint8_t pcp = 0) {
+  std::vector<uint8_t> f(vlan ? 64 : 60, 0);
+  size_t o = 12;
+  if (vlan) {
+    f[12] = 0x81;
+    f[13] = 0x00;
+    f[14] = uint8_t(pcp << 5);
+    o = 16;
+  }
+  f[o] = 0x08;
+  f[o + 1] = 0x00;
+  uint8_t* ip = f.data() + o + 2;
+  ip[0] = 0x45;
+  ip[1] = tos;
+  ip[3] = 46;
+  ip[8] = 64;
+  ip[9] = 17;
+  ip[12] = 10, ip[15] = 1, ip[16] = 10, ip[19] = 2;
+  uint16_t c = ipChecksum(ip, 20);
+  ip[10] = uint8_t(c >> 8);
+  ip[11] = uint8_t(c);
+  ip[20] = uint8_t(sport >> 8);
+  ip[21] = uint8_t(sport);
+  ip[22] = 0x12;
+  ip[23] = 0xb7;  // 4791
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("priority: PCP when tagged, else DSCP through the map", "[switch]") {
+  auto map = defaultDscpMap();
+  CHECK(classify(udpFrame(26 << 2, 1).data(), 60, map) == 3);
+  CHECK(classify(udpFrame(48 << 2, 1).data(), 60, map) == 6);
+  CHECK(classify(udpFrame(0, 1).data(), 60, map) == 0);
+  CHECK(classify(udpFrame(26 << 2, 1, true, 5).data(), 64, map) == 5);
+  std::vector<uint8_t> arp(60, 0);
+  arp[12] = 0x08;
+  arp[13] = 0x06;
+  CHECK(classify(arp.data(), arp.size(), map) == 0);
+}
+
+TEST_CASE("ECT becomes CE with a valid IPv4 checksum; non-ECT and CE are left alone", "[switch]") {
+  for (uint8_t ecn : {1, 2}) {
+    auto f = udpFrame(uint8_t(26 << 2 | ecn), 1);
+    CHECK(ecnOf(f.data(), f.size()) == Ecn::ect);
+    REQUIRE(markCe(f.data(), f.size()));
+    CHECK(ecnOf(f.data(), f.size()) == Ecn::ce);
+    CHECK((f[15] >> 2) == 26);  // DSCP kept
+    CHECK(ipChecksum(f.data() + 14, 20) == 0);
+  }
+  auto plain = udpFrame(26 << 2, 1);
+  CHECK_FALSE(markCe(plain.data(), plain.size()));
+  auto ce = udpFrame(26 << 2 | 3, 1);
+  CHECK_FALSE(markCe(ce.data(), ce.size()));
+}
+
+TEST_CASE("the flow hash includes the RoCE UDP source port", "[switch]") {
+  auto a = udpFrame(0, 1000), b = udpFrame(0, 1001);
+  CHECK(flowHash(a.data(), a.size()) == flowHash(a.data(), a.size()));
+  CHECK(flowHash(a.data(), a.size()) != flowHash(b.data(), b.size()));
+  int buckets[4] = {};
+  for (uint16_t s = 0; s < 400; s++) {
+    auto f = udpFrame(0, uint16_t(49152 + s));
+    buckets[flowHash(f.data(), f.size()) % 4]++;
+  }
+  for (int n : buckets) CHECK(n > 60);  // spread, not polarised
+}
+
+TEST_CASE("PFC frames round-trip; one quantum is 512 bit times", "[switch]") {
+  uint8_t src[6] = {2, 0, 0, 0, 0, 1};
+  rc::pfc::Frame f;
+  f.enableVector = 1 << 3;
+  f.quanta[3] = 65535;
+  uint8_t buf[rc::pfc::kFrameSize];
+  rc::pfc::build(buf, src, f);
+  CHECK(buf[0] == 0x01);
+  CHECK(buf[5] == 0x01);
+  CHECK(buf[12] == 0x88);
+  CHECK(buf[13] == 0x08);
+  auto p = rc::pfc::parse(buf, sizeof buf);
+  REQUIRE(p.has_value());
+  CHECK(p->enableVector == 8);
+  CHECK(p->quanta[3] == 65535);
+  CHECK(rc::pfc::quantaToNs(65535, 100e9) == 335539);  // 335 us at 100G
+  CHECK_FALSE(rc::pfc::parse(udpFrame(0, 1).data(), 60).has_value());
+}
