@@ -185,7 +185,7 @@ TEST_CASE("errors name the file, line and column and what to change") {
       {"[[step]]\nkind = \"pfc_bomb\"\nphase = \"fault\"\ntarget = \"n1\"\n",
        "p.toml:11:8: unknown fault kind 'pfc_bomb' (known: link_flap"},
       {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = \"n1\"\nparams = { dwn = \"1s\" }\n",
-       "p.toml:14:18: link_flap has no parameter 'dwn' (known: interface, down, count, up, jitter, seed)"},
+       "p.toml:14:18: link_flap has no parameter 'dwn' (known: interface, down, count, up, jitter, seed, switch_port, socket)"},
       {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = \"n1\"\nparams = { count = 0 }\n",
        "p.toml:14:20: link_flap parameter 'count' = 0 is out of range [1, 1000]"},
       {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = \"n1\"\nparams = { down = 5 }\n",
