@@ -95,17 +95,20 @@ void printConnectErrors(const Fleet& fleet) {
 
 }  // namespace
 
-std::string findAgentBinary() {
-  if (const char* env = std::getenv("RDMACHAOS_AGENT"); env && *env) return env;
+// The directory of this executable ("" if unknown): where to look for siblings.
+static std::string selfDir() {
   char self[4096];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = 0;
-    std::string dir(self);
-    dir = dir.substr(0, dir.rfind('/'));
-    for (std::string cand : {dir + "/rdmachaos-agent", dir + "/../agent/rdmachaos-agent"})
-      if (::access(cand.c_str(), X_OK) == 0) return cand;
-  }
+  if (n <= 0) return "";
+  std::string dir(self, size_t(n));
+  return dir.substr(0, dir.rfind('/'));
+}
+
+std::string findAgentBinary() {
+  if (const char* env = std::getenv("RDMACHAOS_AGENT"); env && *env) return env;
+  std::string dir = selfDir();
+  for (std::string cand : {dir + "/rdmachaos-agent", dir + "/../agent/rdmachaos-agent"})
+    if (!dir.empty() && ::access(cand.c_str(), X_OK) == 0) return cand;
   return "rdmachaos-agent";
 }
 
@@ -460,16 +463,10 @@ int cmdDemo(const std::string& dir, int nodes) {
 std::string findPlaybook(const std::string& name) {
   if (const char* env = std::getenv("RDMACHAOS_PLAYBOOKS"); env && *env)
     return std::string(env) + "/" + name;
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = 0;
-    std::string dir(self);
-    dir = dir.substr(0, dir.rfind('/'));
-    // build/controller/rdmachaos -> source tree; or an installed share directory.
-    for (std::string cand : {dir + "/../../playbooks/" + name, dir + "/../share/rdmachaos/playbooks/" + name})
-      if (::access(cand.c_str(), R_OK) == 0) return cand;
-  }
+  // build/controller/rdmachaos -> the source tree; or an installed share directory.
+  std::string dir = selfDir();
+  for (std::string cand : {dir + "/../../playbooks/" + name, dir + "/../share/rdmachaos/playbooks/" + name})
+    if (!dir.empty() && ::access(cand.c_str(), R_OK) == 0) return cand;
   return "playbooks/" + name;
 }
 
