@@ -344,8 +344,6 @@ Result<void> buildFabric(const Names& names, int nodes) {
       return r;
     if (auto r = ip({"-n", ns, "link", "set", "data0", "up"}); !r) return r;
     if (auto r = strictArp(ns, "data0"); !r) return r;
-    // ECN-capable TCP on the hosts, so workload traffic reacts to marks from the fabric.
-    if (auto r = netnsSysctl(ns, "net/ipv4/tcp_ecn", "1"); !r) return r;
   }
   return {};
 }
@@ -657,6 +655,17 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
     if (auto r = ip({"-n", ns, "link", "set", "lo", "up"}); !r) return r.error();
   }
   if (auto r = buildManagement(names, options.nodes); !r) return r.error();
+  for (int i = 1; i <= options.nodes; i++) {
+    const std::string ns = names.nodeNs(i);
+    // ECN-capable TCP on the hosts, so workload traffic reacts to marks from the fabric; and a
+    // loss/ECN-based congestion control rather than the host's default (BBR here): BBR
+    // ignores ECN and drains its queue for 200 ms every 10 s (ProbeRTT), which shows in every
+    // series as a dip at 10 s. A new namespace may only accept some (here: reno, not cubic).
+    if (auto r = netnsSysctl(ns, "net/ipv4/tcp_ecn", "1"); !r) return r.error();
+    if (!netnsSysctl(ns, "net/ipv4/tcp_congestion_control", "cubic") &&
+        !netnsSysctl(ns, "net/ipv4/tcp_congestion_control", "reno"))
+      log::warn("lab: cannot choose cubic or reno in {}; TCP keeps the kernel's default", ns);
+  }
   if (s.fabric == "bridge") {
     if (auto r = buildFabric(names, options.nodes); !r) return r.error();
   } else {
