@@ -11,6 +11,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <cstdio>
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -20,6 +21,7 @@
 #include "common/units.hpp"
 #include "controller/fleet.hpp"
 #include "controller/inventory.hpp"
+#include "controller/playbook.hpp"
 #include "faults/fault.hpp"
 #include "lab/lab.hpp"
 
@@ -168,6 +170,32 @@ int cmdAgents(const AgentsOptions& o) {
 }
 
 // ---------------------------------------------------------------- inject
+std::string faultKindsHelp() {
+  std::string out = "\nFault kinds and their parameters (--set key=value; the same keys as a playbook step's params):\n";
+  for (const auto* k : faults::registry()) {
+    out += "\n  " + k->name + ": " + k->summary + "\n";
+    for (const auto& p : k->params) {
+      std::string def;
+      if (!p.defaultValue.is_null()) {
+        const json& d = p.defaultValue;
+        if (p.type == faults::ParamType::duration && d.is_number_integer())
+          def = formatDuration(Nanos(d.get<int64_t>()));
+        else if (p.type == faults::ParamType::size && d.is_number_integer())
+          def = formatSize(d.get<uint64_t>());
+        else
+          def = d.is_string() ? d.get<std::string>() : d.dump();
+        def = " (default " + def + ")";
+      } else {
+        def = p.optional ? "" : " (required)";
+      }
+      char line[512];
+      std::snprintf(line, sizeof line, "    %-17s %s%s\n", p.name.c_str(), p.help.c_str(), def.c_str());
+      out += line;
+    }
+  }
+  return out;
+}
+
 int cmdInject(const InjectOptions& o) {
   const faults::FaultKind* kind = faults::findKind(o.kind);
   if (!kind) {
@@ -194,20 +222,50 @@ int cmdInject(const InjectOptions& o) {
     raw[s.substr(0, eq)] = s.substr(eq + 1);
   }
   // Check parameters here too, so a typo fails before any agent is contacted.
-  if (auto p = faults::normaliseParams(kind->name, kind->params, raw); !p)
-    return fail(p.error().message);
+  auto normalised = faults::normaliseParams(kind->name, kind->params, raw);
+  if (!normalised) return fail(normalised.error().message);
   auto loaded = loadAll(o.inventory);
   if (!loaded) return fail(loaded.error().message);
   auto& L = **loaded;
   std::vector<const Node*> targets;
   std::set<std::string> seen;
-  for (const auto& sel : o.nodes) {
+  std::vector<std::string> selectors;  // "--node n2,n3" and "--node n2 --node n3" alike
+  for (const auto& arg : o.nodes) {
+    size_t from = 0;
+    while (from <= arg.size()) {
+      size_t comma = arg.find(',', from);
+      std::string one = arg.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+      if (!one.empty()) selectors.push_back(one);
+      if (comma == std::string::npos) break;
+      from = comma + 1;
+    }
+  }
+  for (const auto& sel : selectors) {
     auto picked = L.inventory.select(sel);
     if (!picked) return fail(picked.error().message);
     for (auto* n : *picked)
       if (seen.insert(n->name).second) targets.push_back(n);
   }
   if (targets.empty()) return fail("--node is required (a node name, a role, or 'all')");
+  // Some kinds reach beyond their targets (incast: the receiver's sink); each node gets its own
+  // parameters on the wire.
+  std::vector<std::string> names;
+  for (auto* n : targets) names.push_back(n->name);
+  if (o.kind == "incast" && raw.contains("senders")) {
+    size_t pool = names.size() - size_t(std::count(names.begin(), names.end(), raw.value("receiver", "")));
+    if (size_t(normalised->value("senders", 0)) != pool)
+      return fail("inject incast: senders=" + raw["senders"].get<std::string>() + " but --node names " +
+                  std::to_string(pool) + " sender node(s); drop --set senders (every --node but the receiver sends) "
+                  "or name that many nodes");
+  }
+  auto bound = bindTargets(kind->name, *normalised, names, L.inventory, nullptr);
+  if (!bound) return fail(bound.error().message);
+  std::map<std::string, json> wire;
+  targets.clear();
+  for (const auto& b : *bound) {
+    wire[b.node] = faults::wireParams(kind->params, b.params);
+    targets.push_back(L.inventory.find(b.node));
+  }
 
   return runMain([&](asio::io_context& io) -> asio::awaitable<int> {
     std::string ctl = newControllerId();
@@ -259,7 +317,7 @@ int cmdInject(const InjectOptions& o) {
         // (Built outside co_await: GCC 12 miscompiles braced initialisers there.)
         json body = {{"fault", id},
                      {"kind", kind->name},
-                     {"params", raw},
+                     {"params", wire[c->node().name]},
                      {"start_ns", startNs},
                      {"clock_offset_ns", c->clock().offsetNs},
                      {"lifetime_ms", lifetimeMs}};

@@ -29,6 +29,8 @@ struct InjectOptions {
   std::string timeout = "5s";
   bool json = false;
 };
+// The fault kinds of this build with their parameters, for `inject --help`.
+std::string faultKindsHelp();
 int cmdInject(const InjectOptions& o);
 
 struct WorkloadOptions {

@@ -26,12 +26,13 @@ int main(int argc, char** argv) {
   auto* cInject = app.add_subcommand("inject", "one ad-hoc fault, reverted after --for or on Ctrl-C");
   cInject->add_option("kind", inject.kind, "fault kind, e.g. link_flap")->required();
   cInject->add_option("--inventory", inject.inventory, "inventory TOML")->required();
-  cInject->add_option("--node", inject.nodes, "node name, role or 'all' (repeatable)")->required();
+  cInject->add_option("--node", inject.nodes, "node name, role or 'all' (repeatable, or comma-separated)")->required();
   cInject->add_option("--set", inject.sets, "fault parameter key=value (repeatable)");
   cInject->add_option("--for", inject.forDuration, "maximum lifetime, e.g. 30s")->required();
   cInject->add_option("--lead", inject.lead, "delay before the common start (default: automatic)");
   cInject->add_option("--timeout", inject.timeout, "per-agent request timeout")->capture_default_str();
   cInject->add_flag("--json", inject.json, "print the result as JSON");
+  cInject->footer(faultKindsHelp());
 
   WorkloadOptions wl;
   auto* cWorkload = app.add_subcommand("workload", "run a collective on the data plane with live telemetry");

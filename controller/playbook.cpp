@@ -367,6 +367,14 @@ Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
          "step '" + s.name + "' may run until " + fmtDur(latest + s.forNs) +
              ", after the timeline ends at " + fmtDur(sc.durationNs()) +
              ": shorten 'for' or lengthen the phases (faults are reverted before scoring ends)");
+  // incast: the flows are spread evenly over the senders (checked again once the plan picks them).
+  if (s.kind == "incast") {
+    int64_t senders = s.params.value("senders", int64_t(0)), fanIn = s.params.value("fan_in", int64_t(0));
+    if (senders > 0 && fanIn % senders != 0)
+      fail(rawTable && rawTable->get("fan_in") ? *rawTable->get("fan_in") : n,
+           "step '" + s.name + "' fan_in " + std::to_string(fanIn) + " must be a multiple of senders " +
+               std::to_string(senders) + " (each sender opens fan_in / senders flows)");
+  }
   // A kind with its own duration must fit inside the lifetime the step grants it.
   if (s.params.contains("duration") && s.params["duration"].is_number_integer() &&
       s.params["duration"].get<int64_t>() > s.forNs)
@@ -789,6 +797,49 @@ Result<Playbook> loadPlaybook(const std::string& path) {
   return parsePlaybook(ss.str(), path);
 }
 
+Result<std::vector<BoundFault>> bindTargets(const std::string& kind, const json& params,
+                                            const std::vector<std::string>& targets, const Inventory& inv,
+                                            const std::function<uint64_t(uint64_t)>& below) {
+  std::vector<BoundFault> out;
+  if (kind != "incast") {
+    for (const auto& t : targets) out.push_back({t, params});
+    return out;
+  }
+  std::string receiver = params.value("receiver", std::string());
+  const Node* rx = inv.find(receiver);
+  if (!rx) {
+    std::string names;
+    for (const auto& n : inv.nodes) names += (names.empty() ? "" : ", ") + n.name;
+    return makeError("incast receiver '" + receiver + "' is not a node of the inventory (" + names + ")");
+  }
+  if (rx->dataAddresses.empty())
+    return makeError("incast receiver '" + receiver +
+                     "' has no data_addresses in the inventory: the flows go to its data address");
+  std::vector<std::string> pool;
+  for (const auto& t : targets)
+    if (t != receiver) pool.push_back(t);
+  int64_t want = params.value("senders", int64_t(0));
+  if (want == 0) want = int64_t(pool.size());
+  if (pool.empty() || want > int64_t(pool.size()))
+    return makeError("incast needs " + std::to_string(std::max<int64_t>(want, 1)) +
+                     " sender(s) among the targets other than the receiver '" + receiver + "', which has " +
+                     std::to_string(pool.size()) + ": widen the target or lower senders");
+  int64_t fanIn = params.value("fan_in", int64_t(0));
+  if (fanIn % want != 0)
+    return makeError("incast fan_in " + std::to_string(fanIn) + " must be a multiple of the " +
+                     std::to_string(want) + " senders (each sender opens fan_in / senders flows)");
+  if (below && size_t(want) < pool.size())  // a seeded pick; the chosen ones keep inventory order
+    for (size_t i = 0; i < size_t(want); i++) std::swap(pool[i], pool[i + below(pool.size() - i)]);
+  std::set<std::string> chosen(pool.begin(), pool.begin() + want);
+  json wire = params;
+  wire["receiver"] = rx->dataAddresses[0];
+  wire["senders"] = want;
+  out.push_back({receiver, wire});  // the sink first: it listens while the senders connect
+  for (const auto& n : inv.nodes)
+    if (chosen.count(n.name)) out.push_back({n.name, wire});
+  return out;
+}
+
 Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
   Parser p(pb.path);
   try {
@@ -848,8 +899,11 @@ Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
               if (!n) p.fail(sc.sweep->pos, n.error().message);  // checked at parse time
               params = *n;
             }
-            for (const auto& node : selectNodes(p, s.target, inv, &rng))
-              t.faults.push_back({s.name, s.kind, node, phaseStart + at, s.forNs, params});
+            auto bound = bindTargets(s.kind, params, selectNodes(p, s.target, inv, &rng), inv,
+                                     [&rng](uint64_t n) { return rng.below(n); });
+            if (!bound) p.fail(s.pos, "step '" + s.name + "': " + bound.error().message);
+            for (auto& b : *bound)
+              t.faults.push_back({s.name, s.kind, b.node, phaseStart + at, s.forNs, std::move(b.params)});
           }
           std::stable_sort(t.faults.begin(), t.faults.end(),
                            [](const PlannedFault& a, const PlannedFault& b) { return a.atNs < b.atNs; });

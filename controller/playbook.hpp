@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -194,6 +195,18 @@ struct Plan {
 // Binds the playbook to an inventory. Errors (unknown node or role, a random pick larger than
 // its pool, an expectation scoped to a node outside the workload) point into the playbook.
 Result<Plan> resolvePlan(const Playbook& playbook, const Inventory& inventory);
+
+// The faults one step's targets turn into. Most kinds: one per target with the same parameters.
+// incast: the receiver node name becomes its data address, `senders` of the targets other than
+// the receiver are picked (with BELOW, a seeded draw; without, the first ones) and the receiver
+// runs the sink, so it is scheduled too. Errors name the fix.
+struct BoundFault {
+  std::string node;
+  json params;
+};
+Result<std::vector<BoundFault>> bindTargets(const std::string& kind, const json& params,
+                                            const std::vector<std::string>& targets, const Inventory& inv,
+                                            const std::function<uint64_t(uint64_t)>& below);
 
 // Human-readable plan for `run --dry-run`: every phase and every fault on every node.
 std::string formatPlan(const Playbook& playbook, const Plan& plan);

@@ -279,7 +279,8 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
       std::string active;
       for (const auto& s : scheduled) {
         const auto& fr = run.faults[s.record];
-        if (fr.appliedNs && !s.ended) active += (active.empty() ? "" : ", ") + fr.step + "@" + fr.node;
+        // Due and not yet ended (the actual applied time arrives with the end record).
+        if (now >= fr.scheduledNs && !s.ended && fr.error.empty()) active += (active.empty() ? "" : ", ") + fr.step + "@" + fr.node;
       }
       std::fprintf(stderr, "[%s] %-10s %6.1fs / %.1fs  busbw %-11s iter p50 %-9s faults: %s\n",
                    label.c_str(), phase.c_str(), now / 1e9, plan.durationNs / 1e9,

@@ -6,12 +6,14 @@ namespace rc::faults {
 extern const FaultKind kLinkFlap;
 extern const FaultKind kPfcStorm;
 extern const FaultKind kEcnShift;
+extern const FaultKind kIncast;
 
 const std::vector<const FaultKind*>& registry() {
   static const std::vector<const FaultKind*> kinds = {
       &kLinkFlap,
       &kPfcStorm,
       &kEcnShift,
+      &kIncast,
   };
   return kinds;
 }

@@ -19,19 +19,22 @@ key = "c.key"
 [[node]]
 name = "n1"
 address = "10.0.0.1"
+data_addresses = ["10.1.0.1"]
 roles = ["worker", "receiver"]
 [[node]]
 name = "n2"
 address = "10.0.0.2"
+data_addresses = ["10.1.0.2"]
 roles = ["worker"]
 [[node]]
 name = "n3"
 address = "10.0.0.3"
+data_addresses = ["10.1.0.3"]
 roles = ["worker"]
 [[node]]
 name = "n4"
 address = "10.0.0.4"
-roles = ["worker"]
+roles = ["worker"]   # no data address: cannot be an incast receiver
 )";
 
 // Header shared by the error cases; line numbers in the cases count from here (line 1).
@@ -220,6 +223,10 @@ TEST_CASE("errors name the file, line and column and what to change") {
        "p.toml:17:14: link_flap parameter 'count' = 5000 is out of range [1, 1000]"},
       {"[[scenario]]\nname = \"a\"\n", "p.toml:10:1: use either [[scenario]] tables or top-level"},
       {"[workload.x]\n", "p.toml:10:1: unknown key 'x' in [workload] (known: kind, size, streams, nodes)"},
+      {"[[step]]\nkind = \"incast\"\nphase = \"fault\"\ntarget = \"all\"\nparams = { receiver = \"n1\", senders = 2, fan_in = 5 }\n",
+       "p.toml:14:51: step 'step1' fan_in 5 must be a multiple of senders 2 (each sender opens fan_in / senders flows)"},
+      {"[[step]]\nkind = \"incast\"\nphase = \"fault\"\ntarget = \"all\"\nparams = { senders = 2 }\n",
+       "p.toml:14:10: incast parameter 'receiver' is required"},
   }));
   auto pb = parsePlaybook(kHead + c.body, "p.toml");
   REQUIRE_FALSE(pb);
@@ -350,6 +357,16 @@ TEST_CASE("resolvePlan errors point into the playbook") {
         "p.toml:13:10: random = 2 but 'receiver' matches only 1 node(s): n1");
   check("[[expect]]\nmetric = \"stall_time\"\nop = \"<\"\nbound = \"1s\"\nscope = \"n9\"\n",
         "p.toml:10:1: expectation scope 'n9' is neither \"job\" nor a workload node");
+  std::string incast = "[[step]]\nkind = \"incast\"\nphase = \"fault\"\ntarget = [\"n1\", \"n2\", \"n3\"]\n";
+  check(incast + "params = { receiver = \"n9\" }\n",
+        "p.toml:10:1: step 'step1': incast receiver 'n9' is not a node of the inventory (n1, n2, n3, n4)");
+  check(incast + "params = { receiver = \"n4\" }\n",
+        "p.toml:10:1: step 'step1': incast receiver 'n4' has no data_addresses in the inventory");
+  check(incast + "params = { receiver = \"n1\", senders = 3, fan_in = 6 }\n",
+        "p.toml:10:1: step 'step1': incast needs 3 sender(s) among the targets other than the receiver 'n1', "
+        "which has 2: widen the target or lower senders");
+  check(incast + "params = { receiver = \"n1\", fan_in = 3 }\n",
+        "p.toml:10:1: step 'step1': incast fan_in 3 must be a multiple of the 2 senders");
   auto pb = parsePlaybook(std::string(kHead).replace(kHead.find("kind = \"allreduce\""), 18,
                                                      "kind = \"allreduce\"\nnodes = \"receiver\""),
                           "p.toml");
@@ -398,4 +415,61 @@ bound = "1Mbps"
   CHECK(plan->trials[1].startNs == 10 * kSec);
   CHECK(plan->trials[1].baselineToNs == 18 * kSec);
   CHECK(plan->trials[1].faults.empty());
+}
+
+TEST_CASE("resolvePlan: incast schedules the receiver's sink and a seeded pick of senders") {
+  auto pb = parsePlaybook("seed = 7\nrepeat = 4\n" + kHead + R"([[step]]
+kind = "incast"
+phase = "fault"
+at = "1s"
+for = "5s"
+target = "all"
+params = { receiver = "n2", senders = 2, fan_in = 8, size = "4MiB" }
+)", "p.toml");
+  REQUIRE(pb);
+  auto plan = resolvePlan(*pb, inventory());
+  INFO((plan ? "" : plan.error().message));
+  REQUIRE(plan);
+  std::set<std::string> pickedSets;
+  for (const auto& t : plan->trials) {
+    REQUIRE(t.faults.size() == 3);
+    CHECK(t.faults[0].node == "n2");  // the sink first, so it listens while senders connect
+    std::set<std::string> senders;
+    for (const auto& f : t.faults) {
+      CHECK(f.kind == "incast");
+      CHECK(f.atNs == t.startNs + 11 * kSec);
+      CHECK(f.forNs == 5 * kSec);
+      CHECK(f.params["receiver"] == "10.1.0.2");  // the receiver's data address on the wire
+      CHECK(f.params["senders"] == 2);
+      CHECK(f.params["fan_in"] == 8);
+      CHECK(f.params["size"] == 4 << 20);
+      if (f.node != "n2") senders.insert(f.node);
+    }
+    CHECK(senders.size() == 2);  // two distinct nodes, never the receiver
+    std::string key;
+    for (const auto& n : senders) key += n;
+    pickedSets.insert(key);
+  }
+  // Seeded: the same playbook resolves to the same picks every time.
+  auto again = resolvePlan(*pb, inventory());
+  REQUIRE(again);
+  for (size_t i = 0; i < plan->trials.size(); i++)
+    for (size_t k = 0; k < 3; k++) CHECK(again->trials[i].faults[k].node == plan->trials[i].faults[k].node);
+  CHECK(pickedSets.size() >= 2);  // drawn per trial (deterministic for this seed), not fixed once
+
+  // senders = 0: every target but the receiver sends.
+  auto all = parsePlaybook(kHead + R"([[step]]
+kind = "incast"
+phase = "fault"
+target = ["n1", "n3", "n4"]
+params = { receiver = "n1", fan_in = 4 }
+)", "p.toml");
+  REQUIRE(all);
+  auto p2 = resolvePlan(*all, inventory());
+  REQUIRE(p2);
+  REQUIRE(p2->trials[0].faults.size() == 3);
+  CHECK(p2->trials[0].faults[0].node == "n1");
+  CHECK(p2->trials[0].faults[1].node == "n3");
+  CHECK(p2->trials[0].faults[2].node == "n4");
+  CHECK(p2->trials[0].faults[1].params["senders"] == 2);
 }

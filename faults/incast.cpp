@@ -1,0 +1,459 @@
+// The incast fault: many flows converge on one receiver in synchronised bursts (the classic
+// many-to-one pattern that overflows the receiver's switch port, triggers PFC and ECN marks,
+// and hurts every job that shares the port).
+//
+// One kind, two roles, chosen by the node itself: the node that owns the `receiver` address runs
+// the sink (accepts the flows and discards the data); every other node is a sender and opens
+// fan_in / senders TCP flows to it, each writing `size` bytes per burst, bursts back to back
+// (or every `interval` from the common start instant, so senders stay in step). The controller
+// turns a receiver node name into its data address and schedules the sink with the senders.
+//
+// Safety: the traffic leaves only through an allowlisted data interface (the one that holds the
+// local end of the path to the receiver), and nothing outlives the fault: the sockets are the
+// whole state, closed when the fault ends and by the kernel if the agent dies.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "common/unique_fd.hpp"
+#include "common/units.hpp"
+#include "faults/fault.hpp"
+
+namespace rc::faults {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kMaxFlowsPerSender = 512;  // well inside the agent's file descriptor limit
+constexpr int kMaxSinkConnections = 4096;
+constexpr auto kConnectPatience = std::chrono::seconds(3);  // the sink starts at the same instant
+constexpr size_t kChunk = 256 * 1024;
+
+struct IncastParams {
+  std::string receiver;  // IPv4 literal once bound by the controller
+  in_addr receiverAddr{};
+  uint16_t port = 0;
+  int senders = 0;
+  int fanIn = 0;
+  int flows = 0;  // per sender
+  int64_t sizeBytes = 0;
+  int dscp = 0;
+  int64_t durationNs = 0;  // 0 = until stopped
+  int64_t intervalNs = 0;  // 0 = back to back
+  bool isReceiver = false;
+  std::string interface;  // the data interface the traffic uses
+  in_addr localAddr{};
+};
+
+std::string errnoText(int e) { return std::strerror(e); }
+
+// The interface that holds LOCAL (an IPv4 address of this host), or "".
+std::string interfaceOf(in_addr local) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string name;
+  for (auto* a = list; a; a = a->ifa_next)
+    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET &&
+        reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr == local.s_addr) {
+      name = a->ifa_name;
+      break;
+    }
+  ::freeifaddrs(list);
+  return name;
+}
+
+// The local address the kernel would use to reach TO (a UDP connect sends nothing).
+Result<in_addr> localEndTowards(in_addr to, uint16_t port) {
+  UniqueFD fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.isValid()) return makeError("incast: cannot open a socket: " + errnoText(errno), errno);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr = to;
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+    return makeError("incast: no route to the receiver " + std::string(inet_ntoa(to)) + ": " + errnoText(errno),
+                     errno);
+  sockaddr_in me{};
+  socklen_t len = sizeof me;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&me), &len) != 0)
+    return makeError("incast: cannot read the local end of the path: " + errnoText(errno), errno);
+  return me.sin_addr;
+}
+
+// Wakes a poll() when stop is requested.
+class StopWake {
+ public:
+  explicit StopWake(std::stop_token stop)
+      : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+        cb_(stop, [this] {
+          uint64_t one = 1;
+          [[maybe_unused]] auto r = ::write(fd_.get(), &one, sizeof one);
+        }) {}
+  int fd() const { return fd_.get(); }
+
+ private:
+  UniqueFD fd_;
+  std::stop_callback<std::function<void()>> cb_;
+};
+
+int msUntil(Clock::time_point t) {
+  auto d = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
+  return int(std::clamp<int64_t>(d + 1, 0, 1000));
+}
+
+class Incast final : public Fault {
+ public:
+  Incast(json params, IncastParams p) : params_(std::move(params)), p_(std::move(p)) {}
+
+  const json& params() const override { return params_; }
+
+  Result<json> snapshot() override {
+    // Nothing on the fabric to restore: the sockets are the whole state and die with the fault.
+    return json{{"role", p_.isReceiver ? "receiver" : "sender"}, {"interface", p_.interface}};
+  }
+
+  Result<void> run(std::stop_token stop, EventLog& events) override {
+    StopWake wake(stop);
+    if (wake.fd() < 0) return makeError("incast: cannot create an eventfd: " + errnoText(errno), errno);
+    auto end = p_.durationNs > 0 ? Clock::now() + std::chrono::nanoseconds(p_.durationNs)
+                                 : Clock::time_point::max();
+    return p_.isReceiver ? sink(stop, wake.fd(), end, events) : send(stop, wake.fd(), end, events);
+  }
+
+  Result<void> revert(EventLog& events) override {
+    // run() closed every socket on its way out; this only records the end.
+    events.add(Event{wallNs(), "reverted", p_.interface, false});
+    return {};
+  }
+
+  std::string describe() const override {
+    std::string to = p_.receiver + ":" + std::to_string(p_.port);
+    if (p_.isReceiver)
+      return "incast sink on " + to + " (" + p_.interface + "), expecting " + std::to_string(p_.fanIn) + " flows";
+    return "incast " + std::to_string(p_.flows) + " of " + std::to_string(p_.fanIn) + " flows -> " + to + " from " +
+           p_.interface + ", " + formatSize(uint64_t(p_.sizeBytes)) + " per flow per burst, DSCP " +
+           std::to_string(p_.dscp);
+  }
+
+ private:
+  sockaddr_in receiverSockaddr() const {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(p_.port);
+    sa.sin_addr = p_.receiverAddr;
+    return sa;
+  }
+
+  // ------------------------------------------------------------ the receiver's sink
+  Result<void> sink(std::stop_token& stop, int wakeFd, Clock::time_point end, EventLog& events) {
+    UniqueFD listener(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!listener.isValid()) return makeError("incast sink: cannot open a socket: " + errnoText(errno), errno);
+    int one = 1;
+    ::setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in sa = receiverSockaddr();
+    if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+      return makeError("incast sink: cannot listen on " + p_.receiver + ":" + std::to_string(p_.port) + ": " +
+                           errnoText(errno) + " (pick another port with port = N)",
+                       errno);
+    if (::listen(listener.get(), SOMAXCONN) != 0)
+      return makeError("incast sink: listen failed: " + errnoText(errno), errno);
+    events.add(Event{wallNs(), "listening", p_.receiver + ":" + std::to_string(p_.port), false});
+
+    std::vector<UniqueFD> conns;
+    std::vector<uint8_t> buf(kChunk);
+    uint64_t bytes = 0;
+    size_t accepted = 0, refused = 0;
+    std::vector<pollfd> pfds;
+    while (!stop.stop_requested() && Clock::now() < end) {
+      pfds.clear();
+      pfds.push_back({wakeFd, POLLIN, 0});
+      pfds.push_back({listener.get(), POLLIN, 0});
+      for (auto& c : conns) pfds.push_back({c.get(), POLLIN, 0});
+      int n = ::poll(pfds.data(), pfds.size(), msUntil(end));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return makeError("incast sink: poll failed: " + errnoText(errno), errno);
+      }
+      if (pfds[1].revents & POLLIN) {
+        for (;;) {
+          int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (fd < 0) break;
+          if (conns.size() >= size_t(kMaxSinkConnections)) {
+            ::close(fd);
+            refused++;
+            continue;
+          }
+          conns.emplace_back(fd);
+          accepted++;
+        }
+      }
+      // Drain what arrived; drop the connections their senders closed.
+      for (size_t i = 2; i < pfds.size(); i++) {
+        if (!(pfds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        auto& c = conns[i - 2];
+        for (int k = 0; k < 16; k++) {
+          ssize_t r = ::recv(c.get(), buf.data(), buf.size(), MSG_DONTWAIT);
+          if (r > 0) {
+            bytes += uint64_t(r);
+            continue;
+          }
+          if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) c.reset();
+          break;
+        }
+      }
+      conns.erase(std::remove_if(conns.begin(), conns.end(), [](const UniqueFD& c) { return !c.isValid(); }),
+                  conns.end());
+    }
+    events.add(Event{wallNs(), "received",
+                     std::to_string(bytes) + " B (" + formatSize(bytes) + ") on " + std::to_string(accepted) +
+                         " flows" +
+                         (refused ? " (" + std::to_string(refused) + " refused: too many)" : ""),
+                     false});
+    {
+      std::lock_guard lock(m_);
+      bytes_ = bytes;
+    }
+    return {};
+  }
+
+  // ------------------------------------------------------------ a sender
+  struct Flow {
+    UniqueFD fd;
+    int64_t left = 0;  // bytes of this burst still to write
+  };
+
+  // Connects every flow, retrying while the sink is not listening yet.
+  Result<std::vector<Flow>> connectFlows(std::stop_token& stop, int wakeFd) {
+    std::vector<Flow> flows(size_t(p_.flows));
+    auto giveUp = Clock::now() + kConnectPatience;
+    int tos = p_.dscp << 2;
+    sockaddr_in to = receiverSockaddr();
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr = p_.localAddr;
+    for (auto& f : flows) {
+      for (;;) {
+        if (stop.stop_requested()) return makeError("incast: stopped while connecting");
+        f.fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        if (!f.fd.isValid()) return makeError("incast: cannot open a socket: " + errnoText(errno), errno);
+        ::setsockopt(f.fd.get(), IPPROTO_IP, IP_TOS, &tos, sizeof tos);
+        if (::bind(f.fd.get(), reinterpret_cast<sockaddr*>(&from), sizeof from) != 0)
+          return makeError("incast: cannot bind to " + std::string(inet_ntoa(p_.localAddr)) + ": " + errnoText(errno),
+                           errno);
+        int err = 0;
+        if (::connect(f.fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+          err = errno;
+          if (err == EINPROGRESS) {
+            pollfd pf[2] = {{f.fd.get(), POLLOUT, 0}, {wakeFd, POLLIN, 0}};
+            ::poll(pf, 2, msUntil(giveUp));
+            socklen_t len = sizeof err;
+            if (pf[0].revents) {
+              ::getsockopt(f.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+            } else {
+              err = ETIMEDOUT;
+            }
+          }
+        }
+        if (err == 0) break;
+        if (Clock::now() >= giveUp)
+          return makeError("incast: " + p_.receiver + ":" + std::to_string(p_.port) + " did not accept for " +
+                               std::to_string(kConnectPatience.count()) + " s (" + errnoText(err) +
+                               "); the receiver node runs the sink only while the same incast fault runs there",
+                           err);
+        // Refused: the sink starts at the same instant and may be a moment late.
+        pollfd pf{wakeFd, POLLIN, 0};
+        ::poll(&pf, 1, 20);
+      }
+    }
+    return flows;
+  }
+
+  Result<void> send(std::stop_token& stop, int wakeFd, Clock::time_point end, EventLog& events) {
+    auto flows = connectFlows(stop, wakeFd);
+    if (!flows) return flows.error();
+    auto t0 = Clock::now();
+    events.add(Event{wallNs(), "connected",
+                     std::to_string(p_.flows) + " flows -> " + p_.receiver + ":" + std::to_string(p_.port), false});
+    static const std::vector<uint8_t> zeros(kChunk, 0);
+    std::vector<pollfd> pfds;
+    std::vector<int64_t> burstNs;
+    uint64_t bytes = 0;
+    std::string ended = "";
+    Result<void> result;
+    int64_t burst = 0;
+    while (!stop.stop_requested() && Clock::now() < end && ended.empty()) {
+      // The next burst starts now (back to back) or at its slot on the common schedule.
+      if (p_.intervalNs > 0) {
+        auto slot = t0 + std::chrono::nanoseconds(p_.intervalNs * burst);
+        while (Clock::now() < slot && !stop.stop_requested() && Clock::now() < end) {
+          pollfd pf{wakeFd, POLLIN, 0};
+          ::poll(&pf, 1, msUntil(std::min(slot, end)));
+        }
+        if (stop.stop_requested() || Clock::now() >= end) break;
+        // A burst that overran its slot pushes the next ones to the following free slot.
+        auto late = Clock::now() - t0;
+        burst = std::max<int64_t>(burst, std::chrono::duration_cast<std::chrono::nanoseconds>(late).count() / p_.intervalNs);
+      }
+      auto bStart = Clock::now();
+      for (auto& f : *flows) f.left = p_.sizeBytes;
+      size_t open = flows->size();
+      while (open > 0 && !stop.stop_requested() && Clock::now() < end) {
+        pfds.clear();
+        pfds.push_back({wakeFd, POLLIN, 0});
+        for (auto& f : *flows)
+          if (f.left > 0) pfds.push_back({f.fd.get(), POLLOUT, 0});
+        int n = ::poll(pfds.data(), pfds.size(), msUntil(end));
+        if (n < 0 && errno != EINTR) return makeError("incast: poll failed: " + errnoText(errno), errno);
+        for (size_t i = 1; i < pfds.size(); i++) {
+          if (!pfds[i].revents) continue;
+          auto& f = *std::find_if(flows->begin(), flows->end(), [&](const Flow& x) { return x.fd.get() == pfds[i].fd; });
+          while (f.left > 0) {
+            ssize_t w = ::send(f.fd.get(), zeros.data(), size_t(std::min<int64_t>(f.left, int64_t(kChunk))),
+                               MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (w > 0) {
+              f.left -= w;
+              bytes += uint64_t(w);
+              continue;
+            }
+            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+            // The sink went away: its fault ended (or was reverted) a moment before ours.
+            ended = "receiver closed the flow (" + errnoText(errno) + ")";
+            f.left = 0;
+            break;
+          }
+          if (f.left == 0) open--;
+        }
+        if (!ended.empty()) break;
+      }
+      if (open == 0 && ended.empty()) {
+        burstNs.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - bStart).count());
+        burst++;
+      }
+    }
+    std::string summary = std::to_string(burstNs.size()) + " bursts, " + std::to_string(bytes) + " B (" +
+                        formatSize(bytes) + ") sent";
+    if (!burstNs.empty()) {
+      std::sort(burstNs.begin(), burstNs.end());
+      summary += ", burst time p50 " + formatDuration(Nanos(burstNs[burstNs.size() / 2])) + " max " +
+                 formatDuration(Nanos(burstNs.back()));
+    }
+    if (!ended.empty()) summary += "; " + ended;
+    events.add(Event{wallNs(), "sent", summary, false});
+    {
+      std::lock_guard lock(m_);
+      bytes_ = bytes;
+    }
+    return result;
+  }
+
+  json params_;
+  IncastParams p_;
+  std::mutex m_;
+  uint64_t bytes_ = 0;
+};
+
+Result<int64_t> intParam(const json& p, const char* key) {
+  auto it = p.find(key);
+  if (it == p.end() || !it->is_number_integer())
+    return makeError(std::string("incast parameter '") + key + "' must be normalised to an integer");
+  return it->get<int64_t>();
+}
+
+}  // namespace
+
+extern const FaultKind kIncast;
+const FaultKind kIncast{
+    "incast",
+    "many flows converge on one receiver in synchronised bursts (buffer overflow, PFC, ECN marks)",
+    {
+        {"receiver", ParamType::string,
+         "the node the flows converge on (a node name in playbooks and inject; its data address on the wire)",
+         json()},
+        {"senders", ParamType::integer,
+         "how many of the targeted nodes send (0 = every targeted node but the receiver)", 0, 0, 4096},
+        {"fan_in", ParamType::integer, "flows converging on the receiver, spread evenly over the senders", 8, 1,
+         4096},
+        {"size", ParamType::size, "bytes each flow writes per burst", int64_t(1) << 20, 1024, double(1ull << 30)},
+        {"interval", ParamType::duration,
+         "a burst starts every interval from the common start (0 = back to back)", 0, 0, 60e9},
+        {"duration", ParamType::duration, "how long the incast lasts (default: until the step's `for` ends)",
+         json(), 1e6, 3600e9, true},
+        {"dscp", ParamType::integer, "DSCP of the flows (26 = the usual RoCE class)", 26, 0, 63},
+        {"port", ParamType::integer, "TCP port of the receiver's sink", 7490, 1024, 65535},
+    },
+    [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
+      if (!params.is_object()) return makeError("incast parameters must be a table");
+      IncastParams p;
+      auto rec = params.find("receiver");
+      if (rec == params.end() || !rec->is_string()) return makeError("incast parameter 'receiver' is required");
+      p.receiver = rec->get<std::string>();
+      if (::inet_pton(AF_INET, p.receiver.c_str(), &p.receiverAddr) != 1)
+        return makeError("incast: receiver '" + p.receiver +
+                         "' is not an IPv4 address; the controller turns a node name into its data address, "
+                         "so schedule incast through `rdmachaos inject` or a playbook");
+      for (const char* key : {"senders", "fan_in", "size", "interval", "dscp", "port"})
+        if (auto v = intParam(params, key); !v) return v.error();
+      p.senders = params["senders"].get<int>();
+      p.fanIn = params["fan_in"].get<int>();
+      p.sizeBytes = params["size"].get<int64_t>();
+      p.intervalNs = params["interval"].get<int64_t>();
+      p.dscp = params["dscp"].get<int>();
+      p.port = uint16_t(params["port"].get<int>());
+      if (auto d = params.find("duration"); d != params.end() && d->is_number_integer()) p.durationNs = d->get<int64_t>();
+      if (p.senders < 1 || p.senders > 4096)
+        return makeError("incast: senders must be resolved to 1..4096 by the controller before it reaches an agent");
+      if (p.fanIn < 1 || p.fanIn > 4096 || p.fanIn % p.senders != 0)
+        return makeError("incast: fan_in " + std::to_string(p.fanIn) + " must be a multiple of senders " +
+                         std::to_string(p.senders) + " (each sender opens fan_in / senders flows)");
+      p.flows = p.fanIn / p.senders;
+      if (p.flows > kMaxFlowsPerSender)
+        return makeError("incast: " + std::to_string(p.flows) + " flows per sender is more than " +
+                         std::to_string(kMaxFlowsPerSender) + "; add senders or lower fan_in");
+      if (p.sizeBytes < 1024 || p.dscp < 0 || p.dscp > 63 || p.intervalNs < 0 || p.port < 1024)
+        return makeError("incast: a parameter is out of range (see `rdmachaos inject --help`)");
+      // Which role, and through which interface: the local end of the path to the receiver.
+      std::string own = interfaceOf(p.receiverAddr);
+      if (!own.empty()) {
+        p.isReceiver = true;
+        p.interface = own;
+        p.localAddr = p.receiverAddr;
+      } else {
+        auto local = localEndTowards(p.receiverAddr, p.port);
+        if (!local) return local.error();
+        p.localAddr = *local;
+        p.interface = interfaceOf(*local);
+        if (p.interface.empty())
+          return makeError("incast: cannot tell which interface reaches " + p.receiver);
+      }
+      if (auto ok = checkInterface(policy, p.interface); !ok)
+        return makeError("incast: the path to " + p.receiver + " leaves through " + p.interface + ": " +
+                         ok.error().message,
+                         EPERM);
+      json resolved = params;
+      resolved["role"] = p.isReceiver ? "receiver" : "sender";
+      resolved["interface"] = p.interface;
+      return std::unique_ptr<Fault>(std::make_unique<Incast>(std::move(resolved), std::move(p)));
+    },
+    [](const json& /*params*/, const json& /*snapshot*/) -> Result<void> {
+      // The agent died: its sockets died with it. Nothing on the fabric to restore.
+      return {};
+    },
+};
+
+}  // namespace rc::faults
