@@ -156,3 +156,40 @@ TEST_CASE("wire parameters read back to the same normalised values") {
   REQUIRE(again.ok());
   CHECK(*again == *n);
 }
+
+TEST_CASE("incast refuses what it cannot do safely, and picks its role from the address", "[params][incast]") {
+  const FaultKind* k = findKind("incast");
+  REQUIRE(k != nullptr);
+  auto make = [&](json raw, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
+    auto p = normaliseParams("incast", k->params, raw);
+    if (!p) return p.error();
+    return k->create(*p, policy);
+  };
+  Policy lo;
+  lo.allowlist = {"lo"};
+  auto fails = [&](json raw, const Policy& policy, const std::string& needle) {
+    auto r = make(std::move(raw), policy);
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains(needle));
+  };
+  fails({{"receiver", "n1"}, {"senders", 1}}, lo, "receiver 'n1' is not an IPv4 address");
+  fails({{"receiver", "127.0.0.1"}}, lo, "senders must be resolved");
+  fails({{"receiver", "127.0.0.1"}, {"senders", 2}, {"fan_in", 5}}, lo, "fan_in 5 must be a multiple of senders 2");
+  fails({{"receiver", "127.0.0.1"}, {"senders", 1}, {"fan_in", 1000}}, lo, "1000 flows per sender is more than 512");
+  fails({{"receiver", "127.0.0.1"}, {"senders", 1}, {"size", "10B"}}, lo, "'size' = 10B is out of range");
+  // The traffic's interface must be allowlisted: here the path is lo, which is not.
+  Policy none;
+  none.allowlist = {"data0"};
+  fails({{"receiver", "127.0.0.1"}, {"senders", 1}}, none,
+        "the path to 127.0.0.1 leaves through lo: interface 'lo' is not in the agent's allowlist");
+  Policy guarded = lo;
+  guarded.protectedInterfaces = {"lo"};
+  fails({{"receiver", "127.0.0.1"}, {"senders", 1}}, guarded, "is protected");
+
+  auto sink = make({{"receiver", "127.0.0.1"}, {"senders", 2}, {"fan_in", 8}}, lo);
+  REQUIRE(sink);
+  CHECK((*sink)->describe() == "incast sink on 127.0.0.1:7490 (lo), expecting 8 flows");
+  CHECK((*sink)->params()["role"] == "receiver");
+  // Nothing outlives the agent: a journal record after a crash has nothing to restore.
+  CHECK(k->revertRecord((*sink)->params(), json{{"role", "receiver"}}));
+}

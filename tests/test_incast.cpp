@@ -1,0 +1,260 @@
+// The incast fault on the namespace lab, through the real CLI and agents: fan_in flows of the
+// requested class converge on the receiver's switch port, the sink gets what the senders wrote,
+// and nothing is left listening or journaled afterwards. Bad requests change nothing.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "faults/labswitch_client.hpp"
+#include "lab/lab.hpp"
+#include "lab/lab_state.hpp"
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Lab {
+  std::string dir, inventory;
+  rc::lab::LabState state;
+  Lab() {
+    char tmpl[] = "/tmp/rc-incast-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    rc::lab::UpOptions o;
+    o.nodes = 4;
+    o.dir = dir;
+    o.agentBinary = env("RDMACHAOS_AGENT");
+    auto r = rc::lab::up(o);
+    if (!r) FAIL("lab up failed: " << r.error().message);
+    inventory = *r;
+    auto st = rc::lab::loadState(dir);
+    if (!st) FAIL("lab state: " << st.error().message);
+    state = *st;
+  }
+  ~Lab() {
+    (void)rc::lab::down(dir);
+    fs::remove_all(dir);
+  }
+};
+
+Lab& lab() {
+  static Lab instance;
+  return instance;
+}
+
+struct Cli {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs the rdmachaos CLI with ARGS (no shell), capturing stdout and stderr.
+Cli cli(std::vector<std::string> args) {
+  std::string out = lab().dir + "/cli.out", err = lab().dir + "/cli.err";
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    FILE* o = std::freopen(out.c_str(), "w", stdout);
+    FILE* e = std::freopen(err.c_str(), "w", stderr);
+    (void)o;
+    (void)e;
+    std::string bin = env("RDMACHAOS_CLI");
+    std::vector<char*> argv{bin.data()};
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, readFile(out), readFile(err)};
+}
+
+json port(const std::string& name) {
+  auto r = rc::faults::labswitchRequest(lab().state.sw.control, json{{"cmd", "counters"}, {"port", name}});
+  REQUIRE(r);
+  return (*r)["ports"][0];
+}
+
+uint64_t queueTx(const json& p, int q) { return p["queues"][q]["tx_bytes"].get<uint64_t>(); }
+
+// The number before " B" in an event detail such as "12345 B (12.1KiB) on 6 flows".
+uint64_t bytesIn(const std::string& detail) {
+  std::smatch m;
+  REQUIRE(std::regex_search(detail, m, std::regex(R"((\d+) B \()")));
+  return std::stoull(m[1]);
+}
+
+const json* event(const json& fault, const std::string& what) {
+  for (const auto& e : fault["events"])
+    if (e["what"] == what) return &e;
+  return nullptr;
+}
+
+bool listening(const std::string& fromNs, const std::string& address, int port) {
+  std::string cmd = "ip netns exec " + fromNs + " timeout 2 bash -c 'exec 3<>/dev/tcp/" + address + "/" +
+                    std::to_string(port) + "' 2>/dev/null";
+  return std::system(cmd.c_str()) == 0;
+}
+
+void requireJournalsEmpty() {
+  for (const auto& n : lab().state.nodes) {
+    auto journal = fs::path(n.config).parent_path() / "state" / "journal";
+    CHECK(fs::is_empty(journal));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("incast: fan_in flows converge on the receiver's port, and nothing stays behind", "[incast]") {
+  auto& L = lab();
+  const auto& rx = L.state.nodes[0];  // n1
+  json before = json::array();
+  for (const auto& n : L.state.nodes) before.push_back(port(n.name));
+
+  auto r = cli({"inject", "incast", "--inventory", L.inventory, "--node", "n2,n3,n4", "--set", "receiver=n1",
+                "--set", "fan_in=6", "--set", "size=1MiB", "--for", "2s", "--json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  json report = json::parse(r.out);
+  REQUIRE(report["nodes"].size() == 4);
+
+  uint64_t sent = 0, received = 0;
+  for (const auto& n : report["nodes"]) {
+    const json& f = n["fault"];
+    CAPTURE(n["node"], f.dump());
+    CHECK(f["end_reason"] == "lifetime");
+    CHECK(f.value("error", "") == "");
+    if (n["node"] == "n1") {
+      CHECK(f["params"]["role"] == "receiver");
+      const json* got = event(f, "received");
+      REQUIRE(got);
+      // Every flow of every sender reached the sink.
+      CHECK_THAT((*got)["detail"].get<std::string>(), Catch::Contains("on 6 flows"));
+      received = bytesIn((*got)["detail"]);
+    } else {
+      CHECK(f["params"]["role"] == "sender");
+      CHECK(f["params"]["receiver"] == rx.dataAddress);
+      const json* c = event(f, "connected");
+      REQUIRE(c);
+      CHECK_THAT((*c)["detail"].get<std::string>(), Catch::StartsWith("2 flows -> " + rx.dataAddress + ":7490"));
+      const json* s = event(f, "sent");
+      REQUIRE(s);
+      std::smatch m;
+      std::string d = (*s)["detail"];
+      REQUIRE(std::regex_search(d, m, std::regex(R"(^(\d+) bursts)")));
+      CHECK(std::stoi(m[1]) >= 1);
+      sent += bytesIn(d);
+    }
+  }
+  // The sink got what was written, less what was still in socket buffers when the fault ended
+  // (at most a few MiB per flow).
+  CHECK(received > 0);
+  CHECK(received <= sent);
+  CHECK(sent - received < uint64_t(6) * 8 * 1024 * 1024);
+  CHECK(received > sent / 2);
+
+  // On the switch: the bytes left through n1's port in the RoCE class (DSCP 26 -> queue 3),
+  // and a queue built there; the senders' ports carried only the sink's ACKs.
+  json after = port("n1");
+  uint64_t toReceiver = queueTx(after, 3) - queueTx(before[0], 3);
+  CHECK(toReceiver >= received);
+  CHECK(after["queues"][3]["max_depth_bytes"].get<uint64_t>() > 64 * 1024);
+  for (size_t i = 1; i < 4; i++) {
+    json p = port(L.state.nodes[i].name);
+    CHECK(queueTx(p, 3) - queueTx(before[i], 3) < toReceiver / 10);
+  }
+
+  // Reverted: nothing listens on the sink's port any more, nothing is journaled.
+  CHECK_FALSE(listening(L.state.nodes[1].netns, rx.dataAddress, 7490));
+  requireJournalsEmpty();
+}
+
+TEST_CASE("incast: an interval paces synchronised bursts on the common clock", "[incast]") {
+  auto& L = lab();
+  auto r = cli({"inject", "incast", "--inventory", L.inventory, "--node", "n2", "--node", "n3", "--set",
+                "receiver=n1", "--set", "fan_in=2", "--set", "size=256KiB", "--set", "interval=200ms", "--set",
+                "duration=1s", "--for", "2s", "--json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  json report = json::parse(r.out);
+  for (const auto& n : report["nodes"]) {
+    const json& f = n["fault"];
+    CAPTURE(f.dump());
+    if (n["node"] == "n1") {
+      // The sink's own duration ended it, before the lifetime.
+      CHECK(f["end_reason"] == "completed");
+      continue;
+    }
+    CHECK(f["end_reason"] == "completed");
+    std::smatch m;
+    const json* s = event(f, "sent");
+    REQUIRE(s);
+    std::string d = (*s)["detail"];
+    REQUIRE(std::regex_search(d, m, std::regex(R"(^(\d+) bursts)")));
+    // Slots at 0, 200, 400, 600, 800 ms of a 1 s incast: 5 bursts of 256 KiB, no more.
+    CHECK(std::stoi(m[1]) == 5);
+    CHECK(bytesIn(d) == 5u * 256 * 1024);
+  }
+  requireJournalsEmpty();
+}
+
+TEST_CASE("incast: bad requests are refused before any agent is asked", "[incast]") {
+  auto& L = lab();
+  struct Bad {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  std::vector<Bad> cases = {
+      {{"--node", "n2", "--set", "receiver=n9"}, "incast receiver 'n9' is not a node of the inventory (n1, n2, n3, n4)"},
+      {{"--node", "n1"}, "incast parameter 'receiver' is required"},
+      {{"--node", "n1", "--set", "receiver=n1"}, "incast needs 1 sender(s) among the targets other than the receiver 'n1'"},
+      {{"--node", "n2,n3", "--set", "receiver=n1", "--set", "fan_in=3"},
+       "incast fan_in 3 must be a multiple of the 2 senders"},
+      {{"--node", "n2,n3", "--set", "receiver=n1", "--set", "senders=1"},
+       "inject incast: senders=1 but --node names 2 sender node(s)"},
+      {{"--node", "n2", "--set", "receiver=n1", "--set", "dscp=64"}, "incast parameter 'dscp' = 64 is out of range [0, 63]"},
+  };
+  auto scheduledSoFar = [&] {
+    size_t count = 0;
+    for (const auto& n : L.state.nodes) {
+      std::string log = readFile(n.log);
+      for (size_t at = log.find("scheduled "); at != std::string::npos; at = log.find("scheduled ", at + 1)) count++;
+    }
+    return count;
+  };
+  size_t scheduledBefore = scheduledSoFar();
+  for (auto& c : cases) {
+    std::vector<std::string> args = {"inject", "incast", "--inventory", L.inventory, "--for", "2s"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = cli(args);
+    CAPTURE(c.message, r.err);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(c.message));
+  }
+  // Nothing was scheduled anywhere.
+  CHECK(scheduledSoFar() == scheduledBefore);
+  requireJournalsEmpty();
+}
