@@ -242,7 +242,7 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
       // The baseline, once it is complete: below the floor means the fabric is not fit to test.
       if (!baselines.count(trial.index) && now >= trial.baselineToNs + kTelemetryLagNs) {
         auto b = baselineRate(jobGrid(trial.baselineFromNs, trial.baselineToNs),
-                              trial.baselineFromNs, trial.baselineToNs);
+                              trial.baselineFromNs, trial.baselineToNs, playbook.scoring.smoothNs);
         baselines[trial.index] = b.value_or(0);
         if (playbook.guardrails.minBaselineBytesPerSec > 0 &&
             b.value_or(0) < playbook.guardrails.minBaselineBytesPerSec)

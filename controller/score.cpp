@@ -85,11 +85,24 @@ double busBandwidthFactor(WorkloadKind kind, size_t ranks) {
   return 1;
 }
 
-std::optional<double> baselineRate(const Grid& g, int64_t fromNs, int64_t toNs) {
-  std::vector<double> rates;
-  for (size_t i = binFrom(g, fromNs); i < g.size() && g.timeOf(i) + g.binNs <= toNs; i++)
-    rates.push_back(g.rate(i));
-  return median(std::move(rates));
+std::vector<double> smoothRates(const Grid& g, int64_t smoothNs, size_t lo, size_t hi) {
+  hi = std::min(hi, g.size());
+  lo = std::min(lo, hi);
+  std::vector<double> x(hi - lo);
+  const size_t half = g.binNs > 0 ? size_t(std::max<int64_t>(0, smoothNs) / g.binNs) / 2 : 0;
+  std::vector<double> prefix(hi - lo + 1, 0.0);
+  for (size_t i = lo; i < hi; i++) prefix[i - lo + 1] = prefix[i - lo] + g.rate(i);
+  for (size_t k = 0; k < x.size(); k++) {
+    size_t a = k >= half ? k - half : 0, b = std::min(x.size(), k + half + 1);
+    x[k] = (prefix[b] - prefix[a]) / double(b - a);
+  }
+  return x;
+}
+
+std::optional<double> baselineRate(const Grid& g, int64_t fromNs, int64_t toNs, int64_t smoothNs) {
+  size_t lo = binFrom(g, fromNs), hi = lo;
+  while (hi < g.size() && g.timeOf(hi) + g.binNs <= toNs) hi++;
+  return median(smoothRates(g, smoothNs, lo, hi));
 }
 
 Impact scoreImpact(const Grid& g, double B, int64_t faultStartNs, int64_t faultEndNs,
@@ -102,18 +115,9 @@ Impact scoreImpact(const Grid& g, double B, int64_t faultStartNs, int64_t faultE
   const size_t ie = binContaining(g, faultEndNs);
   const size_t hold = size_t((s.holdNs + g.binNs - 1) / g.binNs);
 
-  // Impact and recovery on the smoothed rate (a centred moving average); loss and stalls on
-  // the raw bins.
-  std::vector<double> x(n);
-  const size_t half = size_t(s.smoothNs / g.binNs) / 2;
-  {
-    std::vector<double> prefix(n + 1, 0.0);
-    for (size_t i = 0; i < n; i++) prefix[i + 1] = prefix[i] + g.rate(i);
-    for (size_t i = 0; i < n; i++) {
-      size_t lo = i >= half ? i - half : 0, hi = std::min(n, i + half + 1);
-      x[i] = (prefix[hi] - prefix[lo]) / double(hi - lo);
-    }
-  }
+  // Impact and recovery on the smoothed rate (a centred moving average, like the baseline);
+  // loss and stalls on the raw bins.
+  const std::vector<double> x = smoothRates(g, s.smoothNs, 0, n);
   for (size_t i = i0; i < n; i++)
     if (x[i] < good) {
       im.timeToImpactNs = std::max<int64_t>(0, g.timeOf(i) - faultStartNs);
@@ -140,8 +144,12 @@ Impact scoreImpact(const Grid& g, double B, int64_t faultStartNs, int64_t faultE
   end = std::clamp(end, i0, n);
   im.windowToNs = g.timeOf(end);
   const double perBin = B * double(g.binNs) / 1e9;
-  for (size_t i = i0; i < end; i++) im.lossBytes += std::max(0.0, perBin - g.bytes[i]);
+  // Net: what the job would have moved at the baseline minus what it moved. Bursty bins above
+  // and below B inside the window cancel, as they do in the baseline.
   const double windowBytes = perBin * double(end - i0);
+  double moved = 0;
+  for (size_t i = i0; i < end; i++) moved += g.bytes[i];
+  im.lossBytes = std::max(0.0, windowBytes - moved);
   im.lossPct = windowBytes > 0 ? im.lossBytes / windowBytes * 100 : 0;
 
   int64_t current = 0;
@@ -351,7 +359,7 @@ Scores score(const RunResult& run, const Playbook& pb) {
                           auto windowIter) {
       ScopeScore sc;
       sc.scope = scope;
-      sc.baseline = baselineRate(g, t.baselineFromNs, t.baselineToNs);
+      sc.baseline = baselineRate(g, t.baselineFromNs, t.baselineToNs, ss.smoothNs);
       sc.baselineIterations = iterationStats(baseIter);
       if (sc.baseline && *sc.baseline > 0 && ts.faultStartNs) {
         sc.impact = scoreImpact(g, *sc.baseline, *ts.faultStartNs, *ts.faultEndNs, ss);

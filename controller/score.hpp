@@ -40,8 +40,14 @@ std::optional<double> percentile(std::vector<double> v, double p);
 // (and reduce-scatter) (n-1)/n; incast and pairwise are point-to-point: 1.
 double busBandwidthFactor(WorkloadKind kind, size_t ranks);
 
-// Median rate (bytes/s) of the bins that lie wholly in [fromNs, toNs).
-std::optional<double> baselineRate(const Grid& g, int64_t fromNs, int64_t toNs);
+// Rates (bytes/s) of bins [lo, hi) averaged over a window of SMOOTH_NS centred on each bin,
+// clipped to [lo, hi) (0 = the raw rates).
+std::vector<double> smoothRates(const Grid& g, int64_t smoothNs, size_t lo, size_t hi);
+
+// Median rate (bytes/s) of the bins that lie wholly in [fromNs, toNs), smoothed like the
+// impact and recovery judgement (over SMOOTH_NS, within the window): a bursty collective's
+// raw 10 ms bins have a median above their mean, which smoothed rates could never reach.
+std::optional<double> baselineRate(const Grid& g, int64_t fromNs, int64_t toNs, int64_t smoothNs = 0);
 
 // What a fault did to one series. Times in ns on the run timeline, rates in bytes/s.
 struct Impact {
@@ -51,7 +57,7 @@ struct Impact {
   int64_t recoveredAtNs = 0;              // start of the held-good stretch (if recovered)
   int64_t windowFromNs = 0;               // the impact window the loss is measured over
   int64_t windowToNs = 0;
-  double lossBytes = 0;                   // integral of (B - x)+ over the window
+  double lossBytes = 0;                   // B x window - bytes moved in it, at least 0
   double lossPct = 0;                     // lossBytes / (B x window) x 100
   int64_t stallNs = 0;                    // time with x < stall_fraction x B after fault start
   int64_t longestStallNs = 0;

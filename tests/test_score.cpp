@@ -218,3 +218,32 @@ TEST_CASE("smoothing keeps bursty bins from reading as not recovered") {
   REQUIRE(im.timeToImpactNs);
   CHECK(*im.timeToImpactNs <= 60'000'000);
 }
+
+TEST_CASE("a bursty job's baseline is smoothed like the judgement, and loss is net") {
+  // 10 ms bins in a 40 ms cycle: three bins of 1333 B and a gap (the iteration's sync), so the
+  // median bin (1333 B) is a third above the mean (1000 B). 2 s - 3 s: the fault, nothing moves.
+  std::vector<Bin> bins;
+  for (int i = 0; i < 600; i++) {
+    double b = (i % 4 == 3) ? 0.0 : 4000.0 / 3;
+    if (i >= 200 && i < 300) b = 0;
+    bins.push_back({int64_t(i) * 10'000'000, b});
+  }
+  Grid g = toGrid(bins, 10'000'000, 0, 6'000'000'000);
+  // Raw: the median bin, which no average of this job can reach.
+  CHECK(*baselineRate(g, 0, 2'000'000'000) == Approx(133'333.3).epsilon(1e-3));
+  ScoringSettings s;
+  s.holdNs = 500'000'000;
+  s.smoothNs = 200'000'000;  // 21 bins: 5 or 6 gaps, so the smoothed rate swings by 6 %
+  s.epsilon = 0.1;           // ... and the tolerance must be wider than that swing
+  auto B = baselineRate(g, 0, 2'000'000'000, s.smoothNs);
+  REQUIRE(B);
+  CHECK(*B == Approx(100'000).epsilon(0.02));  // the mean rate
+  auto im = scoreImpact(g, *B, 2'000'000'000, 3'000'000'000, s);
+  REQUIRE(im.recovered);
+  CHECK(*im.recoveryTimeNs <= 110'000'000);  // within half a smoothing window of the fault end
+  // Net loss: the 1 s outage at the mean rate; the gaps of the healthy cycles are not loss.
+  CHECK(im.lossBytes == Approx(100'000).epsilon(0.05));
+  // Judged against the raw median instead, the same healthy job never "recovers".
+  auto wrong = scoreImpact(g, 133'333.3, 2'000'000'000, 3'000'000'000, s);
+  CHECK_FALSE(wrong.recovered);
+}
