@@ -152,9 +152,11 @@ Impact scoreImpact(const Grid& g, double B, int64_t faultStartNs, int64_t faultE
   im.lossBytes = std::max(0.0, windowBytes - moved);
   im.lossPct = windowBytes > 0 ? im.lossBytes / windowBytes * 100 : 0;
 
+  // Stalls inside the impact window: after recovery, a bursty job's gaps between iterations
+  // would otherwise add up to "stall time" for the rest of the trial.
   int64_t current = 0;
   im.minRate = i0 < n ? g.rate(i0) : 0;
-  for (size_t i = i0; i < n; i++) {
+  for (size_t i = i0; i < end; i++) {
     im.minRate = std::min(im.minRate, g.rate(i));
     if (g.rate(i) < stalled) {
       im.stallNs += g.binNs;

@@ -59,9 +59,9 @@ struct Impact {
   int64_t windowToNs = 0;
   double lossBytes = 0;                   // B x window - bytes moved in it, at least 0
   double lossPct = 0;                     // lossBytes / (B x window) x 100
-  int64_t stallNs = 0;                    // time with x < stall_fraction x B after fault start
+  int64_t stallNs = 0;                    // time with x < stall_fraction x B in the window
   int64_t longestStallNs = 0;
-  double minRate = 0;                     // lowest bin rate after fault start
+  double minRate = 0;                     // lowest bin rate in the window
 };
 
 // Scores grid g (covering the trial up to endNs) against baseline B for a fault that was
