@@ -834,9 +834,9 @@ Result<std::vector<BoundFault>> bindTargets(const std::string& kind, const json&
   json wire = params;
   wire["receiver"] = rx->dataAddresses[0];
   wire["senders"] = want;
-  out.push_back({receiver, wire});  // the sink first: it listens while the senders connect
+  out.push_back({receiver, wire, "sink"});  // the sink first: it listens while the senders connect
   for (const auto& n : inv.nodes)
-    if (chosen.count(n.name)) out.push_back({n.name, wire});
+    if (chosen.count(n.name)) out.push_back({n.name, wire, "sender"});
   return out;
 }
 
@@ -903,7 +903,7 @@ Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
                                      [&rng](uint64_t n) { return rng.below(n); });
             if (!bound) p.fail(s.pos, "step '" + s.name + "': " + bound.error().message);
             for (auto& b : *bound)
-              t.faults.push_back({s.name, s.kind, b.node, phaseStart + at, s.forNs, std::move(b.params)});
+              t.faults.push_back({s.name, s.kind, b.node, phaseStart + at, s.forNs, std::move(b.params), b.role});
           }
           std::stable_sort(t.faults.begin(), t.faults.end(),
                            [](const PlannedFault& a, const PlannedFault& b) { return a.atNs < b.atNs; });
@@ -946,9 +946,10 @@ std::string formatPlan(const Playbook& pb, const Plan& plan) {
     }
     for (const auto& f : t.faults) {
       std::string params = formatParams(f.kind, f.params);
+      std::string step = f.role.empty() ? f.step : f.step + " " + f.role;
       std::snprintf(buf, sizeof buf, "  %-11s inject %-10s on %-8s for at most %-6s [%s] %s\n",
                     fmtOffset(f.atNs).c_str(), f.kind.c_str(), f.node.c_str(), fmtDur(f.forNs).c_str(),
-                    f.step.c_str(), params.c_str());
+                    step.c_str(), params.c_str());
       out += buf;
     }
   }
@@ -984,9 +985,12 @@ json toJson(const Plan& plan) {
     json phases = json::array(), faults = json::array();
     for (const auto& ph : t.phases)
       phases.push_back({{"name", ph.name}, {"start_ns", ph.startNs}, {"end_ns", ph.endNs}});
-    for (const auto& f : t.faults)
-      faults.push_back({{"step", f.step}, {"kind", f.kind}, {"node", f.node}, {"at_ns", f.atNs},
-                        {"for_ns", f.forNs}, {"params", f.params}});
+    for (const auto& f : t.faults) {
+      json jf = {{"step", f.step}, {"kind", f.kind}, {"node", f.node}, {"at_ns", f.atNs},
+                 {"for_ns", f.forNs}, {"params", f.params}};
+      if (!f.role.empty()) jf["role"] = f.role;
+      faults.push_back(std::move(jf));
+    }
     json jt = {{"index", t.index},          {"label", t.label()},
                {"scenario", t.scenario},    {"repeat", t.repeat},
                {"start_ns", t.startNs},     {"end_ns", t.endNs},

@@ -167,6 +167,7 @@ struct PlannedFault {
   int64_t atNs = 0;   // from the run start
   int64_t forNs = 0;  // maximum lifetime
   json params;        // normalised, sweep value applied
+  std::string role;   // "" or, for kinds that involve several parties, e.g. incast: sink, sender
 };
 
 struct Trial {
@@ -203,6 +204,7 @@ Result<Plan> resolvePlan(const Playbook& playbook, const Inventory& inventory);
 struct BoundFault {
   std::string node;
   json params;
+  std::string role;  // "" or e.g. "sink" / "sender" for incast
 };
 Result<std::vector<BoundFault>> bindTargets(const std::string& kind, const json& params,
                                             const std::vector<std::string>& targets, const Inventory& inv,

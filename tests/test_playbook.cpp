@@ -434,6 +434,8 @@ params = { receiver = "n2", senders = 2, fan_in = 8, size = "4MiB" }
   for (const auto& t : plan->trials) {
     REQUIRE(t.faults.size() == 3);
     CHECK(t.faults[0].node == "n2");  // the sink first, so it listens while senders connect
+    CHECK(t.faults[0].role == "sink");
+    CHECK(t.faults[1].role == "sender");
     std::set<std::string> senders;
     for (const auto& f : t.faults) {
       CHECK(f.kind == "incast");
