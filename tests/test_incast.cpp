@@ -214,9 +214,12 @@ TEST_CASE("incast: an interval paces synchronised bursts on the common clock", "
     REQUIRE(s);
     std::string d = (*s)["detail"];
     REQUIRE(std::regex_search(d, m, std::regex(R"(^(\d+) bursts)")));
-    // Slots at 0, 200, 400, 600, 800 ms of a 1 s incast: 5 bursts of 256 KiB, no more.
-    CHECK(std::stoi(m[1]) == 5);
-    CHECK(bytesIn(d) == 5u * 256 * 1024);
+    // Slots at 0, 200, 400, 600, 800 ms of a 1 s incast: at most 5 bursts of 256 KiB (back to
+    // back, a 1 Gb/s port would take hundreds); fewer only if the machine stalled past a slot.
+    int bursts = std::stoi(m[1]);
+    CHECK(bursts >= 1);
+    CHECK(bursts <= 5);
+    CHECK(bytesIn(d) == uint64_t(bursts) * 256 * 1024);
   }
   requireJournalsEmpty();
 }
