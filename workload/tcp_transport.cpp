@@ -71,6 +71,7 @@ TcpTransport::~TcpTransport() = default;
 Result<std::unique_ptr<TcpTransport>> TcpTransport::create(TcpOptions o) {
   if (o.rank < 0 || size_t(o.rank) >= o.world.size()) return makeError("rank outside the world");
   if (o.streams < 1 || o.streams > 64) return makeError("streams must be 1 to 64");
+  if (o.dscp < 0 || o.dscp > 63) return makeError("dscp must be 0 to 63");
   std::unique_ptr<TcpTransport> t(new TcpTransport(std::move(o)));
   t->wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!t->wake_.isValid()) return makeError("eventfd: " + errnoText(), errno);
@@ -99,6 +100,11 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::create(TcpOptions o) {
 void TcpTransport::tune(int fd) const {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (o_.dscp > 0) {
+    // The ECN bits of the byte stay the kernel's (TCP sets ECT itself).
+    int tos = o_.dscp << 2;
+    ::setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof tos);
+  }
   if (o_.socketBuffer > 0) {
     // FORCE variants need CAP_NET_ADMIN (the agent has it); fall back to the capped ones.
     if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &o_.socketBuffer, sizeof(int)) != 0)

@@ -25,6 +25,10 @@ struct TcpOptions {
   int socketBuffer = 4 << 20;   // SO_SNDBUF/SO_RCVBUF; 0 = kernel autotuning
   int64_t userTimeoutMs = 10'000;  // a connection without progress for this long is lost
   bool checksum = true;
+  // DSCP of every data packet. 26 is RoCEv2's usual data class (traffic class 106 with ECT):
+  // fabrics, and the lab switch, put it in the lossless queue with PFC and ECN, where the
+  // RDMA traffic this workload stands in for would be. 0 = leave the kernel's default.
+  int dscp = 26;
 };
 
 class TcpTransport : public Transport {
