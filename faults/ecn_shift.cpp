@@ -253,7 +253,7 @@ const FaultKind kEcnShift{
     "moves the ECN marking thresholds of a queue (lab switch, tc RED, or user commands) and restores them",
     {
         {"backend", ParamType::string, "labswitch, tc-red or command", "labswitch"},
-        {"port", ParamType::string, "labswitch: the switch port (e.g. n2 or leaf1:spine1)", json(), 0, 0, true},
+        {"port", ParamType::string, "labswitch: the switch port (e.g. n2 or leaf1:spine1; default: the one facing this host)", json(), 0, 0, true},
         {"queue", ParamType::integer, "queue (priority) whose profile moves", 3, 0, 7},
         {"kmin", ParamType::size, "marking starts above this queue depth", json(), 0, 1e12},
         {"kmax", ParamType::size, "every ECT frame is marked above this depth", json(), 0, 1e12},
@@ -281,7 +281,13 @@ const FaultKind kEcnShift{
         return makeError("ecn_shift: pmax must be within [0, 1] and queue within 0..7");
       json resolved = params;
       if (p.backend == "labswitch") {
-        if (p.port.empty()) return makeError("ecn_shift labswitch: set 'port' (a switch port such as n2)");
+        // Without a port, the queue toward this host: so `target = "all"` shifts every host's
+        // egress queue, each agent its own.
+        p.port = labswitchHostPort(p.port);
+        if (p.port.empty())
+          return makeError("ecn_shift labswitch: set 'port' (a switch port such as n2); only agents "
+                           "under `rdmachaos lab up` know their own port");
+        resolved["port"] = p.port;
         auto sock = labswitchSocket(str(params, "socket"));
         if (!sock) return makeError("ecn_shift: " + sock.error().message);
         p.socket = *sock;

@@ -22,6 +22,12 @@ Result<std::string> labswitchSocket(const std::string& given) {
       "switch_control in inventory.toml) or run the agent under `rdmachaos lab up`");
 }
 
+std::string labswitchHostPort(const std::string& given) {
+  if (!given.empty()) return given;
+  const char* env = std::getenv("RDMACHAOS_LABSWITCH_PORT");
+  return env ? std::string(env) : std::string();
+}
+
 Result<nlohmann::json> labswitchRequest(const std::string& path, const nlohmann::json& request) {
   std::string where = "lab switch at '" + path + "'";
   UniqueFD fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));

@@ -12,6 +12,10 @@ namespace rc::faults {
 // The socket named by `given`, else $RDMACHAOS_LABSWITCH_SOCKET (set by the lab for its agents).
 Result<std::string> labswitchSocket(const std::string& given);
 
+// The switch port `given`, else $RDMACHAOS_LABSWITCH_PORT: the port that faces this agent's
+// host (the lab sets it to the node's name). Empty when neither is set.
+std::string labswitchHostPort(const std::string& given);
+
 // Sends one request and returns the response; a response with ok=false becomes an error
 // quoting the switch. Bounded by a 2 s timeout.
 Result<nlohmann::json> labswitchRequest(const std::string& socketPath, const nlohmann::json& request);

@@ -100,7 +100,11 @@ void resetSignals() {
   closeAllExcept({0, 1, 2});
   // Faults that drive the lab switch (ecn_shift's labswitch backend, link_flap's
   // switch_port) find its control socket here unless told otherwise.
-  if (!switchControl.empty()) ::setenv("RDMACHAOS_LABSWITCH_SOCKET", switchControl.c_str(), 1);
+  if (!switchControl.empty()) {
+    ::setenv("RDMACHAOS_LABSWITCH_SOCKET", switchControl.c_str(), 1);
+    // The switch port facing this host has the node's name (ecn_shift's default port).
+    ::setenv("RDMACHAOS_LABSWITCH_PORT", node.name.c_str(), 1);
+  }
   std::string nodeDir = node.config.substr(0, node.config.rfind('/'));
   if (::chdir(nodeDir.c_str()) != 0) (void)!::chdir("/");
   std::vector<std::string> argv = {binary, "--config", node.config};

@@ -130,12 +130,19 @@ TEST_CASE("the command backend snapshots, applies and restores exactly", "[ecn_s
 
 TEST_CASE("ecn_shift names what is missing", "[ecn_shift]") {
   ::unsetenv("RDMACHAOS_LABSWITCH_SOCKET");
+  ::unsetenv("RDMACHAOS_LABSWITCH_PORT");
   auto noSocket = make({{"port", "n1"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}});
   REQUIRE_FALSE(noSocket.ok());
   CHECK(noSocket.error().message.find("switch_control") != std::string::npos);
   auto noPort = make({{"kmin", "1KiB"}, {"kmax", "2KiB"}, {"socket", "/nonexistent"}});
   REQUIRE_FALSE(noPort.ok());
   CHECK(noPort.error().message.find("'port'") != std::string::npos);
+  // Under the lab, an agent's own port is the default.
+  ::setenv("RDMACHAOS_LABSWITCH_PORT", "n3", 1);
+  auto ownPort = make({{"kmin", "1KiB"}, {"kmax", "2KiB"}, {"socket", "/nonexistent"}});
+  ::unsetenv("RDMACHAOS_LABSWITCH_PORT");
+  REQUIRE(ownPort.ok());
+  CHECK((*ownPort)->params()["port"] == "n3");
   auto bad = make({{"backend", "snmp"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}});
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("labswitch, tc-red or command") != std::string::npos);
