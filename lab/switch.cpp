@@ -417,16 +417,20 @@ class Fabric {
     return p.peer < 0 || ports_[size_t(p.peer)].adminUp;
   }
 
-  // A leaf's uplink as a next hop towards dstLeaf (-1: any leaf, e.g. for flooding).
+  // A leaf's uplink as a next hop towards dstLeaf (-1: any leaf, e.g. for flooding). ECMP
+  // (routed) knows link states from routing, `convergence` after a change. Adaptive routing
+  // sees its own ports at once, and the spines' downlinks too: AI fabrics' adaptive routing
+  // carries remote link faults in the data plane (InfiniBand's fault routing notifications,
+  // Spectrum-X), so a leaf stops sending towards a spine that lost the destination leaf.
   bool usable(int uplink, int dstLeaf, bool routed) const {
     const Port& up = ports_[size_t(uplink)];
     const Link& l = links_[size_t(up.link)];
-    // Adaptive routing sees its own ports' state at once; remote links come via routing.
     if (!(routed ? l.routedUp : portUp(uplink))) return false;
     if (dstLeaf < 0) return true;
     const Switch& spine = switches_[size_t(ports_[size_t(up.peer)].sw)];
     auto it = spine.downlinkToLeaf.find(dstLeaf);
-    return it != spine.downlinkToLeaf.end() && links_[size_t(ports_[size_t(it->second)].link)].routedUp;
+    if (it == spine.downlinkToLeaf.end()) return false;
+    return routed ? links_[size_t(ports_[size_t(it->second)].link)].routedUp : portUp(it->second);
   }
 
   int pickUplink(Switch& sw, const std::vector<uint8_t>& data, int dstLeaf, int64_t now) {
