@@ -19,8 +19,7 @@
 #include <thread>
 
 #include "common/certs.hpp"
-#include "lab/lab.hpp"
-#include "lab/lab_state.hpp"
+#include "support.hpp"
 
 using namespace std::chrono_literals;
 using json = nlohmann::json;
@@ -28,129 +27,26 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using rctest::eventually;
+using rctest::linkUp;
+using rctest::Proc;
+using rctest::readFile;
+using rctest::waitCli;
 
 // The lab is shared by every test in this binary and removed at exit, also after failures.
-struct Lab {
-  std::string dir, inventory;
-  Lab() {
-    char tmpl[] = "/tmp/rc-e2e-XXXXXX";
-    dir = ::mkdtemp(tmpl);
+rctest::Lab& lab() {
+  static rctest::Lab instance("rc-e2e", [] {
     rc::lab::UpOptions o;
     o.nodes = 2;
-    o.dir = dir;
-    o.agentBinary = env("RDMACHAOS_AGENT");
-    auto r = rc::lab::up(o);
-    if (!r) {
-      FAIL("lab up failed: " << r.error().message);
-    }
-    inventory = *r;
-  }
-  ~Lab() {
-    (void)rc::lab::down(dir);
-    fs::remove_all(dir);
-  }
-  rc::lab::NodeRecord node(const std::string& name) const {
-    auto st = rc::lab::loadState(dir);
-    REQUIRE(st.ok());
-    for (const auto& n : st->nodes)
-      if (n.name == name) return n;
-    FAIL("no node " << name);
-    return {};
-  }
-};
-
-Lab& lab() {
-  static Lab instance;
+    return o;
+  }());
   return instance;
 }
 
-struct Proc {
-  pid_t pid = -1;
-  std::string out, err;
-  int status = -1;
-};
-
-// Starts the CLI with ARGS, stdout and stderr to files.
-Proc spawnCli(std::vector<std::string> args) {
-  static int counter = 0;
-  Proc p;
-  p.out = lab().dir + "/cli-" + std::to_string(++counter) + ".out";
-  p.err = p.out.substr(0, p.out.size() - 4) + ".err";
-  std::string cli = env("RDMACHAOS_CLI");
-  REQUIRE_FALSE(cli.empty());
-  args.insert(args.begin(), cli);
-  p.pid = fork();
-  REQUIRE(p.pid >= 0);
-  if (p.pid == 0) {
-    int o = ::open(p.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = ::open(p.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    dup2(e, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return p;
-}
-
-// Waits for P to exit (bounded); kills it if it does not. Returns the exit code.
-int waitCli(Proc& p, std::chrono::seconds limit = 60s) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (waitpid(p.pid, &p.status, WNOHANG) == p.pid)
-      return WIFEXITED(p.status) ? WEXITSTATUS(p.status) : 128 + WTERMSIG(p.status);
-    std::this_thread::sleep_for(10ms);
-  }
-  kill(p.pid, SIGKILL);
-  waitpid(p.pid, &p.status, 0);
-  FAIL("CLI did not finish in time; stderr: " << readFile(p.err));
-  return -1;
-}
+Proc spawnCli(std::vector<std::string> args) { return rctest::spawnCli(lab().dir(), std::move(args)); }
 
 int runCli(std::vector<std::string> args, std::string* out = nullptr, std::string* err = nullptr) {
-  Proc p = spawnCli(std::move(args));
-  int rc = waitCli(p);
-  if (out) *out = readFile(p.out);
-  if (err) *err = readFile(p.err);
-  return rc;
-}
-
-// Admin state of IFNAME in namespace NS, read by iproute2 (not by our code).
-bool linkUp(const std::string& ns, const std::string& ifname = "data0") {
-  std::string cmd = "ip -n " + ns + " -o link show dev " + ifname + " 2>/dev/null";
-  FILE* f = popen(cmd.c_str(), "r");
-  REQUIRE(f);
-  char buf[1024] = {0};
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  pclose(f);
-  std::string s(buf, n);
-  auto lt = s.find('<'), gt = s.find('>');
-  REQUIRE(lt != std::string::npos);
-  std::string flags = "," + s.substr(lt + 1, gt - lt - 1) + ",";
-  return flags.find(",UP,") != std::string::npos;
-}
-
-template <typename F>
-bool eventually(F f, std::chrono::milliseconds limit, std::chrono::milliseconds step = 5ms) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(step);
-  }
-  return f();
+  return rctest::runCli(lab().dir(), std::move(args), out, err);
 }
 
 bool portAccepts(const std::string& addr, int port) {
@@ -168,7 +64,7 @@ bool alive(pid_t pid) { return kill(pid, 0) == 0; }
 
 // A long link-down on NODE, started by a controller in the background.
 Proc longDown(const std::string& node) {
-  Proc p = spawnCli({"inject", "link_flap", "--inventory", lab().inventory, "--node", node,
+  Proc p = spawnCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", node,
                      "--set", "down=60s", "--for", "120s"});
   auto ns = lab().node(node).netns;
   if (!eventually([&] { return !linkUp(ns); }, 15s)) {
@@ -190,7 +86,7 @@ std::vector<json> eventsOf(const json& report, const std::string& what) {
 
 TEST_CASE("agents answers for every node with clock offset and capabilities") {
   std::string out, err;
-  REQUIRE(runCli({"agents", "--inventory", lab().inventory, "--json"}, &out, &err) == 0);
+  REQUIRE(runCli({"agents", "--inventory", lab().inventory(), "--json"}, &out, &err) == 0);
   json j = json::parse(out);
   REQUIRE(j.size() == 2);
   for (const auto& a : j) {
@@ -206,7 +102,7 @@ TEST_CASE("agents answers for every node with clock offset and capabilities") {
 
 TEST_CASE("a link flap train on the lab has the right count and kernel-observed timing") {
   std::string out, err;
-  int rc = runCli({"inject", "link_flap", "--inventory", lab().inventory, "--node", "n1", "--set",
+  int rc = runCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1", "--set",
                    "down=300ms", "--set", "count=3", "--set", "up=200ms", "--for", "20s", "--json"},
                   &out, &err);
   INFO(err);
@@ -230,12 +126,12 @@ TEST_CASE("a link flap train on the lab has the right count and kernel-observed 
 
 TEST_CASE("protected and non-allowlisted interfaces are refused and nothing changes") {
   std::string err;
-  int rc = runCli({"inject", "link_flap", "--inventory", lab().inventory, "--node", "n1", "--set",
+  int rc = runCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1", "--set",
                    "interface=mgmt0", "--for", "5s"},
                   nullptr, &err);
   CHECK(rc == 2);
   CHECK_THAT(err, Catch::Contains("'mgmt0' is protected"));
-  rc = runCli({"inject", "link_flap", "--inventory", lab().inventory, "--node", "n1", "--set",
+  rc = runCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1", "--set",
                "interface=lo", "--for", "5s"},
               nullptr, &err);
   CHECK(rc == 2);
@@ -243,7 +139,7 @@ TEST_CASE("protected and non-allowlisted interfaces are refused and nothing chan
   CHECK(linkUp(lab().node("n1").netns, "mgmt0"));
   CHECK(linkUp(lab().node("n1").netns, "lo"));
   // Bad parameters never reach an agent.
-  rc = runCli({"inject", "link_flap", "--inventory", lab().inventory, "--node", "n1", "--set",
+  rc = runCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1", "--set",
                "count=0", "--for", "5s"},
               nullptr, &err);
   CHECK(rc == 2);
@@ -302,7 +198,7 @@ TEST_CASE("SIGTERM of the agent during a fault: reverted before it exits") {
 TEST_CASE("recover reverts everything on every agent") {
   Proc ctl = longDown("n1");
   std::string out;
-  REQUIRE(runCli({"recover", "--inventory", lab().inventory}, &out) == 0);
+  REQUIRE(runCli({"recover", "--inventory", lab().inventory()}, &out) == 0);
   CHECK_THAT(out, Catch::Contains("n1: reverted 1 fault(s)"));
   CHECK(linkUp(lab().node("n1").netns));
   // The controller that scheduled it hears that its fault ended, and exits.
@@ -310,14 +206,14 @@ TEST_CASE("recover reverts everything on every agent") {
 }
 
 TEST_CASE("a client with a certificate from another CA gets nothing executed") {
-  std::string rogue = lab().dir + "/rogue";
+  std::string rogue = lab().dir() + "/rogue";
   fs::create_directories(rogue);
   REQUIRE(rc::certs::makeCa(rogue + "/ca.pem", rogue + "/ca.key", "rogue CA").ok());
   REQUIRE(rc::certs::issue(rogue + "/ca.pem", rogue + "/ca.key", "rdmachaos-controller", true,
                            rogue + "/ctl.pem", rogue + "/ctl.key")
               .ok());
   // It trusts the lab's CA (so it can talk to the agent) but presents the rogue certificate.
-  std::string inv = readFile(lab().inventory);
+  std::string inv = readFile(lab().inventory());
   auto swap = [&](const std::string& from, const std::string& to) {
     auto p = inv.find(from);
     REQUIRE(p != std::string::npos);
@@ -325,7 +221,7 @@ TEST_CASE("a client with a certificate from another CA gets nothing executed") {
   };
   swap("\"pki/controller.pem\"", "\"" + rogue + "/ctl.pem\"");
   swap("\"pki/controller.key\"", "\"" + rogue + "/ctl.key\"");
-  swap("\"pki/ca.pem\"", "\"" + lab().dir + "/pki/ca.pem\"");
+  swap("\"pki/ca.pem\"", "\"" + lab().dir() + "/pki/ca.pem\"");
   std::string rogueInv = rogue + "/inventory.toml";
   std::ofstream(rogueInv) << inv;
   std::string err;
@@ -370,9 +266,9 @@ TEST_CASE("garbage on the socket does not stop the agent") {
         frame(R"({"v":1,"id":1,"type":"hello","controller":"garbage-test","versions":[1]})") +
         frame(R"({"v":1,"id":2,"type":"schedule","fault":7,"kind":"link_flap"})") +
         frame(R"({"v":1,"id":3,"type":"status"})") + std::string("\x7f\xff\xff\xff", 4) + "xx";
-    std::string in = lab().dir + "/garbage.bin", out = lab().dir + "/garbage.out";
+    std::string in = lab().dir() + "/garbage.bin", out = lab().dir() + "/garbage.out";
     std::ofstream(in, std::ios::binary) << bytes;
-    std::string pki = lab().dir + "/pki/";
+    std::string pki = lab().dir() + "/pki/";
     std::string cmd = "timeout 20 openssl s_client -quiet -ign_eof -connect " + n.mgmtAddress +
                       ":7470 -servername n1 -verify_return_error -CAfile " + pki +
                       "ca.pem -cert " + pki + "controller.pem -key " + pki +
@@ -385,5 +281,5 @@ TEST_CASE("garbage on the socket does not stop the agent") {
     CHECK_THAT(replies, Catch::Contains("exceeds the limit"));
   }
   // Everyone else is still served.
-  REQUIRE(runCli({"agents", "--inventory", lab().inventory}) == 0);
+  REQUIRE(runCli({"agents", "--inventory", lab().inventory()}) == 0);
 }

@@ -15,8 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "lab/lab.hpp"
-#include "lab/lab_state.hpp"
+#include "support.hpp"
 
 using namespace std::chrono_literals;
 using json = nlohmann::json;
@@ -24,39 +23,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
+using rctest::readFile;
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct Lab {
-  std::string dir, inventory;
-  Lab() {
-    char tmpl[] = "/tmp/rc-run-XXXXXX";
-    dir = ::mkdtemp(tmpl);
+rctest::Lab& lab() {
+  static rctest::Lab instance("rc-run", [] {
     rc::lab::UpOptions o;
     o.nodes = 3;
-    o.dir = dir;
-    o.agentBinary = env("RDMACHAOS_AGENT");
-    auto r = rc::lab::up(o);
-    if (!r) FAIL("lab up failed: " << r.error().message);
-    inventory = *r;
-  }
-  ~Lab() {
-    (void)rc::lab::down(dir);
-    fs::remove_all(dir);
-  }
-};
-
-Lab& lab() {
-  static Lab instance;
+    return o;
+  }());
   return instance;
 }
 
@@ -68,53 +42,20 @@ struct Run {
 // Runs `rdmachaos run PLAYBOOK` into REPORT; SIGINT after INTERRUPT_AFTER if non-zero.
 Run runPlaybook(const std::string& playbook, const std::string& report,
                 std::chrono::milliseconds interruptAfter = 0ms) {
-  std::string out = report + ".out", err = report + ".err";
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    dup2(e, 2);
-    std::string cli = env("RDMACHAOS_CLI");
-    execl(cli.c_str(), cli.c_str(), "run", playbook.c_str(), "--inventory",
-          lab().inventory.c_str(), "--report-dir", report.c_str(), nullptr);
-    _exit(127);
-  }
+  rctest::Proc p = rctest::spawnCli(lab().dir(), {"run", playbook, "--inventory", lab().inventory(),
+                                                  "--report-dir", report});
   if (interruptAfter > 0ms) {
     std::this_thread::sleep_for(interruptAfter);
-    kill(pid, SIGINT);
+    kill(p.pid, SIGINT);
   }
-  int status = 0;
-  auto end = std::chrono::steady_clock::now() + 180s;
-  while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (std::chrono::steady_clock::now() > end) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      FAIL("rdmachaos run did not finish; stderr: " << readFile(err));
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, readFile(out), readFile(err)};
+  int code = rctest::waitCli(p, 180s);
+  return {code, readFile(p.out), readFile(p.err)};
 }
 
-bool linkUp(const std::string& ns) {
-  std::string cmd = "ip -n " + ns + " -o link show dev data0 2>/dev/null | grep -q '[<,]UP[,>]'";
-  return std::system(cmd.c_str()) == 0;
-}
-
-void requireEverythingReverted() {
-  auto st = rc::lab::loadState(lab().dir);
-  REQUIRE(st.ok());
-  for (const auto& n : st->nodes) {
-    CHECK(linkUp(n.netns));
-    auto journal = fs::path(n.config).parent_path() / "state" / "journal";
-    CHECK(fs::is_empty(journal));
-  }
-}
+void requireEverythingReverted() { rctest::checkEverythingReverted(lab()); }
 
 std::string writePlaybook(const std::string& name, const std::string& body) {
-  std::string path = lab().dir + "/" + name + ".toml";
+  std::string path = lab().dir() + "/" + name + ".toml";
   std::ofstream(path) << body;
   return path;
 }
@@ -158,8 +99,8 @@ std::string shortRun(const std::string& name, const std::string& extra, const st
 }  // namespace
 
 TEST_CASE("quickstart: reported impact and recovery agree with the link's real down time") {
-  std::string report = lab().dir + "/quickstart";
-  auto r = runPlaybook(env("RDMACHAOS_SOURCE_DIR") + "/playbooks/quickstart.toml", report);
+  std::string report = lab().dir() + "/quickstart";
+  auto r = runPlaybook(rctest::env("RDMACHAOS_SOURCE_DIR") + "/playbooks/quickstart.toml", report);
   INFO(r.err);
   INFO(r.out);
   REQUIRE((r.code == 0 || r.code == 1));  // 1 only if this noisy machine missed a bound
@@ -195,7 +136,7 @@ TEST_CASE("an expectation that cannot hold exits 1 and JUnit shows the failure")
 metric = "stall_time"
 op = "<="
 bound = "1ms")");
-  std::string report = lab().dir + "/impossible";
+  std::string report = lab().dir() + "/impossible";
   auto r = runPlaybook(pb, report);
   INFO(r.err);
   CHECK(r.code == 1);
@@ -207,7 +148,7 @@ bound = "1ms")");
 
 TEST_CASE("a guardrail abort exits 2, reverts everything and writes a partial report") {
   std::string pb = shortRun("floor", "[guardrails]\nmin_baseline = \"1000Gbps\"\n", "");
-  std::string report = lab().dir + "/floor";
+  std::string report = lab().dir() + "/floor";
   auto r = runPlaybook(pb, report);
   INFO(r.err);
   CHECK(r.code == 2);
@@ -219,7 +160,7 @@ TEST_CASE("a guardrail abort exits 2, reverts everything and writes a partial re
 
 TEST_CASE("Ctrl-C during the fault reverts everything, exits 2, keeps a partial report") {
   std::string pb = shortRun("interrupted", "", "");
-  std::string report = lab().dir + "/interrupted";
+  std::string report = lab().dir() + "/interrupted";
   // The flap starts 4.5 s after the workload (which starts 1 s after the command): interrupt
   // while n3's link is down.
   auto r = runPlaybook(pb, report, 6500ms);

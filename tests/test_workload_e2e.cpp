@@ -17,8 +17,7 @@
 #include <sstream>
 #include <thread>
 
-#include "lab/lab.hpp"
-#include "lab/lab_state.hpp"
+#include "support.hpp"
 
 using namespace std::chrono_literals;
 using json = nlohmann::json;
@@ -26,96 +25,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using rctest::Proc;
+using rctest::readFile;
+using rctest::waitCli;
 
 // One 4-node lab for the binary, removed at exit, also after failures.
-struct Lab {
-  std::string dir, inventory;
-  Lab() {
-    char tmpl[] = "/tmp/rc-wl-XXXXXX";
-    dir = ::mkdtemp(tmpl);
+rctest::Lab& lab() {
+  static rctest::Lab instance("rc-wl", [] {
     rc::lab::UpOptions o;
     o.nodes = 4;
-    o.dir = dir;
-    o.agentBinary = env("RDMACHAOS_AGENT");
-    auto r = rc::lab::up(o);
-    if (!r) FAIL("lab up failed: " << r.error().message);
-    inventory = *r;
-  }
-  ~Lab() {
-    (void)rc::lab::down(dir);
-    fs::remove_all(dir);
-  }
-  rc::lab::NodeRecord node(const std::string& name) const {
-    auto st = rc::lab::loadState(dir);
-    REQUIRE(st.ok());
-    for (const auto& n : st->nodes)
-      if (n.name == name) return n;
-    FAIL("no node " << name);
-    return {};
-  }
-};
-
-Lab& lab() {
-  static Lab instance;
+    return o;
+  }());
   return instance;
 }
 
-struct Proc {
-  pid_t pid = -1;
-  std::string out, err;
-};
-
-Proc spawnCli(std::vector<std::string> args) {
-  static int counter = 0;
-  Proc p;
-  p.out = lab().dir + "/wl-cli-" + std::to_string(++counter) + ".out";
-  p.err = p.out.substr(0, p.out.size() - 4) + ".err";
-  std::string cli = env("RDMACHAOS_CLI");
-  REQUIRE_FALSE(cli.empty());
-  args.insert(args.begin(), cli);
-  p.pid = fork();
-  REQUIRE(p.pid >= 0);
-  if (p.pid == 0) {
-    int o = ::open(p.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = ::open(p.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    dup2(e, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return p;
-}
-
-int waitCli(Proc& p, std::chrono::seconds limit = 90s) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (std::chrono::steady_clock::now() < end) {
-    if (waitpid(p.pid, &status, WNOHANG) == p.pid)
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(10ms);
-  }
-  kill(p.pid, SIGKILL);
-  waitpid(p.pid, &status, 0);
-  FAIL("CLI did not finish in time; stderr: " << readFile(p.err));
-  return -1;
-}
+Proc spawnCli(std::vector<std::string> args) { return rctest::spawnCli(lab().dir(), std::move(args)); }
 
 json runWorkload(std::vector<std::string> args, int expect = 0) {
-  args.insert(args.begin(), {"workload", "--inventory", lab().inventory, "--json"});
+  args.insert(args.begin(), {"workload", "--inventory", lab().inventory(), "--json"});
   Proc p = spawnCli(args);
   int rc = waitCli(p);
   INFO("stderr: " << readFile(p.err));
@@ -190,10 +117,10 @@ TEST_CASE("all-gather, all-to-all and incast verify on 4 lab hosts") {
 }
 
 TEST_CASE("a 2 s link flap during an all-reduce shows as a stall, then recovery") {
-  Proc wl = spawnCli({"workload", "--inventory", lab().inventory, "--json", "--kind", "allreduce",
+  Proc wl = spawnCli({"workload", "--inventory", lab().inventory(), "--json", "--kind", "allreduce",
                       "--size", "4MiB", "--for", "12s"});
   std::this_thread::sleep_for(3s);
-  Proc inj = spawnCli({"inject", "link_flap", "--inventory", lab().inventory, "--node", "n2",
+  Proc inj = spawnCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n2",
                        "--set", "down=2s", "--for", "10s", "--json"});
   REQUIRE(waitCli(inj) == 0);
   REQUIRE(waitCli(wl) == 0);
@@ -238,7 +165,7 @@ TEST_CASE("a 2 s link flap during an all-reduce shows as a stall, then recovery"
 }
 
 TEST_CASE("kill -9 of the controller: the lease stops the workload on every agent") {
-  Proc wl = spawnCli({"workload", "--inventory", lab().inventory, "--kind", "allreduce", "--size",
+  Proc wl = spawnCli({"workload", "--inventory", lab().inventory(), "--kind", "allreduce", "--size",
                       "1MiB", "--for", "120s"});
   // Running once a live line appears.
   auto end = std::chrono::steady_clock::now() + 20s;
@@ -263,7 +190,7 @@ TEST_CASE("kill -9 of the controller: the lease stops the workload on every agen
 }
 
 TEST_CASE("connections killed under a running all-reduce are re-established and counted") {
-  Proc wl = spawnCli({"workload", "--inventory", lab().inventory, "--json", "--kind", "allreduce",
+  Proc wl = spawnCli({"workload", "--inventory", lab().inventory(), "--json", "--kind", "allreduce",
                       "--size", "1MiB", "--for", "5s", "--streams", "2"});
   std::this_thread::sleep_for(2s);
   // Abort every data connection of n2 (sock_diag destroy: both ends see a reset).
