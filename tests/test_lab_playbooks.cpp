@@ -29,7 +29,8 @@ struct Topology {
   int nodes, leaves, spines;
   const char* routing;
 };
-// link-flap-recovery, pfc-storm-watchdog, ecn-threshold-sweep and game-day: one switch.
+// link-flap-recovery, pfc-storm-watchdog, ecn-threshold-sweep, game-day, incast and
+// acceptance-suite: one switch.
 const Topology kOneSwitch{"one switch, 3 nodes", 3, 0, 0, "ecmp"};
 // adaptive-routing: two paths between the leaves, so that one uplink can go down.
 const Topology kLeafSpine{"leaf-spine 2x2, 4 nodes, adaptive routing", 4, 2, 2, "adaptive"};
@@ -196,6 +197,14 @@ TEST_CASE("ecn-threshold-sweep passes on the lab", "[playbooks][one-switch]") {
 
 TEST_CASE("game-day passes on the lab", "[playbooks][one-switch]") {
   passes(kOneSwitch, "game-day", 195);
+}
+
+TEST_CASE("incast passes on the lab", "[playbooks][one-switch]") {
+  passes(kOneSwitch, "incast", 30);
+}
+
+TEST_CASE("acceptance-suite passes on the lab", "[playbooks][one-switch]") {
+  passes(kOneSwitch, "acceptance-suite", 96);
 }
 
 TEST_CASE("adaptive-routing passes with adaptive routing and fails with ECMP",
