@@ -1,4 +1,4 @@
-// Journal: one file per fault, written with write-temp, fsync, rename, fsync-directory.
+// Journal: one file per fault, written durably (writeFileAtomic) and never over another entry.
 #include "common/journal.hpp"
 
 #include <dirent.h>
@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/atomic_file.hpp"
 #include "common/protocol.hpp"
 #include "common/unique_fd.hpp"
 
@@ -52,25 +53,9 @@ Result<Journal> Journal::open(const std::string& stateDir) {
 Result<void> Journal::add(const std::string& faultId, const nlohmann::json& record) {
   if (!proto::validId(faultId)) return makeError("invalid fault id '" + faultId + "'");
   std::string path = dir_ + "/" + faultId + ".json";
-  std::string tmp = path + ".tmp";
   std::string data = nlohmann::json{{"fault", faultId}, {"record", record}}.dump() + "\n";
-  {
-    UniqueFD fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    if (!fd.isValid()) return makeError(errnoText("cannot create", tmp), errno);
-    size_t off = 0;
-    while (off < data.size()) {
-      ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return makeError(errnoText("cannot write", tmp), errno);
-      }
-      off += size_t(n);
-    }
-    if (::fsync(fd.get()) != 0) return makeError(errnoText("cannot fsync", tmp), errno);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    return makeError(errnoText("cannot rename into", path), errno);
-  return fsyncDir(dir_);
+  // Never over another fault's entry: an id collision must not erase what a revert needs.
+  return writeFileAtomic(path, data, {.mode = 0600, .replace = false});
 }
 
 Result<void> Journal::remove(const std::string& faultId) {

@@ -659,6 +659,20 @@ Rng rngFor(uint64_t seed, size_t trial, size_t step) {
   return r;
 }
 
+// K of POOL, drawn with BELOW (a partial Fisher-Yates; without BELOW, the first K), returned
+// in POOL's order, so plans read like the inventory.
+std::vector<std::string> pickInOrder(const std::vector<std::string>& pool, size_t k,
+                                     const std::function<uint64_t(uint64_t)>& below) {
+  std::vector<std::string> drawn = pool;
+  if (below)
+    for (size_t i = 0; i < k; i++) std::swap(drawn[i], drawn[i + below(drawn.size() - i)]);
+  std::set<std::string> chosen(drawn.begin(), drawn.begin() + std::ptrdiff_t(k));
+  std::vector<std::string> out;
+  for (const auto& n : pool)
+    if (chosen.count(n)) out.push_back(n);
+  return out;
+}
+
 std::vector<std::string> selectNodes(const Parser& p, const Selector& s, const Inventory& inv,
                                      Rng* rng) {
   std::set<std::string> chosen;
@@ -674,13 +688,7 @@ std::vector<std::string> selectNodes(const Parser& p, const Selector& s, const I
   if (size_t(s.random) > pool.size())
     p.fail(s.pos, "random = " + std::to_string(s.random) + " but '" + joinNames(s.names) + "' matches only " +
                       std::to_string(pool.size()) + " node(s): " + joinNames(pool));
-  for (size_t i = 0; i < size_t(s.random); i++)
-    std::swap(pool[i], pool[i + rng->below(pool.size() - i)]);
-  pool.resize(size_t(s.random));
-  std::vector<std::string> picked;
-  for (const auto& n : inv.nodes)
-    if (std::find(pool.begin(), pool.end(), n.name) != pool.end()) picked.push_back(n.name);
-  return picked;
+  return pickInOrder(pool, size_t(s.random), [rng](uint64_t n) { return rng->below(n); });
 }
 
 std::string showValue(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
@@ -828,15 +836,13 @@ Result<std::vector<BoundFault>> bindTargets(const std::string& kind, const json&
   if (fanIn % want != 0)
     return makeError("incast fan_in " + std::to_string(fanIn) + " must be a multiple of the " +
                      std::to_string(want) + " senders (each sender opens fan_in / senders flows)");
-  if (below && size_t(want) < pool.size())  // a seeded pick; the chosen ones keep inventory order
-    for (size_t i = 0; i < size_t(want); i++) std::swap(pool[i], pool[i + below(pool.size() - i)]);
-  std::set<std::string> chosen(pool.begin(), pool.begin() + want);
   json wire = params;
   wire["receiver"] = rx->dataAddresses[0];
   wire["senders"] = want;
   out.push_back({receiver, wire, "sink"});  // the sink first: it listens while the senders connect
-  for (const auto& n : inv.nodes)
-    if (chosen.count(n.name)) out.push_back({n.name, wire, "sender"});
+  // All of the pool needs no draw (and consumes none of the seeded sequence).
+  for (const auto& n : pickInOrder(pool, size_t(want), size_t(want) < pool.size() ? below : nullptr))
+    out.push_back({n, wire, "sender"});
   return out;
 }
 

@@ -277,35 +277,6 @@ Result<json> loadResultDocument(const std::string& path) {
   return doc;
 }
 
-Result<void> writeFileAtomic(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return makeError("cannot write '" + path + "': " + std::strerror(errno), errno);
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = ::write(fd, content.data() + off, content.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return makeError("cannot write '" + path + "': " + std::strerror(e), e);
-    }
-    off += size_t(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    return makeError("cannot write '" + path + "': " + std::strerror(e), e);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    return makeError("cannot rename into '" + path + "': " + std::strerror(e), e);
-  }
-  return {};
-}
-
 // ---------------------------------------------------------------- JUnit
 
 std::string renderJunit(const json& doc) {

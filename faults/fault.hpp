@@ -86,6 +86,7 @@ struct ParamSpec {
   json defaultValue;  // null = required (unless optional)
   double min = 0, max = 0;  // for numeric types (durations in ns, sizes in bytes)
   bool optional = false;    // may be absent with no default
+  std::vector<std::string> choices;  // for strings: the accepted values (empty = any)
 };
 
 // Turns raw values (strings like "500ms", numbers, arrays) into normalised JSON
@@ -93,6 +94,9 @@ struct ParamSpec {
 // keys and out-of-range values with a message naming the parameter.
 Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>& specs,
                              const json& raw);
+
+// An integer parameter of normalised PARAMS, or an error naming KIND and KEY (for create()).
+Result<int64_t> intParam(std::string_view kind, const json& params, const char* key);
 
 // The inverse for the wire: normalised parameters written so that normaliseParams reads them
 // back unchanged (durations as "<n>ns", sizes as "<n>B"), e.g. for a resolved playbook step.

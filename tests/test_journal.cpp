@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
+#include "common/atomic_file.hpp"
 #include "common/journal.hpp"
 
 using namespace rc;
@@ -72,4 +74,42 @@ TEST_CASE("an unwritable state directory is an error naming it") {
   auto j = Journal::open("/proc/rc-no-such-dir");
   REQUIRE_FALSE(j.ok());
   CHECK_THAT(j.error().message, Catch::Contains("/proc/rc-no-such-dir"));
+}
+
+TEST_CASE("writeFileAtomic: durable replace, no overwrite when asked, mode from the start, no leftovers") {
+  TempDir d;
+  std::string path = d.path + "/f.json";
+  REQUIRE(writeFileAtomic(path, "one", {.mode = 0600}));
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  REQUIRE(writeFileAtomic(path, "two"));
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  CHECK(text == "two");
+  // Never over an existing file when replace = false: the journal's rule for fault ids.
+  auto r = writeFileAtomic(path, "three", {.replace = false});
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message, Catch::Contains("will not overwrite"));
+  // A large write goes through whole (the loop over short writes).
+  std::string big(3 << 20, 'x');
+  REQUIRE(writeFileAtomic(d.path + "/big", big));
+  CHECK(fs::file_size(d.path + "/big") == big.size());
+  // Only the files written remain: no temp file is left behind, also after a failure.
+  size_t files = 0;
+  for ([[maybe_unused]] auto& e : fs::directory_iterator(d.path)) files++;
+  CHECK(files == 2);
+  CHECK_FALSE(writeFileAtomic(d.path + "/missing/x", "x"));
+}
+
+TEST_CASE("a journal entry is never overwritten by a fault with the same id") {
+  TempDir d;
+  auto j = Journal::open(d.path + "/state");
+  REQUIRE(j.ok());
+  REQUIRE(j->add("f1", {{"kind", "link_flap"}, {"snapshot", {{"admin_up", true}}}}).ok());
+  CHECK_FALSE(j->add("f1", {{"kind", "link_flap"}, {"snapshot", {{"admin_up", false}}}}).ok());
+  auto entries = j->list();
+  REQUIRE(entries.ok());
+  REQUIRE(entries->size() == 1);
+  CHECK((*entries)[0].record["snapshot"]["admin_up"] == true);
 }
