@@ -60,7 +60,7 @@ struct BaselineBand {
   double floor = 0;
   double holdFloor = 0;
 };
-constexpr double kBandSigmas = 4.5;
+constexpr double kBandSigmas = 3.5;
 constexpr double kBandMargin = 1.25;
 std::optional<BaselineBand> baselineBand(const Grid& g, int64_t fromNs, int64_t toNs, int64_t smoothNs,
                                          int64_t holdNs, double baseline);
