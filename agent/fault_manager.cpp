@@ -24,6 +24,9 @@ constexpr std::chrono::microseconds kSpinWindow{1500};
 // How long a fault due to start waits for the previous owner of its target to finish its
 // revert (e.g. the last fault of the previous trial, scheduled to end at this instant).
 constexpr auto kHandoverWait = std::chrono::seconds(5);
+// How long before its instant a fault takes its snapshot and journals it (an fsync), so the
+// start itself is not delayed by the disk.
+constexpr auto kPrepareLead = std::chrono::milliseconds(250);
 
 Clock::time_point steadyAt(int64_t wallTargetNs) {
   return Clock::now() + std::chrono::nanoseconds(wallTargetNs - wallNs());
@@ -268,39 +271,31 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
 }
 
 void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
+  std::string why;
   {
     std::unique_lock lock(m_);
-    // Sleep until just before the instant, then spin the rest: a timed wake-up can be late by
-    // a scheduler tick, and faults on many nodes are meant to start together.
-    e->wake.wait_until(lock, stop, e->startSteady - kSpinWindow, [] { return false; });
-    lock.unlock();
-    while (!stop.stop_requested() && Clock::now() < e->startSteady) {
-    }
-    lock.lock();
-    // The previous owner of a target may still be reverting (its window ended at this
-    // instant): wait for it, bounded, rather than snapshot what it is about to restore.
+    // Prepared (snapshot, journal fsync) shortly before the instant, so the start is not late
+    // by a disk flush; a previous owner of a target that is still applied (its window ends at
+    // this instant) is waited for, bounded, so its revert is what the snapshot sees.
+    e->wake.wait_until(lock, stop, e->startSteady - kPrepareLead, [] { return false; });
     auto heldBy = [&]() -> std::shared_ptr<Entry> {
       for (auto& [id, f] : faults_)
         if (f != e && !f->finished && f->applied && shareTarget(e->targets, f->targets)) return f;
       return nullptr;
     };
-    cv_.wait_until(lock, stop, Clock::now() + kHandoverWait, [&] { return !heldBy(); });
-    if (auto f = heldBy(); f && !stop.stop_requested()) {
+    cv_.wait_until(lock, stop, e->startSteady + kHandoverWait, [&] { return !heldBy(); });
+    if (stop.stop_requested()) {
+      if (e->endReason.empty()) e->endReason = "cancelled";
+      why = "never applied";
+    } else if (auto f = heldBy()) {
       e->error = firstShared(e->targets, f->targets) + " is still held by fault '" + f->id +
                  "' (" + f->kind->name + "); not applied";
       e->endReason = "error";
+      why = "held";
     }
   }
-  std::string why;
-  {
-    std::lock_guard lock(m_);
-    if (stop.stop_requested() || !e->error.empty()) {
-      if (e->endReason.empty()) e->endReason = "cancelled";
-      why = "never applied";
-    }
-  }
-  // Snapshot at the instant of applying, so it holds what is there now, not what was there
-  // when the fault was scheduled; journaled (fsynced) before anything changes.
+  // The snapshot holds what is there when the fault is applied, not when it was scheduled;
+  // it is journaled (fsynced) before anything changes.
   if (why.empty()) {
     auto snap = e->fault->snapshot();
     json record = e->journalRecord;
@@ -309,20 +304,29 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
       if (auto r = journal_.replace(e->id, record); !r)
         snap = makeError("cannot journal the snapshot before applying: " + r.error().message);
     }
-    std::lock_guard lock(m_);
+    std::unique_lock lock(m_);
     if (!snap) {
       e->error = snap.error().message;
       e->endReason = "error";
       why = "snapshot failed";
-    } else if (stop.stop_requested()) {
-      if (e->endReason.empty()) e->endReason = "cancelled";
-      why = "never applied";
     } else {
       e->snapshot = *snap;
-      e->state = "active";
-      e->appliedNs = wallNs();
-      e->applied = true;
-      generation_++;
+      // Sleep until just before the instant, then spin the rest: a timed wake-up can be late
+      // by a scheduler tick, and faults on many nodes are meant to start together.
+      e->wake.wait_until(lock, stop, e->startSteady - kSpinWindow, [] { return false; });
+      lock.unlock();
+      while (!stop.stop_requested() && Clock::now() < e->startSteady) {
+      }
+      lock.lock();
+      if (stop.stop_requested()) {
+        if (e->endReason.empty()) e->endReason = "cancelled";
+        why = "never applied";
+      } else {
+        e->state = "active";
+        e->appliedNs = wallNs();
+        e->applied = true;
+        generation_++;
+      }
     }
   }
   if (!why.empty()) {
