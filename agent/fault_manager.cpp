@@ -228,10 +228,12 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
       int64_t fEndNs = f->startNs + f->lifetimeMs * 1'000'000;
       int64_t heldUntilNs = f->startNs <= nowNs ? std::max(fEndNs, nowNs) : fEndNs;
       if (start < heldUntilNs && f->startNs < endNs) {
+        // A holder scheduled ahead holds from its start: say so, or "until" reads as "now".
+        std::string from = f->startNs > nowNs ? " from " + utcTime(f->startNs) : std::string();
         return makeError(kind->name + " '" + e->id + "' refused: " +
                              firstShared(e->targets, f->targets) + " is held by fault '" + f->id +
-                             "' (" + f->kind->name + ", controller '" + f->owner + "') until " +
-                             utcTime(fEndNs) + ", " +
+                             "' (" + f->kind->name + ", controller '" + f->owner + "')" + from +
+                             " until " + utcTime(fEndNs) + ", " +
                              formatDuration(Nanos(std::max<int64_t>(0, fEndNs - nowNs))) +
                              " from now; schedule it after that or revert '" + f->id + "' first",
                          EBUSY);
