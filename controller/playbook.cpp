@@ -846,6 +846,35 @@ Result<std::vector<BoundFault>> bindTargets(const std::string& kind, const json&
   return out;
 }
 
+// What a planned fault changes on its node, as the agent's Fault::targets() would name it
+// (without the agent's defaults: an absent interface is "the default interface"). Empty for
+// kinds that change no configuration.
+static std::string targetKey(const PlannedFault& f) {
+  auto str = [&](const char* key) {
+    auto it = f.params.find(key);
+    return it != f.params.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto iface = [&] {
+    std::string i = str("interface");
+    return i.empty() ? std::string("the default interface") : "interface '" + i + "'";
+  };
+  if (f.kind == "link_flap") {
+    std::string sp = str("switch_port");
+    return sp.empty() ? iface() : "lab switch port '" + sp + "'";
+  }
+  if (f.kind == "pfc_storm") return "the PFC pause frames of " + iface();
+  if (f.kind == "ecn_shift") {
+    std::string backend = str("backend");
+    auto q = f.params.find("queue");
+    std::string queue = q != f.params.end() && q->is_number_integer() ? std::to_string(q->get<int>()) : "3";
+    if (backend == "tc-red") return "the root qdisc of " + iface();
+    std::string port = str("port");
+    return "the ECN profile of " + (port.empty() ? std::string("its switch port") : "port '" + port + "'") +
+           " queue " + queue;
+  }
+  return {};
+}
+
 Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
   Parser p(pb.path);
   try {
@@ -913,6 +942,28 @@ Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
           }
           std::stable_sort(t.faults.begin(), t.faults.end(),
                            [](const PlannedFault& a, const PlannedFault& b) { return a.atNs < b.atNs; });
+          // An agent runs one fault per target at a time and refuses the second: find that
+          // here, so a valid plan never aborts halfway.
+          for (size_t i = 0; i < t.faults.size(); i++) {
+            const PlannedFault& a = t.faults[i];
+            std::string key = targetKey(a);
+            if (key.empty()) continue;
+            for (size_t j = i + 1; j < t.faults.size(); j++) {
+              const PlannedFault& b = t.faults[j];
+              if (b.atNs >= a.atNs + a.forNs) break;  // sorted by start: no later one overlaps
+              if (b.node != a.node || targetKey(b) != key) continue;
+              const Step* later = nullptr;
+              for (const auto& st : sc.steps)
+                if (st.name == b.step) later = &st;
+              p.fail(later ? later->pos : sc.pos,
+                     "trial " + t.label() + ": step '" + b.step + "' (at " +
+                         fmtDur(b.atNs - t.startNs) + ") and step '" + a.step + "' (at " +
+                         fmtDur(a.atNs - t.startNs) + " for " + fmtDur(a.forNs) + ") both hold " +
+                         key + " on " + a.node +
+                         "; an agent runs one fault per target at a time (docs/safety.md): "
+                         "move one so that their windows do not overlap");
+            }
+          }
           faults += t.faults.size();
           if (faults > kMaxPlannedFaults)
             p.fail(sc.pos, "the plan has more than 100000 fault injections; narrow the targets");

@@ -515,7 +515,7 @@ const FaultKind kIncast{
       resolved["interface"] = p.interface;
       return std::unique_ptr<Fault>(std::make_unique<Incast>(std::move(resolved), std::move(p)));
     },
-    [](const json& /*params*/, const json& /*snapshot*/) -> Result<void> {
+    [](const json& /*params*/, const json& /*snapshot*/, const Policy& /*policy*/) -> Result<void> {
       // The agent died: its sockets died with it. Nothing on the fabric to restore.
       return {};
     },

@@ -52,7 +52,7 @@ const FaultKind kNoop{
     [](const json& params, const Policy&) -> Result<std::unique_ptr<Fault>> {
       return std::unique_ptr<Fault>(std::make_unique<Noop>(params));
     },
-    [](const json&, const json&) -> Result<void> { return {}; },
+    [](const json&, const json&, const Policy&) -> Result<void> { return {}; },
 };
 
 }  // namespace rc::faults

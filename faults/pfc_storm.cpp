@@ -178,6 +178,11 @@ class PfcStorm final : public Fault {
     return buf;
   }
 
+  // A second storm's resume would end this one's pause early: one storm per interface.
+  std::vector<std::string> targets() const override {
+    return {"PFC pause frames from interface '" + p_.interface + "'"};
+  }
+
   int64_t framesSent() const {
     std::lock_guard lock(m_);
     return framesSent_;
@@ -251,7 +256,7 @@ const FaultKind kPfcStorm{
       resolved["interface"] = p.interface;
       return std::unique_ptr<Fault>(std::make_unique<PfcStorm>(std::move(resolved), std::move(p)));
     },
-    [](const json& /*params*/, const json& snapshot) -> Result<void> {
+    [](const json& /*params*/, const json& snapshot, const Policy& /*policy*/) -> Result<void> {
       if (!snapshot.is_object() || !snapshot.contains("interface") || !snapshot["interface"].is_string())
         return makeError("pfc_storm journal snapshot lacks 'interface'");
       uint16_t vector = uint16_t(snapshot.value("priorities_vector", 0xff));

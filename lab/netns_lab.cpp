@@ -418,6 +418,11 @@ std::string agentConfig(const LabState& s, const NodeRecord& n) {
     << "allow = [\"data0\"]         # faults may touch only these\n"
     << "protected = [\"mgmt0\"]     # never touched\n"
     << "allow_default_route = false\n";
+  // The only lab switch socket this agent's faults may use, and the port facing its host.
+  if (s.fabric == "switch" && !s.sw.control.empty())
+    o << "[lab]\n"
+      << "switch_socket = " << tomlString(s.sw.control) << "\n"
+      << "switch_port = " << tomlString(n.name) << "\n";
   return o.str();
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -102,14 +103,42 @@ TEST_CASE("writeFileAtomic: durable replace, no overwrite when asked, mode from 
   CHECK_FALSE(writeFileAtomic(d.path + "/missing/x", "x"));
 }
 
-TEST_CASE("a journal entry is never overwritten by a fault with the same id") {
+TEST_CASE("an entry is never overwritten by a new fault with the same id") {
   TempDir d;
-  auto j = Journal::open(d.path + "/state");
+  auto j = Journal::open(d.path);
   REQUIRE(j.ok());
-  REQUIRE(j->add("f1", {{"kind", "link_flap"}, {"snapshot", {{"admin_up", true}}}}).ok());
-  CHECK_FALSE(j->add("f1", {{"kind", "link_flap"}, {"snapshot", {{"admin_up", false}}}}).ok());
+  REQUIRE(j->add("same", {{"kind", "link_flap"}, {"snapshot", {{"admin_up", true}}}}).ok());
+  auto again = j->add("same", {{"kind", "pfc_storm"}});
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.error().code == EEXIST);
+  CHECK_THAT(again.error().message, Catch::Contains("not overwritten"));
   auto entries = j->list();
-  REQUIRE(entries.ok());
   REQUIRE(entries->size() == 1);
-  CHECK((*entries)[0].record["snapshot"]["admin_up"] == true);
+  CHECK(entries->front().record["kind"] == "link_flap");
+  CHECK(entries->front().record["snapshot"]["admin_up"] == true);
+  // The fault's own update (its snapshot at apply time) replaces it; a missing entry is not
+  // created by an update.
+  REQUIRE(j->replace("same", {{"kind", "link_flap"}, {"snapshot", {{"admin_up", false}}}}).ok());
+  CHECK(j->list()->front().record["snapshot"]["admin_up"] == false);
+  CHECK_FALSE(j->replace("other", {{"kind", "link_flap"}}).ok());
+  CHECK(j->list()->size() == 1);
+  for (auto& e : fs::directory_iterator(d.path + "/journal"))
+    CHECK(e.path().extension() == ".json");
+}
+
+TEST_CASE("quarantine moves an entry out of the replay, keeping every copy") {
+  TempDir d;
+  auto j = Journal::open(d.path);
+  REQUIRE(j.ok());
+  std::ofstream(d.path + "/journal/bad.json") << "{not json";
+  auto moved = j->quarantine("bad");
+  REQUIRE(moved.ok());
+  CHECK(*moved == d.path + "/journal/quarantine/bad.json");
+  CHECK(j->list()->empty());
+  std::ofstream(d.path + "/journal/bad.json") << "[]";
+  auto second = j->quarantine("bad");
+  REQUIRE(second.ok());
+  CHECK(*second != *moved);
+  CHECK(fs::exists(*moved));
+  CHECK(fs::exists(*second));
 }

@@ -138,7 +138,7 @@ TEST_CASE("link_flap describes itself and validates its target", "[params]") {
     CHECK_THAT(bad.error().message, Catch::Contains("'down'"));
   }
   SECTION("a malformed journal record is refused without touching anything") {
-    auto r = flapKind().revertRecord(*p, json{{"ifindex", "1"}});
+    auto r = flapKind().revertRecord(*p, json{{"ifindex", "1"}}, rc::faults::Policy{});
     REQUIRE_FALSE(r);
     CHECK_THAT(r.error().message, Catch::Contains("link_flap journal snapshot"));
   }
@@ -196,7 +196,7 @@ TEST_CASE("incast refuses what it cannot do safely, and picks its role from the 
   REQUIRE(udpSink);
   CHECK((*udpSink)->describe() == "incast sink on 127.0.0.1:7490/udp (lo), expecting 8 flows");
   // Nothing outlives the agent: a journal record after a crash has nothing to restore.
-  CHECK(k->revertRecord((*sink)->params(), json{{"role", "receiver"}}));
+  CHECK(k->revertRecord((*sink)->params(), json{{"role", "receiver"}}, rc::faults::Policy{}));
 }
 
 TEST_CASE("noop is a fault kind that changes nothing and reverts", "[params][noop]") {
@@ -214,5 +214,5 @@ TEST_CASE("noop is a fault kind that changes nothing and reverts", "[params][noo
   REQUIRE(ev.size() == 2);
   CHECK(ev[0].what == "applied");
   CHECK(ev[1].what == "reverted");
-  CHECK(k->revertRecord(*p, json::object()));
+  CHECK(k->revertRecord(*p, json::object(), Policy{}));
 }
