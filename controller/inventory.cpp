@@ -89,8 +89,10 @@ Result<Inventory> parseInventory(const std::string& text, const std::string& pat
       defaultPort = uint16_t(*v);
     }
   }
-  if (auto* lab = root.get_as<toml::table>("lab"))
+  if (auto* lab = root.get_as<toml::table>("lab")) {
     if (auto* d = lab->get_as<std::string>("dir")) inv.labDir = d->get();
+    if (auto* c = lab->get_as<std::string>("switch_control")) inv.switchControl = c->get();
+  }
 
   auto* nodes = root.get_as<toml::array>("node");
   if (!nodes || nodes->empty())

@@ -23,6 +23,7 @@ struct Inventory {
   std::string path;
   tls::Material tls;  // absolute paths
   std::string labDir;  // set when a lab wrote this inventory
+  std::string switchControl;  // [lab] switch_control: the lab switch's socket (fabric evidence)
   std::vector<Node> nodes;
 
   const Node* find(const std::string& name) const;

@@ -764,6 +764,16 @@ const std::vector<MetricInfo>& metricCatalogue() {
       {"busbw", MetricUnit::rate, "bus bandwidth of the baseline (nccl-tests definition), job only"},
       {"gpu_hours", MetricUnit::number, "GPU-hours lost per incident at [cost] gpus, job only"},
       {"cost", MetricUnit::number, "money lost per incident at [cost] price, job only"},
+      {"pause_frames", MetricUnit::number, "PFC frames the fabric received in the trial (the lab switch; a node: its port)"},
+      {"paused_time", MetricUnit::duration, "time the fabric's egress queues were paused by PFC, summed over queues"},
+      {"pause_spread_time", MetricUnit::duration,
+       "time the fabric held senders in XOFF (the pause spreading upstream), summed over ports"},
+      {"ecn_marks", MetricUnit::number, "packets the fabric ECN-marked in the trial"},
+      {"drops", MetricUnit::number, "packets the fabric dropped in the trial (tail drops and watchdog drops)"},
+      {"watchdog_detect_time", MetricUnit::duration,
+       "PFC storm start (first frame on the wire) until the switch's watchdog detected it, job only"},
+      {"watchdog_restore_time", MetricUnit::duration,
+       "PFC storm end (last frame on the wire) until the switch's watchdog restored the queue, job only"},
   };
   return m;
 }

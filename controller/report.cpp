@@ -34,6 +34,7 @@ json scopeJson(const ScopeScore& s) {
             {"iterations", {{"baseline", iterJson(s.baselineIterations)},
                             {"window", iterJson(s.windowIterations)}}},
             {"counters", s.counterDeltas},
+            {"fabric", s.fabric},
             {"busbw_Bps", optNum(s.busbw)},
             {"gpu_hours", optNum(s.gpuHours)},
             {"cost", optNum(s.cost)},
@@ -207,6 +208,30 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
   }
   doc["counters"] = counters;
 
+  // Fabric evidence: events, and per (port, queue) series of the cumulative counters.
+  json fabric = {{"source", run.fabric.source}, {"error", run.fabric.error}};
+  json fevents = json::array();
+  for (const auto& e : run.fabric.events)
+    fevents.push_back({{"t_ns", e.tNs}, {"what", e.what}, {"port", e.port}, {"priority", e.priority}});
+  fabric["events"] = fevents;
+  json fseries = json::object();
+  for (const auto& x : run.fabric.samples) {
+    json& q = fseries[x.port + "/" + std::to_string(x.queue)];
+    if (q.is_null()) q = {{"port", x.port}, {"queue", x.queue}, {"t_ns", json::array()}, {"pfc_rx", json::array()},
+                          {"pfc_tx", json::array()}, {"ecn_marked", json::array()}, {"drops", json::array()},
+                          {"paused_ns", json::array()}, {"xoff_ns", json::array()}, {"depth_bytes", json::array()}};
+    q["t_ns"].push_back(x.tNs);
+    q["pfc_rx"].push_back(x.pfcRx);
+    q["pfc_tx"].push_back(x.pfcTx);
+    q["ecn_marked"].push_back(x.ecnMarked);
+    q["drops"].push_back(x.drops + x.wdDrops);
+    q["paused_ns"].push_back(x.pausedNs);
+    q["xoff_ns"].push_back(x.xoffNs);
+    q["depth_bytes"].push_back(x.depthBytes);
+  }
+  fabric["series"] = fseries;
+  doc["fabric"] = fabric;
+
   json trials = json::array();
   for (const auto& ts : scores.trials) {
     const Trial& t = run.plan.trials.at(size_t(ts.trial));
@@ -227,6 +252,37 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
                     {"measured_text", v.measuredText}, {"passed", v.passed},
                     {"line", v.pos.line}, {"column", v.pos.column}});
     jt["verdicts"] = vs;
+    json fd = json::array();
+    for (const auto& d : ts.fabric.trial)
+      fd.push_back({{"port", d.port}, {"queue", d.queue}, {"pfc_rx", d.pfcRx}, {"pfc_tx", d.pfcTx},
+                    {"ecn_marked", d.ecnMarked}, {"drops", d.drops}, {"paused_ns", d.pausedNs},
+                    {"xoff_ns", d.xoffNs}, {"max_depth_bytes", d.maxDepthBytes}, {"storm_gaps", d.stormGaps}});
+    // Per fault window (applied to reverted), what the fabric saw while each fault was on.
+    json fw = json::array();
+    if (!ts.fabric.source.empty())
+      for (const auto& f : run.faults) {
+        if (f.trial != ts.trial || !f.appliedNs) continue;
+        json ds = json::array();
+        for (const auto& d : fabricDeltas(run.fabric, *f.appliedNs, f.revertedNs.value_or(t.endNs)))
+          ds.push_back({{"port", d.port}, {"queue", d.queue}, {"pfc_rx", d.pfcRx}, {"pfc_tx", d.pfcTx},
+                        {"ecn_marked", d.ecnMarked}, {"drops", d.drops}, {"paused_ns", d.pausedNs},
+                        {"xoff_ns", d.xoffNs}, {"max_depth_bytes", d.maxDepthBytes}, {"storm_gaps", d.stormGaps}});
+        fw.push_back({{"step", f.step}, {"node", f.node}, {"kind", f.kind}, {"from_ns", *f.appliedNs},
+                      {"to_ns", f.revertedNs.value_or(t.endNs)}, {"deltas", ds}});
+      }
+    json wd = json::array();
+    for (const auto& ep : ts.fabric.watchdog) {
+      auto since = [](std::optional<int64_t> a, std::optional<int64_t> b) -> json {
+        return a && b ? json(*a - *b) : json();
+      };
+      wd.push_back({{"port", ep.port}, {"priority", ep.priority}, {"storm_start_ns", ep.stormStartNs},
+                    {"storm_end_ns", optInt(ep.stormEndNs)}, {"detect_ns", optInt(ep.detectNs)},
+                    {"restore_ns", optInt(ep.restoreNs)}, {"data_plane_moving_ns", optInt(ep.dataPlaneMovingNs)},
+                    {"detect_time_ns", since(ep.detectNs, ep.stormStartNs)},
+                    {"restore_time_ns", since(ep.restoreNs, ep.stormEndNs)},
+                    {"data_plane_detect_time_ns", since(ep.dataPlaneMovingNs, ep.stormStartNs)}});
+    }
+    jt["fabric"] = {{"source", ts.fabric.source}, {"deltas", fd}, {"fault_windows", fw}, {"watchdog", wd}};
     (void)t;
     trials.push_back(std::move(jt));
   }
@@ -382,6 +438,35 @@ std::string renderText(const json& doc) {
       o << "  extrapolated    " << fmt("%.3g", *g) << " GPU-hours per incident ("
         << fmt("%.2f", num(job, "cost").value_or(0)) << " " << str(pb["cost"], "currency") << "), "
         << fmt("%.4g", num(job, "gpu_hours_per_period").value_or(0)) << " GPU-hours per period\n";
+    if (t.contains("fabric") && t["fabric"].is_object() && !str(t["fabric"], "source").empty()) {
+      const json& fb = t["fabric"];
+      uint64_t pfcRx = 0, ecn = 0, drops = 0, gaps = 0;
+      std::string spread;
+      for (const auto& d : fb["deltas"]) {
+        pfcRx += d.value("pfc_rx", uint64_t(0));
+        gaps += d.value("storm_gaps", uint64_t(0));
+        ecn += d.value("ecn_marked", uint64_t(0));
+        drops += d.value("drops", uint64_t(0));
+        if (d.value("xoff_ns", int64_t(0)) > 0)
+          spread += " " + str(d, "port") + "/q" + std::to_string(d.value("queue", 0)) + " " +
+                    dur(d.value("xoff_ns", int64_t(0)));
+      }
+      o << "  fabric          " << pfcRx << " PFC frames received, " << ecn << " ECN marks, " << drops
+        << " drops (" << str(fb, "source") << ")\n";
+      if (pfcRx > 0)
+        o << "  storm quality   " << gaps
+          << " gap(s) between pause frames longer than the maximum pause time (the port was free to send)\n";
+      if (!spread.empty()) o << "  pause spread    senders held in XOFF:" << spread << "\n";
+      for (const auto& w : fb["watchdog"]) {
+        auto show = [&](const char* k) {
+          return w[k].is_number() ? dur(w[k].get<int64_t>()) : std::string("never");
+        };
+        o << "  PFC watchdog    " << str(w, "port") << " priority " << w.value("priority", 0) << ": detected "
+          << show("detect_time_ns") << " after the storm began (data plane: traffic moved again after "
+          << show("data_plane_detect_time_ns") << "), restored " << show("restore_time_ns")
+          << " after it ended\n";
+      }
+    }
     for (const auto& p : t["problems"]) o << "  ERROR " << p.get<std::string>() << "\n";
     for (const auto& v : t["verdicts"])
       o << "  " << (v.value("passed", false) ? "ok   " : "FAIL ") << str(v, "metric") << " " << str(v, "op") << " "

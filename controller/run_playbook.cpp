@@ -15,6 +15,7 @@
 #include "common/clock.hpp"
 #include "common/log.hpp"
 #include "common/units.hpp"
+#include "controller/fabric_sampler.hpp"
 #include "controller/fleet.hpp"
 #include "controller/score.hpp"
 #include "controller/workload_run.hpp"
@@ -144,6 +145,9 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
   }
   const int64_t t0 = workload.series().startNs;  // the run's t = 0, controller clock
   run.startedUnixNs = t0;
+  // Fabric evidence (lab switch counters and events) for the whole run, where there is a switch.
+  std::unique_ptr<FabricSampler> fabric;
+  if (!inventory.switchControl.empty()) fabric = std::make_unique<FabricSampler>(inventory.switchControl, t0);
 
   // ---- every fault, scheduled now for its planned instant (agents hold them until then)
   std::vector<Scheduled> scheduled;
@@ -314,6 +318,7 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
     co_await wait.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
   signals.cancel();
+  if (fabric) run.fabric = fabric->finish();
   for (auto& cs : run.counters)
     if (cs.after.empty()) cs.after = countersNow(cs.node);
 

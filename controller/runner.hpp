@@ -79,6 +79,29 @@ struct ClockInfo {
   int64_t rttNs = 0;
 };
 
+// The fabric's own view, from the lab switch's control socket (or, later, a real switch's
+// telemetry): counters per port and queue sampled about every 100 ms, and events with their
+// instants. Ground truth to judge the workload's view against. Times on the run timeline.
+struct FabricSample {
+  int64_t tNs = 0;
+  std::string port;
+  int queue = 0;
+  uint64_t pfcRx = 0, pfcTx = 0, ecnMarked = 0, drops = 0, wdDrops = 0, depthBytes = 0, stormGaps = 0;
+  int64_t pausedNs = 0, xoffNs = 0;
+};
+struct FabricEvent {
+  int64_t tNs = 0;
+  std::string what;  // pfc_rx_start, pfc_rx_end, wd_detect, wd_restore
+  std::string port;
+  int priority = 0;
+};
+struct FabricEvidence {
+  std::string source;  // "labswitch <socket>"; empty = none collected
+  std::vector<FabricSample> samples;  // a (port, queue) appears when its counters changed
+  std::vector<FabricEvent> events;
+  std::string error;  // why collection stopped early, if it did
+};
+
 struct RunResult {
   Plan plan;
   std::string inventoryPath;
@@ -91,6 +114,7 @@ struct RunResult {
   std::vector<FaultRecord> faults;
   std::vector<CounterSnapshot> counters;
   std::vector<ClockInfo> clocks;
+  FabricEvidence fabric;
   std::string abortReason;  // empty = ran to the end
 };
 

@@ -266,6 +266,7 @@ std::optional<double> metricValue(const ScopeScore& s, std::string_view m) {
     if (o) return double(*o);
     return std::nullopt;
   };
+  if (auto f = s.fabric.find(std::string(m)); f != s.fabric.end()) return f->second;
   if (m == "baseline") return s.baseline;
   if (m == "busbw") return s.busbw;
   if (m == "gpu_hours") return s.gpuHours;
@@ -296,6 +297,42 @@ std::optional<double> metricValue(const ScopeScore& s, std::string_view m) {
   if (m == "longest_stall") return double(im.longestStallNs);
   if (m == "min_throughput") return im.minRate;
   return std::nullopt;
+}
+
+std::vector<FabricDelta> fabricDeltas(const FabricEvidence& f, int64_t fromNs, int64_t toNs) {
+  // The last sample at or before each edge (cumulative counters), per (port, queue).
+  std::map<std::pair<std::string, int>, std::pair<const FabricSample*, const FabricSample*>> edges;
+  std::map<std::pair<std::string, int>, const FabricSample*> first;
+  std::map<std::pair<std::string, int>, uint64_t> depth;
+  for (const auto& s : f.samples) {
+    auto key = std::make_pair(s.port, s.queue);
+    first.try_emplace(key, &s);
+    auto& [a, b] = edges[key];
+    if (s.tNs <= fromNs) a = &s;
+    if (s.tNs <= toNs) b = &s;
+    if (s.tNs >= fromNs && s.tNs <= toNs) depth[key] = std::max(depth[key], s.depthBytes);
+  }
+  std::vector<FabricDelta> out;
+  for (const auto& [key, e] : edges) {
+    const FabricSample* a = e.first;
+    const FabricSample* b = e.second;
+    if (!b) continue;
+    // A window that starts before the first sample (the run's first moments) counts from it.
+    if (!a) a = first[key];
+    FabricDelta d;
+    d.port = key.first;
+    d.queue = key.second;
+    d.pfcRx = b->pfcRx - std::min(b->pfcRx, a->pfcRx);
+    d.pfcTx = b->pfcTx - std::min(b->pfcTx, a->pfcTx);
+    d.ecnMarked = b->ecnMarked - std::min(b->ecnMarked, a->ecnMarked);
+    d.drops = (b->drops + b->wdDrops) - std::min(b->drops + b->wdDrops, a->drops + a->wdDrops);
+    d.pausedNs = std::max<int64_t>(0, b->pausedNs - a->pausedNs);
+    d.xoffNs = std::max<int64_t>(0, b->xoffNs - a->xoffNs);
+    d.stormGaps = b->stormGaps - std::min(b->stormGaps, a->stormGaps);
+    d.maxDepthBytes = depth[key];
+    if (d.any()) out.push_back(d);
+  }
+  return out;
 }
 
 std::string Verdict::describe() const {
@@ -341,6 +378,11 @@ std::vector<double> jobIterations(const RunResult& run, Pick how, int64_t from, 
 std::string missingReason(std::string_view metric, const ScopeScore& s) {
   if (metric == "recovery_time" && s.impact) return "not recovered";
   if (metric == "time_to_impact" && s.impact) return "no impact";
+  if (metric == "watchdog_detect_time" && !s.fabric.empty()) return "the watchdog never fired";
+  if (metric == "watchdog_restore_time" && !s.fabric.empty()) return "no watchdog restoration after a storm's end";
+  if (metric == "pause_frames" || metric == "paused_time" || metric == "pause_spread_time" || metric == "ecn_marks" ||
+      metric == "drops" || metric.rfind("watchdog_", 0) == 0)
+    return "no fabric evidence (the inventory names no lab switch: [lab] switch_control)";
   if (!s.baseline) return "no baseline";
   if (metric.rfind("iteration", 0) == 0) return "no iterations";
   if (metric.rfind("counter.", 0) == 0) return "counter not reported";
@@ -453,6 +495,71 @@ Scores score(const RunResult& run, const Playbook& pb) {
       ts.job.cost = *ts.job.gpuHours * pb.cost.pricePerGpuHour;
       ts.job.gpuHoursPerPeriod = *ts.job.gpuHours * pb.cost.incidentsPerDay * pb.cost.days;
       ts.job.costPerPeriod = *ts.job.cost * pb.cost.incidentsPerDay * pb.cost.days;
+    }
+
+    // Fabric evidence: deltas per port and queue over the trial, metrics per scope (a node's
+    // scope is its own switch port, named like the node on the lab), watchdog episodes.
+    if (!run.fabric.source.empty()) {
+      ts.fabric.source = run.fabric.source;
+      ts.fabric.trial = fabricDeltas(run.fabric, t.startNs, t.endNs);
+      auto fill = [](ScopeScore& sc, const std::vector<FabricDelta>& ds, const std::string& port) {
+        double pause = 0, paused = 0, spread = 0, ecn = 0, drops = 0;
+        for (const auto& d : ds) {
+          if (!port.empty() && d.port != port) continue;
+          pause += double(d.pfcRx);
+          paused += double(d.pausedNs);
+          spread += double(d.xoffNs);
+          ecn += double(d.ecnMarked);
+          drops += double(d.drops);
+        }
+        sc.fabric["pause_frames"] = pause;
+        sc.fabric["paused_time"] = paused;
+        sc.fabric["pause_spread_time"] = spread;
+        sc.fabric["ecn_marks"] = ecn;
+        sc.fabric["drops"] = drops;
+      };
+      fill(ts.job, ts.fabric.trial, "");
+      for (auto& n : ts.nodes) fill(n, ts.fabric.trial, n.scope);
+      // Storms that began in this trial, matched with the watchdog's instants on the same queue.
+      const double stalled = ts.job.baseline ? ss.stallFraction * *ts.job.baseline : 0;
+      for (const auto& e : run.fabric.events) {
+        if (e.what != "pfc_rx_start" || e.tNs < t.startNs || e.tNs >= t.endNs) continue;
+        WatchdogEpisode ep{e.port, e.priority, e.tNs, {}, {}, {}, {}};
+        for (const auto& x : run.fabric.events) {
+          if (x.port != e.port || x.priority != e.priority || x.tNs < e.tNs) continue;
+          if (x.what == "pfc_rx_end" && !ep.stormEndNs) ep.stormEndNs = x.tNs;
+          if (x.what == "wd_detect" && !ep.detectNs && !ep.stormEndNs) ep.detectNs = x.tNs;
+          if (x.what == "wd_restore" && ep.detectNs && !ep.restoreNs) ep.restoreNs = x.tNs;
+        }
+        // The data plane: the job's longest stall that begins while the storm is on (a bursty
+        // job's short gaps between iterations are stalls too; the storm's spread is the long
+        // one), and the instant its traffic moves again.
+        if (stalled > 0) {
+          int64_t stormEnd = ep.stormEndNs.value_or(t.endNs);
+          size_t bestEnd = 0, bestLen = 0;
+          for (size_t i = binFrom(jobGrid, e.tNs); i < jobGrid.size() && jobGrid.timeOf(i) < stormEnd;) {
+            if (jobGrid.rate(i) >= stalled) {
+              i++;
+              continue;
+            }
+            size_t j = i;
+            while (j < jobGrid.size() && jobGrid.rate(j) < stalled) j++;
+            if (j - i > bestLen && j < jobGrid.size()) {
+              bestLen = j - i;
+              bestEnd = j;
+            }
+            i = j;
+          }
+          if (bestLen > 0) ep.dataPlaneMovingNs = jobGrid.timeOf(bestEnd);
+        }
+        ts.fabric.watchdog.push_back(ep);
+      }
+      for (const auto& ep : ts.fabric.watchdog) {
+        if (ep.detectNs && !ts.job.fabric.count("watchdog_detect_time"))
+          ts.job.fabric["watchdog_detect_time"] = double(*ep.detectNs - ep.stormStartNs);
+        if (ep.restoreNs && ep.stormEndNs && !ts.job.fabric.count("watchdog_restore_time"))
+          ts.job.fabric["watchdog_restore_time"] = double(*ep.restoreNs - *ep.stormEndNs);
+      }
     }
 
     // Guardrails, checked again on the data: the runner aborts live, this catches the rest.

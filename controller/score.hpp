@@ -116,12 +116,45 @@ struct ScopeScore {
   std::optional<IterationStats> baselineIterations;
   std::optional<IterationStats> windowIterations;
   std::map<std::string, int64_t> counterDeltas;
+  // Fabric metrics (pause_frames, paused_time, pause_spread_time, ecn_marks, drops; job only:
+  // watchdog_detect_time, watchdog_restore_time), where the run has fabric evidence.
+  std::map<std::string, double> fabric;
   // Job only:
   std::optional<double> busbw;     // bytes/s, from baseline iterations
   std::optional<double> gpuHours;  // per incident, at [cost] gpus
   std::optional<double> cost;      // per incident, at [cost] price
   std::optional<double> gpuHoursPerPeriod;  // x incidents_per_day x days
   std::optional<double> costPerPeriod;
+};
+
+// What the fabric saw in one window, per switch port and queue (counter deltas).
+struct FabricDelta {
+  std::string port;
+  int queue = 0;
+  uint64_t pfcRx = 0, pfcTx = 0, ecnMarked = 0, drops = 0;
+  int64_t pausedNs = 0, xoffNs = 0;
+  uint64_t maxDepthBytes = 0;
+  uint64_t stormGaps = 0;  // gaps in received PFC longer than the maximum pause time
+  bool any() const { return pfcRx || pfcTx || ecnMarked || drops || pausedNs || xoffNs; }
+};
+// Deltas of every (port, queue) that moved in [fromNs, toNs).
+std::vector<FabricDelta> fabricDeltas(const FabricEvidence& f, int64_t fromNs, int64_t toNs);
+
+// A PFC watchdog episode on one port and priority: the storm on the wire (first and last PFC
+// frame received), the watchdog's own detect and restore instants, and the data plane's view:
+// when the job's traffic moved again after the storm began (the end of the job's first stall
+// after the storm start). Times on the run timeline; durations derived in the report.
+struct WatchdogEpisode {
+  std::string port;
+  int priority = 0;
+  int64_t stormStartNs = 0;
+  std::optional<int64_t> stormEndNs, detectNs, restoreNs, dataPlaneMovingNs;
+};
+
+struct FabricScore {
+  std::string source;                     // empty: no fabric evidence for this run
+  std::vector<FabricDelta> trial;         // over the trial
+  std::vector<WatchdogEpisode> watchdog;  // storms that began in the trial
 };
 
 struct Verdict {
@@ -146,6 +179,7 @@ struct TrialScore {
   std::vector<std::string> problems;    // faults that failed, guardrails crossed: errors
   ScopeScore job;
   std::vector<ScopeScore> nodes;
+  FabricScore fabric;
   std::vector<Verdict> verdicts;
 };
 

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -76,6 +77,7 @@ struct QueueStats {
   uint64_t pfcRx = 0, pfcTx = 0, wdStorms = 0, wdRestored = 0, wdDrops = 0;
   int64_t pausedNs = 0;  // closed pause intervals; the open one is added when read
   int64_t xoffNs = 0;    // closed XOFF intervals (this switch pausing the upstream); likewise
+  uint64_t stormGaps = 0;  // gaps in received PFC longer than the maximum pause time
 };
 
 struct Queue {
@@ -98,7 +100,18 @@ struct Queue {
   WatchdogConfig wd;
   bool storm = false;
   int64_t stalledSince = 0, lastPfcRx = 0;
+  bool pfcRxActive = false;  // an episode of received PFC (a storm, seen on the wire) is open
 };
+
+// Something the fabric did, with when: ground truth for the runner's evidence (a bounded ring).
+struct FabricEvent {
+  uint64_t seq = 0;
+  int64_t monoNs = 0, wallNs = 0;
+  std::string what;  // pfc_rx_start, pfc_rx_end, wd_detect, wd_restore
+  std::string port;
+  int prio = 0;
+};
+constexpr size_t kMaxEvents = 4096;
 
 struct Port {
   std::string name;
@@ -380,6 +393,11 @@ class Fabric {
       if (!(f.enableVector & (1u << prio))) continue;
       Queue& q = p.q[prio];
       q.stats.pfcRx++;
+      if (!q.pfcRxActive) event(now, "pfc_rx_start", p.name, prio);
+      // Storm quality: a gap longer than the longest pause at this port's rate left the port
+      // free to send, so the storm did not hold it paused throughout.
+      if (q.pfcRxActive && now - q.lastPfcRx > pfc::quantaToNs(0xffff, p.rateBps)) q.stats.stormGaps++;
+      q.pfcRxActive = true;
       q.lastPfcRx = now;
       if (!(cfg_.losslessMask & (1u << prio))) continue;  // PFC is off for lossy priorities
       if (q.storm && q.wd.action != WatchdogAction::alert) continue;  // the watchdog ignores it
@@ -514,6 +532,12 @@ class Fabric {
       for (int prio = 0; prio < kPriorities; prio++) {
         Queue& q = p.q[prio];
         if (q.xoff && now >= q.xoffRefreshAt) sendPfc(int(pi), prio, true, now);
+        // An episode of received PFC (a storm) ends when the watchdog's restoration time passed
+        // without a frame, as the watchdog itself judges it; its end is the last frame's instant.
+        if (q.pfcRxActive && now - q.lastPfcRx > q.wd.restorationNs + cfg_.pollNs) {
+          q.pfcRxActive = false;
+          event(q.lastPfcRx, "pfc_rx_end", p.name, prio);
+        }
         watchdog(int(pi), prio, now);
       }
       if (p.held) releaseHeld(int(pi), now);
@@ -556,6 +580,7 @@ class Fabric {
     if (now - q.stalledSince < q.wd.detectionNs) return;
     q.storm = true;
     q.stats.wdStorms++;
+    event(now, "wd_detect", p.name, prio);
     log::warn("PFC watchdog: storm detected on port {} priority {} (action {})", p.name, prio,
               actionName(q.wd.action));
     if (q.wd.action == WatchdogAction::alert) return;
@@ -578,7 +603,32 @@ class Fabric {
     q.storm = false;
     q.stalledSince = 0;
     q.stats.wdRestored++;
+    event(now, "wd_restore", p.name, prio);
     log::info("PFC watchdog: port {} priority {} {}", p.name, prio, why);
+  }
+
+  // Records an event at monotonic instant AT (now or earlier), with the wall clock of that
+  // instant, so the controller on the same host can place it on its run timeline.
+  void event(int64_t at, const char* what, const std::string& port, int prio) {
+    int64_t wallNowNs = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+    FabricEvent e{++eventSeq_, at, wallNowNs - (monoNs() - at), what, port, prio};
+    events_.push_back(std::move(e));
+    if (events_.size() > kMaxEvents) events_.pop_front();
+  }
+
+  json eventsCmd(const json& req) {
+    uint64_t since = 0;
+    if (req.contains("since")) {
+      if (!req["since"].is_number_unsigned()) return err("'since' must be an event sequence number (>= 0)");
+      since = req["since"].get<uint64_t>();
+    }
+    json out = json::array();
+    for (const auto& e : events_)
+      if (e.seq > since)
+        out.push_back({{"seq", e.seq}, {"mono_ns", e.monoNs}, {"wall_ns", e.wallNs}, {"what", e.what},
+                       {"port", e.port}, {"priority", e.prio}});
+    return {{"ok", true}, {"last_seq", eventSeq_}, {"events", out}};
   }
 
   // ---- control ----------------------------------------------------------------------------
@@ -592,6 +642,7 @@ class Fabric {
       if (cmd == "ping") return {{"ok", true}, {"switch", "rdmachaos-labswitch"}, {"version", 1}};
       if (cmd == "topology") return topology();
       if (cmd == "counters") return counters(req, now);
+      if (cmd == "events") return eventsCmd(req);
       if (cmd == "reset_counters") {
         for (auto& p : ports_) {
           p.rxFrames = p.rxBytes = p.txFrames = p.txBytes = p.rxDrops = p.noRoute = 0;
@@ -620,7 +671,7 @@ class Fabric {
         for (auto& s : switches_) s.flowlets.clear();
         return {{"ok", true}, {"previous", prev}, {"mode", m}};
       }
-      return err("unknown command '" + cmd + "' (ping, topology, counters, reset_counters, get_ecn, set_ecn, get_pfc, set_pfc, get_watchdog, set_watchdog, get_link, set_link, get_port, set_port, get_routing, set_routing)");
+      return err("unknown command '" + cmd + "' (ping, topology, counters, events, reset_counters, get_ecn, set_ecn, get_pfc, set_pfc, get_watchdog, set_watchdog, get_link, set_link, get_port, set_port, get_routing, set_routing)");
     } catch (const std::exception& e) {
       return err(std::string("bad request: ") + e.what());
     }
@@ -680,6 +731,7 @@ class Fabric {
                       {"tx_bytes", q.stats.txBytes}, {"drops", q.stats.drops},
                       {"ecn_marked", q.stats.ecnMarked}, {"pfc_rx", q.stats.pfcRx},
                       {"pfc_tx", q.stats.pfcTx}, {"paused_ns", pausedNs(q, now)}, {"xoff_ns", xoffNs(q, now)},
+                      {"storm_gaps", q.stats.stormGaps},
                       {"paused", q.pausedUntil > now}, {"ingress_bytes", q.ingressBytes},
                       {"xoff", q.xoff}, {"host_held", q.hold.size()},
                       {"wd_storms", q.stats.wdStorms}, {"wd_restored", q.stats.wdRestored},
@@ -1129,6 +1181,8 @@ class Fabric {
   std::vector<Link> links_;
   std::unordered_map<Mac, int, MacHash> macTable_;
   UniqueFD control_, txTimer_;
+  std::deque<FabricEvent> events_;
+  uint64_t eventSeq_ = 0;
   std::vector<Client> clients_;
   int ep_ = -1;
 };

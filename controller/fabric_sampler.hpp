@@ -1,0 +1,28 @@
+// Collects fabric evidence during a run: the lab switch's counters and events, sampled on a
+// thread of its own (the control socket is blocking I/O, kept off the controller's event loop).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "controller/runner.hpp"
+
+namespace rc::controller {
+
+class FabricSampler {
+ public:
+  // Starts sampling SOCKET every PERIOD_NS; T0_UNIX_NS is the run's t = 0 (wall clock).
+  FabricSampler(std::string socket, int64_t t0UnixNs, int64_t periodNs = 100'000'000);
+  ~FabricSampler();
+  FabricSampler(const FabricSampler&) = delete;
+  FabricSampler& operator=(const FabricSampler&) = delete;
+  // Takes a last sample, stops the thread and returns what was collected.
+  FabricEvidence finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rc::controller
