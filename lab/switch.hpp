@@ -45,6 +45,9 @@ struct HostPort {
   std::string name;    // node name; also the port's name, e.g. "n1"
   std::string netns;   // path, e.g. /run/netns/rc3-n1
   std::string ifname;  // the persistent TAP inside it, e.g. data0
+  // Instead of a TAP: a QEMU guest's NIC, a unix stream socket QEMU listens on
+  // (`-netdev stream,server=on`); the switch connects to it.
+  std::string stream;
 };
 
 struct Config {

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/uio.h>
 
 #include <cerrno>
@@ -136,6 +137,23 @@ Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const st
 
 std::unique_ptr<PortIo> streamPort(UniqueFD connected, std::string name) {
   return std::make_unique<StreamIo>(std::move(connected), std::move(name));
+}
+
+Result<std::unique_ptr<PortIo>> connectStream(const std::string& path, std::string name) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof sa.sun_path)
+    return makeError("stream socket path '" + path + "' is empty or longer than " +
+                     std::to_string(sizeof sa.sun_path - 1) + " bytes", ENAMETOOLONG);
+  std::strcpy(sa.sun_path, path.c_str());
+  // Blocking: writes must never be short (they would break the framing); reads use
+  // MSG_DONTWAIT.
+  UniqueFD fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.isValid()) return makeError("socket: " + std::string(std::strerror(errno)), errno);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+    return makeError("cannot connect to the guest NIC's stream socket '" + path + "': " +
+                     std::strerror(errno) + " (is its QEMU running?)", errno);
+  return streamPort(std::move(fd), std::move(name));
 }
 
 }  // namespace rc::labswitch

@@ -42,4 +42,9 @@ Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const st
 // connected stream socket (the switch listens, QEMU connects). The descriptor is adopted.
 std::unique_ptr<PortIo> streamPort(UniqueFD connected, std::string name);
 
+// Connects to a QEMU `-netdev stream,server=on,addr.type=unix` socket at `path` and returns
+// it as a stream port. QEMU accepts a new connection after the old one closes, so a
+// restarted switch reconnects to the same guest NIC.
+Result<std::unique_ptr<PortIo>> connectStream(const std::string& path, std::string name);
+
 }  // namespace rc::labswitch

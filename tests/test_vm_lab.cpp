@@ -1,0 +1,229 @@
+// Tests of the soft-RoCE lab (lab up --soft-roce): QEMU guests boot with rxe0 ACTIVE and their
+// agents reachable; lab down (also after kill -9 of `lab up`) leaves no process or file. The
+// vm suite; exits 77 with a reason where QEMU, the guest kernel or root is missing.
+#define CATCH_CONFIG_RUNNER
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lab/lab.hpp"
+#include "lab/lab_state.hpp"
+#include "lab/process.hpp"
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace rctest;
+
+namespace {
+
+// The CLI's output files: outside every lab directory, whose emptiness the tests check.
+const std::string& cliDir() {
+  static struct Holder {
+    std::string path;
+    Holder() {
+      char tmpl[] = "/tmp/rc-test-vm-cli-XXXXXX";
+      if (::mkdtemp(tmpl)) path = tmpl;
+    }
+    ~Holder() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } holder;
+  return holder.path;
+}
+
+// One two-guest lab shared by the test cases that need it (booting guests is the slow part).
+std::unique_ptr<Lab>& sharedLab() {
+  static std::unique_ptr<Lab> lab;
+  if (!lab) {
+    rc::lab::UpOptions o;
+    o.nodes = 2;
+    o.softRoce = true;
+    auto t0 = std::chrono::steady_clock::now();
+    lab = std::make_unique<Lab>("rc-test-vm", o);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("soft-RoCE lab with 2 guests up in %.1f s (rxe0 ACTIVE, agents listening)\n", s);
+  }
+  return lab;
+}
+
+long rssKiB(int pid) {
+  std::string status = readFile("/proc/" + std::to_string(pid) + "/status");
+  auto at = status.find("VmRSS:");
+  return at == std::string::npos ? -1 : std::stol(status.substr(at + 6));
+}
+
+// Every entry of DIR, recursively (what a lab left behind).
+std::vector<std::string> leftovers(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec))
+    out.push_back(it->path().string());
+  return out;
+}
+
+// What of a lab remains: its recorded processes and every file in its directory.
+void checkNothingLeft(const std::string& dir, const std::vector<rc::lab::ProcRecord>& procs) {
+  for (const auto& p : procs) {
+    INFO("process " << p.pid << " " << rc::lab::describeCommand(p.cmdline));
+    CHECK_FALSE(rc::lab::stillRunning(p));
+  }
+  auto left = leftovers(dir);
+  for (const auto& f : left) INFO("left behind: " << f);
+  CHECK(left.empty());
+}
+
+std::vector<rc::lab::ProcRecord> processesOf(const rc::lab::LabState& s) {
+  std::vector<rc::lab::ProcRecord> procs{s.sw.proc};
+  for (const auto& n : s.nodes) procs.push_back(n.vm);
+  return procs;
+}
+
+}  // namespace
+
+TEST_CASE("guests boot; every agent shows rxe0 with its port ACTIVE") {
+  auto& lab = sharedLab();
+  auto st = rc::lab::loadState(lab->dir());
+  REQUIRE(st.ok());
+  REQUIRE(st->kind == "vm");
+  REQUIRE(st->nodes.size() == 2);
+  for (const auto& n : st->nodes) {
+    INFO("node " << n.name);
+    CHECK(rc::lab::stillRunning(n.vm));
+    long rss = rssKiB(n.vm.pid);
+    std::printf("%s: QEMU pid %d, RSS %ld MiB\n", n.name.c_str(), n.vm.pid, rss / 1024);
+    // -m 512 plus a 64 MiB translation cache: a guest must stay well under 1 GiB.
+    CHECK(rss > 0);
+    CHECK(rss < 1024 * 1024);
+  }
+  CHECK(rc::lab::stillRunning(st->sw.proc));
+
+  std::string out, err;
+  int rc = runCli(cliDir(), {"agents", "--inventory", lab->inventory(), "--json"}, &out, &err);
+  INFO("stderr: " << err);
+  REQUIRE(rc == 0);
+  json agents = json::parse(out);
+  REQUIRE(agents.size() == 2);
+  for (const auto& a : agents) {
+    INFO("agent " << a.dump());
+    const json& devs = a["capabilities"]["rdma_devices"];
+    REQUIRE(devs.size() == 1);
+    CHECK(devs[0]["name"] == "rxe0");
+    REQUIRE(devs[0]["ports"].size() == 1);
+    CHECK(devs[0]["ports"][0]["state"].get<std::string>().find("ACTIVE") != std::string::npos);
+    CHECK(devs[0]["ports"][0]["link_layer"] == "Ethernet");
+  }
+  // The table an operator reads names the device and its state.
+  rc = runCli(cliDir(), {"agents", "--inventory", lab->inventory()}, &out, &err);
+  CHECK(rc == 0);
+  CHECK(out.find("rxe0:ACTIVE") != std::string::npos);
+
+  rc = runCli(cliDir(), {"lab", "status", "--dir", lab->dir()}, &out, &err);
+  INFO("lab status:\n" << out);
+  CHECK(rc == 0);
+  for (const auto& n : st->nodes) {
+    auto line = out.find("\n" + n.name + " ");
+    REQUIRE(line != std::string::npos);
+    std::string row = out.substr(line + 1, out.find('\n', line + 1) - line - 1);
+    CHECK(row.find(std::to_string(n.vm.pid)) != std::string::npos);
+    CHECK(row.find("rxe0") != std::string::npos);
+    CHECK(row.find("ACTIVE") != std::string::npos);
+  }
+}
+
+TEST_CASE("lab down stops every guest and the switch and removes every file") {
+  auto& lab = sharedLab();
+  std::string dir = lab->dir();
+  auto st = rc::lab::loadState(dir);
+  REQUIRE(st.ok());
+  auto procs = processesOf(*st);
+  std::string out, err;
+  int rc = runCli(cliDir(), {"lab", "down", "--dir", dir}, &out, &err);
+  INFO("stderr: " << err);
+  CHECK(rc == 0);
+  checkNothingLeft(dir, procs);
+  lab.reset();
+}
+
+TEST_CASE("lab down after kill -9 of lab up leaves nothing") {
+  char tmpl[] = "/tmp/rc-test-vmk-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::string dir = tmpl;
+  std::string logs = dir + ".cli";
+  fs::create_directories(logs);
+  struct Cleanup {
+    std::string dir, logs;
+    ~Cleanup() {
+      (void)rc::lab::down(dir);
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      fs::remove_all(logs, ec);
+    }
+  } cleanup{dir, logs};
+
+  Proc up = spawnCli(logs, {"lab", "up", "--soft-roce", "--nodes", "1", "--dir", dir});
+  // Kill it once its guest is recorded and running (mid-boot): the worst moment to crash.
+  rc::lab::LabState seen;
+  bool started = eventually(
+      [&] {
+        auto st = rc::lab::loadState(dir);
+        if (!st || st->nodes.empty() || !rc::lab::stillRunning(st->nodes[0].vm)) return false;
+        seen = *st;
+        return true;
+      },
+      60s, 20ms);
+  ::kill(up.pid, SIGKILL);
+  int status = 0;
+  ::waitpid(up.pid, &status, 0);
+  INFO("lab up stderr: " << readFile(up.err));
+  REQUIRE(started);
+  auto procs = processesOf(seen);
+  // The guest outlives the killed command: it is the lab's, not the command's.
+  CHECK(rc::lab::stillRunning(seen.nodes[0].vm));
+
+  std::string out, err;
+  int rc = runCli(logs, {"lab", "down", "--dir", dir}, &out, &err);
+  INFO("lab down stderr: " << err);
+  CHECK(rc == 0);
+  auto st = rc::lab::loadState(dir);
+  if (st) procs = processesOf(*st);  // the switch may have been recorded after we looked
+  checkNothingLeft(dir, procs);
+}
+
+int main(int argc, char* argv[]) {
+  if (::geteuid() != 0) {
+    std::printf("SKIP: the vm tests need root (the guest kernel's modules are installed by "
+                "scripts/install-deps as root)\n");
+    return 77;
+  }
+  if (std::system("command -v qemu-system-x86_64 >/dev/null 2>&1") != 0) {
+    std::printf("SKIP: QEMU (qemu-system-x86_64) is not installed; run scripts/install-deps\n");
+    return 77;
+  }
+  std::string kdir = env("RDMACHAOS_KERNEL_DIR");
+  if (kdir.empty()) kdir = "/var/cache/rdmachaos/kernel";
+  if (::access((kdir + "/version").c_str(), R_OK) != 0) {
+    std::printf("SKIP: no guest kernel in %s; run scripts/install-deps\n", kdir.c_str());
+    return 77;
+  }
+  if (env("RDMACHAOS_CLI").empty() || env("RDMACHAOS_AGENT").empty()) {
+    std::printf("SKIP: RDMACHAOS_CLI / RDMACHAOS_AGENT not set (run through meson test)\n");
+    return 77;
+  }
+  int rc = Catch::Session().run(argc, argv);
+  sharedLab().reset();
+  return rc;
+}
