@@ -44,9 +44,11 @@ const std::string& cliDir() {
   return holder.path;
 }
 
-// One two-guest lab shared by the test cases that need it (booting guests is the slow part).
+// One two-guest lab shared by the test cases that need it (booting guests is the slow part),
+// booted by the first that asks; main() takes it down if a test case did not.
+std::unique_ptr<Lab> theLab;
 std::unique_ptr<Lab>& sharedLab() {
-  static std::unique_ptr<Lab> lab;
+  auto& lab = theLab;
   if (!lab) {
     rc::lab::UpOptions o;
     o.nodes = 2;
@@ -224,6 +226,6 @@ int main(int argc, char* argv[]) {
     return 77;
   }
   int rc = Catch::Session().run(argc, argv);
-  sharedLab().reset();
+  theLab.reset();
   return rc;
 }
