@@ -918,6 +918,8 @@ class Fabric {
           for (auto& f : batch) fromHost(pi, std::move(f), now);
         }
       }
+      for (auto& p : ports_)
+        if (p.io && !p.closed) p.io->flush();
       pump(monoNs());
       updateReading();
     }

@@ -28,6 +28,8 @@ class PortIo {
   virtual Result<size_t> readBatch(std::vector<std::vector<uint8_t>>& out, size_t max) = 0;
   // Hands one frame to the host. False if it could not (the host side is gone or full).
   virtual bool write(const uint8_t* data, size_t len) = 0;
+  // Moves frames that write() had to keep (a stream socket that was full) to the host.
+  virtual void flush() {}
   // The host NIC's MAC address when it is known up front (a TAP's own address).
   virtual Mac hostMac() const { return {}; }
   virtual std::string describe() const = 0;

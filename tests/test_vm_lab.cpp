@@ -96,6 +96,22 @@ std::vector<rc::lab::ProcRecord> processesOf(const rc::lab::LabState& s) {
 
 }  // namespace
 
+TEST_CASE("a missing guest kernel is a clear error naming scripts/install-deps; nothing is created") {
+  std::string dir = cliDir() + "/no-kernel-lab";
+  ::setenv("RDMACHAOS_KERNEL_DIR", (cliDir() + "/no-such-kernel").c_str(), 1);
+  rc::lab::UpOptions o;
+  o.nodes = 1;
+  o.softRoce = true;
+  o.dir = dir;
+  o.agentBinary = env("RDMACHAOS_AGENT");
+  auto r = rc::lab::up(o);
+  ::unsetenv("RDMACHAOS_KERNEL_DIR");
+  REQUIRE_FALSE(r.ok());
+  INFO(r.error().message);
+  CHECK(r.error().message.find("scripts/install-deps") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir));
+}
+
 TEST_CASE("guests boot; every agent shows rxe0 with its port ACTIVE") {
   auto& lab = sharedLab();
   auto st = rc::lab::loadState(lab->dir());
