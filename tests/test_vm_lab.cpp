@@ -3,13 +3,16 @@
 // vm suite; exits 77 with a reason where QEMU, the guest kernel or root is missing.
 #define CATCH_CONFIG_RUNNER
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,6 +22,7 @@
 
 #include "lab/lab.hpp"
 #include "lab/lab_state.hpp"
+#include "common/unique_fd.hpp"
 #include "lab/process.hpp"
 #include "support.hpp"
 
@@ -86,6 +90,31 @@ void checkNothingLeft(const std::string& dir, const std::vector<rc::lab::ProcRec
   auto left = leftovers(dir);
   for (const auto& f : left) INFO("left behind: " << f);
   CHECK(left.empty());
+}
+
+// One request to the lab switch's control socket, one response line.
+json switchRequest(const std::string& path, const json& req) {
+  rc::UniqueFD fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::strncpy(sa.sun_path, path.c_str(), sizeof sa.sun_path - 1);
+  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  std::string line = req.dump() + "\n";
+  REQUIRE(::write(fd.get(), line.data(), line.size()) == ssize_t(line.size()));
+  std::string in;
+  char buf[65536];
+  while (in.find('\n') == std::string::npos) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    REQUIRE(n > 0);
+    in.append(buf, size_t(n));
+  }
+  return json::parse(in.substr(0, in.find('\n')));
+}
+
+uint64_t switchTxBytes(const std::string& control, const std::string& portName) {
+  json r = switchRequest(control, {{"cmd", "counters"}, {"port", portName}});
+  REQUIRE(r["ok"] == true);
+  return r["ports"][0]["tx_bytes"].get<uint64_t>();
 }
 
 std::vector<rc::lab::ProcRecord> processesOf(const rc::lab::LabState& s) {
@@ -160,6 +189,26 @@ TEST_CASE("guests boot; every agent shows rxe0 with its port ACTIVE") {
     CHECK(row.find("rxe0") != std::string::npos);
     CHECK(row.find("ACTIVE") != std::string::npos);
   }
+}
+
+TEST_CASE("the guests' data NICs are ports of the lab switch: a workload crosses it") {
+  auto& lab = sharedLab();
+  std::string control = lab->switchControl();
+  uint64_t before1 = switchTxBytes(control, "n1"), before2 = switchTxBytes(control, "n2");
+  std::string out, err;
+  int rc = runCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--kind", "allreduce",
+                             "--size", "256KiB", "--for", "3s"},
+                  &out, &err);
+  INFO("stdout: " << out << "\nstderr: " << err);
+  CHECK(rc == 0);
+  CHECK(out.find("result verified") != std::string::npos);
+  // Every byte between the guests went through the switch, both ways.
+  uint64_t sent1 = switchTxBytes(control, "n1") - before1;
+  uint64_t sent2 = switchTxBytes(control, "n2") - before2;
+  std::printf("workload through the switch: %.1f MB to n1, %.1f MB to n2\n", sent1 / 1e6,
+              sent2 / 1e6);
+  CHECK(sent1 > 256 * 1024);
+  CHECK(sent2 > 256 * 1024);
 }
 
 TEST_CASE("lab down stops every guest and the switch and removes every file") {
