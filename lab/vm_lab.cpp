@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -22,7 +23,6 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fmt/format.h>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -38,19 +38,26 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kMaxNodes = 8;          // TCG guests: each wants most of a core while busy
-constexpr int kGuestMemMiB = 512;     // -m: the guest's RAM
-constexpr int kTcgCacheMiB = 64;      // -accel tcg,tb-size: QEMU's translation cache
-constexpr int kAgentPort = 7470;      // inside the guest
+constexpr int kMaxNodes = 8;       // TCG guests: each wants most of a core while busy
+constexpr int kGuestMemMiB = 512;  // -m: the guest's RAM
+constexpr int kTcgCacheMiB = 64;   // -accel tcg,tb-size: QEMU's translation cache
+constexpr int kAgentPort = 7470;   // inside the guest
 constexpr int kBootTimeoutMs = 180'000;
 constexpr int kStopGraceMs = 10'000;
 const char* kGuestMgmtAddress = "10.0.2.15";  // QEMU user networking's guest address
 const char* kDefaultKernelDir = "/var/cache/rdmachaos/kernel";
 const char* kBusybox = "/bin/busybox";
 // The initramfs needs these (in load order) to mount the host's root over 9p.
-const char* kInitrdModules[] = {"virtio_ring", "virtio",  "virtio_pci_modern_dev",
-                                "virtio_pci_legacy_dev", "virtio_pci", "netfs",
-                                "fscache", "9pnet", "9pnet_virtio", "9p"};
+const char* kInitrdModules[] = {"virtio_ring",
+                                "virtio",
+                                "virtio_pci_modern_dev",
+                                "virtio_pci_legacy_dev",
+                                "virtio_pci",
+                                "netfs",
+                                "fscache",
+                                "9pnet",
+                                "9pnet_virtio",
+                                "9p"};
 
 std::string dataAddress(int i) { return "198.19.0." + std::to_string(10 + i); }
 std::string mgmtMac(int i) { return "52:54:00:72:63:" + fmt::format("{:02x}", i); }
@@ -134,7 +141,8 @@ Result<std::string> modulePath(const Kernel& k, const std::string& name) {
     auto colon = line.find(':');
     if (colon == std::string::npos) continue;
     std::string path = line.substr(0, colon + 1);
-    if (path.size() >= want.size() && path.compare(path.size() - want.size(), want.size(), want) == 0)
+    if (path.size() >= want.size() &&
+        path.compare(path.size() - want.size(), want.size(), want) == 0)
       return k.modules + "/" + line.substr(0, colon);
   }
   return makeError("module " + name + " is not in " + k.modules + "/modules.dep" + kInstallHint);
@@ -218,7 +226,8 @@ nic_of() { for d in /sys/class/net/*; do [ "$(cat $d/address)" = "$1" ] && echo 
 m=$(nic_of "$rc_mgmt_mac"); d=$(nic_of "$rc_data_mac")
 [ -n "$m" ] && ip link set "$m" name mgmt0
 [ -n "$d" ] && ip link set "$d" name data0
-ip addr add )SH" + std::string(kGuestMgmtAddress) + R"SH(/24 dev mgmt0
+ip addr add )SH" + std::string(kGuestMgmtAddress) +
+                  R"SH(/24 dev mgmt0
 ip link set mgmt0 up
 ip link set data0 mtu 1500
 ip addr add "$rc_data_addr" dev data0
@@ -248,7 +257,8 @@ echo 0 > /run/rdmachaos/restarts
 # The agent's journal lives in the guest's tmpfs: it survives the agent, not the guest.
 while :; do
   echo "guest init: starting rdmachaos-agent (restart $restarts)"
-  ")SH" + agentBinary + R"SH(" --config "$rc_config" >>$out/agent.log 2>&1
+  ")SH" + agentBinary +
+                  R"SH(" --config "$rc_config" >>$out/agent.log 2>&1
   echo "guest init: agent exited with status $?"
   restarts=$((restarts + 1))
   echo $restarts > /run/rdmachaos/restarts
@@ -309,8 +319,12 @@ std::string inventory(const LabState& s) {
 std::string switchConfig(const LabState& s, const UpOptions& o) {
   nlohmann::json hosts = nlohmann::json::array();
   for (const auto& n : s.nodes) hosts.push_back({{"name", n.name}, {"stream", n.dataSocket}});
-  nlohmann::json j = {{"control", s.sw.control}, {"rate_bps", o.rateBps}, {"mtu", 1500},
-                      {"leaves", 0},             {"spines", 0},           {"routing", "ecmp"},
+  nlohmann::json j = {{"control", s.sw.control},
+                      {"rate_bps", o.rateBps},
+                      {"mtu", 1500},
+                      {"leaves", 0},
+                      {"spines", 0},
+                      {"routing", "ecmp"},
                       {"hosts", hosts}};
   return j.dump(2) + "\n";
 }
@@ -427,25 +441,27 @@ std::vector<std::string> qemuArgs(const std::string& qemu, const Kernel& k, cons
                        " rc_dir=" + s.dir + " rc_node=" + n.name + " rc_config=" + n.config +
                        " rc_data_addr=" + n.dataAddress + "/24" + " rc_mgmt_mac=" + mgmtMac(i) +
                        " rc_data_mac=" + dataMac(i);
-  return {qemu,
-          "-name", "rdmachaos-" + n.name,
-          "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-          "-accel", "tcg,tb-size=" + std::to_string(kTcgCacheMiB),
-          "-m", std::to_string(kGuestMemMiB), "-smp", "1",
-          "-kernel", k.image, "-initrd", s.dir + "/initrd.cpio", "-append", append,
-          "-serial", "file:" + s.dir + "/nodes/" + n.name + "/console.log",
-          "-virtfs", "local,path=/,mount_tag=hostroot,security_model=passthrough,id=hr,"
-                     "multidevs=remap,readonly=on",
-          "-virtfs", "local,path=" + s.dir + ",mount_tag=labdir,security_model=passthrough,id=ld,"
-                     "multidevs=remap,readonly=on",
-          "-virtfs", "local,path=" + n.guestDir + ",mount_tag=labnode,security_model=passthrough,id=ln",
+  return {qemu, "-name", "rdmachaos-" + n.name, "-nodefaults", "-no-user-config", "-display",
+          "none", "-no-reboot", "-accel", "tcg,tb-size=" + std::to_string(kTcgCacheMiB), "-m",
+          std::to_string(kGuestMemMiB), "-smp", "1", "-kernel", k.image, "-initrd",
+          s.dir + "/initrd.cpio", "-append", append, "-serial",
+          "file:" + s.dir + "/nodes/" + n.name + "/console.log", "-virtfs",
+          "local,path=/,mount_tag=hostroot,security_model=passthrough,id=hr,"
+          "multidevs=remap,readonly=on",
+          "-virtfs",
+          "local,path=" + s.dir +
+              ",mount_tag=labdir,security_model=passthrough,id=ld,"
+              "multidevs=remap,readonly=on",
+          "-virtfs",
+          "local,path=" + n.guestDir + ",mount_tag=labnode,security_model=passthrough,id=ln",
           // Management: user-mode networking, reachable only through the forward on loopback.
-          "-netdev", "user,id=m0,restrict=on,hostfwd=tcp:127.0.0.1:" + std::to_string(n.mgmtPort) +
-                         "-" + kGuestMgmtAddress + ":" + std::to_string(kAgentPort),
+          "-netdev",
+          "user,id=m0,restrict=on,hostfwd=tcp:127.0.0.1:" + std::to_string(n.mgmtPort) + "-" +
+              kGuestMgmtAddress + ":" + std::to_string(kAgentPort),
           "-device", "virtio-net-pci,netdev=m0,mac=" + mgmtMac(i),
           // Data: a stream socket the lab switch connects to (length-prefixed frames).
-          "-netdev", "stream,id=d0,server=on,addr.type=unix,addr.path=" + n.dataSocket,
-          "-device", "virtio-net-pci,netdev=d0,mac=" + dataMac(i)};
+          "-netdev", "stream,id=d0,server=on,addr.type=unix,addr.path=" + n.dataSocket, "-device",
+          "virtio-net-pci,netdev=d0,mac=" + dataMac(i)};
 }
 
 // Alive by pid and start time: unlike stillRunning(), also true between fork and exec.
@@ -476,7 +492,8 @@ std::map<std::string, std::string> readStatus(const NodeRecord& n) {
   std::istringstream in(readText(n.guestDir + "/status"));
   std::string line;
   while (std::getline(in, line))
-    if (auto eq = line.find('='); eq != std::string::npos) kv[line.substr(0, eq)] = line.substr(eq + 1);
+    if (auto eq = line.find('='); eq != std::string::npos)
+      kv[line.substr(0, eq)] = line.substr(eq + 1);
   return kv;
 }
 
@@ -533,12 +550,12 @@ bool labRunning(const LabState& s) {
   return false;
 }
 
-Result<std::string> build(const UpOptions& o, LabState& s, const Kernel& k,
-                          const std::string& qemu, const std::string& switchBinary) {
+Result<std::string> build(const UpOptions& o, LabState& s, const Kernel& k, const std::string& qemu,
+                          const std::string& switchBinary) {
   // Every path the lab will create is recorded before the first one exists.
-  s.files = {s.dir + "/nodes", s.dir + "/pki", s.dir + "/initrd.cpio", s.dir + "/guest-init.sh",
-             s.dir + "/switch.json", s.dir + "/switch.sock", s.dir + "/switch.log",
-             s.dir + "/inventory.toml"};
+  s.files = {s.dir + "/nodes",         s.dir + "/pki",           s.dir + "/initrd.cpio",
+             s.dir + "/guest-init.sh", s.dir + "/switch.json",   s.dir + "/switch.sock",
+             s.dir + "/switch.log",    s.dir + "/inventory.toml"};
   s.sw.binary = switchBinary;
   s.sw.config = s.dir + "/switch.json";
   s.sw.control = s.dir + "/switch.sock";
@@ -586,8 +603,7 @@ Result<std::string> build(const UpOptions& o, LabState& s, const Kernel& k,
   for (size_t i = 0; i < s.nodes.size(); i++) {
     auto& n = s.nodes[i];
     auto args = qemuArgs(qemu, k, s, n, int(i + 1));
-    if (auto r = spawnRecorded(s, args, s.dir + "/nodes/" + n.name + "/qemu.log", &n.vm);
-        !r)
+    if (auto r = spawnRecorded(s, args, s.dir + "/nodes/" + n.name + "/qemu.log", &n.vm); !r)
       return r.error();
   }
   // QEMU creates its listening data socket before it runs the guest; the switch connects
@@ -616,8 +632,7 @@ Result<std::string> build(const UpOptions& o, LabState& s, const Kernel& k,
       }
     }
   }
-  if (auto r = spawnRecorded(s, {s.sw.binary, "--config", s.sw.config}, s.sw.log, &s.sw.proc);
-      !r)
+  if (auto r = spawnRecorded(s, {s.sw.binary, "--config", s.sw.config}, s.sw.log, &s.sw.proc); !r)
     return r.error();
 
   std::string inventoryPath = s.dir + "/inventory.toml";
@@ -667,8 +682,9 @@ Result<std::string> up(const UpOptions& o) {
       break;
     }
   if (switchBinary.empty())
-    return makeError("the lab switch binary (rdmachaos-labswitch) was not found; build it (ninja "
-                     "-C build lab/rdmachaos-labswitch) or set RDMACHAOS_LABSWITCH");
+    return makeError(
+        "the lab switch binary (rdmachaos-labswitch) was not found; build it (ninja "
+        "-C build lab/rdmachaos-labswitch) or set RDMACHAOS_LABSWITCH");
   if (int n = threadCount(); n > 1)
     return makeError("lab up must run before the process starts threads (found " +
                      std::to_string(n) + "): the guests are forked from it");
@@ -721,7 +737,8 @@ Result<void> downLocked(const LabState& s) {
   marks.push_back(s.sw.config);
   for (auto& p : stopProcesses(procs, marks, kStopGraceMs)) problems.push_back(p + " did not exit");
   if (!problems.empty()) {
-    std::string msg = "lab down in " + s.dir + " left processes behind (lab.json kept; run `lab "
+    std::string msg = "lab down in " + s.dir +
+                      " left processes behind (lab.json kept; run `lab "
                       "down` again):";
     for (auto& p : problems) msg += "\n  " + p;
     return makeError(msg);
@@ -771,9 +788,9 @@ Result<std::string> status(const LabState& s) {
       age = std::to_string(std::max<long>(0, long(::time(nullptr) - sb.st_mtime))) + " s ago";
     std::snprintf(line, sizeof line, "%-5s %-8s %-6s %-16s %-15s %-5s %-10s %-6s %-7s %s\n",
                   n.name.c_str(), n.vm.pid ? std::to_string(n.vm.pid).c_str() : "-",
-                  alive ? "yes" : "no",
-                  ("127.0.0.1:" + std::to_string(n.mgmtPort)).c_str(), n.dataAddress.c_str(),
-                  st.count("rdma") ? st["rdma"].c_str() : "-", state.empty() ? "-" : state.c_str(),
+                  alive ? "yes" : "no", ("127.0.0.1:" + std::to_string(n.mgmtPort)).c_str(),
+                  n.dataAddress.c_str(), st.count("rdma") ? st["rdma"].c_str() : "-",
+                  state.empty() ? "-" : state.c_str(),
                   st["agent_listening"] == "yes" ? "up" : "down",
                   st.count("agent_restarts") ? st["agent_restarts"].c_str() : "-", age.c_str());
     o << line;

@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/unique_fd.hpp"
 #include "lab/lab.hpp"
 #include "lab/lab_state.hpp"
-#include "common/unique_fd.hpp"
 #include "lab/process.hpp"
 #include "support.hpp"
 
@@ -125,7 +125,8 @@ std::vector<rc::lab::ProcRecord> processesOf(const rc::lab::LabState& s) {
 
 }  // namespace
 
-TEST_CASE("a missing guest kernel is a clear error naming scripts/install-deps; nothing is created") {
+TEST_CASE(
+    "a missing guest kernel is a clear error naming scripts/install-deps; nothing is created") {
   std::string dir = cliDir() + "/no-kernel-lab";
   ::setenv("RDMACHAOS_KERNEL_DIR", (cliDir() + "/no-such-kernel").c_str(), 1);
   rc::lab::UpOptions o;
@@ -196,8 +197,9 @@ TEST_CASE("the guests' data NICs are ports of the lab switch: a workload crosses
   std::string control = lab->switchControl();
   uint64_t before1 = switchTxBytes(control, "n1"), before2 = switchTxBytes(control, "n2");
   std::string out, err;
-  int rc = runCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--kind", "allreduce",
-                             "--size", "256KiB", "--for", "3s"},
+  int rc = runCli(cliDir(),
+                  {"workload", "--inventory", lab->inventory(), "--kind", "allreduce", "--size",
+                   "256KiB", "--for", "3s"},
                   &out, &err);
   INFO("stdout: " << out << "\nstderr: " << err);
   CHECK(rc == 0);
@@ -272,8 +274,9 @@ TEST_CASE("lab down after kill -9 of lab up leaves nothing") {
 
 int main(int argc, char* argv[]) {
   if (::geteuid() != 0) {
-    std::printf("SKIP: the vm tests need root (the guest kernel's modules are installed by "
-                "scripts/install-deps as root)\n");
+    std::printf(
+        "SKIP: the vm tests need root (the guest kernel's modules are installed by "
+        "scripts/install-deps as root)\n");
     return 77;
   }
   if (std::system("command -v qemu-system-x86_64 >/dev/null 2>&1") != 0) {
