@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -211,6 +212,34 @@ TEST_CASE("the guests' data NICs are ports of the lab switch: a workload crosses
               sent2 / 1e6);
   CHECK(sent1 > 256 * 1024);
   CHECK(sent2 > 256 * 1024);
+}
+
+// What the guest reports in DIR/nodes/NODE/guest/status (key=value lines, every 2 s).
+std::string guestReport(const rc::lab::NodeRecord& n, const std::string& key) {
+  std::istringstream in(readFile(n.guestDir + "/status"));
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+  return "";
+}
+
+TEST_CASE("a link flap of a guest's data NIC takes rxe0's port down and back") {
+  auto& lab = sharedLab();
+  auto n1 = lab->node("n1");
+  REQUIRE(guestReport(n1, "link_downed") == "0");
+  std::string out, err;
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(),
+                                    "--node", "n1", "--set", "down=4s", "--for", "30s"});
+  // rxe raises IB_EVENT_PORT_ERR and counts link_downed when its netdev goes down.
+  bool downed = eventually([&] { return guestReport(n1, "link_downed") == "1"; }, 20s, 100ms);
+  int rc = waitCli(inject);
+  INFO("inject stdout: " << readFile(inject.out) << "\nstderr: " << readFile(inject.err));
+  CHECK(rc == 0);
+  CHECK(downed);
+  bool active = eventually(
+      [&] { return guestReport(n1, "port_state").find("ACTIVE") != std::string::npos; }, 20s,
+      100ms);
+  CHECK(active);
 }
 
 TEST_CASE("lab down stops every guest and the switch and removes every file") {
