@@ -77,4 +77,8 @@ Result<Config> parseConfig(const json& j);
 // Attaches every port, opens the control socket and forwards until SIGTERM or SIGINT.
 Result<void> run(const Config& config);
 
+// Copies `in` to the control socket at socketPath and its answers to `out` until either ends
+// (`rdmachaos-labswitch --relay`, QEMU's guestfwd command for the soft-RoCE lab's guests).
+Result<void> relay(const std::string& socketPath, int in, int out);
+
 }  // namespace rc::labswitch

@@ -45,6 +45,7 @@ constexpr int kAgentPort = 7470;   // inside the guest
 constexpr int kBootTimeoutMs = 180'000;
 constexpr int kStopGraceMs = 10'000;
 const char* kGuestMgmtAddress = "10.0.2.15";  // QEMU user networking's guest address
+const char* kSwitchGuestAddress = "10.0.2.100:7471";  // the lab switch, as guests reach it
 const char* kDefaultKernelDir = "/var/cache/rdmachaos/kernel";
 const char* kBusybox = "/bin/busybox";
 // The initramfs needs these (in load order) to mount the host's root over 9p.
@@ -257,6 +258,7 @@ echo 0 > /run/rdmachaos/restarts
 # The agent's journal lives in the guest's tmpfs: it survives the agent, not the guest.
 while :; do
   echo "guest init: starting rdmachaos-agent (restart $restarts)"
+  RDMACHAOS_LABSWITCH_SOCKET=tcp:$rc_switch RDMACHAOS_LABSWITCH_PORT=$rc_node \
   ")SH" + agentBinary +
                   R"SH(" --config "$rc_config" >>$out/agent.log 2>&1
   echo "guest init: agent exited with status $?"
@@ -438,7 +440,7 @@ Result<void> spawnRecorded(LabState& s, const std::vector<std::string>& argv,
 std::vector<std::string> qemuArgs(const std::string& qemu, const Kernel& k, const LabState& s,
                                   const NodeRecord& n, int i) {
   std::string append = "console=ttyS0 quiet panic=-1 rc_init=" + s.dir + "/guest-init.sh" +
-                       " rc_dir=" + s.dir + " rc_node=" + n.name + " rc_config=" + n.config +
+                       " rc_dir=" + s.dir + " rc_switch=" + kSwitchGuestAddress + " rc_node=" + n.name + " rc_config=" + n.config +
                        " rc_data_addr=" + n.dataAddress + "/24" + " rc_mgmt_mac=" + mgmtMac(i) +
                        " rc_data_mac=" + dataMac(i);
   return {qemu, "-name", "rdmachaos-" + n.name, "-nodefaults", "-no-user-config", "-display",
@@ -457,7 +459,11 @@ std::vector<std::string> qemuArgs(const std::string& qemu, const Kernel& k, cons
           // Management: user-mode networking, reachable only through the forward on loopback.
           "-netdev",
           "user,id=m0,restrict=on,hostfwd=tcp:127.0.0.1:" + std::to_string(n.mgmtPort) + "-" +
-              kGuestMgmtAddress + ":" + std::to_string(kAgentPort),
+              kGuestMgmtAddress + ":" + std::to_string(kAgentPort) +
+              // The agent's faults that drive the switch (link_flap switch_port, ecn_shift)
+              // reach its control socket through a relay QEMU starts per connection.
+              ",guestfwd=tcp:" + kSwitchGuestAddress + "-cmd:" + s.sw.binary + " --relay " +
+              s.sw.control,
           "-device", "virtio-net-pci,netdev=m0,mac=" + mgmtMac(i),
           // Data: a stream socket the lab switch connects to (length-prefixed frames).
           "-netdev", "stream,id=d0,server=on,addr.type=unix,addr.path=" + n.dataSocket, "-device",

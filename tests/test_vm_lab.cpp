@@ -242,6 +242,27 @@ TEST_CASE("a link flap of a guest's data NIC takes rxe0's port down and back") {
   CHECK(active);
 }
 
+TEST_CASE("link_flap of a guest's lab switch port, injected through the guest's agent") {
+  auto& lab = sharedLab();
+  std::string control = lab->switchControl();
+  auto adminUp = [&] {
+    json r = switchRequest(control, {{"cmd", "counters"}, {"port", "n2"}});
+    REQUIRE(r["ok"] == true);
+    return r["ports"][0]["admin_up"].get<bool>();
+  };
+  REQUIRE(adminUp());
+  // The agent in guest n2 drives the switch on the host (QEMU's guestfwd relay).
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(),
+                                    "--node", "n2", "--set", "switch_port=n2", "--set", "down=3s",
+                                    "--for", "30s"});
+  bool wentDown = eventually([&] { return !adminUp(); }, 20s, 50ms);
+  int rc = waitCli(inject);
+  INFO("inject stdout: " << readFile(inject.out) << "\nstderr: " << readFile(inject.err));
+  CHECK(rc == 0);
+  CHECK(wentDown);
+  CHECK(adminUp());
+}
+
 TEST_CASE("lab down stops every guest and the switch and removes every file") {
   auto& lab = sharedLab();
   std::string dir = lab->dir();
