@@ -671,9 +671,12 @@ Result<void> down(const std::string& dirArg) {
     return {};
   }
   if (auto s = loadState(dir); s && s->kind == "vm") {
+    // The soft-RoCE lab needs no root, and leaves nothing in DIR, not even its lock file.
     auto dirLock = FileLock::acquire(dir + "/.lab.lock", true);
     if (!dirLock) return dirLock.error();
-    return downLocked(dir);
+    auto r = downLocked(dir);
+    if (r) ::unlink((dir + "/.lab.lock").c_str());
+    return r;
   }
   if (::geteuid() != 0)
     return makeError("lab down needs root (CAP_NET_ADMIN) to remove namespaces; run with sudo");

@@ -518,6 +518,7 @@ Result<void> waitForGuests(const LabState& s) {
     ::inotify_add_watch(in.get(), n.guestDir.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE);
     pidfds.emplace_back(int(::syscall(SYS_pidfd_open, n.vm.pid, 0)));
   }
+  pidfds.emplace_back(int(::syscall(SYS_pidfd_open, s.sw.proc.pid, 0)));
   int64_t deadline = monoNs() + int64_t(kBootTimeoutMs) * 1'000'000;
   for (;;) {
     bool all = true;
@@ -529,6 +530,10 @@ Result<void> waitForGuests(const LabState& s) {
                          tailOf(s.dir + "/nodes/" + n.name + "/console.log"));
       all = all && guestReady(n);
     }
+    // Without the switch the data NICs have no carrier and rxe0 never becomes ACTIVE.
+    if (!alive(s.sw.proc))
+      return makeError("the lab switch (pid " + std::to_string(s.sw.proc.pid) +
+                       ") exited while the guests booted" + tailOf(s.sw.log));
     if (all) return {};
     int64_t left = (deadline - monoNs()) / 1'000'000;
     if (left <= 0) break;
@@ -702,6 +707,7 @@ Result<std::string> up(const UpOptions& o) {
       }))
     return makeError("lab up --soft-roce: lab directory '" + dir +
                      "' may hold only letters, digits and / . _ -");
+  bool createdDir = ::access(dir.c_str(), F_OK) != 0;
   if (auto r = mkdirs(dir, 0755); !r) return r.error();
   auto dirLock = FileLock::acquire(dir + "/.lab.lock", false);
   if (!dirLock)
@@ -724,8 +730,15 @@ Result<std::string> up(const UpOptions& o) {
   auto result = build(o, s, *kernel, *qemu, switchBinary);
   if (!result) {
     log::error("lab up --soft-roce failed: {}; removing what was created", result.error().message);
-    if (auto again = loadState(dir))
-      if (auto r = downLocked(*again); !r) log::error("{}", r.error().message);
+    if (auto again = loadState(dir)) {
+      if (auto r = downLocked(*again); !r) {
+        log::error("{}", r.error().message);
+        return result.error();
+      }
+    }
+    // Nothing of ours stays behind: the lock file, and DIR itself if we made it.
+    ::unlink((dir + "/.lab.lock").c_str());
+    if (createdDir) ::rmdir(dir.c_str());
     return result.error();
   }
   return result;
@@ -763,7 +776,6 @@ Result<void> downLocked(const LabState& s) {
   }
   if (::unlink(statePath(s.dir).c_str()) != 0 && errno != ENOENT)
     return makeError(errnoText("cannot remove", statePath(s.dir)), errno);
-  ::unlink((s.dir + "/.lab.lock").c_str());
   log::info("soft-RoCE lab in {} is down", s.dir);
   return {};
 }

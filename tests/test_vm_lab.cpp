@@ -143,6 +143,29 @@ TEST_CASE(
   CHECK_FALSE(fs::exists(dir));
 }
 
+TEST_CASE("a lab up that fails half-way removes its guests and every file") {
+  std::string dir = cliDir() + "/failing-lab";
+  rc::lab::UpOptions o;
+  o.nodes = 1;
+  o.softRoce = true;
+  o.dir = dir;
+  o.agentBinary = env("RDMACHAOS_AGENT");
+  o.switchBinary = "/bin/false";  // a switch that exits at once: the guest never gets a carrier
+  auto r = rc::lab::up(o);
+  REQUIRE_FALSE(r.ok());
+  INFO(r.error().message);
+  CHECK(r.error().message.find("lab switch") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir));
+  // The QEMU it started is gone too: no live process's command line names the directory.
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = readFile(e.path().string() + "/cmdline");
+    INFO("pid " << name);
+    CHECK(cmd.find("addr.path=" + dir + "/") == std::string::npos);
+  }
+}
+
 TEST_CASE("guests boot; every agent shows rxe0 with its port ACTIVE") {
   auto& lab = sharedLab();
   auto st = rc::lab::loadState(lab->dir());
