@@ -53,11 +53,19 @@ nlohmann::json rdmaDevices() {
 
 }  // namespace
 
-Result<faults::Policy> makePolicy(const Config& c) {
+faults::Policy configuredPolicy(const Config& c) {
   faults::Policy p;
   p.allowlist = c.allowInterfaces;
   p.protectedInterfaces = c.protectedInterfaces;
   p.defaultInterface = c.dataInterfaces.empty() ? "" : c.dataInterfaces.front();
+  p.labswitchSocket = c.labswitchSocket;
+  p.labswitchPort = c.labswitchPort;
+  p.ecnCommands = c.ecnCommands;
+  return p;
+}
+
+Result<faults::Policy> makePolicy(const Config& c) {
+  faults::Policy p = configuredPolicy(c);
   if (!c.allowDefaultRoute) {
     auto def = nl::defaultRouteInterface();
     if (!def) return makeError("cannot find the default-route interface to protect it: " +

@@ -8,8 +8,11 @@
 
 namespace rc::agent {
 
-// Builds the policy faults obey: the config's allowlist and protected interfaces, plus the
-// default-route interface unless the config allows it.
+// The policy as configured, without asking the system anything (no netlink): what a journal
+// replay needs (lab switch socket, command templates) before anything that can fail is loaded.
+faults::Policy configuredPolicy(const Config& config);
+// Builds the policy faults obey: the configured one plus the default-route interface as
+// protected unless the config allows it.
 Result<faults::Policy> makePolicy(const Config& config);
 
 // Read fresh on each call: link states change under faults.

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -74,6 +75,46 @@ struct Reader {
     return out;
   }
 
+  // An argv list: argv[0] an absolute path, no shell; only known {placeholders}.
+  std::vector<std::string> argv(const toml::table& t, std::string_view key, const std::string& where,
+                                bool snapshotAllowed) {
+    std::vector<std::string> out;
+    std::string what = where + " " + std::string(key);
+    auto* n = t.get(key);
+    if (!n) {
+      fail(src, "missing '" + std::string(key) + "' in " + where +
+                    " (an argv list such as [\"/usr/bin/ecnconfig\", \"-l\"])");
+      return out;
+    }
+    auto* arr = n->as_array();
+    if (!arr || arr->empty() || arr->size() > 64) {
+      fail(at(src, n->source()), what + " must be a list of 1-64 strings (argv; no shell runs it)");
+      return out;
+    }
+    for (auto& e : *arr) {
+      if (!e.is_string() || e.as_string()->get().size() > 4096) {
+        fail(at(src, e.source()), what + ": every element must be a string of at most 4096 characters");
+        return out;
+      }
+      const std::string& arg = e.as_string()->get();
+      for (size_t open = arg.find('{'); open != std::string::npos; open = arg.find('{', open + 1)) {
+        size_t close = arg.find('}', open);
+        std::string ph = close == std::string::npos ? arg.substr(open) : arg.substr(open, close - open + 1);
+        bool known = ph == "{port}" || ph == "{queue}" || ph == "{kmin}" || ph == "{kmax}" ||
+                     ph == "{pmax}" || ph == "{interface}" || (snapshotAllowed && ph == "{snapshot}");
+        if (!known)
+          fail(at(src, e.source()), what + ": unknown placeholder '" + ph +
+                                        "' (known: {port} {queue} {kmin} {kmax} {pmax} {interface}" +
+                                        (snapshotAllowed ? " {snapshot})" : ")"));
+      }
+      out.push_back(arg);
+    }
+    if (!out.empty() && (out.front().empty() || out.front().front() != '/' ||
+                         out.front().find('{') != std::string::npos))
+      fail(at(src, n->source()), what + ": the program must be an absolute path, e.g. \"/usr/bin/ecnconfig\"");
+    return out;
+  }
+
   std::chrono::milliseconds dur(const toml::table& t, std::string_view key, std::chrono::milliseconds dflt,
                                 std::chrono::milliseconds lo, std::chrono::milliseconds hi) {
     auto* n = t.get(key);
@@ -110,7 +151,7 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
   }
   Reader r{src, std::nullopt};
   Config c;
-  r.checkKeys(root, "top level", {"agent", "tls", "interfaces"});
+  r.checkKeys(root, "top level", {"agent", "tls", "interfaces", "lab", "ecn_commands"});
   static const toml::table empty;
   auto section = [&](std::string_view name) -> const toml::table& {
     auto* n = root.get(name);
@@ -191,6 +232,51 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
       if (p == al)
         r.fail(src, "[interfaces] '" + p +
                         "' is both allowed and protected: remove it from one of the lists");
+  if (auto* n = root.get("lab")) {
+    if (!n->is_table()) {
+      r.fail(at(src, n->source()), "'lab' must be a table");
+    } else {
+      const auto& l = *n->as_table();
+      r.checkKeys(l, "lab", {"switch_socket", "switch_port"});
+      c.labswitchSocket = r.str(l, "switch_socket", "lab", false);
+      c.labswitchPort = r.str(l, "switch_port", "lab", false);
+      // A unix socket path, or tcp:IPV4:PORT (how a soft-RoCE lab guest reaches the switch
+      // on its host, docs/soft-roce.md).
+      bool tcp = c.labswitchSocket.rfind("tcp:", 0) == 0 && c.labswitchSocket.size() <= 30;
+      if (!c.labswitchSocket.empty() && !tcp &&
+          (c.labswitchSocket.front() != '/' || c.labswitchSocket.size() > 107))
+        r.fail(src, "[lab] switch_socket = \"" + c.labswitchSocket +
+                        "\" must be an absolute path of at most 107 characters or tcp:IPV4:PORT");
+    }
+  }
+  if (auto* n = root.get("ecn_commands")) {
+    if (!n->is_table()) {
+      r.fail(at(src, n->source()), "'ecn_commands' must be a table of named templates");
+    } else {
+      for (auto&& [key, value] : *n->as_table()) {
+        std::string name(key.str());
+        std::string where = "[ecn_commands." + name + "]";
+        bool nameOk = !name.empty() && name.size() <= 32;
+        for (char ch : name)
+          nameOk = nameOk && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-');
+        if (!nameOk) {
+          r.fail(at(src, value.source()), "command template names are 1-32 characters of A-Z a-z 0-9 _ -");
+          continue;
+        }
+        auto* entry = value.as_table();
+        if (!entry) {
+          r.fail(at(src, value.source()), where + " must be a table with snapshot, apply and revert");
+          continue;
+        }
+        r.checkKeys(*entry, "ecn_commands." + name, {"snapshot", "apply", "revert"});
+        faults::CommandTemplate tmpl;
+        tmpl.snapshot = r.argv(*entry, "snapshot", where, false);
+        tmpl.apply = r.argv(*entry, "apply", where, false);
+        tmpl.revert = r.argv(*entry, "revert", where, true);
+        c.ecnCommands[name] = std::move(tmpl);
+      }
+    }
+  }
   if (r.err) return *r.err;
   return c;
 }

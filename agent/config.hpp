@@ -2,11 +2,13 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/result.hpp"
 #include "common/tls.hpp"
+#include "faults/fault.hpp"
 
 namespace rc::agent {
 
@@ -22,6 +24,10 @@ struct Config {
   std::vector<std::string> allowInterfaces;
   std::vector<std::string> protectedInterfaces;
   bool allowDefaultRoute = false;
+  std::string labswitchSocket;  // [lab] switch_socket: the only lab switch faults may drive
+  std::string labswitchPort;    // [lab] switch_port: the switch port facing this host
+  // [ecn_commands.NAME]: switch command templates for ecn_shift's command backend (off if none)
+  std::map<std::string, faults::CommandTemplate> ecnCommands;
   size_t maxConnections = 64;
 };
 

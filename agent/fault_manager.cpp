@@ -2,6 +2,8 @@
 #include "agent/fault_manager.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <ctime>
 
 #include "common/clock.hpp"
 #include "common/log.hpp"
@@ -19,8 +21,38 @@ constexpr int64_t kMaxLateNs = 5'000'000'000;
 constexpr int64_t kMaxAheadNs = 86'400'000'000'000;
 constexpr std::chrono::microseconds kSpinWindow{1500};
 
+// How long a fault due to start waits for the previous owner of its target to finish its
+// revert (e.g. the last fault of the previous trial, scheduled to end at this instant).
+constexpr auto kHandoverWait = std::chrono::seconds(5);
+// How long before its instant a fault takes its snapshot and journals it (an fsync), so the
+// start itself is not delayed by the disk.
+constexpr auto kPrepareLead = std::chrono::milliseconds(250);
+
 Clock::time_point steadyAt(int64_t wallTargetNs) {
   return Clock::now() + std::chrono::nanoseconds(wallTargetNs - wallNs());
+}
+
+// "18:40:03.512 UTC" for an agent wall-clock instant.
+std::string utcTime(int64_t ns) {
+  time_t secs = time_t(ns / 1'000'000'000);
+  tm t{};
+  ::gmtime_r(&secs, &t);
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%02d:%02d:%02d.%03d UTC", t.tm_hour, t.tm_min, t.tm_sec,
+                int((ns / 1'000'000) % 1000));
+  return buf;
+}
+
+bool shareTarget(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  for (const auto& x : a)
+    if (std::find(b.begin(), b.end(), x) != b.end()) return true;
+  return false;
+}
+
+std::string firstShared(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  for (const auto& x : a)
+    if (std::find(b.begin(), b.end(), x) != b.end()) return x;
+  return {};
 }
 }  // namespace
 
@@ -28,6 +60,8 @@ struct FaultManager::Entry {
   std::string id, owner;
   const faults::FaultKind* kind = nullptr;
   std::unique_ptr<faults::Fault> fault;
+  std::vector<std::string> targets;  // what it changes; one owner per target at a time
+  json journalRecord;                // as journaled at schedule time (no snapshot yet)
   json snapshot;
   std::string description;
   int64_t startNs = 0;  // agent wall clock
@@ -38,7 +72,7 @@ struct FaultManager::Entry {
   std::string error;
   int64_t appliedNs = 0, endedNs = 0;
   bool finished = false;
-  bool journaled = false;
+  bool applied = false;  // run() was called: only then is there anything to revert
   faults::EventLog events;
   std::condition_variable_any wake;
   std::vector<Done> waiters;
@@ -64,41 +98,70 @@ FaultManager::FaultManager(faults::Policy policy, Journal journal,
 
 FaultManager::~FaultManager() { shutdown(); }
 
-std::vector<std::string> FaultManager::recoverJournal() {
-  std::vector<std::string> lines;
-  auto entries = journal_.list();
+FaultManager::Replay FaultManager::replayJournal(Journal& journal, const faults::Policy& policy) {
+  Replay out;
+  auto entries = journal.list();
   if (!entries) {
-    lines.push_back("cannot read the journal: " + entries.error().message);
-    return lines;
+    out.lines.push_back("cannot read the journal: " + entries.error().message);
+    return out;
   }
+  // An entry the agent cannot interpret is moved aside, so it cannot stop every later start
+  // (a crash loop would leave every other journaled fault applied).
+  auto quarantine = [&](const JournalEntry& entry, const std::string& why) {
+    auto moved = journal.quarantine(entry.faultId);
+    out.quarantined.push_back(entry.faultId);
+    out.lines.push_back("journal entry '" + entry.faultId + "' " + why +
+                        (moved ? "; moved to " + *moved + " for an operator"
+                               : "; could not move it aside: " + moved.error().message));
+  };
   for (const auto& entry : *entries) {
-    const json& rec = entry.record;
-    const faults::FaultKind* kind = nullptr;
-    if (rec.is_object() && rec.contains("kind") && rec["kind"].is_string())
-      kind = faults::findKind(rec["kind"].get<std::string>());
-    if (!kind) {
-      lines.push_back("journal entry '" + entry.faultId +
-                      "' is unreadable or of an unknown kind; left in " + journal_.dir() +
-                      " for manual inspection");
-      std::lock_guard lock(m_);
-      unrevertable_.push_back(entry.faultId);
-      continue;
+    try {
+      const json& rec = entry.record;
+      const faults::FaultKind* kind = nullptr;
+      if (rec.is_object() && rec.contains("kind") && rec["kind"].is_string())
+        kind = faults::findKind(rec["kind"].get<std::string>());
+      if (!kind) {
+        quarantine(entry, "is unreadable or of an unknown kind");
+        continue;
+      }
+      if (!rec.contains("snapshot")) {
+        // Journaled when scheduled, never applied: nothing changed, nothing to revert.
+        if (auto rm = journal.remove(entry.faultId); !rm)
+          out.lines.push_back("'" + entry.faultId + "' was never applied but " + rm.error().message);
+        else
+          out.lines.push_back("removed journaled fault '" + entry.faultId + "' (" + kind->name +
+                              "), which was never applied");
+        continue;
+      }
+      auto params = rec.value("params", json::object());
+      auto r = kind->revertRecord(params, rec["snapshot"], policy);
+      if (!r) {
+        out.lines.push_back("could not revert journaled fault '" + entry.faultId + "' (" +
+                            kind->name + "): " + r.error().message);
+        out.unrevertable.push_back(entry.faultId);
+        continue;
+      }
+      if (auto rm = journal.remove(entry.faultId); !rm)
+        out.lines.push_back("reverted '" + entry.faultId + "' but " + rm.error().message);
+      else
+        out.lines.push_back("reverted journaled fault '" + entry.faultId + "' (" + kind->name + ")");
+    } catch (const std::exception& ex) {
+      quarantine(entry, std::string("is malformed (") + ex.what() + ")");
     }
-    auto r = kind->revertRecord(rec.value("params", json::object()),
-                                rec.value("snapshot", json::object()));
-    if (!r) {
-      lines.push_back("could not revert journaled fault '" + entry.faultId + "' (" + kind->name +
-                      "): " + r.error().message);
-      std::lock_guard lock(m_);
-      unrevertable_.push_back(entry.faultId);
-      continue;
-    }
-    if (auto rm = journal_.remove(entry.faultId); !rm)
-      lines.push_back("reverted '" + entry.faultId + "' but " + rm.error().message);
-    else
-      lines.push_back("reverted journaled fault '" + entry.faultId + "' (" + kind->name + ")");
   }
-  return lines;
+  return out;
+}
+
+std::vector<std::string> FaultManager::recoverJournal() {
+  Replay r = replayJournal(journal_, policy_);
+  adoptReplay(r);
+  return r.lines;
+}
+
+void FaultManager::adoptReplay(const Replay& replay) {
+  std::lock_guard lock(m_);
+  for (const auto& id : replay.unrevertable) unrevertable_.push_back(id);
+  for (const auto& id : replay.quarantined) quarantined_.push_back(id);
 }
 
 Result<json> FaultManager::schedule(const std::string& owner, const proto::Schedule& req,
@@ -128,15 +191,23 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
   e->owner = owner;
   e->kind = kind;
   e->fault = std::move(*fault);
+  e->targets = e->fault->targets();
   e->description = e->fault->describe();
   e->startNs = start;
   e->lifetimeMs = lifetime;
   e->startSteady = steadyAt(start);
   e->deadline = e->startSteady + std::chrono::milliseconds(lifetime);
   if (onEnd) e->waiters.push_back(std::move(onEnd));
+  // Journaled now, so a refusal to journal refuses the fault; the snapshot is added at the
+  // instant the fault is applied (a record without one was never applied: nothing to revert).
+  e->journalRecord = {{"kind", kind->name},           {"owner", owner},
+                      {"params", e->fault->params()}, {"targets", e->targets},
+                      {"start_ns", start},            {"lifetime_ms", lifetime}};
 
   std::vector<std::shared_ptr<Entry>> pruned;
+  json out;
   {
+    // Checked and reserved under one lock, so two schedules cannot both take a target.
     std::lock_guard lock(m_);
     if (shuttingDown_) return makeError("agent is shutting down");
     auto it = faults_.find(e->id);
@@ -147,31 +218,32 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     if (active >= kMaxActive)
       return makeError("this agent already runs " + std::to_string(active) +
                        " faults (the limit); revert some first");
+    // One owner per target: a fault holds its targets from its start until its deadline, or
+    // until its revert is done if that is later. Faults whose windows do not overlap (trials
+    // of a playbook scheduled ahead) share a target one after the other.
+    // Compared in agent wall-clock nanoseconds: exact, so back-to-back windows never overlap.
+    const int64_t nowNs = wallNs(), endNs = start + lifetime * 1'000'000;
+    for (auto& [id, f] : faults_) {
+      if (f->finished || !shareTarget(e->targets, f->targets)) continue;
+      int64_t fEndNs = f->startNs + f->lifetimeMs * 1'000'000;
+      int64_t heldUntilNs = f->startNs <= nowNs ? std::max(fEndNs, nowNs) : fEndNs;
+      if (start < heldUntilNs && f->startNs < endNs) {
+        // A holder scheduled ahead holds from its start: say so, or "until" reads as "now".
+        std::string from = f->startNs > nowNs ? " from " + utcTime(f->startNs) : std::string();
+        return makeError(kind->name + " '" + e->id + "' refused: " +
+                             firstShared(e->targets, f->targets) + " is held by fault '" + f->id +
+                             "' (" + f->kind->name + ", controller '" + f->owner + "')" + from +
+                             " until " + utcTime(fEndNs) + ", " +
+                             formatDuration(Nanos(std::max<int64_t>(0, fEndNs - nowNs))) +
+                             " from now; schedule it after that or revert '" + f->id + "' first",
+                         EBUSY);
+      }
+    }
+    if (auto r = journal_.add(e->id, e->journalRecord); !r)
+      return makeError("cannot journal fault before applying it: " + r.error().message);
     if (it != faults_.end()) {
       pruned.push_back(it->second);
       faults_.erase(it);
-    }
-  }
-  for (auto& p : pruned)
-    if (p->thread.joinable()) p->thread.join();  // it has finished: this returns at once
-
-  // Snapshot, then journal durably, before anything is applied.
-  auto snap = e->fault->snapshot();
-  if (!snap) return snap.error();
-  e->snapshot = *snap;
-  json record = {{"kind", kind->name},      {"owner", owner},
-                 {"params", e->fault->params()}, {"snapshot", e->snapshot},
-                 {"start_ns", start},       {"lifetime_ms", lifetime}};
-  if (auto r = journal_.add(e->id, record); !r)
-    return makeError("cannot journal fault before applying it: " + r.error().message);
-  e->journaled = true;
-
-  json out;
-  {
-    std::lock_guard lock(m_);
-    if (shuttingDown_) {
-      (void)journal_.remove(e->id);
-      return makeError("agent is shutting down");
     }
     faults_[e->id] = e;
     leases_[owner] = Clock::now() + leaseTimeout_;
@@ -181,13 +253,13 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     // Keep a bounded history of ended faults.
     size_t finished = 0;
     for (auto& [id, f] : faults_) finished += f->finished ? 1 : 0;
-    for (auto it = faults_.begin(); finished > kMaxFinishedKept && it != faults_.end();) {
-      if (it->second->finished) {
-        pruned.push_back(it->second);
-        it = faults_.erase(it);
+    for (auto pit = faults_.begin(); finished > kMaxFinishedKept && pit != faults_.end();) {
+      if (pit->second->finished) {
+        pruned.push_back(pit->second);
+        pit = faults_.erase(pit);
         finished--;
       } else {
-        ++it;
+        ++pit;
       }
     }
   }
@@ -201,23 +273,76 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
 }
 
 void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
+  std::string why;
   {
     std::unique_lock lock(m_);
-    // Sleep until just before the instant, then spin the rest: a timed wake-up can be late by
-    // a scheduler tick, and faults on many nodes are meant to start together.
-    e->wake.wait_until(lock, stop, e->startSteady - kSpinWindow, [] { return false; });
-    lock.unlock();
-    while (!stop.stop_requested() && Clock::now() < e->startSteady) {
-    }
-    lock.lock();
-    if (!stop.stop_requested()) {
-      e->state = "active";
-      e->appliedNs = wallNs();
+    // Prepared (snapshot, journal fsync) shortly before the instant, so the start is not late
+    // by a disk flush; a previous owner of a target that is still applied (its window ends at
+    // this instant) is waited for, bounded, so its revert is what the snapshot sees.
+    e->wake.wait_until(lock, stop, e->startSteady - kPrepareLead, [] { return false; });
+    auto heldBy = [&]() -> std::shared_ptr<Entry> {
+      for (auto& [id, f] : faults_)
+        if (f != e && !f->finished && f->applied && shareTarget(e->targets, f->targets)) return f;
+      return nullptr;
+    };
+    cv_.wait_until(lock, stop, e->startSteady + kHandoverWait, [&] { return !heldBy(); });
+    if (stop.stop_requested()) {
+      if (e->endReason.empty()) e->endReason = "cancelled";
+      why = "never applied";
+    } else if (auto f = heldBy()) {
+      e->error = firstShared(e->targets, f->targets) + " is still held by fault '" + f->id +
+                 "' (" + f->kind->name + "); not applied";
+      e->endReason = "error";
+      why = "held";
     }
   }
-  bool applied = !stop.stop_requested();
-  if (applied) {
-    auto r = e->fault->run(stop, e->events);
+  // The snapshot holds what is there when the fault is applied, not when it was scheduled;
+  // it is journaled (fsynced) before anything changes.
+  if (why.empty()) {
+    auto snap = e->fault->snapshot();
+    json record = e->journalRecord;
+    if (snap) {
+      record["snapshot"] = *snap;
+      if (auto r = journal_.replace(e->id, record); !r)
+        snap = makeError("cannot journal the snapshot before applying: " + r.error().message);
+    }
+    std::unique_lock lock(m_);
+    if (!snap) {
+      e->error = snap.error().message;
+      e->endReason = "error";
+      why = "snapshot failed";
+    } else {
+      e->snapshot = *snap;
+      // Sleep until just before the instant, then spin the rest: a timed wake-up can be late
+      // by a scheduler tick, and faults on many nodes are meant to start together.
+      e->wake.wait_until(lock, stop, e->startSteady - kSpinWindow, [] { return false; });
+      lock.unlock();
+      while (!stop.stop_requested() && Clock::now() < e->startSteady) {
+      }
+      lock.lock();
+      if (stop.stop_requested()) {
+        if (e->endReason.empty()) e->endReason = "cancelled";
+        why = "never applied";
+      } else {
+        e->state = "active";
+        e->appliedNs = wallNs();
+        e->applied = true;
+        generation_++;
+      }
+    }
+  }
+  if (!why.empty()) {
+    // Nothing was changed, so nothing is reverted: a fault that never ran must not restore a
+    // state over another fault's (or the operator's) changes.
+    if (!e->error.empty()) log::error("fault '{}' not applied: {}", e->id, e->error);
+    if (auto rm = journal_.remove(e->id); !rm)
+      log::error("fault '{}' was never applied but its journal entry remains: {}", e->id,
+                 rm.error().message);
+    finish(e);
+    return;
+  }
+  auto r = e->fault->run(stop, e->events);
+  {
     std::lock_guard lock(m_);
     if (!r) {
       e->error = r.error().message;
@@ -226,10 +351,6 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
     } else if (e->endReason.empty()) {
       e->endReason = "completed";
     }
-    e->state = "reverting";
-  } else {
-    std::lock_guard lock(m_);
-    if (e->endReason.empty()) e->endReason = "cancelled";
     e->state = "reverting";
   }
   auto rv = e->fault->revert(e->events);
@@ -414,6 +535,7 @@ json FaultManager::status() const {
   return json{{"active_faults", active},
               {"lease_remaining_ms", leases},
               {"unrevertable", unrevertable_},
+              {"quarantined", quarantined_},
               {"lease_timeout_ms", leaseTimeout_.count()},
               {"max_fault_lifetime_ms", maxLifetime_.count()}};
 }

@@ -31,8 +31,18 @@ class FaultManager {
   FaultManager(const FaultManager&) = delete;
   FaultManager& operator=(const FaultManager&) = delete;
 
-  // Reverts every fault recorded in the journal (after a crash). Call before serving.
-  // Returns one line per entry for the log; entries that cannot be reverted stay journaled.
+  // What replaying a journal did: one line per entry for the log, the entries whose revert
+  // failed (still journaled) and those moved to quarantine (unreadable, unknown, malformed).
+  struct Replay {
+    std::vector<std::string> lines, unrevertable, quarantined;
+  };
+  // Reverts every fault recorded in JOURNAL (after a crash). Needs nothing but the journal and
+  // the configured policy (configuredPolicy(): no system calls), so the agent runs it before
+  // loading anything that could fail (TLS, the interface policy's netlink dump).
+  static Replay replayJournal(Journal& journal, const faults::Policy& policy);
+  // Reports a replay's leftovers in status().
+  void adoptReplay(const Replay& replay);
+  // replayJournal() on this manager's journal, adopted; returns the lines.
   std::vector<std::string> recoverJournal();
 
   // Validates, snapshots, journals and starts a fault owned by OWNER. Returns the record.
@@ -72,7 +82,7 @@ class FaultManager {
   std::condition_variable_any cv_;
   std::map<std::string, std::shared_ptr<Entry>> faults_;  // active and recently finished
   std::map<std::string, std::chrono::steady_clock::time_point> leases_;
-  std::vector<std::string> unrevertable_;
+  std::vector<std::string> unrevertable_, quarantined_;
   bool shuttingDown_ = false;
   uint64_t generation_ = 0;  // bumped on every change the watcher must see
   std::jthread watcher_;

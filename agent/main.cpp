@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
     rc::log::error("{}", journal.error().message);
     return 2;
   }
+  // Safety first: whatever a previous run left applied is reverted before anything that can
+  // fail for unrelated reasons (interface policy, TLS material) and before any connection.
+  auto replay = rc::agent::FaultManager::replayJournal(*journal, rc::agent::configuredPolicy(*config));
+  for (const auto& line : replay.lines) rc::log::warn("{}", line);
   auto policy = rc::agent::makePolicy(*config);
   if (!policy) {
     rc::log::error("{}", policy.error().message);
@@ -50,8 +54,7 @@ int main(int argc, char** argv) {
 
   rc::agent::FaultManager manager(*policy, std::move(*journal), config->maxFaultLifetime,
                                   config->leaseTimeout);
-  // Safety first: whatever a previous run left applied is reverted before any connection.
-  for (const auto& line : manager.recoverJournal()) rc::log::warn("{}", line);
+  manager.adoptReplay(replay);
 
   // Workloads share the faults' lease and lifetime bounds.
   rc::agent::WorkloadManager workloads(config->leaseTimeout, config->maxFaultLifetime);
@@ -61,20 +64,25 @@ int main(int argc, char** argv) {
     rc::log::error("{}", r.error().message);
     return 2;
   }
+  // Every signal that would end the agent reverts first (SIGHUP: a closed terminal or a
+  // careless reload; SIGQUIT: Ctrl-\\). Faults before workloads: a workload can take a while to
+  // join, and the fabric must not wait for it.
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.add(SIGHUP);
+  signals.add(SIGQUIT);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
-    rc::log::info("signal {}: stopping workloads, reverting every fault, then exiting", sig);
-    workloads.shutdown();
+    rc::log::info("signal {}: reverting every fault, stopping workloads, then exiting", sig);
     manager.shutdown();
+    workloads.shutdown();
     server.stop();
     io.stop();
   });
   rc::log::info("ready: node {}, lease {} ms, {} fault kinds", config->node,
                 config->leaseTimeout.count(), rc::faults::registry().size());
   io.run();
-  workloads.shutdown();
   manager.shutdown();
+  workloads.shutdown();
   rc::log::info("stopped; no fault left applied");
   return 0;
 }

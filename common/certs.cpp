@@ -21,6 +21,7 @@
 #include <set>
 #include <string_view>
 
+#include "common/atomic_file.hpp"
 #include "common/unique_fd.hpp"
 
 namespace rc::certs {
@@ -118,32 +119,9 @@ struct TempFileGuard {
   }
 };
 
-// Temp file + fsync + rename: a crash leaves either the old file or the new one, never half
-// a key. mkstemp creates the file 0600, so a key is never readable by others, not even briefly.
+// A key is written 0600 from the start (writeFileAtomic creates the temp file with its mode).
 Result<void> writeAtomically(const std::string& path, std::string_view data, mode_t mode) {
-  std::string tmp = path + ".tmp.XXXXXX";
-  UniqueFD fd(::mkstemp(tmp.data()));
-  if (!fd.isValid()) return sysError(fmt::format("cannot create a file next to '{}'", path), errno);
-  TempFileGuard guard{tmp};
-  if (::fchmod(fd.get(), mode) != 0) return sysError(fmt::format("cannot chmod '{}'", tmp), errno);
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sysError(fmt::format("cannot write '{}'", tmp), errno);
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd.get()) != 0) return sysError(fmt::format("cannot sync '{}'", tmp), errno);
-  if (::close(fd.release()) != 0) return sysError(fmt::format("cannot write '{}'", tmp), errno);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return sysError(fmt::format("cannot rename '{}' to '{}'", tmp, path), errno);
-  }
-  guard.path.clear();
-  // Make the rename itself durable.
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  UniqueFD dirFd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dirFd.isValid()) ::fsync(dirFd.get());
-  return {};
+  return writeFileAtomic(path, data, {.mode = mode});
 }
 
 Result<void> writeKey(const std::string& path, EVP_PKEY* key) {

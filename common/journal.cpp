@@ -1,4 +1,4 @@
-// Journal: one file per fault, written with write-temp, fsync, rename, fsync-directory.
+// Journal: one file per fault, written durably (writeFileAtomic) and never over another entry.
 #include "common/journal.hpp"
 
 #include <dirent.h>
@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/atomic_file.hpp"
 #include "common/protocol.hpp"
 #include "common/unique_fd.hpp"
 
@@ -49,28 +50,43 @@ Result<Journal> Journal::open(const std::string& stateDir) {
   return Journal(dir);
 }
 
+
 Result<void> Journal::add(const std::string& faultId, const nlohmann::json& record) {
   if (!proto::validId(faultId)) return makeError("invalid fault id '" + faultId + "'");
   std::string path = dir_ + "/" + faultId + ".json";
-  std::string tmp = path + ".tmp";
-  std::string data = nlohmann::json{{"fault", faultId}, {"record", record}}.dump() + "\n";
-  {
-    UniqueFD fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    if (!fd.isValid()) return makeError(errnoText("cannot create", tmp), errno);
-    size_t off = 0;
-    while (off < data.size()) {
-      ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return makeError(errnoText("cannot write", tmp), errno);
-      }
-      off += size_t(n);
-    }
-    if (::fsync(fd.get()) != 0) return makeError(errnoText("cannot fsync", tmp), errno);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    return makeError(errnoText("cannot rename into", path), errno);
-  return fsyncDir(dir_);
+  // Never over another entry (RENAME_NOREPLACE): an id collision must not erase what a revert
+  // needs.
+  auto r = writeFileAtomic(path, nlohmann::json{{"fault", faultId}, {"record", record}}.dump() + "\n",
+                           {.mode = 0600, .replace = false});
+  if (!r && r.error().code == EEXIST)
+    return makeError("journal entry '" + path + "' already exists (a fault with the same id "
+                     "is active or was left unrevertable); it is not overwritten",
+                     EEXIST);
+  return r;
+}
+
+Result<void> Journal::replace(const std::string& faultId, const nlohmann::json& record) {
+  if (!proto::validId(faultId)) return makeError("invalid fault id '" + faultId + "'");
+  std::string path = dir_ + "/" + faultId + ".json";
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    return makeError(errnoText("journal entry to update is missing or not a file:", path), ENOENT);
+  return writeFileAtomic(path, nlohmann::json{{"fault", faultId}, {"record", record}}.dump() + "\n", {.mode = 0600});
+}
+
+Result<std::string> Journal::quarantine(const std::string& faultId) {
+  std::string qdir = dir_ + "/quarantine";
+  if (::mkdir(qdir.c_str(), 0700) != 0 && errno != EEXIST)
+    return makeError(errnoText("cannot create", qdir), errno);
+  std::string from = dir_ + "/" + faultId + ".json";
+  // Never overwrite an earlier quarantined entry of the same id: number the newcomer.
+  std::string to = qdir + "/" + faultId + ".json";
+  for (int i = 1; ::access(to.c_str(), F_OK) == 0 && i < 1000; i++)
+    to = qdir + "/" + faultId + "." + std::to_string(i) + ".json";
+  if (::rename(from.c_str(), to.c_str()) != 0) return makeError(errnoText("cannot move", from), errno);
+  if (auto r = fsyncDir(qdir); !r) return r.error();
+  if (auto r = fsyncDir(dir_); !r) return r.error();
+  return to;
 }
 
 Result<void> Journal::remove(const std::string& faultId) {

@@ -20,9 +20,15 @@ class Journal {
   // Creates DIR/journal if needed. Fails if it cannot be written.
   static Result<Journal> open(const std::string& stateDir);
 
-  // Durable: data and directory entry are fsynced before this returns.
+  // Durable: data and directory entry are fsynced before this returns. Never overwrites: an
+  // entry of the same id already there (e.g. one left unrevertable) is an error (EEXIST).
   Result<void> add(const std::string& faultId, const nlohmann::json& record);
+  // Durably replaces the existing entry of FAULT_ID (the fault's own, e.g. with its snapshot).
+  Result<void> replace(const std::string& faultId, const nlohmann::json& record);
   Result<void> remove(const std::string& faultId);
+  // Moves an entry the agent cannot use to DIR/quarantine/ (keeping it for an operator, out
+  // of every later replay). Returns the new path.
+  Result<std::string> quarantine(const std::string& faultId);
   // Entries that are unreadable are returned with record = null so the caller can report them.
   Result<std::vector<JournalEntry>> list() const;
   const std::string& dir() const { return dir_; }

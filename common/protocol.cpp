@@ -1,6 +1,8 @@
 // Protocol framing and strict request parsing.
 #include "common/protocol.hpp"
 
+#include <cstdio>
+#include <random>
 #include <set>
 
 namespace rc::proto {
@@ -89,7 +91,43 @@ uint32_t decodeLength(const unsigned char h[4]) {
   return (uint32_t(h[0]) << 24) | (uint32_t(h[1]) << 16) | (uint32_t(h[2]) << 8) | uint32_t(h[3]);
 }
 
+Result<void> checkDepth(std::string_view body, size_t maxDepth) {
+  size_t depth = 0;
+  bool inString = false, escaped = false;
+  for (char c : body) {
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+      continue;
+    }
+    if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > maxDepth)
+        return rc::makeError("message nests arrays or objects deeper than " +
+                             std::to_string(maxDepth) + " levels");
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      depth--;
+    }
+  }
+  return {};
+}
+
+std::string randomToken() {
+  // libstdc++'s random_device reads the kernel's CSPRNG (getrandom) on Linux.
+  std::random_device rd;
+  uint64_t v = (uint64_t(rd()) << 32) | uint64_t(rd());
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 Result<json> parseBody(std::string_view body) {
+  if (auto deep = checkDepth(body); !deep) return deep.error();
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) return rc::makeError("message is not valid JSON");
   if (!j.is_object()) return rc::makeError("message must be a JSON object");

@@ -25,6 +25,9 @@ inline constexpr int kMinVersion = 1;
 inline constexpr uint32_t kMaxFrameBytes = 1u << 20;  // 1 MiB: far above any real message
 inline constexpr size_t kMaxIdLength = 64;
 inline constexpr size_t kMaxParams = 64;
+// Deepest nesting of arrays and objects a message may have: real messages stay below 8, and
+// the JSON library copies, compares and prints recursively.
+inline constexpr size_t kMaxDepth = 32;
 
 // Error codes sent in "error" replies.
 inline constexpr std::string_view kErrBadMessage = "bad_message";
@@ -48,7 +51,13 @@ class FrameDecoder {
   std::string buf_;
 };
 uint32_t decodeLength(const unsigned char header[4]);
+// Refuses a body nested deeper than MAX_DEPTH, by scanning its bytes: nothing is built,
+// copied or recursed into. parseBody calls it first.
+Result<void> checkDepth(std::string_view body, size_t maxDepth = kMaxDepth);
 Result<json> parseBody(std::string_view body);
+// 16 lowercase hex characters (64 bits) from the kernel's random source, for ids that must not
+// collide across controllers and runs (fault ids, controller ids).
+std::string randomToken();
 
 // ---- requests (controller -> agent) ----
 struct Hello {

@@ -319,7 +319,7 @@ int cmdInject(const InjectOptions& o) {
     std::map<std::string, std::string> refused;
     for (auto& c : fleet.clients()) {
       tasks.push_back([&, c]() -> asio::awaitable<void> {
-        std::string id = "inj-" + ctl.substr(ctl.size() - 4) + "-" + c->node().name;
+        std::string id = "inj-" + ctl.substr(ctl.size() - 16) + "-" + c->node().name.substr(0, 40);
         faultIds[c->node().name] = id;
         // (Built outside co_await: GCC 12 miscompiles braced initialisers there.)
         json body = {{"fault", id},

@@ -327,10 +327,9 @@ std::string newControllerId() {
   std::string h;
   for (char* p = host; *p && h.size() < 24; p++)
     h += (std::isalnum(static_cast<unsigned char>(*p)) || *p == '-') ? *p : '-';
-  std::random_device rd;
-  char suffix[16];
-  std::snprintf(suffix, sizeof suffix, "%04x", unsigned(rd() & 0xffff));
-  return "ctl-" + h + "-" + std::to_string(::getpid()) + "-" + suffix;
+  // 64 random bits: the tail names this run's fault ids, which must not collide with another
+  // controller's (or an earlier run's entry still in an agent's journal).
+  return "ctl-" + h + "-" + std::to_string(::getpid()) + "-" + proto::randomToken();
 }
 
 }  // namespace rc::controller

@@ -659,6 +659,20 @@ Rng rngFor(uint64_t seed, size_t trial, size_t step) {
   return r;
 }
 
+// K of POOL, drawn with BELOW (a partial Fisher-Yates; without BELOW, the first K), returned
+// in POOL's order, so plans read like the inventory.
+std::vector<std::string> pickInOrder(const std::vector<std::string>& pool, size_t k,
+                                     const std::function<uint64_t(uint64_t)>& below) {
+  std::vector<std::string> drawn = pool;
+  if (below)
+    for (size_t i = 0; i < k; i++) std::swap(drawn[i], drawn[i + below(drawn.size() - i)]);
+  std::set<std::string> chosen(drawn.begin(), drawn.begin() + std::ptrdiff_t(k));
+  std::vector<std::string> out;
+  for (const auto& n : pool)
+    if (chosen.count(n)) out.push_back(n);
+  return out;
+}
+
 std::vector<std::string> selectNodes(const Parser& p, const Selector& s, const Inventory& inv,
                                      Rng* rng) {
   std::set<std::string> chosen;
@@ -674,13 +688,7 @@ std::vector<std::string> selectNodes(const Parser& p, const Selector& s, const I
   if (size_t(s.random) > pool.size())
     p.fail(s.pos, "random = " + std::to_string(s.random) + " but '" + joinNames(s.names) + "' matches only " +
                       std::to_string(pool.size()) + " node(s): " + joinNames(pool));
-  for (size_t i = 0; i < size_t(s.random); i++)
-    std::swap(pool[i], pool[i + rng->below(pool.size() - i)]);
-  pool.resize(size_t(s.random));
-  std::vector<std::string> picked;
-  for (const auto& n : inv.nodes)
-    if (std::find(pool.begin(), pool.end(), n.name) != pool.end()) picked.push_back(n.name);
-  return picked;
+  return pickInOrder(pool, size_t(s.random), [rng](uint64_t n) { return rng->below(n); });
 }
 
 std::string showValue(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
@@ -828,16 +836,43 @@ Result<std::vector<BoundFault>> bindTargets(const std::string& kind, const json&
   if (fanIn % want != 0)
     return makeError("incast fan_in " + std::to_string(fanIn) + " must be a multiple of the " +
                      std::to_string(want) + " senders (each sender opens fan_in / senders flows)");
-  if (below && size_t(want) < pool.size())  // a seeded pick; the chosen ones keep inventory order
-    for (size_t i = 0; i < size_t(want); i++) std::swap(pool[i], pool[i + below(pool.size() - i)]);
-  std::set<std::string> chosen(pool.begin(), pool.begin() + want);
   json wire = params;
   wire["receiver"] = rx->dataAddresses[0];
   wire["senders"] = want;
   out.push_back({receiver, wire, "sink"});  // the sink first: it listens while the senders connect
-  for (const auto& n : inv.nodes)
-    if (chosen.count(n.name)) out.push_back({n.name, wire, "sender"});
+  // All of the pool needs no draw (and consumes none of the seeded sequence).
+  for (const auto& n : pickInOrder(pool, size_t(want), size_t(want) < pool.size() ? below : nullptr))
+    out.push_back({n, wire, "sender"});
   return out;
+}
+
+// What a planned fault changes on its node, as the agent's Fault::targets() would name it
+// (without the agent's defaults: an absent interface is "the default interface"). Empty for
+// kinds that change no configuration.
+static std::string targetKey(const PlannedFault& f) {
+  auto str = [&](const char* key) {
+    auto it = f.params.find(key);
+    return it != f.params.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto iface = [&] {
+    std::string i = str("interface");
+    return i.empty() ? std::string("the default interface") : "interface '" + i + "'";
+  };
+  if (f.kind == "link_flap") {
+    std::string sp = str("switch_port");
+    return sp.empty() ? iface() : "lab switch port '" + sp + "'";
+  }
+  if (f.kind == "pfc_storm") return "the PFC pause frames of " + iface();
+  if (f.kind == "ecn_shift") {
+    std::string backend = str("backend");
+    auto q = f.params.find("queue");
+    std::string queue = q != f.params.end() && q->is_number_integer() ? std::to_string(q->get<int>()) : "3";
+    if (backend == "tc-red") return "the root qdisc of " + iface();
+    std::string port = str("port");
+    return "the ECN profile of " + (port.empty() ? std::string("its switch port") : "port '" + port + "'") +
+           " queue " + queue;
+  }
+  return {};
 }
 
 Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
@@ -907,6 +942,28 @@ Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
           }
           std::stable_sort(t.faults.begin(), t.faults.end(),
                            [](const PlannedFault& a, const PlannedFault& b) { return a.atNs < b.atNs; });
+          // An agent runs one fault per target at a time and refuses the second: find that
+          // here, so a valid plan never aborts halfway.
+          for (size_t i = 0; i < t.faults.size(); i++) {
+            const PlannedFault& a = t.faults[i];
+            std::string key = targetKey(a);
+            if (key.empty()) continue;
+            for (size_t j = i + 1; j < t.faults.size(); j++) {
+              const PlannedFault& b = t.faults[j];
+              if (b.atNs >= a.atNs + a.forNs) break;  // sorted by start: no later one overlaps
+              if (b.node != a.node || targetKey(b) != key) continue;
+              const Step* later = nullptr;
+              for (const auto& st : sc.steps)
+                if (st.name == b.step) later = &st;
+              p.fail(later ? later->pos : sc.pos,
+                     "trial " + t.label() + ": step '" + b.step + "' (at " +
+                         fmtDur(b.atNs - t.startNs) + ") and step '" + a.step + "' (at " +
+                         fmtDur(a.atNs - t.startNs) + " for " + fmtDur(a.forNs) + ") both hold " +
+                         key + " on " + a.node +
+                         "; an agent runs one fault per target at a time (docs/safety.md): "
+                         "move one so that their windows do not overlap");
+            }
+          }
           faults += t.faults.size();
           if (faults > kMaxPlannedFaults)
             p.fail(sc.pos, "the plan has more than 100000 fault injections; narrow the targets");

@@ -29,6 +29,8 @@ json iterJson(const std::optional<IterationStats>& s) {
 json scopeJson(const ScopeScore& s) {
   json j = {{"scope", s.scope},
             {"baseline_Bps", optNum(s.baseline)},
+            {"baseline_band", s.band ? json{{"floor_Bps", s.band->floor}, {"hold_floor_Bps", s.band->holdFloor}}
+                                     : json()},
             {"iterations", {{"baseline", iterJson(s.baselineIterations)},
                             {"window", iterJson(s.windowIterations)}}},
             {"counters", s.counterDeltas},
@@ -40,7 +42,10 @@ json scopeJson(const ScopeScore& s) {
             {"impact", nullptr}};
   if (s.impact) {
     const Impact& im = *s.impact;
-    j["impact"] = {{"time_to_impact_ns", optInt(im.timeToImpactNs)},
+    j["impact"] = {{"threshold_Bps", im.goodRate},
+                   {"hold_threshold_Bps", im.goodHoldRate},
+                   {"uncertainty_ns", im.uncertaintyNs},
+                   {"time_to_impact_ns", optInt(im.timeToImpactNs)},
                    {"recovered", im.recovered},
                    {"recovery_time_ns", optInt(im.recoveryTimeNs)},
                    {"recovered_at_ns", im.recovered ? json(im.recoveredAtNs) : json()},
@@ -277,35 +282,6 @@ Result<json> loadResultDocument(const std::string& path) {
   return doc;
 }
 
-Result<void> writeFileAtomic(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return makeError("cannot write '" + path + "': " + std::strerror(errno), errno);
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = ::write(fd, content.data() + off, content.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return makeError("cannot write '" + path + "': " + std::strerror(e), e);
-    }
-    off += size_t(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    return makeError("cannot write '" + path + "': " + std::strerror(e), e);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    return makeError("cannot rename into '" + path + "': " + std::strerror(e), e);
-  }
-  return {};
-}
-
 // ---------------------------------------------------------------- JUnit
 
 std::string renderJunit(const json& doc) {
@@ -378,13 +354,23 @@ std::string renderText(const json& doc) {
   for (const auto& t : doc["trials"]) {
     const json& job = t["job"];
     o << "\n" << str(t, "label") << "\n";
-    o << "  baseline        " << rateText(num(job, "baseline_Bps")) << "\n";
+    o << "  baseline        " << rateText(num(job, "baseline_Bps")) << " job throughput (median, smoothed)";
+    auto base = num(job, "baseline_Bps");
+    auto floor = job.contains("baseline_band") && job["baseline_band"].is_object()
+                     ? num(job["baseline_band"], "floor_Bps")
+                     : std::nullopt;
+    if (base && floor && *base > 0)
+      o << "; its own band reaches down to " << rateText(floor) << " ("
+        << fmt("%.1f", (1 - *floor / *base) * 100) << "% below: smaller dips are noise)";
+    o << "\n";
     if (job["impact"].is_object()) {
       const json& im = job["impact"];
       auto tti = num(im, "time_to_impact_ns");
       auto rec = num(im, "recovery_time_ns");
-      o << "  time to impact  " << (tti ? dur(int64_t(*tti)) : "no impact") << "\n";
-      o << "  recovery time   " << (rec ? dur(int64_t(*rec)) : "NOT RECOVERED") << "\n";
+      std::string pm = im.contains("uncertainty_ns") ? " ± " + dur(i64(im, "uncertainty_ns")) : "";
+      o << "  judged against  " << rateText(num(im, "threshold_Bps")) << " (below: impacted; held above: recovered)\n";
+      o << "  time to impact  " << (tti ? dur(int64_t(*tti)) + pm : "no impact") << "\n";
+      o << "  recovery time   " << (rec ? dur(int64_t(*rec)) + pm : "NOT RECOVERED") << "\n";
       o << "  throughput loss " << formatSize(uint64_t(num(im, "loss_bytes").value_or(0))) << " ("
         << fmt("%.2f", num(im, "loss_pct").value_or(0)) << "% of baseline over "
         << dur(i64(im, "window_to_ns") - i64(im, "window_from_ns")) << ")\n";
@@ -639,8 +625,9 @@ std::string renderHtml(const json& doc) {
     if (im.is_object()) {
       auto tti = num(im, "time_to_impact_ns");
       auto rec = num(im, "recovery_time_ns");
-      h << card("time to impact", tti ? dur(int64_t(*tti)) : "no impact")
-        << card("recovery time", rec ? dur(int64_t(*rec)) : "not recovered", !rec)
+      std::string pm = im.contains("uncertainty_ns") ? " ± " + dur(i64(im, "uncertainty_ns")) : "";
+      h << card("time to impact", tti ? dur(int64_t(*tti)) + pm : "no impact")
+        << card("recovery time", rec ? dur(int64_t(*rec)) + pm : "not recovered", !rec)
         << card("throughput loss", fmt("%.2f%%", num(im, "loss_pct").value_or(0)) + " · " +
                                        formatSize(uint64_t(num(im, "loss_bytes").value_or(0))))
         << card("stall time", dur(i64(im, "stall_ns")), i64(im, "stall_ns") > 0);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/atomic_file.hpp"
 #include "common/result.hpp"
 #include "controller/playbook.hpp"
 #include "controller/runner.hpp"
@@ -28,6 +29,7 @@ std::string renderHtml(const json& doc);
 std::string renderText(const json& doc);
 
 // Writes through a temporary file and a rename, so a reader never sees half a report.
-Result<void> writeFileAtomic(const std::string& path, const std::string& content);
+// Reports are written like every durable file (common/atomic_file.hpp).
+using rc::writeFileAtomic;
 
 }  // namespace rc::controller

@@ -41,8 +41,8 @@ std::string faultId(const std::string& run, int trial, const std::string& step,
     }
     return out;
   };
-  return clean(run, 12) + "-" + std::to_string(trial) + "-" + clean(step, 24) + "-" +
-         clean(node, 20);
+  return clean(run, 16) + "-" + std::to_string(trial) + "-" + clean(step, 20) + "-" +
+         clean(node, 16);
 }
 
 struct Scheduled {
@@ -183,7 +183,7 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
       fr.scheduledNs = f.atNs;
       run.faults.push_back(fr);
       auto client = fleet.find(f.node);
-      Scheduled s{run.faults.size() - 1, faultId(ctl.substr(ctl.size() - 4), trial.index, f.step, f.node), client};
+      Scheduled s{run.faults.size() - 1, faultId(ctl.substr(ctl.size() - 16), trial.index, f.step, f.node), client};
       const faults::FaultKind* kind = faults::findKind(f.kind);
       json params = kind ? faults::wireParams(kind->params, f.params) : f.params;
       json body = {{"fault", s.id},

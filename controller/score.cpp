@@ -105,10 +105,55 @@ std::optional<double> baselineRate(const Grid& g, int64_t fromNs, int64_t toNs, 
   return median(smoothRates(g, smoothNs, lo, hi));
 }
 
+std::optional<BaselineBand> baselineBand(const Grid& g, int64_t fromNs, int64_t toNs, int64_t smoothNs,
+                                         int64_t holdNs, double baseline) {
+  size_t lo = binFrom(g, fromNs), hi = lo;
+  while (hi < g.size() && g.timeOf(hi) + g.binNs <= toNs) hi++;
+  std::vector<double> x = smoothRates(g, smoothNs, lo, hi);
+  const size_t half = g.binNs > 0 ? size_t(std::max<int64_t>(0, smoothNs) / g.binNs) / 2 : 0;
+  if (x.size() > 2 * half) x = std::vector<double>(x.begin() + std::ptrdiff_t(half), x.end() - std::ptrdiff_t(half));
+  if (x.empty()) return std::nullopt;
+  // The band's depth below B: the deeper of kBandSigmas robust standard deviations (median
+  // absolute deviation x 1.4826, so a rare outlier does not widen it) and the lowest value
+  // seen, pushed a quarter further (an extreme-value margin: the next stretch of the same
+  // noise reaches a little beyond the lowest of the last one).
+  auto floorOf = [&](const std::vector<double>& v) {
+    std::vector<double> dev;
+    dev.reserve(v.size());
+    for (double y : v) dev.push_back(std::abs(y - baseline));
+    double sigma = 1.4826 * median(dev).value_or(0);
+    double lowest = *std::min_element(v.begin(), v.end());
+    double depth = std::max(kBandSigmas * sigma, kBandMargin * std::max(0.0, baseline - lowest));
+    return std::max(0.0, baseline - depth);
+  };
+  BaselineBand band;
+  band.floor = floorOf(x);
+  const size_t hold = std::max<size_t>(1, size_t((holdNs + g.binNs - 1) / std::max<int64_t>(1, g.binNs)));
+  if (x.size() < hold) {
+    band.holdFloor = band.floor;
+    return band;
+  }
+  std::vector<double> means;
+  double sum = 0;
+  for (size_t i = 0; i < x.size(); i++) {
+    sum += x[i];
+    if (i + 1 > hold) sum -= x[i - hold];
+    if (i + 1 >= hold) means.push_back(sum / double(hold));
+  }
+  band.holdFloor = floorOf(means);
+  return band;
+}
+
+int64_t timingUncertaintyNs(const Grid& g, int64_t smoothNs) { return g.binNs + std::max<int64_t>(0, smoothNs) / 2; }
+
 Impact scoreImpact(const Grid& g, double B, int64_t faultStartNs, int64_t faultEndNs,
-                   const ScoringSettings& s) {
+                   const ScoringSettings& s, std::optional<BaselineBand> band) {
   Impact im;
-  const double good = (1 - s.epsilon) * B;
+  const double good = std::min((1 - s.epsilon) * B, band ? band->floor : B);
+  const double goodHold = std::min((1 - s.epsilon) * B, band ? band->holdFloor : B);
+  im.goodRate = good;
+  im.goodHoldRate = goodHold;
+  im.uncertaintyNs = timingUncertaintyNs(g, s.smoothNs);
   const double stalled = s.stallFraction * B;
   const size_t n = g.size();
   const size_t i0 = binContaining(g, faultStartNs);
@@ -118,24 +163,31 @@ Impact scoreImpact(const Grid& g, double B, int64_t faultStartNs, int64_t faultE
   // Impact and recovery on the smoothed rate (a centred moving average, like the baseline);
   // loss and stalls on the raw bins.
   const std::vector<double> x = smoothRates(g, s.smoothNs, 0, n);
-  for (size_t i = i0; i < n; i++)
+  // Impact is looked for while the fault is on and for one hold period after it (effects that
+  // lag the fault, such as a retransmission timeout); later dips belong to recovery.
+  for (size_t i = i0; i < std::min(n, ie + hold); i++)
     if (x[i] < good) {
       im.timeToImpactNs = std::max<int64_t>(0, g.timeOf(i) - faultStartNs);
       break;
     }
 
-  // Recovered at the first bin from the fault's end that starts `hold` consecutive good bins;
-  // the stretch must fit in the trial, otherwise recovery was not shown.
-  size_t run = 0;
-  for (size_t j = ie; j < n; j++) {
-    run = x[j] >= good ? run + 1 : 0;
-    if (run == hold) {
-      size_t i = j + 1 - hold;
-      im.recovered = true;
-      im.recoveredAtNs = std::max(g.timeOf(i), faultEndNs);
-      im.recoveryTimeNs = im.recoveredAtNs - faultEndNs;
-      break;
-    }
+  // Recovered at the first good bin from the fault's end that starts a hold period whose mean
+  // is good too: the job is back in the band it kept in the baseline and stays there (a mean,
+  // not every bin: the healthy job's own bins dip below the floor now and then). The period
+  // must fit in the trial, otherwise recovery was not shown.
+  std::vector<double> prefix(n + 1, 0.0);
+  for (size_t i = 0; i < n; i++) prefix[i + 1] = prefix[i] + x[i];
+  for (size_t i = ie; hold > 0 && i + hold <= n; i++) {
+    if (x[i] < good) continue;
+    if ((prefix[i + hold] - prefix[i]) / double(hold) < goodHold) continue;
+    // ... and a stall inside it is not noise, unless the healthy job stalled like that too.
+    bool anyStall = false;
+    for (size_t k = i; k < i + hold && !anyStall; k++) anyStall = x[k] < std::min(stalled, good);
+    if (anyStall) continue;
+    im.recovered = true;
+    im.recoveredAtNs = std::max(g.timeOf(i), faultEndNs);
+    im.recoveryTimeNs = im.recoveredAtNs - faultEndNs;
+    break;
   }
 
   im.windowFromNs = g.timeOf(i0);
@@ -362,9 +414,11 @@ Scores score(const RunResult& run, const Playbook& pb) {
       ScopeScore sc;
       sc.scope = scope;
       sc.baseline = baselineRate(g, t.baselineFromNs, t.baselineToNs, ss.smoothNs);
+      if (sc.baseline)
+        sc.band = baselineBand(g, t.baselineFromNs, t.baselineToNs, ss.smoothNs, ss.holdNs, *sc.baseline);
       sc.baselineIterations = iterationStats(baseIter);
       if (sc.baseline && *sc.baseline > 0 && ts.faultStartNs) {
-        sc.impact = scoreImpact(g, *sc.baseline, *ts.faultStartNs, *ts.faultEndNs, ss);
+        sc.impact = scoreImpact(g, *sc.baseline, *ts.faultStartNs, *ts.faultEndNs, ss, sc.band);
         sc.windowIterations = iterationStats(windowIter(sc.impact->windowFromNs,
                                                         std::max(sc.impact->windowToNs, *ts.faultEndNs)));
       }

@@ -49,9 +49,35 @@ std::vector<double> smoothRates(const Grid& g, int64_t smoothNs, size_t lo, size
 // raw 10 ms bins have a median above their mean, which smoothed rates could never reach.
 std::optional<double> baselineRate(const Grid& g, int64_t fromNs, int64_t toNs, int64_t smoothNs = 0);
 
+// The band the healthy job stays in during the baseline, read off its own series (bytes/s):
+// - floor: for the smoothed bin rates of the bins wholly in [fromNs, toNs) (leaving out half a
+//   smoothing window at each end, where the average is over fewer bins), B minus the deeper of
+//   kBandSigmas robust standard deviations and 1.25 x the depth of the lowest rate seen;
+// - holdFloor: the same for the mean over a hold period (every hold-long stretch of the
+//   baseline).
+// A rate or mean at or above these is not evidence of a fault (docs/scoring.md).
+struct BaselineBand {
+  double floor = 0;
+  double holdFloor = 0;
+};
+constexpr double kBandSigmas = 3.5;
+constexpr double kBandMargin = 1.25;
+std::optional<BaselineBand> baselineBand(const Grid& g, int64_t fromNs, int64_t toNs, int64_t smoothNs,
+                                         int64_t holdNs, double baseline);
+
+// How far an instant read off a series may be from the true one: one bin, plus half the
+// smoothing window (a step in x moves the smoothed series over that span).
+int64_t timingUncertaintyNs(const Grid& g, int64_t smoothNs);
+
 // What a fault did to one series. Times in ns on the run timeline, rates in bytes/s.
 struct Impact {
-  std::optional<int64_t> timeToImpactNs;  // nullopt: never fell below (1-e)B
+  // The judgement's thresholds (bytes/s): a bin below goodRate = min((1-e)B, band floor) is
+  // impacted; recovery needs a bin at or above it that starts a hold period whose mean is at
+  // or above goodHoldRate = min((1-e)B, band hold floor).
+  double goodRate = 0;
+  double goodHoldRate = 0;
+  int64_t uncertaintyNs = 0;              // of time to impact and recovery time (+/-)
+  std::optional<int64_t> timeToImpactNs;  // nullopt: never fell below goodRate
   bool recovered = false;
   std::optional<int64_t> recoveryTimeNs;  // nullopt when not recovered
   int64_t recoveredAtNs = 0;              // start of the held-good stretch (if recovered)
@@ -66,8 +92,11 @@ struct Impact {
 
 // Scores grid g (covering the trial up to endNs) against baseline B for a fault that was
 // applied at faultStartNs and reverted at faultEndNs.
+// BAND (from baselineBand) calibrates the thresholds on the baseline's own noise: a job back
+// in its normal band counts as recovered even where that band dips below (1-e)B. Without it,
+// the thresholds are (1-e)B alone.
 Impact scoreImpact(const Grid& g, double baseline, int64_t faultStartNs, int64_t faultEndNs,
-                   const ScoringSettings& s);
+                   const ScoringSettings& s, std::optional<BaselineBand> band = std::nullopt);
 
 struct IterationStats {
   size_t count = 0;
@@ -82,6 +111,7 @@ std::optional<IterationStats> iterationStats(const std::vector<double>& duration
 struct ScopeScore {
   std::string scope;  // "job" or a node name
   std::optional<double> baseline;  // bytes/s
+  std::optional<BaselineBand> band;  // how low the healthy job went on its own
   std::optional<Impact> impact;    // nullopt when no fault was applied
   std::optional<IterationStats> baselineIterations;
   std::optional<IterationStats> windowIterations;

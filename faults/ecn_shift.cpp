@@ -1,11 +1,13 @@
 // The ecn_shift fault: moves the ECN marking thresholds (kmin, kmax, pmax) of one queue and
 // restores exactly what was there. Backends: the lab switch (control socket), a RED root
-// qdisc through rtnetlink (tc-red), or user commands (e.g. SONiC's ecnconfig).
+// qdisc through rtnetlink (tc-red), or command templates of the agent's own configuration
+// (e.g. SONiC's ecnconfig), run as argv without a shell.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -34,7 +36,8 @@ struct ShiftParams {
   int queue = 3;
   uint64_t kmin = 0, kmax = 0;
   double pmax = 0;
-  std::string snapshotCommand, applyCommand, revertCommand;
+  std::string command;  // command backend: the name of a template in the agent's config
+  CommandTemplate tmpl;
 };
 
 std::string str(const json& p, const char* key) {
@@ -42,34 +45,55 @@ std::string str(const json& p, const char* key) {
   return it != p.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-std::string shellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
+// A value for a command's argv must not be read as an option or carry anything but a name.
+bool safeWord(const std::string& v) {
+  if (v.empty() || v.size() > 64 || v.front() == '-') return false;
+  for (char c : v)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != ':' &&
+        c != '/' && c != '-')
+      return false;
+  return true;
 }
 
-// Fills {port} {queue} {kmin} {kmax} {pmax} {interface} {snapshot}, each shell-quoted.
-std::string expand(std::string tmpl, const ShiftParams& p, const std::string& snapshot) {
+// The values a template is filled with, as journaled.
+json commandValues(const ShiftParams& p) {
   char pmax[32];
   std::snprintf(pmax, sizeof pmax, "%g", p.pmax);
-  const std::pair<const char*, std::string> vars[] = {
-      {"{port}", p.port}, {"{queue}", std::to_string(p.queue)}, {"{kmin}", std::to_string(p.kmin)},
-      {"{kmax}", std::to_string(p.kmax)}, {"{pmax}", pmax}, {"{interface}", p.interface},
-      {"{snapshot}", snapshot}};
-  for (const auto& [key, value] : vars) {
-    size_t at = 0;
-    while ((at = tmpl.find(key, at)) != std::string::npos) {
-      std::string q = shellQuote(value);
-      tmpl.replace(at, std::strlen(key), q);
-      at += q.size();
-    }
-  }
-  return tmpl;
+  return json{{"port", p.port}, {"queue", std::to_string(p.queue)}, {"kmin", std::to_string(p.kmin)},
+              {"kmax", std::to_string(p.kmax)}, {"pmax", pmax}, {"interface", p.interface}};
 }
 
-// Runs `sh -c command`, returning its stdout (bounded); a non-zero exit is an error quoting
-// the command's stderr.
-Result<std::string> runShell(const std::string& command) {
+// Replaces {name} inside each element by VALUES[name] (and {snapshot}); no shell ever sees it.
+std::vector<std::string> expand(const std::vector<std::string>& argv, const json& values,
+                                const std::string& snapshot) {
+  std::vector<std::string> out;
+  for (std::string arg : argv) {
+    for (const char* key : {"port", "queue", "kmin", "kmax", "pmax", "interface", "snapshot"}) {
+      std::string token = std::string("{") + key + "}";
+      std::string value = std::string(key) == "snapshot" ? snapshot : values.value(key, "");
+      for (size_t at = 0; (at = arg.find(token, at)) != std::string::npos; at += value.size())
+        arg.replace(at, token.size(), value);
+    }
+    out.push_back(std::move(arg));
+  }
+  return out;
+}
+
+std::string showArgv(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) out += (out.empty() ? "" : " ") + a;
+  return out;
+}
+
+// Runs ARGV (argv[0] an absolute path, no shell, no PATH search), returning its stdout
+// (bounded); a non-zero exit is an error quoting the command's stderr.
+Result<std::string> runArgv(const std::vector<std::string>& argv) {
+  const std::string command = showArgv(argv);
+  if (argv.empty() || argv.front().empty() || argv.front().front() != '/')
+    return makeError("ecn_shift: command '" + command + "' does not start with an absolute path");
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return makeError("ecn_shift: pipe: " + std::string(std::strerror(errno)), errno);
   UniqueFD outR(out[0]), outW(out[1]);
@@ -80,7 +104,7 @@ Result<std::string> runShell(const std::string& command) {
   if (pid == 0) {
     ::dup2(outW.get(), 1);
     ::dup2(errW.get(), 2);
-    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::execv(args[0], args.data());
     ::_exit(127);
   }
   outW.reset();
@@ -119,8 +143,25 @@ Result<std::string> runShell(const std::string& command) {
   return o;
 }
 
+// The template NAME of the policy, or an error naming the configured ones.
+Result<const CommandTemplate*> findTemplate(const Policy& policy, const std::string& name) {
+  if (policy.ecnCommands.empty())
+    return makeError("ecn_shift: the command backend is off: this agent's configuration defines no "
+                     "[ecn_commands.NAME] templates",
+                     EPERM);
+  auto it = policy.ecnCommands.find(name);
+  if (it == policy.ecnCommands.end()) {
+    std::string names;
+    for (const auto& [n, t] : policy.ecnCommands) names += (names.empty() ? "" : ", ") + n;
+    return makeError("ecn_shift: no command template '" + name + "' in this agent's configuration "
+                     "(it has: " + names + ")",
+                     EPERM);
+  }
+  return &it->second;
+}
+
 // The exact previous state, as journaled.
-Result<void> restore(const json& snap) {
+Result<void> restore(const json& snap, const Policy& policy) {
   std::string backend = str(snap, "backend");
   if (backend == "labswitch") {
     const json& prof = snap.at("profile");
@@ -139,7 +180,14 @@ Result<void> restore(const json& snap) {
     return tcred::send(tcred::buildDeleteRoot(ifindex, 2), str(snap, "interface"));
   }
   if (backend == "command") {
-    auto r = runShell(str(snap, "revert"));
+    // The journal names the template and the values, never a command: the command comes from
+    // the agent's configuration now, and the values are checked again.
+    auto t = findTemplate(policy, str(snap, "command"));
+    if (!t) return t.error();
+    const json& values = snap.at("values");
+    if (!safeWord(values.at("port").get<std::string>()))
+      return makeError("ecn_shift journal snapshot has an invalid port");
+    auto r = runArgv(expand((*t)->revert, values, snap.at("output").get<std::string>()));
     if (!r) return r.error();
     return {};
   }
@@ -148,7 +196,8 @@ Result<void> restore(const json& snap) {
 
 class EcnShift final : public Fault {
  public:
-  EcnShift(json params, ShiftParams p) : params_(std::move(params)), p_(std::move(p)) {}
+  EcnShift(json params, ShiftParams p, Policy policy)
+      : params_(std::move(params)), p_(std::move(p)), policy_(std::move(policy)) {}
   const json& params() const override { return params_; }
 
   Result<json> snapshot() override {
@@ -175,10 +224,11 @@ class EcnShift final : public Fault {
       s["ifindex"] = link->ifindex;
       s["root_kind"] = *kind;
     } else {
-      auto out = runShell(expand(p_.snapshotCommand, p_, ""));
+      auto out = runArgv(expand(p_.tmpl.snapshot, commandValues(p_), ""));
       if (!out) return out.error();
+      s["command"] = p_.command;
+      s["values"] = commandValues(p_);
       s["output"] = *out;
-      s["revert"] = expand(p_.revertCommand, p_, *out);
     }
     std::lock_guard lock(m_);
     snap_ = s;
@@ -204,7 +254,7 @@ class EcnShift final : public Fault {
       if (!msg) return msg.error();
       applied = tcred::send(*msg, p_.interface);
     } else {
-      auto r = runShell(expand(p_.applyCommand, p_, ""));
+      auto r = runArgv(expand(p_.tmpl.apply, commandValues(p_), ""));
       if (!r) applied = r.error();
     }
     if (!applied) return applied;
@@ -224,7 +274,7 @@ class EcnShift final : public Fault {
       s = snap_;
     }
     if (!s) return {};
-    auto r = restore(*s);
+    auto r = restore(*s, policy_);
     if (!r) return r;
     events.add(Event{wallNs(), "reverted", p_.backend + " " + (p_.port.empty() ? p_.interface : p_.port), false});
     return {};
@@ -238,9 +288,17 @@ class EcnShift final : public Fault {
     return buf;
   }
 
+  std::vector<std::string> targets() const override {
+    if (p_.backend == "tc-red") return {"root qdisc of interface '" + p_.interface + "'"};
+    if (p_.backend == "labswitch")
+      return {"ECN profile of lab switch port '" + p_.port + "' queue " + std::to_string(p_.queue)};
+    return {"ECN profile of '" + p_.port + "' queue " + std::to_string(p_.queue) + " (command backend)"};
+  }
+
  private:
   json params_;
   ShiftParams p_;
+  Policy policy_;
   std::mutex m_;
   std::optional<json> snap_;
 };
@@ -258,11 +316,9 @@ const FaultKind kEcnShift{
         {"kmin", ParamType::size, "marking starts above this queue depth", json(), 0, 1e12},
         {"kmax", ParamType::size, "every ECT frame is marked above this depth", json(), 0, 1e12},
         {"pmax", ParamType::rate, "marking probability at kmax (0..1)", 0.2, 0, 1},
-        {"socket", ParamType::string, "labswitch: control socket (default: the lab's)", json(), 0, 0, true},
+        {"socket", ParamType::string, "labswitch: control socket; only the agent's own [lab] switch_socket, the default", json(), 0, 0, true},
         {"interface", ParamType::string, "tc-red: interface (default: the first data interface)", json(), 0, 0, true},
-        {"snapshot_command", ParamType::string, "command: prints the current profile", json(), 0, 0, true},
-        {"apply_command", ParamType::string, "command: applies {kmin} {kmax} {pmax} to {port} {queue}", json(), 0, 0, true},
-        {"revert_command", ParamType::string, "command: restores; {snapshot} is what snapshot_command printed", json(), 0, 0, true},
+        {"command", ParamType::string, "command: the name of a command template in the agent's configuration ([ecn_commands.NAME])", json(), 0, 0, true},
     },
     [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
       if (!params.is_object()) return makeError("ecn_shift parameters must be a table");
@@ -283,12 +339,12 @@ const FaultKind kEcnShift{
       if (p.backend == "labswitch") {
         // Without a port, the queue toward this host: so `target = "all"` shifts every host's
         // egress queue, each agent its own.
-        p.port = labswitchHostPort(p.port);
+        p.port = labswitchHostPort(p.port, policy);
         if (p.port.empty())
           return makeError("ecn_shift labswitch: set 'port' (a switch port such as n2); only agents "
                            "under `rdmachaos lab up` know their own port");
         resolved["port"] = p.port;
-        auto sock = labswitchSocket(str(params, "socket"));
+        auto sock = labswitchSocket(str(params, "socket"), policy);
         if (!sock) return makeError("ecn_shift: " + sock.error().message);
         p.socket = *sock;
         resolved["socket"] = p.socket;
@@ -301,20 +357,26 @@ const FaultKind kEcnShift{
           return makeError("ecn_shift tc-red: needs 0 < kmin < kmax <= 1 GiB");
         resolved["interface"] = p.interface;
       } else if (p.backend == "command") {
-        p.snapshotCommand = str(params, "snapshot_command");
-        p.applyCommand = str(params, "apply_command");
-        p.revertCommand = str(params, "revert_command");
+        p.command = str(params, "command");
+        if (p.command.empty() && !policy.ecnCommands.empty())
+          return makeError("ecn_shift command: set 'command' to the name of a template of the "
+                           "agent's configuration");
+        auto t = findTemplate(policy, p.command);
+        if (!t) return t.error();
+        p.tmpl = **t;
+        if (!safeWord(p.port))
+          return makeError("ecn_shift command: 'port' must be 1-64 characters of A-Z a-z 0-9 . _ : / - "
+                           "and not start with '-'");
         p.interface = policy.defaultInterface;
-        if (p.snapshotCommand.empty() || p.applyCommand.empty() || p.revertCommand.empty())
-          return makeError("ecn_shift command: set snapshot_command, apply_command and revert_command");
       } else {
         return makeError("ecn_shift: backend '" + p.backend + "' is not labswitch, tc-red or command");
       }
-      return std::unique_ptr<Fault>(std::make_unique<EcnShift>(std::move(resolved), std::move(p)));
+      return std::unique_ptr<Fault>(
+          std::make_unique<EcnShift>(std::move(resolved), std::move(p), policy));
     },
-    [](const json& /*params*/, const json& snapshot) -> Result<void> {
+    [](const json& /*params*/, const json& snapshot, const Policy& policy) -> Result<void> {
       try {
-        return restore(snapshot);
+        return restore(snapshot, policy);
       } catch (const std::exception& e) {
         return makeError(std::string("ecn_shift journal snapshot is incomplete: ") + e.what());
       }

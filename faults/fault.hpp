@@ -2,16 +2,21 @@
 //
 // Lifecycle, driven by the agent's fault manager:
 //   kind.create(params, policy)  validate parameters and targets; touches nothing
-//   fault.snapshot()             read what revert needs (e.g. the admin state); touches nothing
-//   -- the manager writes and fsyncs the journal entry (snapshot included) --
+//   fault.targets()              what it changes; a target has one owner at a time
+//   -- the manager journals the scheduled fault (no snapshot yet) and waits for the instant --
+//   fault.snapshot()             at the instant, read what revert needs; touches nothing
+//   -- the manager rewrites and fsyncs the journal entry, snapshot included --
 //   fault.run(stop, events)      apply; blocks on its own thread until done, stopped or expired
-//   fault.revert()               restore the snapshot exactly; idempotent
+//   fault.revert()               restore the snapshot exactly; idempotent; never called for a
+//                                fault whose run() was never called
 //   -- the manager removes the journal entry --
-// After a crash the manager calls kind.revertRecord(snapshot) for each journal entry.
+// After a crash the manager calls kind.revertRecord(params, snapshot, policy) for each journal
+// entry that holds a snapshot.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -26,11 +31,21 @@ namespace rc::faults {
 
 using json = nlohmann::json;
 
+// A switch command template of the agent's configuration ([ecn_commands.NAME]): argv lists,
+// run without a shell, with {port} {queue} {kmin} {kmax} {pmax} {interface} (and {snapshot}
+// in revert: what snapshot printed) replaced inside their elements.
+struct CommandTemplate {
+  std::vector<std::string> snapshot, apply, revert;
+};
+
 // What an agent allows faults to touch.
 struct Policy {
   std::vector<std::string> allowlist;   // interfaces faults may target; empty = none
   std::vector<std::string> protectedInterfaces;  // never, whatever the allowlist says
   std::string defaultInterface;         // used when a fault names no interface
+  std::string labswitchSocket;  // the lab switch control socket faults may use; empty = none
+  std::string labswitchPort;    // the lab switch port facing this host (a default for faults)
+  std::map<std::string, CommandTemplate> ecnCommands;  // by name; empty = command backend off
 };
 
 // Refuses an interface that is protected or not allowlisted, naming the fix.
@@ -75,6 +90,10 @@ class Fault {
   // Restores the snapshot taken before. Idempotent; safe after a partial apply.
   virtual Result<void> revert(EventLog& events) = 0;
   virtual std::string describe() const = 0;
+  // What this fault changes, as names two faults must not share while both may run (e.g.
+  // "interface vethA", "lab switch port n2"): the manager gives each target one owner at a
+  // time. Empty = touches nothing another fault could restore over (the default).
+  virtual std::vector<std::string> targets() const { return {}; }
 };
 
 // Parameter description, used to validate --set and playbook values and to document them.
@@ -86,6 +105,7 @@ struct ParamSpec {
   json defaultValue;  // null = required (unless optional)
   double min = 0, max = 0;  // for numeric types (durations in ns, sizes in bytes)
   bool optional = false;    // may be absent with no default
+  std::vector<std::string> choices;  // for strings: the accepted values (empty = any)
 };
 
 // Turns raw values (strings like "500ms", numbers, arrays) into normalised JSON
@@ -93,6 +113,9 @@ struct ParamSpec {
 // keys and out-of-range values with a message naming the parameter.
 Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>& specs,
                              const json& raw);
+
+// An integer parameter of normalised PARAMS, or an error naming KIND and KEY (for create()).
+Result<int64_t> intParam(std::string_view kind, const json& params, const char* key);
 
 // The inverse for the wire: normalised parameters written so that normaliseParams reads them
 // back unchanged (durations as "<n>ns", sizes as "<n>B"), e.g. for a resolved playbook step.
@@ -106,8 +129,10 @@ struct FaultKind {
   std::function<Result<std::unique_ptr<Fault>>(const json& normalisedParams, const Policy&)>
       create;
   // Reverts from a journal record after a crash (record = what snapshot() returned plus
-  // params). Idempotent.
-  std::function<Result<void>(const json& params, const json& snapshot)> revertRecord;
+  // params), with the agent's policy as configured (not yet checked against the system).
+  // Idempotent.
+  std::function<Result<void>(const json& params, const json& snapshot, const Policy& policy)>
+      revertRecord;
 };
 
 // Every fault kind built into this binary, in a stable order.

@@ -4,9 +4,14 @@
 //
 // One kind, two roles, chosen by the node itself: the node that owns the `receiver` address runs
 // the sink (accepts the flows and discards the data); every other node is a sender and opens
-// fan_in / senders TCP flows to it, each writing `size` bytes per burst, bursts back to back
+// fan_in / senders flows to it, each writing `size` bytes per burst, bursts back to back
 // (or every `interval` from the common start instant, so senders stay in step). The controller
 // turns a receiver node name into its data address and schedules the sink with the senders.
+//
+// Flows are TCP by default. With transport = "udp" they are UDP datagrams that never back
+// off, the way RoCEv2 traffic without DCQCN behaves: the only thing that slows a sender is its
+// own NIC being paused. A scenario that needs a paused queue to spread upstream (the PFC
+// watchdog's) needs that; TCP backs off and may never fill the senders' ingress.
 //
 // Safety: the traffic leaves only through an allowlisted data interface (the one that holds the
 // local end of the path to the receiver), and nothing outlives the fault: the sockets are the
@@ -44,6 +49,7 @@ constexpr int kMaxFlowsPerSender = 512;  // well inside the agent's file descrip
 constexpr int kMaxSinkConnections = 4096;
 constexpr auto kConnectPatience = std::chrono::seconds(3);  // the sink starts at the same instant
 constexpr size_t kChunk = 256 * 1024;
+constexpr size_t kDatagram = 1400;  // UDP payload: fits the lab's 1500-byte MTU with headers
 
 struct IncastParams {
   std::string receiver;  // IPv4 literal once bound by the controller
@@ -57,6 +63,7 @@ struct IncastParams {
   int64_t durationNs = 0;  // 0 = until stopped
   int64_t intervalNs = 0;  // 0 = back to back
   bool isReceiver = false;
+  bool udp = false;
   std::string interface;  // the data interface the traffic uses
   in_addr localAddr{};
 };
@@ -133,7 +140,8 @@ class Incast final : public Fault {
     if (wake.fd() < 0) return makeError("incast: cannot create an eventfd: " + errnoText(errno), errno);
     auto end = p_.durationNs > 0 ? Clock::now() + std::chrono::nanoseconds(p_.durationNs)
                                  : Clock::time_point::max();
-    return p_.isReceiver ? sink(stop, wake.fd(), end, events) : send(stop, wake.fd(), end, events);
+    if (p_.isReceiver) return p_.udp ? udpSink(stop, wake.fd(), end, events) : sink(stop, wake.fd(), end, events);
+    return send(stop, wake.fd(), end, events);
   }
 
   Result<void> revert(EventLog& events) override {
@@ -143,7 +151,7 @@ class Incast final : public Fault {
   }
 
   std::string describe() const override {
-    std::string to = p_.receiver + ":" + std::to_string(p_.port);
+    std::string to = p_.receiver + ":" + std::to_string(p_.port) + (p_.udp ? "/udp" : "");
     if (p_.isReceiver)
       return "incast sink on " + to + " (" + p_.interface + "), expecting " + std::to_string(p_.fanIn) + " flows";
     return "incast " + std::to_string(p_.flows) + " of " + std::to_string(p_.fanIn) + " flows -> " + to + " from " +
@@ -232,6 +240,54 @@ class Incast final : public Fault {
     return {};
   }
 
+  // A UDP sink: one socket bound to the receiver's address; reads and discards. It exists so
+  // that the receiver answers no datagram with ICMP port-unreachable.
+  Result<void> udpSink(std::stop_token& stop, int wakeFd, Clock::time_point end, EventLog& events) {
+    UniqueFD sock(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!sock.isValid()) return makeError("incast sink: cannot open a socket: " + errnoText(errno), errno);
+    int rcvbuf = 4 << 20;
+    ::setsockopt(sock.get(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    sockaddr_in sa = receiverSockaddr();
+    if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+      return makeError("incast sink: cannot bind UDP " + p_.receiver + ":" + std::to_string(p_.port) + ": " +
+                           errnoText(errno) + " (pick another port with port = N)",
+                       errno);
+    events.add(Event{wallNs(), "listening", p_.receiver + ":" + std::to_string(p_.port) + "/udp", false});
+    std::vector<uint8_t> buf(65536);
+    uint64_t bytes = 0, datagrams = 0;
+    std::vector<uint16_t> sources;  // distinct source ports seen (bounded by fan_in)
+    while (!stop.stop_requested() && Clock::now() < end) {
+      pollfd pfds[2] = {{wakeFd, POLLIN, 0}, {sock.get(), POLLIN, 0}};
+      int n = ::poll(pfds, 2, msUntil(end));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return makeError("incast sink: poll failed: " + errnoText(errno), errno);
+      }
+      if (!(pfds[1].revents & POLLIN)) continue;
+      for (int k = 0; k < 256; k++) {
+        sockaddr_in from{};
+        socklen_t len = sizeof from;
+        ssize_t r = ::recvfrom(sock.get(), buf.data(), buf.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from),
+                               &len);
+        if (r < 0) break;
+        bytes += uint64_t(r);
+        datagrams++;
+        uint16_t port = ntohs(from.sin_port);
+        if (sources.size() < size_t(p_.fanIn) && std::find(sources.begin(), sources.end(), port) == sources.end())
+          sources.push_back(port);
+      }
+    }
+    events.add(Event{wallNs(), "received",
+                     std::to_string(bytes) + " B (" + formatSize(bytes) + ") in " + std::to_string(datagrams) +
+                         " datagrams from " + std::to_string(sources.size()) + " flows",
+                     false});
+    {
+      std::lock_guard lock(m_);
+      bytes_ = bytes;
+    }
+    return {};
+  }
+
   // ------------------------------------------------------------ a sender
   struct Flow {
     UniqueFD fd;
@@ -250,7 +306,7 @@ class Incast final : public Fault {
     for (auto& f : flows) {
       for (;;) {
         if (stop.stop_requested()) return makeError("incast: stopped while connecting");
-        f.fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        f.fd.reset(::socket(AF_INET, (p_.udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
         if (!f.fd.isValid()) return makeError("incast: cannot open a socket: " + errnoText(errno), errno);
         ::setsockopt(f.fd.get(), IPPROTO_IP, IP_TOS, &tos, sizeof tos);
         if (::bind(f.fd.get(), reinterpret_cast<sockaddr*>(&from), sizeof from) != 0)
@@ -293,7 +349,7 @@ class Incast final : public Fault {
     static const std::vector<uint8_t> zeros(kChunk, 0);
     std::vector<pollfd> pfds;
     std::vector<int64_t> burstNs;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, icmpRefused = 0;
     std::string ended = "";
     Result<void> result;
     int64_t burst = 0;
@@ -324,14 +380,21 @@ class Incast final : public Fault {
           if (!pfds[i].revents) continue;
           auto& f = *std::find_if(flows->begin(), flows->end(), [&](const Flow& x) { return x.fd.get() == pfds[i].fd; });
           while (f.left > 0) {
-            ssize_t w = ::send(f.fd.get(), zeros.data(), size_t(std::min<int64_t>(f.left, int64_t(kChunk))),
+            size_t chunk = p_.udp ? kDatagram : kChunk;
+            ssize_t w = ::send(f.fd.get(), zeros.data(), size_t(std::min<int64_t>(f.left, int64_t(chunk))),
                                MSG_DONTWAIT | MSG_NOSIGNAL);
             if (w > 0) {
               f.left -= w;
               bytes += uint64_t(w);
               continue;
             }
-            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ENOBUFS)) break;
+            // UDP: an ICMP port-unreachable (the sink not bound yet, or already gone) is
+            // reported on the next send. Datagrams are fire-and-forget: count it and go on.
+            if (p_.udp && w < 0 && errno == ECONNREFUSED) {
+              icmpRefused++;
+              continue;
+            }
             // The sink went away: its fault ended (or was reverted) a moment before ours.
             ended = "receiver closed the flow (" + errnoText(errno) + ")";
             f.left = 0;
@@ -353,6 +416,7 @@ class Incast final : public Fault {
       summary += ", burst time p50 " + formatDuration(Nanos(burstNs[burstNs.size() / 2])) + " max " +
                  formatDuration(Nanos(burstNs.back()));
     }
+    if (icmpRefused) summary += ", " + std::to_string(icmpRefused) + " datagrams refused by the receiver (ICMP)";
     if (!ended.empty()) summary += "; " + ended;
     events.add(Event{wallNs(), "sent", summary, false});
     {
@@ -367,13 +431,6 @@ class Incast final : public Fault {
   std::mutex m_;
   uint64_t bytes_ = 0;
 };
-
-Result<int64_t> intParam(const json& p, const char* key) {
-  auto it = p.find(key);
-  if (it == p.end() || !it->is_number_integer())
-    return makeError(std::string("incast parameter '") + key + "' must be normalised to an integer");
-  return it->get<int64_t>();
-}
 
 }  // namespace
 
@@ -395,7 +452,11 @@ const FaultKind kIncast{
         {"duration", ParamType::duration, "how long the incast lasts (default: until the step's `for` ends)",
          json(), 1e6, 3600e9, true},
         {"dscp", ParamType::integer, "DSCP of the flows (26 = the usual RoCE class)", 26, 0, 63},
-        {"port", ParamType::integer, "TCP port of the receiver's sink", 7490, 1024, 65535},
+        {"port", ParamType::integer, "TCP or UDP port of the receiver's sink", 7490, 1024, 65535},
+        {"transport", ParamType::string,
+         "tcp (flows back off under congestion) or udp (datagrams at the burst schedule that never back "
+         "off, like RoCEv2 without DCQCN)",
+         "tcp", 0, 0, false, {"tcp", "udp"}},
     },
     [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
       if (!params.is_object()) return makeError("incast parameters must be a table");
@@ -408,13 +469,17 @@ const FaultKind kIncast{
                          "' is not an IPv4 address; the controller turns a node name into its data address, "
                          "so schedule incast through `rdmachaos inject` or a playbook");
       for (const char* key : {"senders", "fan_in", "size", "interval", "dscp", "port"})
-        if (auto v = intParam(params, key); !v) return v.error();
+        if (auto v = intParam("incast", params, key); !v) return v.error();
       p.senders = params["senders"].get<int>();
       p.fanIn = params["fan_in"].get<int>();
       p.sizeBytes = params["size"].get<int64_t>();
       p.intervalNs = params["interval"].get<int64_t>();
       p.dscp = params["dscp"].get<int>();
       p.port = uint16_t(params["port"].get<int>());
+      auto tr = params.find("transport");
+      if (tr != params.end() && (!tr->is_string() || (*tr != "tcp" && *tr != "udp")))
+        return makeError("incast parameter 'transport' must be \"tcp\" or \"udp\"");
+      p.udp = tr != params.end() && *tr == "udp";
       if (auto d = params.find("duration"); d != params.end() && d->is_number_integer()) p.durationNs = d->get<int64_t>();
       if (p.senders < 1 || p.senders > 4096)
         return makeError("incast: senders must be resolved to 1..4096 by the controller before it reaches an agent");
@@ -450,7 +515,7 @@ const FaultKind kIncast{
       resolved["interface"] = p.interface;
       return std::unique_ptr<Fault>(std::make_unique<Incast>(std::move(resolved), std::move(p)));
     },
-    [](const json& /*params*/, const json& /*snapshot*/) -> Result<void> {
+    [](const json& /*params*/, const json& /*snapshot*/, const Policy& /*policy*/) -> Result<void> {
       // The agent died: its sockets died with it. Nothing on the fabric to restore.
       return {};
     },

@@ -13,21 +13,26 @@
 
 #include "common/clock.hpp"
 #include "common/unique_fd.hpp"
+#include "faults/fault.hpp"
 
 namespace rc::faults {
 
-Result<std::string> labswitchSocket(const std::string& given) {
-  if (!given.empty()) return given;
-  if (const char* env = std::getenv("RDMACHAOS_LABSWITCH_SOCKET"); env && *env) return std::string(env);
-  return makeError(
-      "no lab switch control socket: set the fault's 'socket' parameter (the lab writes it as "
-      "switch_control in inventory.toml) or run the agent under `rdmachaos lab up`");
+Result<std::string> labswitchSocket(const std::string& given, const Policy& policy) {
+  if (policy.labswitchSocket.empty())
+    return makeError(
+        "this agent has no lab switch: its configuration names none ([lab] switch_socket; "
+        "`rdmachaos lab up` writes it for the lab's agents)",
+        EPERM);
+  if (!given.empty() && given != policy.labswitchSocket)
+    return makeError("socket '" + given +
+                         "' is not the lab switch socket of this agent's configuration; omit "
+                         "'socket' (the agent uses its own [lab] switch_socket)",
+                     EPERM);
+  return policy.labswitchSocket;
 }
 
-std::string labswitchHostPort(const std::string& given) {
-  if (!given.empty()) return given;
-  const char* env = std::getenv("RDMACHAOS_LABSWITCH_PORT");
-  return env ? std::string(env) : std::string();
+std::string labswitchHostPort(const std::string& given, const Policy& policy) {
+  return given.empty() ? policy.labswitchPort : given;
 }
 
 Result<nlohmann::json> labswitchRequest(const std::string& path, const nlohmann::json& request) {

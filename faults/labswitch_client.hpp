@@ -9,12 +9,16 @@
 
 namespace rc::faults {
 
-// The socket named by `given`, else $RDMACHAOS_LABSWITCH_SOCKET (set by the lab for its agents).
-Result<std::string> labswitchSocket(const std::string& given);
+struct Policy;
 
-// The switch port `given`, else $RDMACHAOS_LABSWITCH_PORT: the port that faces this agent's
-// host (the lab sets it to the node's name). Empty when neither is set.
-std::string labswitchHostPort(const std::string& given);
+// The lab switch socket of the agent's own configuration ([lab] switch_socket). A `given`
+// socket (a fault's parameter, chosen by a controller) must be exactly that one: a controller
+// never makes the agent connect to a socket of its choosing. An error when none is configured.
+Result<std::string> labswitchSocket(const std::string& given, const Policy& policy);
+
+// The switch port `given`, else the agent's configured [lab] switch_port: the port that faces
+// this agent's host (the lab sets it to the node's name). Empty when neither is set.
+std::string labswitchHostPort(const std::string& given, const Policy& policy);
 
 // Sends one request and returns the response; a response with ok=false becomes an error
 // quoting the switch. Bounded by a 2 s timeout.

@@ -262,6 +262,8 @@ class LinkFlap final : public Fault {
     return d;
   }
 
+  std::vector<std::string> targets() const override { return {"interface '" + p_.interface + "'"}; }
+
  private:
   // Sets the admin state and waits for the kernel to announce it, recording when it did.
   Result<void> flip(nl::LinkMonitor& monitor, const AdminSnapshot& s, bool up, EventLog& events) {
@@ -324,8 +326,13 @@ Result<void> restoreSwitch(const json& snap, EventLog* events) {
 
 class SwitchPortFlap final : public Fault {
  public:
-  SwitchPortFlap(json params, FlapParams p, std::string target, std::string socket)
-      : params_(std::move(params)), p_(std::move(p)), target_(std::move(target)), socket_(std::move(socket)) {}
+  SwitchPortFlap(json params, FlapParams p, std::string target, std::string socket,
+                 std::vector<std::string> ports)
+      : params_(std::move(params)),
+        p_(std::move(p)),
+        target_(std::move(target)),
+        socket_(std::move(socket)),
+        ports_(std::move(ports)) {}
   const json& params() const override { return params_; }
 
   Result<json> snapshot() override {
@@ -376,6 +383,13 @@ class SwitchPortFlap final : public Fault {
            shortDuration(p_.downNs) + ", up " + shortDuration(p_.upNs) + ")";
   }
 
+  // Every port the selector names, so a link and one of its ends are the same target.
+  std::vector<std::string> targets() const override {
+    std::vector<std::string> out;
+    for (const auto& port : ports_) out.push_back("lab switch port '" + port + "'");
+    return out;
+  }
+
  private:
   Result<void> set(bool up, EventLog& events) {
     json req = switchSelector(target_);
@@ -399,6 +413,7 @@ class SwitchPortFlap final : public Fault {
   json params_;
   FlapParams p_;
   std::string target_, socket_;
+  std::vector<std::string> ports_;
   std::mutex m_;
   std::optional<json> snap_;
 };
@@ -425,20 +440,33 @@ const FaultKind kLinkFlap{
         {"switch_port", ParamType::string,
          "instead of an interface: a lab switch port (n2, leaf1:spine1) or link (leaf1-spine1)",
          json(), 0, 0, true},
-        {"socket", ParamType::string, "lab switch control socket (default: the lab's)", json(), 0, 0,
+        {"socket", ParamType::string, "lab switch control socket: only the one of the agent's configuration ([lab] switch_socket), which is the default", json(), 0, 0,
          true},
     },
     [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
       auto p = readParams(params, kLinkFlap.params, policy);
       if (!p) return p.error();
       if (auto it = params.find("switch_port"); it != params.end() && it->is_string()) {
-        auto sock = labswitchSocket(params.value("socket", ""));
+        auto sock = labswitchSocket(params.value("socket", ""), policy);
         if (!sock) return makeError("link_flap: " + sock.error().message);
+        // Reads (touches nothing) which ports the selector names: they are the targets.
+        json req = switchSelector(it->get<std::string>());
+        req["cmd"] = "get_link";
+        auto got = labswitchRequest(*sock, req);
+        if (!got) return makeError("link_flap: " + got.error().message, got.error().code);
+        std::vector<std::string> ports;
+        if (auto pa = got->find("ports"); pa != got->end() && pa->is_array())
+          for (const auto& port : *pa)
+            if (port.is_object() && port.contains("port") && port["port"].is_string())
+              ports.push_back(port["port"].get<std::string>());
+        if (ports.empty())
+          return makeError("link_flap: the lab switch names no port for '" +
+                           it->get<std::string>() + "'");
         json resolved = params;
         resolved["socket"] = *sock;
         resolved.erase("interface");
         return std::unique_ptr<Fault>(std::make_unique<SwitchPortFlap>(
-            std::move(resolved), std::move(*p), it->get<std::string>(), *sock));
+            std::move(resolved), std::move(*p), it->get<std::string>(), *sock, std::move(ports)));
       }
       if (auto ok = checkInterface(policy, p->interface); !ok)
         return makeError("link_flap: " + ok.error().message, EPERM);
@@ -448,7 +476,7 @@ const FaultKind kLinkFlap{
       resolved["interface"] = p->interface;  // the journal must name what was touched
       return std::unique_ptr<Fault>(std::make_unique<LinkFlap>(std::move(resolved), std::move(*p)));
     },
-    [](const json& /*params*/, const json& snapshot) -> Result<void> {
+    [](const json& /*params*/, const json& snapshot, const Policy& /*policy*/) -> Result<void> {
       if (snapshot.is_object() && snapshot.contains("switch_port")) {
         try {
           return restoreSwitch(snapshot, nullptr);

@@ -107,6 +107,12 @@ Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>
       case ParamType::string:
         if (!v.is_string() || v.get_ref<const std::string&>().size() > 256)
           return makeError(w + " must be a string of at most 256 characters");
+        if (!spec.choices.empty() &&
+            std::find(spec.choices.begin(), spec.choices.end(), v.get<std::string>()) == spec.choices.end()) {
+          std::string names;
+          for (const auto& c : spec.choices) names += (names.empty() ? "" : ", ") + c;
+          return makeError(w + " = '" + v.get<std::string>() + "' is not one of " + names);
+        }
         out[spec.name] = v;
         break;
       case ParamType::boolean:
@@ -167,6 +173,13 @@ Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>
     }
   }
   return out;
+}
+
+Result<int64_t> intParam(std::string_view kind, const json& params, const char* key) {
+  auto it = params.find(key);
+  if (it == params.end() || !it->is_number_integer())
+    return makeError(std::string(kind) + " parameter '" + key + "' must be normalised to an integer");
+  return it->get<int64_t>();
 }
 
 json wireParams(const std::vector<ParamSpec>& specs, const json& normalised) {

@@ -102,13 +102,6 @@ Result<void> sendResume(const std::string& name, uint16_t vector) {
   return {};
 }
 
-Result<int64_t> intParam(const json& p, const char* key) {
-  auto it = p.find(key);
-  if (it == p.end() || !it->is_number_integer())
-    return makeError(std::string("pfc_storm parameter '") + key + "' must be normalised to an integer");
-  return it->get<int64_t>();
-}
-
 class PfcStorm final : public Fault {
  public:
   PfcStorm(json params, StormParams p) : params_(std::move(params)), p_(std::move(p)) {}
@@ -185,6 +178,11 @@ class PfcStorm final : public Fault {
     return buf;
   }
 
+  // A second storm's resume would end this one's pause early: one storm per interface.
+  std::vector<std::string> targets() const override {
+    return {"PFC pause frames from interface '" + p_.interface + "'"};
+  }
+
   int64_t framesSent() const {
     std::lock_guard lock(m_);
     return framesSent_;
@@ -237,9 +235,9 @@ const FaultKind kPfcStorm{
           return makeError("pfc_storm parameter 'priorities' must be a list of 0..7");
         p.enableVector = uint16_t(p.enableVector | (1u << x.get<int>()));
       }
-      auto quanta = intParam(params, "quanta");
-      auto duration = intParam(params, "duration");
-      auto maxFrames = intParam(params, "max_frames");
+      auto quanta = intParam("pfc_storm", params, "quanta");
+      auto duration = intParam("pfc_storm", params, "duration");
+      auto maxFrames = intParam("pfc_storm", params, "max_frames");
       if (!quanta) return quanta.error();
       if (!duration) return duration.error();
       if (!maxFrames) return maxFrames.error();
@@ -258,7 +256,7 @@ const FaultKind kPfcStorm{
       resolved["interface"] = p.interface;
       return std::unique_ptr<Fault>(std::make_unique<PfcStorm>(std::move(resolved), std::move(p)));
     },
-    [](const json& /*params*/, const json& snapshot) -> Result<void> {
+    [](const json& /*params*/, const json& snapshot, const Policy& /*policy*/) -> Result<void> {
       if (!snapshot.is_object() || !snapshot.contains("interface") || !snapshot["interface"].is_string())
         return makeError("pfc_storm journal snapshot lacks 'interface'");
       uint16_t vector = uint16_t(snapshot.value("priorities_vector", 0xff));

@@ -7,6 +7,7 @@ extern const FaultKind kLinkFlap;
 extern const FaultKind kPfcStorm;
 extern const FaultKind kEcnShift;
 extern const FaultKind kIncast;
+extern const FaultKind kNoop;
 
 const std::vector<const FaultKind*>& registry() {
   static const std::vector<const FaultKind*> kinds = {
@@ -14,6 +15,7 @@ const std::vector<const FaultKind*>& registry() {
       &kPfcStorm,
       &kEcnShift,
       &kIncast,
+      &kNoop,
   };
   return kinds;
 }

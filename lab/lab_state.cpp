@@ -1,4 +1,4 @@
-// lab.json reading and atomic writing (temp file, fsync, rename, fsync of the directory).
+// lab.json reading and durable writing (writeFileAtomic).
 #include "lab/lab_state.hpp"
 
 #include <fcntl.h>
@@ -10,6 +10,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.hpp"
 #include "common/unique_fd.hpp"
 
 namespace rc::lab {
@@ -29,16 +30,6 @@ ProcRecord procFromJson(const json& j) {
   return p;
 }
 
-Result<void> writeAll(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return makeError("cannot write '" + path + "': " + strerror(errno), errno);
-    done += size_t(n);
-  }
-  return {};
-}
 
 }  // namespace
 
@@ -132,25 +123,10 @@ Result<void> saveState(const LabState& s) {
                         {"log", s.sw.log},
                         {"proc", procToJson(s.sw.proc)},
                         {"restarts", s.sw.restarts}}}};
-  std::string path = statePath(s.dir);
-  // One temp name per writer: up() and the supervisor never write at the same time, but a
-  // shared name would let a crashed writer's leftovers be renamed over a newer state.
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    UniqueFD fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd.isValid()) return makeError("cannot create '" + tmp + "': " + strerror(errno), errno);
-    if (auto r = writeAll(fd.get(), j.dump(2) + "\n", tmp); !r) return r;
-    if (::fsync(fd.get()) != 0)
-      return makeError("cannot fsync '" + tmp + "': " + strerror(errno), errno);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return makeError("cannot rename '" + tmp + "' to '" + path + "': " + strerror(err), err);
-  }
-  UniqueFD dirFd(::open(s.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dirFd.isValid()) ::fsync(dirFd.get());
-  return {};
+  // writeFileAtomic's temp names are unique per writer: up() and the supervisor never write at
+  // the same time, but a shared name would let a crashed writer's leftovers be renamed over a
+  // newer state.
+  return writeFileAtomic(statePath(s.dir), j.dump(2) + "\n");
 }
 
 }  // namespace rc::lab

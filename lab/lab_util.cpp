@@ -1,6 +1,8 @@
 // Helpers shared by the namespace lab and the soft-RoCE lab (see lab_util.hpp).
 #include "lab/lab_util.hpp"
 
+#include "common/atomic_file.hpp"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -32,17 +34,7 @@ Result<void> mkdirs(const std::string& path, mode_t mode) {
 }
 
 Result<void> writeFile(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    UniqueFD fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd.isValid()) return makeError(errnoText("cannot create", tmp), errno);
-    if (::write(fd.get(), text.data(), text.size()) != ssize_t(text.size()) ||
-        ::fsync(fd.get()) != 0)
-      return makeError(errnoText("cannot write", tmp), errno);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    return makeError(errnoText("cannot rename to", path), errno);
-  return {};
+  return writeFileAtomic(path, text);
 }
 
 std::string readText(const std::string& path) {

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/atomic_file.hpp"
 #include "common/certs.hpp"
 #include "common/clock.hpp"
 #include "common/log.hpp"
@@ -46,8 +47,6 @@ constexpr int kAgentPort = 7470;
 constexpr int kReadyTimeoutMs = 10'000;
 constexpr int kStopGraceMs = 15'000;  // the supervisor itself gives agents 10 s
 const char* kSlotDir = "/run/rdmachaos/labs";
-
-
 
 // Every name and address of slot k, in one place so that up, down and status agree.
 struct Names {
@@ -73,12 +72,6 @@ Result<void> ip(std::vector<std::string> args) {
   if (!r) return r.error();
   return {};
 }
-
-
-
-
-
-
 
 // DIR/lab.json exists and its supervisor or one of its agents is still alive.
 bool labRunning(const LabState& s) {
@@ -361,6 +354,11 @@ std::string agentConfig(const LabState& s, const NodeRecord& n) {
     << "allow = [\"data0\"]         # faults may touch only these\n"
     << "protected = [\"mgmt0\"]     # never touched\n"
     << "allow_default_route = false\n";
+  // The only lab switch socket this agent's faults may use, and the port facing its host.
+  if (s.fabric == "switch" && !s.sw.control.empty())
+    o << "[lab]\n"
+      << "switch_socket = " << tomlString(s.sw.control) << "\n"
+      << "switch_port = " << tomlString(n.name) << "\n";
   return o.str();
 }
 
@@ -526,7 +524,6 @@ Result<void> downLocked(const std::string& dir) {
   log::info("lab in {} (slot {}) is down", dir, s.slot);
   return {};
 }
-
 
 Result<std::string> build(const UpOptions& options, LabState& s, const std::string& agentBinary) {
   s.agentBinary = agentBinary;

@@ -75,6 +75,7 @@ struct QueueStats {
   uint64_t txFrames = 0, txBytes = 0, drops = 0, ecnMarked = 0, maxDepth = 0;
   uint64_t pfcRx = 0, pfcTx = 0, wdStorms = 0, wdRestored = 0, wdDrops = 0;
   int64_t pausedNs = 0;  // closed pause intervals; the open one is added when read
+  int64_t xoffNs = 0;    // closed XOFF intervals (this switch pausing the upstream); likewise
 };
 
 struct Queue {
@@ -89,7 +90,7 @@ struct Queue {
   uint64_t ingressBytes = 0;
   PfcThreshold pfc;
   bool xoff = false;
-  int64_t xoffRefreshAt = 0;
+  int64_t xoffRefreshAt = 0, xoffSince = 0;
   // The host NIC model: a paused host holds its frames of this priority.
   int64_t hostPausedUntil = 0;
   std::deque<std::vector<uint8_t>> hold;
@@ -358,6 +359,8 @@ class Fabric {
     f.quanta[size_t(prio)] = pause ? 0xffff : 0;
     uint8_t frame[pfc::kFrameSize];
     pfc::build(frame, p.mac.data(), f);
+    if (pause && !q.xoff) q.xoffSince = now;
+    if (!pause && q.xoff) q.stats.xoffNs += now - q.xoffSince;
     q.xoff = pause;
     int64_t pauseNs = pfc::quantaToNs(0xffff, p.rateBps);
     // Refreshed at half the pause time while above xoff, as a NIC or switch does.
@@ -391,6 +394,10 @@ class Fabric {
       q.pausedUntil = quanta == 0 ? now : now + pfc::quantaToNs(quanta, p.rateBps);
     }
   }
+
+  // Time this switch has held the upstream of (port, priority) in XOFF: ground truth for "the
+  // pause spread to this port's sender".
+  static int64_t xoffNs(const Queue& q, int64_t now) { return q.stats.xoffNs + (q.xoff ? now - q.xoffSince : 0); }
 
   int64_t pausedNs(const Queue& q, int64_t now) const {
     int64_t open = q.pausedUntil > q.pauseStart ? std::min(now, q.pausedUntil) - q.pauseStart : 0;
@@ -591,8 +598,10 @@ class Fabric {
           p.rxFrames = p.rxBytes = p.txFrames = p.txBytes = p.rxDrops = p.noRoute = 0;
           for (auto& q : p.q) {
             int64_t open = pausedNs(q, now) - q.stats.pausedNs;
+            int64_t openXoff = xoffNs(q, now) - q.stats.xoffNs;
             q.stats = QueueStats{};
             q.stats.pausedNs = -open;  // paused time so far in an open interval is not counted
+            q.stats.xoffNs = -openXoff;
             q.stats.maxDepth = q.bytes;
           }
         }
@@ -671,7 +680,7 @@ class Fabric {
                       {"max_depth_bytes", q.stats.maxDepth}, {"tx_frames", q.stats.txFrames},
                       {"tx_bytes", q.stats.txBytes}, {"drops", q.stats.drops},
                       {"ecn_marked", q.stats.ecnMarked}, {"pfc_rx", q.stats.pfcRx},
-                      {"pfc_tx", q.stats.pfcTx}, {"paused_ns", pausedNs(q, now)},
+                      {"pfc_tx", q.stats.pfcTx}, {"paused_ns", pausedNs(q, now)}, {"xoff_ns", xoffNs(q, now)},
                       {"paused", q.pausedUntil > now}, {"ingress_bytes", q.ingressBytes},
                       {"xoff", q.xoff}, {"host_held", q.hold.size()},
                       {"wd_storms", q.stats.wdStorms}, {"wd_restored", q.stats.wdRestored},

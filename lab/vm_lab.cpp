@@ -258,7 +258,6 @@ echo 0 > /run/rdmachaos/restarts
 # The agent's journal lives in the guest's tmpfs: it survives the agent, not the guest.
 while :; do
   echo "guest init: starting rdmachaos-agent (restart $restarts)"
-  RDMACHAOS_LABSWITCH_SOCKET=tcp:$rc_switch RDMACHAOS_LABSWITCH_PORT=$rc_node \
   ")SH" + agentBinary +
                   R"SH(" --config "$rc_config" >>$out/agent.log 2>&1
   echo "guest init: agent exited with status $?"
@@ -290,7 +289,11 @@ std::string agentConfig(const LabState& s, const NodeRecord& n) {
     << "data = [\"data0\"]\n"
     << "allow = [\"data0\"]\n"
     << "protected = [\"mgmt0\"]\n"
-    << "allow_default_route = false\n";
+    << "allow_default_route = false\n"
+    // The switch on the host, through QEMU's guestfwd relay (see qemuArgs).
+    << "[lab]\n"
+    << "switch_socket = " << tomlString(std::string("tcp:") + kSwitchGuestAddress) << "\n"
+    << "switch_port = " << tomlString(n.name) << "\n";
   return o.str();
 }
 

@@ -66,3 +66,44 @@ TEST_CASE("a missing config file is named") {
   REQUIRE_FALSE(c.ok());
   CHECK_THAT(c.error().message, Catch::Contains("/nonexistent/agent.toml"));
 }
+
+TEST_CASE("the lab switch socket and command templates come from the config, checked") {
+  std::string good = std::string(kGood) + R"(
+[lab]
+switch_socket = "/tmp/lab/switch.sock"
+switch_port = "n1"
+[ecn_commands.sonic-lossless]
+snapshot = ["/usr/local/sbin/ecn-profile", "show"]
+apply = ["/usr/bin/ecnconfig", "-gmin", "{kmin}", "-gmax", "{kmax}", "-gdrop", "{pmax}", "{port}"]
+revert = ["/usr/local/sbin/ecn-profile", "restore", "{snapshot}"]
+)";
+  auto c = parseConfig(good, "agent.toml");
+  REQUIRE(c.ok());
+  CHECK(c->labswitchSocket == "/tmp/lab/switch.sock");
+  CHECK(c->labswitchPort == "n1");
+  REQUIRE(c->ecnCommands.count("sonic-lossless") == 1);
+  CHECK(c->ecnCommands["sonic-lossless"].apply.size() == 8);
+  CHECK(c->ecnCommands["sonic-lossless"].revert.back() == "{snapshot}");
+  // Without them: no lab switch, no command backend.
+  auto plain = parseConfig(kGood, "agent.toml");
+  CHECK(plain->labswitchSocket.empty());
+  CHECK(plain->ecnCommands.empty());
+
+  auto bad = [&](const std::string& extra, const char* expect) {
+    auto r = parseConfig(std::string(kGood) + extra, "agent.toml");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains(expect));
+  };
+  bad("[lab]\nswitch_socket = \"relative.sock\"\n", "absolute path");
+  bad("[ecn_commands.x]\nsnapshot = \"ecnconfig -l\"\napply = [\"/bin/true\"]\nrevert = [\"/bin/true\"]\n",
+      "list of 1-64 strings");
+  bad("[ecn_commands.x]\nsnapshot = [\"ecnconfig\"]\napply = [\"/bin/true\"]\nrevert = [\"/bin/true\"]\n",
+      "absolute path");
+  bad("[ecn_commands.x]\nsnapshot = [\"/bin/true\"]\napply = [\"/bin/true\", \"{snapshot}\"]\nrevert = [\"/bin/true\"]\n",
+      "unknown placeholder '{snapshot}'");
+  bad("[ecn_commands.x]\nsnapshot = [\"/bin/true\"]\napply = [\"/bin/true\", \"{cmd}\"]\nrevert = [\"/bin/true\"]\n",
+      "unknown placeholder '{cmd}'");
+  bad("[ecn_commands.x]\nsnapshot = [\"/bin/true\"]\napply = [\"/bin/true\"]\n", "missing 'revert'");
+  bad("[ecn_commands.\"a b\"]\nsnapshot = [\"/bin/true\"]\napply = [\"/bin/true\"]\nrevert = [\"/bin/true\"]\n",
+      "1-32 characters");
+}

@@ -146,6 +146,26 @@ TEST_CASE("protected and non-allowlisted interfaces are refused and nothing chan
   CHECK_THAT(err, Catch::Contains("count"));
 }
 
+TEST_CASE("two flaps on one interface: the second is refused, naming the first; nothing is left") {
+  // The issue's reproduction, word for word.
+  auto n = lab().node("n1");
+  REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
+  Proc first = spawnCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1",
+                         "--set", "down=4s", "--for", "6s"});
+  REQUIRE(eventually([&] { return !linkUp(n.netns); }, 15s));
+  std::this_thread::sleep_for(1s);
+  std::string out, err;
+  int rc = runCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1", "--set",
+                   "down=500ms", "--set", "up=500ms", "--set", "count=6", "--for", "8s"},
+                  &out, &err);
+  CHECK(rc == 2);
+  CHECK_THAT(err, Catch::Contains("interface 'data0' is held by fault 'inj-") &&
+                      Catch::Contains("(link_flap, controller 'ctl-") && Catch::Contains("UTC"));
+  CHECK(waitCli(first, 20s) == 0);
+  CHECK(linkUp(n.netns));
+  CHECK(fs::is_empty(fs::path(n.config).parent_path() / "state" / "journal"));
+}
+
 TEST_CASE("kill -9 of the controller: the lease brings the link back") {
   auto n = lab().node("n2");
   Proc ctl = longDown("n2");
@@ -181,11 +201,15 @@ TEST_CASE("kill -9 of the agent during a long link-down: restarted, it restores 
   CHECK(readFile(n.log).find("reverted journaled fault") != std::string::npos);
 }
 
-TEST_CASE("SIGTERM of the agent during a fault: reverted before it exits") {
+TEST_CASE("a terminating signal to the agent during a fault: reverted before it exits") {
+  // SIGHUP (a closed terminal) and SIGQUIT (Ctrl-\\) end a process as surely as SIGTERM.
+  int sig = GENERATE(SIGTERM, SIGHUP, SIGQUIT);
+  INFO("signal " << sig);
   auto n = lab().node("n2");
+  REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
   Proc ctl = longDown("n2");
-  pid_t pid = n.agent.pid;
-  REQUIRE(kill(pid, SIGTERM) == 0);
+  pid_t pid = lab().node("n2").agent.pid;
+  REQUIRE(kill(pid, sig) == 0);
   // Sample as soon as the process is gone, before the supervisor can start a new one.
   REQUIRE(eventually([&] { return !alive(pid); }, 10s, 1ms));
   CHECK(linkUp(n.netns));

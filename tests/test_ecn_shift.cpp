@@ -32,12 +32,16 @@ std::map<int, std::vector<uint8_t>> attrs(const uint8_t* data, int len) {
   return out;
 }
 
-rc::Result<std::unique_ptr<Fault>> make(json raw) {
+// An agent whose configuration names SOCKET and PORT under [lab] (empty: no lab switch).
+rc::Result<std::unique_ptr<Fault>> make(json raw, std::string socket = "/run/lab/switch.sock",
+                                        std::string port = "") {
   const FaultKind* k = findKind("ecn_shift");
   REQUIRE(k != nullptr);
   auto p = normaliseParams("ecn_shift", k->params, raw);
   if (!p) return p.error();
   Policy policy{{"data0"}, {"mgmt0"}, "data0"};
+  policy.labswitchSocket = std::move(socket);
+  policy.labswitchPort = std::move(port);
   return k->create(*p, policy);
 }
 
@@ -98,20 +102,42 @@ TEST_CASE("tc-red refuses impossible thresholds and deletes only the root", "[ec
   CHECK(static_cast<const tcmsg*>(NLMSG_DATA(h))->tcm_parent == TC_H_ROOT);
 }
 
+// Templates as a node's operator writes them: argv lists, no shell, values as arguments.
+Policy commandPolicy(const std::string& state) {
+  Policy policy{{"data0"}, {"mgmt0"}, "data0"};
+  policy.ecnCommands["lossless"] = {
+      {"/bin/cat", state},
+      {"/bin/sh", "-c", "printf 'kmin=%s kmax=%s pmax=%s port=%s\\n' \"$1\" \"$2\" \"$3\" \"$4\" > \"$5\"",
+       "sh", "{kmin}", "{kmax}", "{pmax}", "{port}", state},
+      {"/bin/sh", "-c", "printf %s \"$1\" > \"$2\"", "sh", "{snapshot}", state}};
+  return policy;
+}
+
+rc::Result<std::unique_ptr<Fault>> makeWith(json raw, const Policy& policy) {
+  const FaultKind* k = findKind("ecn_shift");
+  auto p = normaliseParams("ecn_shift", k->params, raw);
+  if (!p) return p.error();
+  return k->create(*p, policy);
+}
+
 TEST_CASE("the command backend snapshots, applies and restores exactly", "[ecn_shift]") {
   char tmpl[] = "/tmp/rc-test-ecn-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
   std::string dir = tmpl, state = dir + "/profile";
   std::ofstream(state) << "kmin=1048576 kmax=2097152 pmax=0.05";
-  auto f = make({{"backend", "command"}, {"port", "Ethernet0"}, {"kmin", "100KiB"},
-                 {"kmax", "400KiB"}, {"pmax", 0.2},
-                 {"snapshot_command", "cat " + state},
-                 {"apply_command", "echo kmin={kmin} kmax={kmax} pmax={pmax} port={port} > " + state},
-                 {"revert_command", "printf %s {snapshot} > " + state}});
+  Policy policy = commandPolicy(state);
+  auto f = makeWith({{"backend", "command"}, {"command", "lossless"}, {"port", "Ethernet0"},
+                     {"kmin", "100KiB"}, {"kmax", "400KiB"}, {"pmax", 0.2}},
+                    policy);
   REQUIRE(f.ok());
   auto snap = (*f)->snapshot();
   REQUIRE(snap.ok());
   CHECK((*snap)["output"] == "kmin=1048576 kmax=2097152 pmax=0.05");
+  // The journal names the template and the values, never a command line.
+  CHECK((*snap)["command"] == "lossless");
+  CHECK((*snap)["values"]["port"] == "Ethernet0");
+  CHECK((*snap)["values"]["kmin"] == "102400");
+  CHECK_FALSE((*snap).dump().find("/bin/sh") != std::string::npos);
   EventLog events;
   std::stop_source stop;
   std::thread t([&] { (void)(*f)->run(stop.get_token(), events); });
@@ -121,34 +147,97 @@ TEST_CASE("the command backend snapshots, applies and restores exactly", "[ecn_s
   t.join();
   REQUIRE((*f)->revert(events).ok());
   CHECK(slurp(state) == "kmin=1048576 kmax=2097152 pmax=0.05");
-  // From the journal (after a crash): the same restore.
+  // From the journal (after a crash): the same restore, with the template of the agent's
+  // configuration; without it, nothing runs.
   std::ofstream(state) << "changed";
-  REQUIRE(findKind("ecn_shift")->revertRecord((*f)->params(), *snap).ok());
+  REQUIRE(findKind("ecn_shift")->revertRecord((*f)->params(), *snap, policy).ok());
   CHECK(slurp(state) == "kmin=1048576 kmax=2097152 pmax=0.05");
+  std::ofstream(state) << "changed";
+  CHECK_FALSE(findKind("ecn_shift")->revertRecord((*f)->params(), *snap, Policy{}).ok());
+  CHECK(slurp(state) == "changed");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the command backend runs only the agent's own templates", "[ecn_shift]") {
+  char tmpl[] = "/tmp/rc-test-ecn-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::string dir = tmpl, state = dir + "/profile", pwned = dir + "/pwned";
+  std::ofstream(state) << "before";
+  json base = {{"backend", "command"}, {"port", "Ethernet0"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}};
+  // Off when the configuration has no templates.
+  json named = base;
+  named["command"] = "lossless";
+  auto off = makeWith(named, Policy{{"data0"}, {"mgmt0"}, "data0"});
+  REQUIRE_FALSE(off.ok());
+  CHECK_THAT(off.error().message, Catch::Contains("command backend is off"));
+  Policy policy = commandPolicy(state);
+  // A name the configuration does not have is refused, listing the ones it has.
+  json unknown = base;
+  unknown["command"] = "touch " + pwned;
+  auto u = makeWith(unknown, policy);
+  REQUIRE_FALSE(u.ok());
+  CHECK_THAT(u.error().message, Catch::Contains("(it has: lossless)"));
+  // Commands from the controller are not parameters at all any more.
+  json old = named;
+  old["apply_command"] = "touch " + pwned;
+  CHECK_FALSE(makeWith(old, policy).ok());
+  // Values are checked: no option, no shell syntax, no spaces.
+  for (const char* port : {"-rf", "n1; touch /tmp/x", "$(touch /tmp/x)", "a b", "`id`", ""}) {
+    json bad = named;
+    bad["port"] = port;
+    auto r = makeWith(bad, policy);
+    CHECK_FALSE(r.ok());
+  }
+  CHECK_FALSE(std::filesystem::exists(pwned));
+  CHECK(slurp(state) == "before");
   std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("ecn_shift names what is missing", "[ecn_shift]") {
-  ::unsetenv("RDMACHAOS_LABSWITCH_SOCKET");
-  ::unsetenv("RDMACHAOS_LABSWITCH_PORT");
-  auto noSocket = make({{"port", "n1"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}});
+  auto noSocket = make({{"port", "n1"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}}, "");
   REQUIRE_FALSE(noSocket.ok());
-  CHECK(noSocket.error().message.find("switch_control") != std::string::npos);
-  auto noPort = make({{"kmin", "1KiB"}, {"kmax", "2KiB"}, {"socket", "/nonexistent"}});
+  CHECK(noSocket.error().message.find("[lab] switch_socket") != std::string::npos);
+  auto noPort = make({{"kmin", "1KiB"}, {"kmax", "2KiB"}});
   REQUIRE_FALSE(noPort.ok());
   CHECK(noPort.error().message.find("'port'") != std::string::npos);
   // Under the lab, an agent's own port is the default.
-  ::setenv("RDMACHAOS_LABSWITCH_PORT", "n3", 1);
-  auto ownPort = make({{"kmin", "1KiB"}, {"kmax", "2KiB"}, {"socket", "/nonexistent"}});
-  ::unsetenv("RDMACHAOS_LABSWITCH_PORT");
+  auto ownPort = make({{"kmin", "1KiB"}, {"kmax", "2KiB"}}, "/run/lab/switch.sock", "n3");
   REQUIRE(ownPort.ok());
   CHECK((*ownPort)->params()["port"] == "n3");
+  CHECK((*ownPort)->params()["socket"] == "/run/lab/switch.sock");
   auto bad = make({{"backend", "snmp"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}});
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("labswitch, tc-red or command") != std::string::npos);
-  auto order = make({{"port", "n1"}, {"socket", "/x"}, {"kmin", "4KiB"}, {"kmax", "2KiB"}});
+  auto order = make({{"port", "n1"}, {"kmin", "4KiB"}, {"kmax", "2KiB"}});
   REQUIRE_FALSE(order.ok());
   auto noCmd = make({{"backend", "command"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}});
   REQUIRE_FALSE(noCmd.ok());
-  CHECK(noCmd.error().message.find("revert_command") != std::string::npos);
+  CHECK(noCmd.error().message.find("command backend is off") != std::string::npos);
+}
+
+TEST_CASE("the socket parameter may only name the agent's own lab switch socket", "[ecn_shift]") {
+  // A controller must not make the root agent connect to a socket of its choosing.
+  for (const char* other : {"/run/docker.sock", "/run/lab/switch.sock/../../docker.sock",
+                            "/run/lab/switch.sock2", "relative.sock"}) {
+    auto f = make({{"port", "n1"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}, {"socket", other}});
+    REQUIRE_FALSE(f.ok());
+    CHECK_THAT(f.error().message, Catch::Contains("not the lab switch socket of this agent's "
+                                                  "configuration"));
+  }
+  auto same = make({{"port", "n1"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}, {"socket", "/run/lab/switch.sock"}});
+  REQUIRE(same.ok());
+  // link_flap's switch_port is held to the same rule.
+  const FaultKind* lf = findKind("link_flap");
+  auto p = normaliseParams("link_flap", lf->params,
+                           {{"switch_port", "n1"}, {"socket", "/run/docker.sock"}});
+  REQUIRE(p.ok());
+  Policy policy{{"data0"}, {"mgmt0"}, "data0"};
+  policy.labswitchSocket = "/run/lab/switch.sock";
+  auto flap = lf->create(*p, policy);
+  REQUIRE_FALSE(flap.ok());
+  CHECK_THAT(flap.error().message, Catch::Contains("'/run/docker.sock' is not the lab switch socket"));
+  policy.labswitchSocket.clear();
+  auto none = lf->create(*p, policy);
+  REQUIRE_FALSE(none.ok());
+  CHECK_THAT(none.error().message, Catch::Contains("has no lab switch"));
 }

@@ -1,13 +1,16 @@
 // Fault manager safety on real links: journal before apply, revert on request, lease expiry,
 // maximum lifetime, journal replay after a crash, shutdown. Runs in a private network
 // namespace (unshare) with a veth pair, so nothing outside this process is touched.
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -55,6 +58,19 @@ bool adminUp(const std::string& name) {
   return l->adminUp;
 }
 
+void setAdmin(const std::string& name, bool up) {
+  auto l = nl::getLink(name);
+  REQUIRE(l.ok());
+  REQUIRE(nl::setAdminState(l->ifindex, up).ok());
+}
+
+// Restores vethA to admin-up when a test ends, also after a failed assertion.
+struct UpAtEnd {
+  ~UpAtEnd() {
+    if (auto l = nl::getLink("vethA"); l.ok()) (void)nl::setAdminState(l->ifindex, true);
+  }
+};
+
 proto::Schedule flap(std::string id, std::string down, int64_t lifetimeMs = 60000) {
   proto::Schedule s;
   s.faultId = std::move(id);
@@ -62,6 +78,12 @@ proto::Schedule flap(std::string id, std::string down, int64_t lifetimeMs = 6000
   s.params = {{"down", std::move(down)}};
   s.lifetimeMs = lifetimeMs;
   return s;
+}
+
+json readJournal(const std::string& dir, const std::string& id) {
+  std::ifstream in(dir + "/journal/" + id + ".json");
+  json j = json::parse(in, nullptr, false);
+  return j.is_object() ? j.value("record", json()) : json();
 }
 
 // Waits (bounded) for a predicate; returns whether it became true.
@@ -154,10 +176,11 @@ TEST_CASE("journal replay after a crash restores the link before anything else")
   auto lines = m.recoverJournal();
   CHECK(adminUp("vethA"));
   CHECK_FALSE(fs::exists(d.path + "/journal/crashed.json"));
-  // An entry it cannot understand stays for an operator and is reported.
-  CHECK(fs::exists(d.path + "/journal/garbage.json"));
+  // An entry it cannot understand is moved aside for an operator and reported.
+  CHECK_FALSE(fs::exists(d.path + "/journal/garbage.json"));
+  CHECK(fs::exists(d.path + "/journal/quarantine/garbage.json"));
   REQUIRE(lines.size() == 2);
-  CHECK(m.status()["unrevertable"].size() == 1);
+  CHECK(m.status()["quarantined"].size() == 1);
 }
 
 TEST_CASE("shutdown reverts everything that is active") {
@@ -225,4 +248,209 @@ TEST_CASE("a fault scheduled for a future instant starts then, not before") {
   CHECK(rec["end_reason"] == "completed");
   // Applied within a few ms of the requested instant.
   CHECK(std::llabs(rec["applied_ns"].get<int64_t>() - s.startNs) < 20'000'000);
+}
+
+TEST_CASE("one owner per target: the issue's two flaps on one interface") {
+  privateNamespace();
+  UpAtEnd guard;
+  TempDir d;
+  FaultManager m(policy(), *Journal::open(d.path), 60s, 5s);
+  // `inject link_flap --set down=4s --for 6s`, scaled down ...
+  REQUIRE(m.schedule("ctl-a", flap("first", "1200ms", 2000)).ok());
+  REQUIRE(eventually([] { return !adminUp("vethA"); }));
+  std::this_thread::sleep_for(300ms);
+  // ... and a moment later `--set down=500ms --set up=500ms --set count=6 --for 8s`.
+  auto second = flap("second", "100ms", 3000);
+  second.params["up"] = "100ms";
+  second.params["count"] = 6;
+  auto r = m.schedule("ctl-b", second);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message,
+             Catch::Contains("interface 'vethA' is held by fault 'first' (link_flap, controller "
+                             "'ctl-a') until") &&
+                 Catch::Contains("UTC") && Catch::Contains("from now") &&
+                 Catch::Contains("revert 'first' first"));
+  CHECK_FALSE(fs::exists(d.path + "/journal/second.json"));
+  CHECK_FALSE(m.get("second").ok());
+  // The holder ends as it would have alone: the link as before, the journal empty.
+  REQUIRE(eventually([&] { return m.get("first")->at("state") == "ended"; }));
+  CHECK(m.get("first")->at("end_reason") == "completed");
+  CHECK(adminUp("vethA"));
+  CHECK(fs::is_empty(d.path + "/journal"));
+  // Once it ended, the target is free again.
+  REQUIRE(m.schedule("ctl-b", flap("third", "100ms", 1000)).ok());
+  REQUIRE(eventually([&] { return m.get("third")->at("state") == "ended"; }));
+  CHECK(adminUp("vethA"));
+  CHECK(fs::is_empty(d.path + "/journal"));
+}
+
+TEST_CASE("one owner per target: windows that do not overlap follow one another") {
+  privateNamespace();
+  UpAtEnd guard;
+  TempDir d;
+  FaultManager m(policy(), *Journal::open(d.path), 60s, 5s);
+  // A long down cut at its lifetime, and a second one due exactly when the first one's window
+  // ends (a playbook's next trial): both accepted, the second applied after the first's revert.
+  int64_t t0 = wallNs() + 200'000'000;
+  auto a = flap("w1", "30s", 500);
+  a.startNs = t0;
+  auto b = flap("w2", "200ms", 1000);
+  b.startNs = t0 + 500'000'000;
+  REQUIRE(m.schedule("ctl", a).ok());
+  REQUIRE(m.schedule("ctl", b).ok());
+  // Overlapping the second's window is refused even before either started.
+  auto c = flap("w3", "100ms", 300);
+  c.startNs = t0 + 1'200'000'000;
+  auto refused = m.schedule("ctl", c);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.error().message, Catch::Contains("held by fault 'w2'"));
+  REQUIRE(eventually([&] { return m.get("w2")->at("state") == "ended"; }));
+  CHECK(m.get("w1")->at("end_reason") == "lifetime");
+  CHECK(m.get("w2")->at("end_reason") == "completed");
+  CHECK(m.get("w2")->at("applied_ns").get<int64_t>() >= m.get("w1")->at("ended_ns").get<int64_t>());
+  CHECK(adminUp("vethA"));
+  CHECK(fs::is_empty(d.path + "/journal"));
+}
+
+TEST_CASE("the snapshot is taken when the fault is applied, not when it is scheduled") {
+  privateNamespace();
+  UpAtEnd guard;
+  TempDir d;
+  FaultManager m(policy(), *Journal::open(d.path), 60s, 5s);
+  auto s = flap("late-snap", "200ms");
+  s.startNs = wallNs() + 500'000'000;
+  REQUIRE(m.schedule("ctl", s).ok());
+  // The journal knows the fault before it runs, but holds no snapshot yet.
+  REQUIRE(fs::exists(d.path + "/journal/late-snap.json"));
+  CHECK(readJournal(d.path, "late-snap").contains("targets"));
+  CHECK_FALSE(readJournal(d.path, "late-snap").contains("snapshot"));
+  // Between scheduling and the instant, an operator takes the link down.
+  setAdmin("vethA", false);
+  REQUIRE(eventually([&] { return m.get("late-snap")->at("state") == "ended"; }));
+  CHECK(m.get("late-snap")->at("end_reason") == "completed");
+  // Restored to what it was when the fault was applied: down.
+  CHECK_FALSE(adminUp("vethA"));
+  CHECK(fs::is_empty(d.path + "/journal"));
+}
+
+TEST_CASE("a fault that was never applied is never reverted") {
+  privateNamespace();
+  UpAtEnd guard;
+  TempDir d;
+  FaultManager m(policy(), *Journal::open(d.path), 60s, 5s);
+  auto s = flap("never", "1s");
+  s.startNs = wallNs() + 3'000'000'000;
+  REQUIRE(m.schedule("ctl", s).ok());
+  setAdmin("vethA", false);
+  std::promise<json> done;
+  REQUIRE(m.revert("never", [&](json r) { done.set_value(r); }).ok());
+  auto fut = done.get_future();
+  REQUIRE(fut.wait_for(5s) == std::future_status::ready);
+  json r = fut.get();
+  CHECK(r["end_reason"] == "reverted");
+  CHECK(r["applied_ns"] == 0);
+  // Nothing restored over the operator's change, and nothing left journaled.
+  CHECK_FALSE(adminUp("vethA"));
+  CHECK(fs::is_empty(d.path + "/journal"));
+}
+
+TEST_CASE("a journal entry is never overwritten by a new fault with the same id") {
+  privateNamespace();
+  UpAtEnd guard;
+  TempDir d;
+  auto link = nl::getLink("vethA");
+  REQUIRE(link.ok());
+  json left = {{"kind", "link_flap"},
+               {"params", {{"interface", "vethA"}}},
+               {"snapshot", {{"interface", "vethA"}, {"ifindex", link->ifindex}, {"admin_up", true}}}};
+  {
+    auto j = Journal::open(d.path);
+    REQUIRE(j->add("reused", left).ok());
+  }
+  FaultManager m(policy(), *Journal::open(d.path), 60s, 5s);
+  auto r = m.schedule("ctl", flap("reused", "1s"));
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("already exists"));
+  CHECK(readJournal(d.path, "reused") == left);
+  CHECK(adminUp("vethA"));
+}
+
+TEST_CASE("a malformed journal entry is quarantined; the others are still replayed") {
+  privateNamespace();
+  UpAtEnd guard;
+  TempDir d;
+  auto link = nl::getLink("vethA");
+  REQUIRE(link.ok());
+  setAdmin("vethA", false);
+  {
+    auto j = Journal::open(d.path);
+    // A value of the wrong type deep in a snapshot: reading it throws.
+    REQUIRE(j->add("a-bad", {{"kind", "pfc_storm"},
+                             {"params", json::object()},
+                             {"snapshot", {{"interface", "vethA"}, {"priorities_vector", "x"}}}})
+                .ok());
+    REQUIRE(j->add("b-good", {{"kind", "link_flap"},
+                              {"params", {{"interface", "vethA"}}},
+                              {"snapshot", {{"interface", "vethA"},
+                                            {"ifindex", link->ifindex},
+                                            {"admin_up", true}}}})
+                .ok());
+    REQUIRE(j->add("d-never", {{"kind", "link_flap"}, {"params", {{"interface", "vethA"}}}}).ok());
+  }
+  std::ofstream(d.path + "/journal/c-corrupt.json") << "{\"fault\": [";
+  auto j = Journal::open(d.path);
+  auto replay = FaultManager::replayJournal(*j, policy());
+  CHECK(adminUp("vethA"));
+  CHECK(replay.quarantined == std::vector<std::string>{"a-bad", "c-corrupt"});
+  CHECK(replay.unrevertable.empty());
+  CHECK(fs::exists(d.path + "/journal/quarantine/a-bad.json"));
+  CHECK(fs::exists(d.path + "/journal/quarantine/c-corrupt.json"));
+  CHECK(j->list()->empty());
+  REQUIRE(replay.lines.size() == 4);
+  CHECK_THAT(replay.lines[0], Catch::Contains("'a-bad' is malformed") && Catch::Contains("quarantine"));
+  CHECK_THAT(replay.lines[3], Catch::Contains("never applied"));
+  FaultManager m(policy(), std::move(*j), 60s, 5s);
+  m.adoptReplay(replay);
+  CHECK(m.status()["quarantined"].size() == 2);
+}
+
+TEST_CASE("the agent replays its journal before it loads TLS material") {
+  privateNamespace();
+  UpAtEnd guard;
+  const char* agent = std::getenv("RDMACHAOS_AGENT");
+  REQUIRE(agent);
+  TempDir d;
+  auto link = nl::getLink("vethA");
+  REQUIRE(link.ok());
+  {
+    auto j = Journal::open(d.path + "/state");
+    REQUIRE(j->add("crashed", {{"kind", "link_flap"},
+                               {"params", {{"interface", "vethA"}}},
+                               {"snapshot", {{"interface", "vethA"},
+                                             {"ifindex", link->ifindex},
+                                             {"admin_up", true}}}})
+                .ok());
+  }
+  setAdmin("vethA", false);
+  // TLS files that do not exist: the agent cannot serve, but must revert first.
+  std::string config = d.path + "/agent.toml";
+  std::ofstream(config) << "[agent]\nnode = \"t1\"\nlisten = \"127.0.0.1:0\"\nstate_dir = \""
+                        << d.path << "/state\"\n[tls]\nca = \"" << d.path
+                        << "/no-ca.pem\"\ncert = \"" << d.path << "/no.pem\"\nkey = \"" << d.path
+                        << "/no.key\"\n[interfaces]\ndata = [\"vethA\"]\nallow = [\"vethA\"]\n";
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execl(agent, agent, "--config", config.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  REQUIRE(eventually([&] { return waitpid(pid, &status, WNOHANG) == pid; }, 20s));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+  CHECK(adminUp("vethA"));
+  CHECK_FALSE(fs::exists(d.path + "/state/journal/crashed.json"));
 }

@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
+#include "common/atomic_file.hpp"
 #include "common/journal.hpp"
 
 using namespace rc;
@@ -72,4 +75,70 @@ TEST_CASE("an unwritable state directory is an error naming it") {
   auto j = Journal::open("/proc/rc-no-such-dir");
   REQUIRE_FALSE(j.ok());
   CHECK_THAT(j.error().message, Catch::Contains("/proc/rc-no-such-dir"));
+}
+
+TEST_CASE("writeFileAtomic: durable replace, no overwrite when asked, mode from the start, no leftovers") {
+  TempDir d;
+  std::string path = d.path + "/f.json";
+  REQUIRE(writeFileAtomic(path, "one", {.mode = 0600}));
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  REQUIRE(writeFileAtomic(path, "two"));
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  CHECK(text == "two");
+  // Never over an existing file when replace = false: the journal's rule for fault ids.
+  auto r = writeFileAtomic(path, "three", {.replace = false});
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message, Catch::Contains("will not overwrite"));
+  // A large write goes through whole (the loop over short writes).
+  std::string big(3 << 20, 'x');
+  REQUIRE(writeFileAtomic(d.path + "/big", big));
+  CHECK(fs::file_size(d.path + "/big") == big.size());
+  // Only the files written remain: no temp file is left behind, also after a failure.
+  size_t files = 0;
+  for ([[maybe_unused]] auto& e : fs::directory_iterator(d.path)) files++;
+  CHECK(files == 2);
+  CHECK_FALSE(writeFileAtomic(d.path + "/missing/x", "x"));
+}
+
+TEST_CASE("an entry is never overwritten by a new fault with the same id") {
+  TempDir d;
+  auto j = Journal::open(d.path);
+  REQUIRE(j.ok());
+  REQUIRE(j->add("same", {{"kind", "link_flap"}, {"snapshot", {{"admin_up", true}}}}).ok());
+  auto again = j->add("same", {{"kind", "pfc_storm"}});
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.error().code == EEXIST);
+  CHECK_THAT(again.error().message, Catch::Contains("not overwritten"));
+  auto entries = j->list();
+  REQUIRE(entries->size() == 1);
+  CHECK(entries->front().record["kind"] == "link_flap");
+  CHECK(entries->front().record["snapshot"]["admin_up"] == true);
+  // The fault's own update (its snapshot at apply time) replaces it; a missing entry is not
+  // created by an update.
+  REQUIRE(j->replace("same", {{"kind", "link_flap"}, {"snapshot", {{"admin_up", false}}}}).ok());
+  CHECK(j->list()->front().record["snapshot"]["admin_up"] == false);
+  CHECK_FALSE(j->replace("other", {{"kind", "link_flap"}}).ok());
+  CHECK(j->list()->size() == 1);
+  for (auto& e : fs::directory_iterator(d.path + "/journal"))
+    CHECK(e.path().extension() == ".json");
+}
+
+TEST_CASE("quarantine moves an entry out of the replay, keeping every copy") {
+  TempDir d;
+  auto j = Journal::open(d.path);
+  REQUIRE(j.ok());
+  std::ofstream(d.path + "/journal/bad.json") << "{not json";
+  auto moved = j->quarantine("bad");
+  REQUIRE(moved.ok());
+  CHECK(*moved == d.path + "/journal/quarantine/bad.json");
+  CHECK(j->list()->empty());
+  std::ofstream(d.path + "/journal/bad.json") << "[]";
+  auto second = j->quarantine("bad");
+  REQUIRE(second.ok());
+  CHECK(*second != *moved);
+  CHECK(fs::exists(*moved));
+  CHECK(fs::exists(*second));
 }

@@ -41,7 +41,9 @@ struct FaultRun {
         done = true;
         return;
       }
+      // The agent's configuration names the lab's switch socket, as `lab up` writes it.
       rc::faults::Policy policy{{"data0"}, {"mgmt0"}, "data0"};
+      policy.labswitchSocket = params.value("socket", "");
       auto f = k->create(*p, policy);
       if (!f) {
         error = f.error().message;

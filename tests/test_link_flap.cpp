@@ -305,15 +305,15 @@ TEST_CASE("revertRecord restores from a journal snapshot after a crash", "[link_
   json snap = {{"interface", "rcf0"}, {"ifindex", veth.ifindex}, {"admin_up", true}};
 
   sh("ip link set rcf0 down");
-  REQUIRE(kind.revertRecord(params, snap));
+  REQUIRE(kind.revertRecord(params, snap, rc::faults::Policy{}));
   CHECK(adminUp("rcf0"));
-  REQUIRE(kind.revertRecord(params, snap));  // idempotent
+  REQUIRE(kind.revertRecord(params, snap, rc::faults::Policy{}));  // idempotent
   CHECK(adminUp("rcf0"));
 
   SECTION("a different interface now holding the index is left alone") {
     sh("ip link set rcf0 down");
     json other = {{"interface", "other0"}, {"ifindex", veth.ifindex}, {"admin_up", true}};
-    auto r = kind.revertRecord(params, other);
+    auto r = kind.revertRecord(params, other, rc::faults::Policy{});
     REQUIRE_FALSE(r);
     CHECK_THAT(r.error().message,
                Catch::Contains("'other0'") && Catch::Contains("renamed or replaced"));
@@ -321,12 +321,12 @@ TEST_CASE("revertRecord restores from a journal snapshot after a crash", "[link_
   }
   SECTION("an interface that is gone is reported") {
     json gone = {{"interface", "gone0"}, {"ifindex", 99999}, {"admin_up", true}};
-    auto r = kind.revertRecord(params, gone);
+    auto r = kind.revertRecord(params, gone, rc::faults::Policy{});
     REQUIRE_FALSE(r);
     CHECK_THAT(r.error().message, Catch::Contains("'gone0'") && Catch::Contains("is gone"));
   }
   SECTION("a malformed record is refused") {
-    auto r = kind.revertRecord(params, json{{"interface", "rcf0"}});
+    auto r = kind.revertRecord(params, json{{"interface", "rcf0"}}, rc::faults::Policy{});
     REQUIRE_FALSE(r);
     CHECK_THAT(r.error().message, Catch::Contains("admin_up"));
   }

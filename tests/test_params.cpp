@@ -138,7 +138,7 @@ TEST_CASE("link_flap describes itself and validates its target", "[params]") {
     CHECK_THAT(bad.error().message, Catch::Contains("'down'"));
   }
   SECTION("a malformed journal record is refused without touching anything") {
-    auto r = flapKind().revertRecord(*p, json{{"ifindex", "1"}});
+    auto r = flapKind().revertRecord(*p, json{{"ifindex", "1"}}, rc::faults::Policy{});
     REQUIRE_FALSE(r);
     CHECK_THAT(r.error().message, Catch::Contains("link_flap journal snapshot"));
   }
@@ -177,6 +177,8 @@ TEST_CASE("incast refuses what it cannot do safely, and picks its role from the 
   fails({{"receiver", "127.0.0.1"}, {"senders", 2}, {"fan_in", 5}}, lo, "fan_in 5 must be a multiple of senders 2");
   fails({{"receiver", "127.0.0.1"}, {"senders", 1}, {"fan_in", 1000}}, lo, "1000 flows per sender is more than 512");
   fails({{"receiver", "127.0.0.1"}, {"senders", 1}, {"size", "10B"}}, lo, "'size' = 10B is out of range");
+  fails({{"receiver", "127.0.0.1"}, {"senders", 1}, {"transport", "rdma"}}, lo,
+        "'transport' = 'rdma' is not one of tcp, udp");
   // The traffic's interface must be allowlisted: here the path is lo, which is not.
   Policy none;
   none.allowlist = {"data0"};
@@ -190,6 +192,27 @@ TEST_CASE("incast refuses what it cannot do safely, and picks its role from the 
   REQUIRE(sink);
   CHECK((*sink)->describe() == "incast sink on 127.0.0.1:7490 (lo), expecting 8 flows");
   CHECK((*sink)->params()["role"] == "receiver");
+  auto udpSink = make({{"receiver", "127.0.0.1"}, {"senders", 2}, {"fan_in", 8}, {"transport", "udp"}}, lo);
+  REQUIRE(udpSink);
+  CHECK((*udpSink)->describe() == "incast sink on 127.0.0.1:7490/udp (lo), expecting 8 flows");
   // Nothing outlives the agent: a journal record after a crash has nothing to restore.
-  CHECK(k->revertRecord((*sink)->params(), json{{"role", "receiver"}}));
+  CHECK(k->revertRecord((*sink)->params(), json{{"role", "receiver"}}, rc::faults::Policy{}));
+}
+
+TEST_CASE("noop is a fault kind that changes nothing and reverts", "[params][noop]") {
+  const FaultKind* k = findKind("noop");
+  REQUIRE(k != nullptr);
+  auto p = normaliseParams("noop", k->params, json{{"duration", "20ms"}});
+  REQUIRE(p);
+  auto f = k->create(*p, Policy{});
+  REQUIRE(f);
+  EventLog events;
+  std::stop_source stop;
+  REQUIRE((*f)->run(stop.get_token(), events));  // returns after its 20 ms
+  REQUIRE((*f)->revert(events));
+  auto ev = events.snapshot();
+  REQUIRE(ev.size() == 2);
+  CHECK(ev[0].what == "applied");
+  CHECK(ev[1].what == "reverted");
+  CHECK(k->revertRecord(*p, json::object(), Policy{}));
 }

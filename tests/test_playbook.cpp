@@ -266,6 +266,7 @@ phase = "fault"
 at = { between = ["2s", "4s"] }
 for = "1s"
 target = ["receiver", "n4"]
+params = { interface = "data1" }   # "pick" may hold the default interface of n1 or n4 then
 )",
                           "p.toml");
   INFO((pb ? "" : pb.error().message));
@@ -474,4 +475,38 @@ params = { receiver = "n1", fan_in = 4 }
   CHECK(p2->trials[0].faults[1].node == "n3");
   CHECK(p2->trials[0].faults[2].node == "n4");
   CHECK(p2->trials[0].faults[1].params["senders"] == 2);
+}
+
+TEST_CASE("resolvePlan: two faults on one target of one node at once are an error, in turn fine") {
+  auto plan = [&](const std::string& secondAt, const std::string& params) {
+    auto pb = parsePlaybook(kHead + R"([[step]]
+name = "long"
+kind = "link_flap"
+phase = "fault"
+at = "1s"
+for = "4s"
+target = "n1"
+params = { down = "3s" }
+[[step]]
+name = "short"
+kind = "link_flap"
+phase = "fault"
+at = ")" + secondAt + R"("
+for = "2s"
+target = ["n1", "n2"]
+params = { down = "500ms")" + params + R"( }
+)",
+                            "p.toml");
+    REQUIRE(pb);
+    return resolvePlan(*pb, inventory());
+  };
+  auto clash = plan("3s", "");
+  REQUIRE_FALSE(clash);
+  CHECK_THAT(clash.error().message,
+             Catch::Contains("p.toml:18:") && Catch::Contains("step 'short' (at 13s)") &&
+                 Catch::Contains("step 'long' (at 11s for 4s)") &&
+                 Catch::Contains("both hold the default interface on n1"));
+  // Back to back (the first window ends as the second starts), or another interface: fine.
+  CHECK(plan("5s", ""));
+  CHECK(plan("3s", ", interface = \"data1\""));
 }

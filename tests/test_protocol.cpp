@@ -2,6 +2,8 @@
 // oversized, ill-typed and out-of-version messages.
 #include <catch2/catch.hpp>
 
+#include <set>
+
 #include "common/protocol.hpp"
 
 using namespace rc;
@@ -217,4 +219,40 @@ TEST_CASE("telemetry and workload_ended round-trip and are validated") {
   json m = toJson(e);
   m.erase("verified");
   CHECK_FALSE(parseWorkloadEnded(m).ok());
+}
+
+TEST_CASE("deep nesting is refused at the decode edge, before anything recurses into it") {
+  // 100000 levels of [ ... ] fit in a frame; copying or printing them would overflow the stack.
+  const size_t depth = 100000;
+  std::string deep = "{\"v\":1,\"id\":7,\"type\":\"schedule\",\"fault\":\"f\",\"kind\":\"link_flap\","
+                     "\"params\":{\"down\":" +
+                     std::string(depth, '[') + std::string(depth, ']') + "},\"lifetime_ms\":1000}";
+  auto j = parseBody(deep);
+  REQUIRE_FALSE(j.ok());
+  CHECK_THAT(j.error().message, Catch::Contains("deeper than 32 levels"));
+  // Through the stream decoder too: an error for the caller to reply with, not a crash.
+  std::string frame(4, '\0');
+  uint32_t n = uint32_t(deep.size());
+  frame[0] = char(n >> 24), frame[1] = char(n >> 16), frame[2] = char(n >> 8), frame[3] = char(n);
+  FrameDecoder dec;
+  dec.feed(frame + deep);
+  auto m = dec.next();
+  REQUIRE(m.has_value());
+  CHECK_FALSE(m->ok());
+  // Brackets inside strings are text, not nesting; real messages pass.
+  CHECK(parseBody("{\"a\":\"" + std::string(1000, '[') + "\\\"[{\"}").ok());
+  CHECK(checkDepth("[[[[]]]]", 4).ok());
+  CHECK_FALSE(checkDepth("[[[[[]]]]]", 4).ok());
+  CHECK(parseBody(makeRequest(1, "schedule", {{"params", {{"a", {{"b", {1, 2, {3}}}}}}}}).dump()).ok());
+}
+
+TEST_CASE("random tokens are 64 bits of hex and do not repeat") {
+  std::set<std::string> seen;
+  for (int i = 0; i < 10000; i++) {
+    std::string t = randomToken();
+    REQUIRE(t.size() == 16);
+    CHECK(t.find_first_not_of("0123456789abcdef") == std::string::npos);
+    seen.insert(t);
+  }
+  CHECK(seen.size() == 10000);
 }

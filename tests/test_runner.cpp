@@ -1,6 +1,10 @@
 // Runner helpers: telemetry bins of any alignment re-binned onto the run's grid.
 #include <catch2/catch.hpp>
 
+#include <set>
+
+#include "common/protocol.hpp"
+#include "controller/fleet.hpp"
 #include "controller/run_playbook.hpp"
 
 using namespace rc::controller;
@@ -28,4 +32,18 @@ TEST_CASE("rebin drops what falls outside the run and tolerates coarser samples"
   auto bins = rebin(samples, 40, 0, 10, 40);
   REQUIRE(bins.size() == 4);
   for (const auto& b : bins) CHECK(b.bytes == Approx(10));
+}
+
+TEST_CASE("controller ids end in 64 random bits, so fault ids do not collide across runs") {
+  std::set<std::string> tails;
+  for (int i = 0; i < 1000; i++) {
+    std::string id = newControllerId();
+    CHECK(rc::proto::validId(id));
+    auto dash = id.rfind('-');
+    REQUIRE(dash != std::string::npos);
+    std::string tail = id.substr(dash + 1);
+    CHECK(tail.size() == 16);
+    tails.insert(tail);
+  }
+  CHECK(tails.size() == 1000);
 }

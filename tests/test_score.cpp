@@ -1,6 +1,9 @@
 // Scoring: building blocks and whole runs on synthetic series with known answers.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <random>
+
 #include "controller/score.hpp"
 #include "synthetic_run.hpp"
 
@@ -246,4 +249,97 @@ TEST_CASE("a bursty job's baseline is smoothed like the judgement, and loss is n
   // Judged against the raw median instead, the same healthy job never "recovers".
   auto wrong = scoreImpact(g, 133'333.3, 2'000'000'000, 3'000'000'000, s);
   CHECK_FALSE(wrong.recovered);
+}
+
+// ---------------------------------------------------------------- noise-calibrated judgement
+namespace {
+
+// A 30 s series of 10 ms bins around 1 MB/s with Gaussian noise of SIGMA (relative), with
+// SHAPE applied in [faultStart, recoverAt): the rate there is FACTOR of normal.
+Grid noisySeries(uint32_t seed, double sigma, int64_t from, int64_t to, double factor) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(1.0, sigma);
+  Grid g;
+  g.binNs = 10 * kMs;
+  for (int64_t t = 0; t < 30 * kSec; t += g.binNs) {
+    double x = std::max(0.0, noise(rng)) * 1e4;  // bytes per 10 ms bin = 1 MB/s
+    if (t >= from && t < to) x *= factor;
+    g.bytes.push_back(x);
+  }
+  return g;
+}
+
+ScoringSettings judgement(int64_t smoothNs) {
+  ScoringSettings s;
+  s.binNs = 10 * kMs;
+  s.epsilon = 0.05;
+  s.holdNs = 1 * kSec;
+  s.smoothNs = smoothNs;
+  return s;
+}
+
+Impact judge(const Grid& g, const ScoringSettings& s, int64_t faultStart, int64_t faultEnd, bool calibrated = true) {
+  double B = *baselineRate(g, 1 * kSec, faultStart, s.smoothNs);
+  auto band = baselineBand(g, 1 * kSec, faultStart, s.smoothNs, s.holdNs, B);
+  REQUIRE(band);
+  return scoreImpact(g, B, faultStart, faultEnd, s, calibrated ? band : std::nullopt);
+}
+
+}  // namespace
+
+TEST_CASE("a noisy job back in its band at once is recovered at once, within the stated uncertainty") {
+  // 10 % noise (sigma), raw 10 ms bins: the healthy job spends a third of its bins below
+  // 0.95 B, so "1 s of consecutive bins above (1-e)B" almost never happens.
+  auto [sigma, smooth] = GENERATE(table<double, int64_t>({{0.10, 0}, {0.05, 0}, {0.10, 250 * kMs}}));
+  CAPTURE(sigma, smooth);
+  for (uint32_t seed = 1; seed <= 20; seed++) {
+    CAPTURE(seed);
+    Grid g = noisySeries(seed, sigma, 10 * kSec, 12 * kSec, 0.0);  // out for 2 s, then back at once
+    ScoringSettings s = judgement(smooth);
+    Impact im = judge(g, s, 10 * kSec, 12 * kSec);
+    REQUIRE(im.recovered);
+    CHECK(im.uncertaintyNs == 10 * kMs + smooth / 2);
+    CHECK(*im.recoveryTimeNs <= im.uncertaintyNs);
+    CHECK(*im.timeToImpactNs <= im.uncertaintyNs);
+  }
+  // The rule before calibration (1 s of consecutive bins at or above (1-e)B) reads this noise
+  // as slow recovery: the defect the calibration removes.
+  if (sigma == 0.10 && smooth == 0) {
+    Grid g = noisySeries(1, sigma, 10 * kSec, 12 * kSec, 0.0);
+    double B = *baselineRate(g, 1 * kSec, 10 * kSec);
+    size_t run = 0, at = 0;
+    for (size_t i = 1200; i < g.size() && run < 100; i++) {
+      run = g.rate(i) >= 0.95 * B ? run + 1 : 0;
+      at = i;
+    }
+    CHECK((run < 100 || (at - 99 - 1200) * 10 * kMs > 1 * kSec));
+  }
+}
+
+TEST_CASE("a noisy job's slow recovery is found within the stated uncertainty") {
+  // Stalled 10-12 s, then at 50 % until 13.5 s, then back: recovery 1.5 s.
+  for (uint32_t seed = 1; seed <= 20; seed++) {
+    CAPTURE(seed);
+    Grid g = noisySeries(seed, 0.08, 10 * kSec, 12 * kSec, 0.0);
+    for (int64_t t = 12 * kSec; t < 13500 * kMs; t += g.binNs) g.bytes[size_t(t / g.binNs)] *= 0.5;
+    ScoringSettings s = judgement(100 * kMs);
+    Impact im = judge(g, s, 10 * kSec, 12 * kSec);
+    REQUIRE(im.recovered);
+    CHECK(std::abs(*im.recoveryTimeNs - 1500 * kMs) <= im.uncertaintyNs);
+  }
+}
+
+TEST_CASE("a fault that does nothing reports no impact and recovery 0 in nearly every trial (noise floor)") {
+  auto sigma = GENERATE(0.03, 0.10);
+  auto smooth = GENERATE(int64_t(0), 250 * kMs);
+  CAPTURE(sigma, smooth);
+  int impacted = 0, late = 0;
+  for (uint32_t seed = 1; seed <= 50; seed++) {
+    Grid g = noisySeries(seed, sigma, 0, 0, 1.0);
+    Impact im = judge(g, judgement(smooth), 10 * kSec, 12 * kSec);
+    if (im.timeToImpactNs) impacted++;
+    if (!im.recovered || *im.recoveryTimeNs > im.uncertaintyNs) late++;
+  }
+  CHECK(impacted <= 1);  // of 50
+  CHECK(late <= 1);
 }

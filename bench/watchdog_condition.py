@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+# Runs playbooks/pfc-storm-watchdog.toml N times on one 3-node lab and counts the runs that
+# reached the scenario's condition, read from the lab switch's ground truth: the storm on n2's
+# port spread to the victim's senders (n1 and n3 held in XOFF on priority 3) and the
+# watchdog fired. Prints one line per run and the tally; asserts nothing. Root (namespace lab).
+# Usage: bench/watchdog_condition.py [--runs 20] [--watchdog on|off]
+import argparse, json, os, socket, subprocess, sys, tempfile, time
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+build = os.environ.get("BUILD_DIR", "build")
+cli = os.path.join(root, build, "controller", "rdmachaos")
+os.environ.setdefault("RDMACHAOS_AGENT", os.path.join(root, build, "agent", "rdmachaos-agent"))
+
+
+def control(sock_path, req):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(sock_path)
+        s.sendall((json.dumps(req) + "\n").encode())
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return json.loads(buf)
+
+
+def queue(sock_path, port, prio, key):
+    c = control(sock_path, {"cmd": "counters", "port": port})
+    for p in c["ports"]:
+        for q in p["queues"]:
+            if q["queue"] == prio:
+                return q[key]
+    return 0
+
+
+def ground_truth(sock_path):
+    return {"n1": queue(sock_path, "n1", 3, "xoff_ns"), "n3": queue(sock_path, "n3", 3, "xoff_ns"),
+            "wd": queue(sock_path, "n2", 3, "wd_storms")}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--watchdog", choices=["on", "off"], default="on")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench: needs root (the lab is made of network namespaces)")
+    if not os.access(cli, os.X_OK):
+        sys.exit(f"bench: build first (scripts/build); {cli} is missing")
+    d = tempfile.mkdtemp(prefix="rc-wdbench-")
+    playbook = os.path.join(root, "playbooks", "pfc-storm-watchdog.toml")
+    reached = 0
+    try:
+        inv = subprocess.run([cli, "lab", "up", "--nodes", "3", "--dir", d], check=True,
+                             capture_output=True, text=True).stdout.strip()
+        sock = os.path.join(d, "switch.sock")
+        if a.watchdog == "off":
+            control(sock, {"cmd": "set_watchdog", "port": "*", "priority": 3, "enabled": False})
+        for i in range(a.runs):
+            before = ground_truth(sock)
+            t0 = time.time()
+            r = subprocess.run([cli, "run", playbook, "--inventory", inv, "--report-dir", f"{d}/run{i}"],
+                               capture_output=True, text=True)
+            after = ground_truth(sock)
+            x1 = (after["n1"] - before["n1"]) / 1e6
+            x3 = (after["n3"] - before["n3"]) / 1e6
+            wd = after["wd"] - before["wd"]
+            stall = "?"
+            try:
+                doc = json.load(open(f"{d}/run{i}/result.json"))
+                stall = "%.0f ms" % (max(t["job"]["impact"].get("longest_stall_ns", 0) for t in doc["trials"]) / 1e6)
+            except Exception:
+                pass
+            # The condition: both senders were paused by the spread (and, with the watchdog
+            # on, it fired).
+            ok = x1 > 0 and x3 > 0 and (wd >= 1 if a.watchdog == "on" else True)
+            reached += ok
+            print(f"run {i + 1:2d}: exit {r.returncode}, n1 XOFF {x1:7.0f} ms, n3 XOFF {x3:7.0f} ms, "
+                  f"watchdog storms {wd}, victim's longest stall {stall}, {time.time() - t0:.0f} s: "
+                  f"{'condition reached' if ok else 'CONDITION NOT REACHED'}", flush=True)
+        print(f"watchdog_condition: {reached} of {a.runs} runs reached the condition "
+              f"(watchdog {a.watchdog}; target >= 19 of 20)")
+    finally:
+        subprocess.run([cli, "lab", "down", "--dir", d], capture_output=True)
+        subprocess.run(["rm", "-rf", d])
+
+
+if __name__ == "__main__":
+    main()
