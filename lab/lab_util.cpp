@@ -1,8 +1,6 @@
 // Helpers shared by the namespace lab and the soft-RoCE lab (see lab_util.hpp).
 #include "lab/lab_util.hpp"
 
-#include "common/atomic_file.hpp"
-
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -16,6 +14,8 @@
 #include <fstream>
 #include <sstream>
 #include <vector>
+
+#include "common/atomic_file.hpp"
 
 namespace rc::lab {
 
