@@ -240,10 +240,13 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
       r.checkKeys(l, "lab", {"switch_socket", "switch_port"});
       c.labswitchSocket = r.str(l, "switch_socket", "lab", false);
       c.labswitchPort = r.str(l, "switch_port", "lab", false);
-      if (!c.labswitchSocket.empty() &&
+      // A unix socket path, or tcp:IPV4:PORT (how a soft-RoCE lab guest reaches the switch
+      // on its host, docs/soft-roce.md).
+      bool tcp = c.labswitchSocket.rfind("tcp:", 0) == 0 && c.labswitchSocket.size() <= 30;
+      if (!c.labswitchSocket.empty() && !tcp &&
           (c.labswitchSocket.front() != '/' || c.labswitchSocket.size() > 107))
         r.fail(src, "[lab] switch_socket = \"" + c.labswitchSocket +
-                        "\" must be an absolute path of at most 107 characters");
+                        "\" must be an absolute path of at most 107 characters or tcp:IPV4:PORT");
     }
   }
   if (auto* n = root.get("ecn_commands")) {

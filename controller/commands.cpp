@@ -127,7 +127,7 @@ int cmdAgents(const AgentsOptions& o) {
     co_await fleet.connect(*all, *timeout, 8);
     json out = json::array();
     if (!o.json)
-      std::printf("%-10s %-22s %-8s %10s %18s  %-28s %-6s %s\n", "NODE", "ADDRESS", "VERSION",
+      std::printf("%-10s %-22s %-8s %10s %18s  %-28s %-14s %s\n", "NODE", "ADDRESS", "VERSION",
                   "RTT", "CLOCK OFFSET", "DATA INTERFACES", "RDMA", "FAULT KINDS");
     for (const auto& node : L.inventory.nodes) {
       auto c = fleet.find(node.name);
@@ -140,8 +140,15 @@ int cmdAgents(const AgentsOptions& o) {
                  (i.value("oper_up", false) ? "(up)" : "(down)");
       for (const auto& k : caps.value("fault_kinds", json::array()))
         kinds += (kinds.empty() ? "" : ",") + k.value("name", std::string());
-      size_t ndev = caps.value("rdma_devices", json::array()).size();
-      rdma = ndev ? std::to_string(ndev) : "none";
+      // "rxe0:ACTIVE": each RDMA device with the state of its first port.
+      for (const auto& d : caps.value("rdma_devices", json::array())) {
+        std::string state = "?";
+        const json& ports = d.value("ports", json::array());
+        if (!ports.empty()) state = ports[0].value("state", std::string("?"));
+        if (auto sp = state.find(": "); sp != std::string::npos) state = state.substr(sp + 2);
+        rdma += (rdma.empty() ? "" : ",") + d.value("name", std::string("?")) + ":" + state;
+      }
+      if (rdma.empty()) rdma = "none";
       const auto& clk = c->clock();
       if (o.json) {
         out.push_back({{"node", node.name},
@@ -154,7 +161,7 @@ int cmdAgents(const AgentsOptions& o) {
       } else {
         char off[48];
         std::snprintf(off, sizeof off, "%+.3f±%.3f ms", clk.offsetNs / 1e6, clk.uncertaintyNs / 1e6);
-        std::printf("%-10s %-22s %-8s %10s %18s  %-28s %-6s %s\n", node.name.c_str(),
+        std::printf("%-10s %-22s %-8s %10s %18s  %-28s %-14s %s\n", node.name.c_str(),
                     (node.address + ":" + std::to_string(node.port)).c_str(),
                     c->hello().value("agent_version", std::string("?")).c_str(),
                     ms(clk.rttNs).c_str(), off, ifs.c_str(), rdma.c_str(), kinds.c_str());

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   cCertsInit->add_option("--agent", certsAgents, "agent node name (repeatable)");
   cCertsInit->add_flag("--overwrite", certsOverwrite, "replace an existing CA");
 
-  auto* cLab = app.add_subcommand("lab", "the embedded lab fabric (namespaces on this machine)");
+  auto* cLab = app.add_subcommand("lab", "the embedded lab fabric (namespaces, or QEMU guests with --soft-roce)");
   cLab->require_subcommand(1);
   int labNodes = 3;
   std::string labDir = "rdmachaos-lab";

@@ -1,6 +1,8 @@
 // Lab switch control-socket client (see labswitch_client.hpp).
 #include "faults/labswitch_client.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -35,15 +37,32 @@ std::string labswitchHostPort(const std::string& given, const Policy& policy) {
 
 Result<nlohmann::json> labswitchRequest(const std::string& path, const nlohmann::json& request) {
   std::string where = "lab switch at '" + path + "'";
-  UniqueFD fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un sa{};
-  sa.sun_family = AF_UNIX;
-  if (path.size() >= sizeof sa.sun_path) return makeError(where + ": path too long");
-  std::strcpy(sa.sun_path, path.c_str());
-  if (!fd.isValid() || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
-    return makeError("cannot reach the " + where + ": " + std::strerror(errno) +
-                         " (is the lab up? `rdmachaos lab status`)",
-                     errno);
+  UniqueFD fd;
+  if (path.rfind("tcp:", 0) == 0) {
+    // tcp:ADDRESS:PORT — how a soft-RoCE lab guest reaches the switch (QEMU forwards it to
+    // the host's unix socket; docs/soft-roce.md).
+    auto colon = path.rfind(':');
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    int port = colon > 4 ? std::atoi(path.c_str() + colon + 1) : 0;
+    std::string host = colon > 4 ? path.substr(4, colon - 4) : "";
+    if (port < 1 || port > 65535 || ::inet_pton(AF_INET, host.c_str(), &sin.sin_addr) != 1)
+      return makeError(where + ": not tcp:IPV4:PORT");
+    sin.sin_port = htons(uint16_t(port));
+    fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.isValid() || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) != 0)
+      return makeError("cannot reach the " + where + ": " + std::strerror(errno), errno);
+  } else {
+    fd.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    if (path.size() >= sizeof sa.sun_path) return makeError(where + ": path too long");
+    std::strcpy(sa.sun_path, path.c_str());
+    if (!fd.isValid() || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+      return makeError("cannot reach the " + where + ": " + std::strerror(errno) +
+                           " (is the lab up? `rdmachaos lab status`)",
+                       errno);
+  }
   std::string line = request.dump() + "\n";
   if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) != ssize_t(line.size()))
     return makeError("cannot send to the " + where + ": " + std::strerror(errno), errno);

@@ -47,6 +47,8 @@ Result<LabState> loadState(const std::string& dir) {
     LabState s;
     s.dir = j.at("dir").get<std::string>();
     s.slot = j.at("slot").get<int>();
+    s.kind = j.value("kind", "netns");
+    s.files = j.value("files", std::vector<std::string>{});
     s.slotFile = j.value("slot_file", "");
     s.agentBinary = j.value("agent_binary", "");
     s.phase = j.value("phase", "");
@@ -63,6 +65,10 @@ Result<LabState> loadState(const std::string& dir) {
       r.log = n.value("log", "");
       r.restarts = n.value("restarts", 0);
       if (n.contains("agent")) r.agent = procFromJson(n["agent"]);
+      if (n.contains("vm")) r.vm = procFromJson(n["vm"]);
+      r.mgmtPort = n.value("mgmt_port", 0);
+      r.dataSocket = n.value("data_socket", "");
+      r.guestDir = n.value("guest_dir", "");
       s.nodes.push_back(std::move(r));
     }
     s.fabric = j.value("fabric", "bridge");
@@ -92,9 +98,15 @@ Result<void> saveState(const LabState& s) {
                      {"config", n.config},
                      {"log", n.log},
                      {"agent", procToJson(n.agent)},
-                     {"restarts", n.restarts}});
+                     {"restarts", n.restarts},
+                     {"vm", procToJson(n.vm)},
+                     {"mgmt_port", n.mgmtPort},
+                     {"data_socket", n.dataSocket},
+                     {"guest_dir", n.guestDir}});
   }
   json j = {{"version", 1},
+            {"kind", s.kind},
+            {"files", s.files},
             {"dir", s.dir},
             {"slot", s.slot},
             {"slot_file", s.slotFile},

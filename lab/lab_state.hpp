@@ -19,6 +19,11 @@ struct NodeRecord {
   std::string log;          // DIR/nodes/n<i>/agent.log
   ProcRecord agent;         // pid 0 while not running (stopped or waiting for a restart)
   int restarts = 0;
+  // Soft-RoCE lab (kind "vm") only: the node's QEMU guest.
+  ProcRecord vm;
+  int mgmtPort = 0;         // 127.0.0.1:mgmtPort forwards to the guest agent's port
+  std::string dataSocket;   // QEMU listens here; the lab switch connects (the data NIC)
+  std::string guestDir;     // DIR/nodes/n<i>/guest: the guest's writable share (logs, status)
 };
 
 // The lab switch process (fabric "switch"), supervised like an agent.
@@ -32,6 +37,8 @@ struct SwitchRecord {
 };
 
 struct LabState {
+  std::string kind = "netns";  // or "vm": QEMU guests with soft-RoCE (lab/vm_lab.cpp)
+  std::vector<std::string> files;  // vm: files and directories in DIR that down removes
   std::string dir;  // absolute
   int slot = 0;
   std::string slotFile;

@@ -8,8 +8,16 @@
 #include "lab/switch.hpp"
 
 int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "--relay") == 0) {
+    if (auto r = rc::labswitch::relay(argv[2], 0, 1); !r) {
+      std::fprintf(stderr, "rdmachaos-labswitch --relay: %s\n", r.error().message.c_str());
+      return 1;
+    }
+    return 0;
+  }
   if (argc != 3 || std::strcmp(argv[1], "--config") != 0) {
-    std::fprintf(stderr, "usage: rdmachaos-labswitch --config FILE (see docs/lab.md)\n");
+    std::fprintf(stderr,
+                 "usage: rdmachaos-labswitch --config FILE | --relay SOCKET (see docs/lab.md)\n");
     return 2;
   }
   rc::log::setComponent("labswitch");

@@ -31,6 +31,8 @@
 #include "common/unique_fd.hpp"
 #include "lab/lab.hpp"
 #include "lab/lab_state.hpp"
+#include "lab/lab_util.hpp"
+#include "lab/vm_lab.hpp"
 #include "lab/process.hpp"
 #include "lab/supervisor.hpp"
 
@@ -45,12 +47,6 @@ constexpr int kAgentPort = 7470;
 constexpr int kReadyTimeoutMs = 10'000;
 constexpr int kStopGraceMs = 15'000;  // the supervisor itself gives agents 10 s
 const char* kSlotDir = "/run/rdmachaos/labs";
-
-Result<std::string> resolveBinary(const std::string& name);
-
-std::string errnoText(const std::string& what, const std::string& path) {
-  return what + " '" + path + "': " + std::strerror(errno);
-}
 
 // Every name and address of slot k, in one place so that up, down and status agree.
 struct Names {
@@ -75,66 +71,6 @@ Result<void> ip(std::vector<std::string> args) {
   auto r = runCommand(args);
   if (!r) return r.error();
   return {};
-}
-
-Result<void> mkdirs(const std::string& path, mode_t mode) {
-  std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec) return makeError("cannot create directory '" + path + "': " + ec.message(), ec.value());
-  ::chmod(path.c_str(), mode);
-  return {};
-}
-
-Result<void> writeFile(const std::string& path, const std::string& text) {
-  return writeFileAtomic(path, text);
-}
-
-std::string readText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A TOML basic string with everything that needs escaping escaped.
-std::string tomlString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += char(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += char(c);
-    }
-  }
-  return out + "\"";
-}
-
-// An exclusive flock held for the lifetime of the object.
-class FileLock {
- public:
-  static Result<FileLock> acquire(const std::string& path, bool wait) {
-    UniqueFD fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-    if (!fd.isValid()) return makeError(errnoText("cannot open lock file", path), errno);
-    while (::flock(fd.get(), LOCK_EX | (wait ? 0 : LOCK_NB)) != 0) {
-      if (errno == EINTR) continue;
-      return makeError(errnoText("cannot lock", path), errno);
-    }
-    FileLock l;
-    l.fd_ = std::move(fd);
-    return l;
-  }
-
- private:
-  UniqueFD fd_;
-};
-
-std::string absoluteDir(const std::string& dir) {
-  return fs::absolute(fs::path(dir)).lexically_normal().string();
 }
 
 // DIR/lab.json exists and its supervisor or one of its agents is still alive.
@@ -533,6 +469,7 @@ Result<void> downLocked(const std::string& dir) {
     return loaded.error();
   }
   LabState s = std::move(loaded).value();
+  if (s.kind == "vm") return vm::downLocked(s);
   std::vector<std::string> problems;
 
   // The supervisor first: it stops the agents itself (SIGTERM, so they revert their faults)
@@ -586,27 +523,6 @@ Result<void> downLocked(const std::string& dir) {
     return makeError(errnoText("cannot remove", statePath(dir)), errno);
   log::info("lab in {} (slot {}) is down", dir, s.slot);
   return {};
-}
-
-Result<std::string> resolveBinary(const std::string& name) {
-  if (name.empty())
-    return makeError("no agent binary given (rdmachaos-agent); build it or pass its path");
-  std::vector<std::string> candidates;
-  if (name.find('/') != std::string::npos) {
-    candidates.push_back(name);
-  } else if (const char* path = ::getenv("PATH")) {
-    std::istringstream dirs(path);
-    std::string d;
-    while (std::getline(dirs, d, ':')) candidates.push_back((d.empty() ? "." : d) + "/" + name);
-  }
-  for (const auto& c : candidates) {
-    struct stat st {};
-    if (::stat(c.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(c.c_str(), X_OK) == 0)
-      return fs::absolute(c).lexically_normal().string();
-  }
-  return makeError("agent binary '" + name +
-                   "' not found or not executable; build rdmachaos-agent "
-                   "(ninja -C build agent/rdmachaos-agent) or pass its path");
 }
 
 Result<std::string> build(const UpOptions& options, LabState& s, const std::string& agentBinary) {
@@ -694,10 +610,7 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
 }  // namespace
 
 Result<std::string> up(const UpOptions& options) {
-  if (options.softRoce)
-    return makeError(
-        "lab up --soft-roce (QEMU guests with rdma_rxe) is not implemented yet; "
-        "use the namespace lab (without --soft-roce)");
+  if (options.softRoce) return vm::up(options);
   if (options.nodes < 1 || options.nodes > kMaxNodes)
     return makeError("lab up: --nodes " + std::to_string(options.nodes) +
                      " is out of range; use 1.." + std::to_string(kMaxNodes));
@@ -723,6 +636,9 @@ Result<std::string> up(const UpOptions& options) {
     return makeError("another `rdmachaos lab` command is working on " + dir + "; try again");
 
   if (auto old = loadState(dir)) {
+    if (old->kind == "vm")
+      return makeError("a soft-RoCE lab is in " + dir + "; run `rdmachaos lab down --dir " + dir +
+                       "` first");
     if (labRunning(*old))
       return makeError("lab already up in " + dir + "; run `rdmachaos lab down --dir " + dir +
                        "` first");
@@ -751,6 +667,14 @@ Result<void> down(const std::string& dirArg) {
     log::info("no lab in {} (nothing to remove)", dir);
     return {};
   }
+  if (auto s = loadState(dir); s && s->kind == "vm") {
+    // The soft-RoCE lab needs no root, and leaves nothing in DIR, not even its lock file.
+    auto dirLock = FileLock::acquire(dir + "/.lab.lock", true);
+    if (!dirLock) return dirLock.error();
+    auto r = downLocked(dir);
+    if (r) ::unlink((dir + "/.lab.lock").c_str());
+    return r;
+  }
   if (::geteuid() != 0)
     return makeError("lab down needs root (CAP_NET_ADMIN) to remove namespaces; run with sudo");
   auto dirLock = FileLock::acquire(dir + "/.lab.lock", true);
@@ -768,6 +692,7 @@ Result<std::string> status(const std::string& dirArg) {
     return loaded.error();
   }
   const LabState& s = *loaded;
+  if (s.kind == "vm") return vm::status(s);
   Names names{s.slot};
   std::ostringstream o;
   bool supAlive = stillRunning(s.supervisor);

@@ -127,6 +127,7 @@ struct Port {
   double nextTxNs = 0;
   int drrNext = 0;
   bool reading = true;
+  bool closed = false;  // a stream port whose guest closed the connection
   bool busy = false;  // transmitting back to back (see kTxCatchUpNs)
   size_t held = 0;
   uint64_t rxFrames = 0, rxBytes = 0, txFrames = 0, txBytes = 0, rxDrops = 0, noRoute = 0;
@@ -967,11 +968,19 @@ class Fabric {
           auto got = ports_[size_t(pi)].io->readBatch(batch, kReadBatch);
           if (!got) {
             log::error("{}", got.error().message);
+            // A guest that went away: stop watching its socket rather than spin on EOF.
+            if (got.error().code == EPIPE) {
+              Port& dead = ports_[size_t(pi)];
+              ::epoll_ctl(ep_, EPOLL_CTL_DEL, dead.io->fd(), nullptr);
+              dead.closed = true;
+            }
             continue;
           }
           for (auto& f : batch) fromHost(pi, std::move(f), now);
         }
       }
+      for (auto& p : ports_)
+        if (p.io && !p.closed) p.io->flush();
       pump(monoNs());
       updateReading();
     }
@@ -1034,7 +1043,7 @@ class Fabric {
   void updateReading() {
     for (size_t pi = 0; pi < ports_.size(); pi++) {
       Port& p = ports_[pi];
-      if (!p.io) continue;
+      if (!p.io || p.closed) continue;
       bool want = p.held < kHostHoldFrames;
       if (want == p.reading) continue;
       p.reading = want;
@@ -1135,7 +1144,7 @@ class Fabric {
   };
 
   Result<void> addHost(int sw, const HostPort& h) {
-    auto io = attachTap(h.netns, h.ifname);
+    auto io = h.stream.empty() ? attachTap(h.netns, h.ifname) : connectStream(h.stream, h.name);
     if (!io) return makeError("host port " + h.name + ": " + io.error().message, io.error().code);
     int pi = addPort(sw, h.name, cfg_.rateBps);
     Port& p = ports_[size_t(pi)];
@@ -1239,7 +1248,8 @@ Result<Config> parseConfig(const json& j) {
     }
     if (j.contains("dscp_map")) c.dscpMap = j["dscp_map"].get<std::vector<uint8_t>>();
     for (const auto& h : j.value("hosts", json::array()))
-      c.hosts.push_back(HostPort{h.at("name"), h.at("netns"), h.value("ifname", "data0")});
+      c.hosts.push_back(HostPort{h.at("name"), h.value("netns", ""), h.value("ifname", "data0"),
+                                 h.value("stream", "")});
     if (c.control.empty()) return makeError("switch configuration lacks 'control' (socket path)");
     if (c.hosts.empty() || c.hosts.size() > 256) return makeError("switch configuration needs 1..256 hosts");
     if (!(c.rateBps >= 1e6 && c.rateBps <= 400e9)) return makeError("rate_bps must be within [1e6, 4e11]");

@@ -45,6 +45,9 @@ struct HostPort {
   std::string name;    // node name; also the port's name, e.g. "n1"
   std::string netns;   // path, e.g. /run/netns/rc3-n1
   std::string ifname;  // the persistent TAP inside it, e.g. data0
+  // Instead of a TAP: a QEMU guest's NIC, a unix stream socket QEMU listens on
+  // (`-netdev stream,server=on`); the switch connects to it.
+  std::string stream;
 };
 
 struct Config {
@@ -73,5 +76,9 @@ Result<Config> parseConfig(const json& j);
 
 // Attaches every port, opens the control socket and forwards until SIGTERM or SIGINT.
 Result<void> run(const Config& config);
+
+// Copies `in` to the control socket at socketPath and its answers to `out` until either ends
+// (`rdmachaos-labswitch --relay`, QEMU's guestfwd command for the soft-RoCE lab's guests).
+Result<void> relay(const std::string& socketPath, int in, int out);
 
 }  // namespace rc::labswitch

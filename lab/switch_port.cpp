@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/uio.h>
 
 #include <cerrno>
@@ -78,17 +79,48 @@ class StreamIo final : public PortIo {
       in_.resize(have_);
     }
   }
+  // Never blocks: QEMU 7.2 writes to its stream socket blocking, from its main loop, so a
+  // switch blocked writing to a guest that is itself blocked writing to the switch would
+  // freeze both (seen: a two-guest all-reduce hung the switch and a guest's whole QEMU).
+  // Frames the socket cannot take wait in out_, flushed on later writes and on flush();
+  // beyond kMaxPending the guest is not reading and frames to it are dropped.
   bool write(const uint8_t* data, size_t len) override {
+    flush();
+    if (out_.size() - outSent_ > kMaxPending) return false;
     uint8_t hdr[4] = {uint8_t(len >> 24), uint8_t(len >> 16), uint8_t(len >> 8), uint8_t(len)};
-    iovec iov[2] = {{hdr, 4}, {const_cast<uint8_t*>(data), len}};
-    // A short write would break the framing for good; the socket is blocking for writes,
-    // which is the back-pressure QEMU's NIC expects.
-    msghdr m{};
-    m.msg_iov = iov;
-    m.msg_iovlen = 2;
-    size_t want = len + 4;
-    ssize_t r = ::sendmsg(fd_.get(), &m, MSG_NOSIGNAL);
-    return r == ssize_t(want);
+    if (out_.size() == outSent_) {
+      iovec iov[2] = {{hdr, 4}, {const_cast<uint8_t*>(data), len}};
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = 2;
+      ssize_t r = ::sendmsg(fd_.get(), &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (r < 0 && errno != EAGAIN && errno != EINTR) return false;
+      size_t done = r < 0 ? 0 : size_t(r);
+      if (done == len + 4) return true;
+      out_.clear();
+      outSent_ = 0;
+      // The rest of a partly sent frame must follow before anything else.
+      if (done < 4) out_.insert(out_.end(), hdr + done, hdr + 4);
+      size_t from = done < 4 ? 0 : done - 4;
+      out_.insert(out_.end(), data + from, data + len);
+      return true;
+    }
+    out_.insert(out_.end(), hdr, hdr + 4);
+    out_.insert(out_.end(), data, data + len);
+    return true;
+  }
+  void flush() override {
+    while (outSent_ < out_.size()) {
+      ssize_t r = ::send(fd_.get(), out_.data() + outSent_, out_.size() - outSent_,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      outSent_ += size_t(r);
+    }
+    if (outSent_ == out_.size()) {
+      out_.clear();
+      outSent_ = 0;
+    }
   }
   std::string describe() const override { return "stream " + name_; }
 
@@ -97,6 +129,9 @@ class StreamIo final : public PortIo {
   std::string name_;
   std::vector<uint8_t> in_;
   size_t have_ = 0;
+  static constexpr size_t kMaxPending = 1 << 20;
+  std::vector<uint8_t> out_;
+  size_t outSent_ = 0;
 };
 
 }  // namespace
@@ -136,6 +171,21 @@ Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const st
 
 std::unique_ptr<PortIo> streamPort(UniqueFD connected, std::string name) {
   return std::make_unique<StreamIo>(std::move(connected), std::move(name));
+}
+
+Result<std::unique_ptr<PortIo>> connectStream(const std::string& path, std::string name) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof sa.sun_path)
+    return makeError("stream socket path '" + path + "' is empty or longer than " +
+                     std::to_string(sizeof sa.sun_path - 1) + " bytes", ENAMETOOLONG);
+  std::strcpy(sa.sun_path, path.c_str());
+  UniqueFD fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.isValid()) return makeError("socket: " + std::string(std::strerror(errno)), errno);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+    return makeError("cannot connect to the guest NIC's stream socket '" + path + "': " +
+                     std::strerror(errno) + " (is its QEMU running?)", errno);
+  return streamPort(std::move(fd), std::move(name));
 }
 
 }  // namespace rc::labswitch

@@ -28,6 +28,8 @@ class PortIo {
   virtual Result<size_t> readBatch(std::vector<std::vector<uint8_t>>& out, size_t max) = 0;
   // Hands one frame to the host. False if it could not (the host side is gone or full).
   virtual bool write(const uint8_t* data, size_t len) = 0;
+  // Moves frames that write() had to keep (a stream socket that was full) to the host.
+  virtual void flush() {}
   // The host NIC's MAC address when it is known up front (a TAP's own address).
   virtual Mac hostMac() const { return {}; }
   virtual std::string describe() const = 0;
@@ -41,5 +43,10 @@ Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const st
 // A QEMU `-netdev stream`/`socket` peer: frames with a 4-byte big-endian length prefix on a
 // connected stream socket (the switch listens, QEMU connects). The descriptor is adopted.
 std::unique_ptr<PortIo> streamPort(UniqueFD connected, std::string name);
+
+// Connects to a QEMU `-netdev stream,server=on,addr.type=unix` socket at `path` and returns
+// it as a stream port. QEMU accepts a new connection after the old one closes, so a
+// restarted switch reconnects to the same guest NIC.
+Result<std::unique_ptr<PortIo>> connectStream(const std::string& path, std::string name);
 
 }  // namespace rc::labswitch

@@ -1,0 +1,822 @@
+// The soft-RoCE lab: QEMU guests (TCG) booting Debian's 6.1 kernel from a tiny initramfs into
+// the host's root over 9p, each with rdma_rxe on a NIC wired into rdmachaos-labswitch.
+#include "lab/vm_lab.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/inotify.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/certs.hpp"
+#include "common/clock.hpp"
+#include "common/log.hpp"
+#include "lab/lab_util.hpp"
+#include "lab/process.hpp"
+
+namespace rc::lab::vm {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kMaxNodes = 8;       // TCG guests: each wants most of a core while busy
+constexpr int kGuestMemMiB = 512;  // -m: the guest's RAM
+constexpr int kTcgCacheMiB = 64;   // -accel tcg,tb-size: QEMU's translation cache
+constexpr int kAgentPort = 7470;   // inside the guest
+constexpr int kBootTimeoutMs = 180'000;
+constexpr int kStopGraceMs = 10'000;
+const char* kGuestMgmtAddress = "10.0.2.15";  // QEMU user networking's guest address
+const char* kSwitchGuestAddress = "10.0.2.100:7471";  // the lab switch, as guests reach it
+const char* kDefaultKernelDir = "/var/cache/rdmachaos/kernel";
+const char* kBusybox = "/bin/busybox";
+// The initramfs needs these (in load order) to mount the host's root over 9p.
+const char* kInitrdModules[] = {"virtio_ring",
+                                "virtio",
+                                "virtio_pci_modern_dev",
+                                "virtio_pci_legacy_dev",
+                                "virtio_pci",
+                                "netfs",
+                                "fscache",
+                                "9pnet",
+                                "9pnet_virtio",
+                                "9p"};
+
+std::string dataAddress(int i) { return "198.19.0." + std::to_string(10 + i); }
+std::string mgmtMac(int i) { return "52:54:00:72:63:" + fmt::format("{:02x}", i); }
+std::string dataMac(int i) { return "02:72:63:d0:00:" + fmt::format("{:02x}", i); }
+
+// ---- prerequisites ---------------------------------------------------------------------
+
+struct Kernel {
+  std::string version;
+  std::string image;    // vmlinuz
+  std::string modules;  // /lib/modules/VERSION (what the guest sees there, too)
+};
+
+const std::string kInstallHint =
+    "; run scripts/install-deps (as root; RDMACHAOS_NO_VM must not be 1) to install QEMU and "
+    "the guest kernel";
+
+Result<Kernel> findKernel() {
+  const char* env = std::getenv("RDMACHAOS_KERNEL_DIR");
+  std::string dir = env && *env ? env : kDefaultKernelDir;
+  std::string version = readText(dir + "/version");
+  while (!version.empty() && (version.back() == '\n' || version.back() == ' ')) version.pop_back();
+  if (version.empty())
+    return makeError("no guest kernel in " + dir + " (" + dir + "/version is missing)" +
+                     kInstallHint);
+  Kernel k{version, dir + "/root/boot/vmlinuz-" + version, "/lib/modules/" + version};
+  if (::access(k.image.c_str(), R_OK) != 0)
+    return makeError("guest kernel image " + k.image + " is missing" + kInstallHint);
+  if (::access((k.modules + "/modules.dep").c_str(), R_OK) != 0)
+    return makeError("the guest kernel's modules are not in " + k.modules + kInstallHint);
+  return k;
+}
+
+Result<std::string> findQemu() {
+  auto q = resolveBinary("qemu-system-x86_64");
+  if (!q) return makeError("QEMU (qemu-system-x86_64) is not installed" + kInstallHint);
+  return q;
+}
+
+// ---- initramfs -------------------------------------------------------------------------
+
+// A newc cpio archive (the kernel's initramfs format), written without a cpio binary.
+class Cpio {
+ public:
+  void dir(const std::string& name) { add(name, S_IFDIR | 0755, {}, 0, 0); }
+  void file(const std::string& name, mode_t perm, const std::string& data) {
+    add(name, S_IFREG | perm, data, 0, 0);
+  }
+  void charDevice(const std::string& name, int major, int minor) {
+    add(name, S_IFCHR | 0600, {}, major, minor);
+  }
+  std::string finish() {
+    add("TRAILER!!!", 0, {}, 0, 0);
+    return std::move(out_);
+  }
+
+ private:
+  void add(const std::string& name, mode_t mode, const std::string& data, int rmaj, int rmin) {
+    char hdr[111];
+    std::snprintf(hdr, sizeof hdr, "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
+                  ++ino_, unsigned(mode), 0u, 0u, S_ISDIR(mode) ? 2u : 1u, 0u,
+                  unsigned(data.size()), 0u, 0u, unsigned(rmaj), unsigned(rmin),
+                  unsigned(name.size() + 1), 0u);
+    out_.append(hdr, 110);
+    out_ += name;
+    out_ += '\0';
+    pad();
+    out_ += data;
+    pad();
+  }
+  void pad() { out_.append((4 - out_.size() % 4) % 4, '\0'); }
+  std::string out_;
+  unsigned ino_ = 0;
+};
+
+// modules.dep maps "kernel/.../NAME.ko" to its dependencies; we need only the paths.
+Result<std::string> modulePath(const Kernel& k, const std::string& name) {
+  std::istringstream dep(readText(k.modules + "/modules.dep"));
+  std::string line, want = "/" + name + ".ko:";
+  while (std::getline(dep, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string path = line.substr(0, colon + 1);
+    if (path.size() >= want.size() &&
+        path.compare(path.size() - want.size(), want.size(), want) == 0)
+      return k.modules + "/" + line.substr(0, colon);
+  }
+  return makeError("module " + name + " is not in " + k.modules + "/modules.dep" + kInstallHint);
+}
+
+// /init of the initramfs: load virtio and 9p, mount the host's root read-only and
+// switch_root into the lab's guest init script (on the host's file system).
+const char* kInitrdInit = R"SH(#!/bin/busybox sh
+/bin/busybox mkdir -p /proc /sys /dev /newroot
+/bin/busybox mount -t proc proc /proc
+/bin/busybox mount -t sysfs sysfs /sys
+/bin/busybox mount -t devtmpfs devtmpfs /dev
+for m in $(/bin/busybox cat /modules.order); do
+  /bin/busybox insmod /modules/$m.ko || echo "initramfs: cannot load $m"
+done
+rcinit=
+for a in $(/bin/busybox cat /proc/cmdline); do
+  case "$a" in rc_init=*) rcinit=${a#rc_init=} ;; esac
+done
+if ! /bin/busybox mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro hostroot /newroot; then
+  echo "initramfs: cannot mount the host's root over 9p"; /bin/busybox poweroff -f
+fi
+/bin/busybox umount /proc /sys
+/bin/busybox mount --move /dev /newroot/dev || /bin/busybox umount /dev
+exec /bin/busybox switch_root /newroot /bin/sh "$rcinit"
+)SH";
+
+Result<std::string> initramfs(const Kernel& k) {
+  Cpio c;
+  for (const char* d : {"bin", "dev", "proc", "sys", "newroot", "modules"}) c.dir(d);
+  c.charDevice("dev/console", 5, 1);
+  std::string busybox = readText(kBusybox);
+  if (busybox.size() < 100'000)
+    return makeError(std::string("static busybox (") + kBusybox + ") is missing" + kInstallHint);
+  c.file("bin/busybox", 0755, busybox);
+  std::string order;
+  for (const char* m : kInitrdModules) {
+    auto path = modulePath(k, m);
+    if (!path) return path.error();
+    std::string ko = readText(*path);
+    if (ko.empty()) return makeError("cannot read " + *path);
+    c.file(std::string("modules/") + m + ".ko", 0644, ko);
+    order += std::string(m) + "\n";
+  }
+  c.file("modules.order", 0644, order);
+  c.file("init", 0755, kInitrdInit);
+  return c.finish();
+}
+
+// ---- the guest's init (PID 1 after switch_root) --------------------------------------------
+
+// Written into DIR; parameters come from the kernel command line (rc_*=).
+std::string guestInit(const std::string& agentBinary) {
+  std::string s = R"SH(#!/bin/sh
+# rdmachaos soft-RoCE lab: PID 1 of a guest (written by `rdmachaos lab up --soft-roce`).
+# Mounts the guest's own state, brings up rxe0 on the data NIC and keeps the agent running.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+[ -e /dev/null ] || mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs -o mode=0755 tmpfs /run
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+for a in $(cat /proc/cmdline); do
+  case "$a" in rc_*=*) k=${a%%=*}; eval "$k=\${a#*=}" ;; esac
+done
+# The lab directory (certificates, agent config) is shared read-only at its host path, also
+# when that path is under the guest's own /tmp.
+mkdir -p "$rc_dir" 2>/dev/null
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro labdir "$rc_dir"
+out=/run/lab
+mkdir -p $out /run/rdmachaos/state
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 labnode $out
+log=$out/init.log
+exec >>$log 2>&1
+echo "guest init: node $rc_node, uptime $(cut -d' ' -f1 /proc/uptime) s"
+hostname "$rc_node"
+ip link set lo up
+# No udev: the NIC driver is loaded by hand.
+modprobe virtio_net
+nic_of() { for d in /sys/class/net/*; do [ "$(cat $d/address)" = "$1" ] && echo ${d##*/}; done; }
+m=$(nic_of "$rc_mgmt_mac"); d=$(nic_of "$rc_data_mac")
+[ -n "$m" ] && ip link set "$m" name mgmt0
+[ -n "$d" ] && ip link set "$d" name data0
+ip addr add )SH" + std::string(kGuestMgmtAddress) +
+                  R"SH(/24 dev mgmt0
+ip link set mgmt0 up
+ip link set data0 mtu 1500
+ip addr add "$rc_data_addr" dev data0
+ip link set data0 up
+# rxe needs the crc32 hash; crc32_pclmul refuses to load under TCG, so the generic one.
+modprobe crc32_generic
+modprobe rdma_rxe
+rdma link add rxe0 type rxe netdev data0 && echo "guest init: rxe0 on data0"
+# What `lab status` and `lab up` read: written atomically every 2 s.
+report() {
+  p=/sys/class/infiniband/rxe0/ports/1
+  listening=no
+  grep -q ':1D2E 00000000:0000 0A' /proc/net/tcp 2>/dev/null && listening=yes
+  {
+    echo "node=$rc_node"
+    echo "uptime=$(cut -d' ' -f1 /proc/uptime)"
+    [ -d $p ] && echo "rdma=rxe0" && echo "port_state=$(cat $p/state)" &&
+      echo "phys_state=$(cat $p/phys_state)" && echo "link_downed=$(cat $p/hw_counters/link_downed 2>/dev/null)"
+    echo "data0=$(cat /sys/class/net/data0/operstate 2>/dev/null)"
+    echo "agent_listening=$listening"
+    echo "agent_restarts=$(cat /run/rdmachaos/restarts)"
+  } > $out/status.tmp && mv $out/status.tmp $out/status
+}
+restarts=0
+echo 0 > /run/rdmachaos/restarts
+(while :; do report; sleep 2; done) &
+# The agent's journal lives in the guest's tmpfs: it survives the agent, not the guest.
+while :; do
+  echo "guest init: starting rdmachaos-agent (restart $restarts)"
+  ")SH" + agentBinary +
+                  R"SH(" --config "$rc_config" >>$out/agent.log 2>&1
+  echo "guest init: agent exited with status $?"
+  restarts=$((restarts + 1))
+  echo $restarts > /run/rdmachaos/restarts
+  sleep 1
+done
+)SH";
+  return s;
+}
+
+std::string agentConfig(const LabState& s, const NodeRecord& n) {
+  std::string pki = s.dir + "/pki/";
+  std::ostringstream o;
+  o << "# rdmachaos-agent configuration for soft-RoCE lab node " << n.name
+    << " (written by `rdmachaos lab up --soft-roce`; read inside the guest)\n"
+    << "[agent]\n"
+    << "node = " << tomlString(n.name) << "\n"
+    << "listen = " << tomlString(std::string(kGuestMgmtAddress) + ":" + std::to_string(kAgentPort))
+    << "\n"
+    << "state_dir = \"/run/rdmachaos/state\"   # the guest's tmpfs\n"
+    << "lease_timeout = \"5s\"\n"
+    << "max_fault_lifetime = \"10m\"\n"
+    << "[tls]\n"
+    << "ca = " << tomlString(pki + "ca.pem") << "\n"
+    << "cert = " << tomlString(pki + "agent-" + n.name + ".pem") << "\n"
+    << "key = " << tomlString(pki + "agent-" + n.name + ".key") << "\n"
+    << "[interfaces]\n"
+    << "data = [\"data0\"]\n"
+    << "allow = [\"data0\"]\n"
+    << "protected = [\"mgmt0\"]\n"
+    << "allow_default_route = false\n"
+    // The switch on the host, through QEMU's guestfwd relay (see qemuArgs).
+    << "[lab]\n"
+    << "switch_socket = " << tomlString(std::string("tcp:") + kSwitchGuestAddress) << "\n"
+    << "switch_port = " << tomlString(n.name) << "\n";
+  return o.str();
+}
+
+std::string inventory(const LabState& s) {
+  std::ostringstream o;
+  o << "# rdmachaos inventory for the soft-RoCE lab in " << s.dir << "\n"
+    << "[tls]\n"
+    << "ca = \"pki/ca.pem\"            # relative paths are relative to this file\n"
+    << "cert = \"pki/controller.pem\"\n"
+    << "key = \"pki/controller.key\"\n"
+    << "[lab]\n"
+    << "dir = " << tomlString(s.dir) << "\n"
+    << "kind = \"soft-roce\"\n"
+    << "fabric = \"switch\"\n"
+    << "switch_control = " << tomlString(s.sw.control) << "   # JSON lines, see docs/lab.md\n";
+  for (const auto& n : s.nodes) {
+    o << "\n[[node]]\n"
+      << "name = " << tomlString(n.name) << "\n"
+      << "address = \"127.0.0.1\"   # QEMU forwards this port to the guest's agent\n"
+      << "port = " << n.mgmtPort << "\n"
+      << "data_interfaces = [\"data0\"]   # RDMA device rxe0 (soft-RoCE) on it\n"
+      << "data_addresses = [" << tomlString(n.dataAddress) << "]\n"
+      << "roles = [\"worker\"]\n";
+  }
+  return o.str();
+}
+
+std::string switchConfig(const LabState& s, const UpOptions& o) {
+  nlohmann::json hosts = nlohmann::json::array();
+  for (const auto& n : s.nodes) hosts.push_back({{"name", n.name}, {"stream", n.dataSocket}});
+  nlohmann::json j = {{"control", s.sw.control},
+                      {"rate_bps", o.rateBps},
+                      {"mtu", 1500},
+                      {"leaves", 0},
+                      {"spines", 0},
+                      {"routing", "ecmp"},
+                      {"hosts", hosts}};
+  return j.dump(2) + "\n";
+}
+
+// A free TCP port on 127.0.0.1 for a guest's management forward. QEMU binds it moments
+// later; a loss of that race makes QEMU fail to start, which up() reports.
+Result<int> freeLoopbackPort() {
+  UniqueFD fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  if (!fd.isValid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0)
+    return makeError(std::string("cannot find a free port on 127.0.0.1: ") + std::strerror(errno),
+                     errno);
+  return int(ntohs(sa.sin_port));
+}
+
+// ---- detached processes ----------------------------------------------------------------
+
+bool writeAll(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+bool readAll(int fd, void* p, size_t n, int timeoutMs) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    pollfd pfd{fd, POLLIN, 0};
+    int r = ::poll(&pfd, 1, timeoutMs);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    ssize_t got = ::read(fd, c, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    c += got;
+    n -= size_t(got);
+  }
+  return true;
+}
+
+// Starts argv as a daemon (double fork, setsid: init reaps it, it outlives `lab up`), with
+// stdout/stderr appended to logPath. The process waits until `record` has stored its
+// identity in lab.json; if `lab up` dies before that, it exits instead of running unknown.
+Result<void> spawnRecorded(LabState& s, const std::vector<std::string>& argv,
+                           const std::string& logPath, ProcRecord* target) {
+  int up[2], go[2];
+  if (::pipe2(up, O_CLOEXEC) != 0) return makeError(errnoText("pipe for", argv[0]), errno);
+  UniqueFD upR(up[0]), upW(up[1]);
+  if (::pipe2(go, O_CLOEXEC) != 0) return makeError(errnoText("pipe for", argv[0]), errno);
+  UniqueFD goR(go[0]), goW(go[1]);
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+
+  pid_t mid = ::fork();
+  if (mid < 0) return makeError(errnoText("cannot fork to start", argv[0]), errno);
+  if (mid == 0) {
+    ::setsid();
+    pid_t child = ::fork();
+    if (child != 0) ::_exit(child < 0 ? 1 : 0);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT, SIGUSR1, SIGUSR2})
+      ::signal(sig, SIG_DFL);
+    int32_t self = ::getpid();
+    char g = 0;
+    if (!writeAll(upW.get(), &self, sizeof self) || !readAll(goR.get(), &g, 1, -1) || g != 'g')
+      ::_exit(0);
+    int logFd = ::open(logPath.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    int nullFd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (logFd < 0 || nullFd < 0) ::_exit(126);
+    ::dup2(nullFd, 0);
+    ::dup2(logFd, 1);
+    ::dup2(logFd, 2);
+    closeAllExcept({0, 1, 2});
+    ::execv(cargs[0], cargs.data());
+    dprintf(2, "rdmachaos lab: cannot execute '%s': %s\n", cargs[0], strerror(errno));
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(mid, &status, 0) < 0 && errno == EINTR) {
+  }
+  upW.reset();
+  goR.reset();
+  int32_t pid = 0;
+  if (!readAll(upR.get(), &pid, sizeof pid, 5000))
+    return makeError("could not start " + describeCommand(argv));
+  ProcRecord rec = identify(pid);
+  rec.cmdline = argv;  // what it runs after exec; before, it still shows our command line
+  *target = rec;
+  if (auto r = saveState(s); !r) {
+    ::kill(pid, SIGKILL);
+    return r;
+  }
+  char g = 'g';
+  if (!writeAll(goW.get(), &g, 1)) return makeError(describeCommand(argv) + " exited at start");
+  return {};
+}
+
+std::vector<std::string> qemuArgs(const std::string& qemu, const Kernel& k, const LabState& s,
+                                  const NodeRecord& n, int i) {
+  std::string append = "console=ttyS0 quiet panic=-1 rc_init=" + s.dir + "/guest-init.sh" +
+                       " rc_dir=" + s.dir + " rc_switch=" + kSwitchGuestAddress + " rc_node=" + n.name + " rc_config=" + n.config +
+                       " rc_data_addr=" + n.dataAddress + "/24" + " rc_mgmt_mac=" + mgmtMac(i) +
+                       " rc_data_mac=" + dataMac(i);
+  return {qemu, "-name", "rdmachaos-" + n.name, "-nodefaults", "-no-user-config", "-display",
+          "none", "-no-reboot", "-accel", "tcg,tb-size=" + std::to_string(kTcgCacheMiB), "-m",
+          std::to_string(kGuestMemMiB), "-smp", "1", "-kernel", k.image, "-initrd",
+          s.dir + "/initrd.cpio", "-append", append, "-serial",
+          "file:" + s.dir + "/nodes/" + n.name + "/console.log", "-virtfs",
+          "local,path=/,mount_tag=hostroot,security_model=passthrough,id=hr,"
+          "multidevs=remap,readonly=on",
+          "-virtfs",
+          "local,path=" + s.dir +
+              ",mount_tag=labdir,security_model=passthrough,id=ld,"
+              "multidevs=remap,readonly=on",
+          "-virtfs",
+          "local,path=" + n.guestDir + ",mount_tag=labnode,security_model=passthrough,id=ln",
+          // Management: user-mode networking, reachable only through the forward on loopback.
+          "-netdev",
+          "user,id=m0,restrict=on,hostfwd=tcp:127.0.0.1:" + std::to_string(n.mgmtPort) + "-" +
+              kGuestMgmtAddress + ":" + std::to_string(kAgentPort) +
+              // The agent's faults that drive the switch (link_flap switch_port, ecn_shift)
+              // reach its control socket through a relay QEMU starts per connection.
+              ",guestfwd=tcp:" + kSwitchGuestAddress + "-cmd:" + s.sw.binary + " --relay " +
+              s.sw.control,
+          "-device", "virtio-net-pci,netdev=m0,mac=" + mgmtMac(i),
+          // Data: a stream socket the lab switch connects to (length-prefixed frames).
+          "-netdev", "stream,id=d0,server=on,addr.type=unix,addr.path=" + n.dataSocket, "-device",
+          "virtio-net-pci,netdev=d0,mac=" + dataMac(i)};
+}
+
+// Alive by pid and start time: unlike stillRunning(), also true between fork and exec.
+bool alive(const ProcRecord& r) {
+  return r.pid > 0 && r.startTime != 0 && identify(r.pid).startTime == r.startTime;
+}
+
+// The last lines of a log, for an error message (the lab's files go when up() fails).
+std::string tailOf(const std::string& path, size_t lines = 8) {
+  std::string text = readText(path);
+  size_t pos = text.size();
+  for (size_t n = 0; n <= lines && pos > 0; n++) {
+    pos = text.rfind('\n', pos - 1);
+    if (pos == std::string::npos) {
+      pos = 0;
+      break;
+    }
+  }
+  std::string t = text.substr(pos);
+  while (!t.empty() && (t.front() == '\n')) t.erase(0, 1);
+  return t.empty() ? "" : "\n--- " + path + " (last lines) ---\n" + t;
+}
+
+// ---- waiting for the guests --------------------------------------------------------------
+
+std::map<std::string, std::string> readStatus(const NodeRecord& n) {
+  std::map<std::string, std::string> kv;
+  std::istringstream in(readText(n.guestDir + "/status"));
+  std::string line;
+  while (std::getline(in, line))
+    if (auto eq = line.find('='); eq != std::string::npos)
+      kv[line.substr(0, eq)] = line.substr(eq + 1);
+  return kv;
+}
+
+bool guestReady(const NodeRecord& n) {
+  auto st = readStatus(n);
+  return st["agent_listening"] == "yes" && st["port_state"].find("ACTIVE") != std::string::npos;
+}
+
+// Waits for every guest to report its agent listening and rxe0 ACTIVE: inotify on the guests'
+// shares (the guest's 9p writes are host file operations) and a pidfd per QEMU, no polling.
+Result<void> waitForGuests(const LabState& s) {
+  UniqueFD in(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  if (!in.isValid()) return makeError(std::string("inotify: ") + std::strerror(errno), errno);
+  std::vector<UniqueFD> pidfds;
+  for (const auto& n : s.nodes) {
+    ::inotify_add_watch(in.get(), n.guestDir.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE);
+    pidfds.emplace_back(int(::syscall(SYS_pidfd_open, n.vm.pid, 0)));
+  }
+  pidfds.emplace_back(int(::syscall(SYS_pidfd_open, s.sw.proc.pid, 0)));
+  int64_t deadline = monoNs() + int64_t(kBootTimeoutMs) * 1'000'000;
+  for (;;) {
+    bool all = true;
+    for (size_t i = 0; i < s.nodes.size(); i++) {
+      const auto& n = s.nodes[i];
+      if (!alive(n.vm))
+        return makeError("the guest of " + n.name + " (QEMU pid " + std::to_string(n.vm.pid) +
+                         ") exited during boot" + tailOf(s.dir + "/nodes/" + n.name + "/qemu.log") +
+                         tailOf(s.dir + "/nodes/" + n.name + "/console.log"));
+      all = all && guestReady(n);
+    }
+    // Without the switch the data NICs have no carrier and rxe0 never becomes ACTIVE.
+    if (!alive(s.sw.proc))
+      return makeError("the lab switch (pid " + std::to_string(s.sw.proc.pid) +
+                       ") exited while the guests booted" + tailOf(s.sw.log));
+    if (all) return {};
+    int64_t left = (deadline - monoNs()) / 1'000'000;
+    if (left <= 0) break;
+    std::vector<pollfd> pfds{{in.get(), POLLIN, 0}};
+    for (auto& p : pidfds)
+      if (p.isValid()) pfds.push_back({p.get(), POLLIN, 0});
+    if (::poll(pfds.data(), pfds.size(), int(left)) < 0 && errno != EINTR)
+      return makeError(std::string("poll: ") + std::strerror(errno), errno);
+    char buf[4096];
+    while (::read(in.get(), buf, sizeof buf) > 0) {
+    }
+  }
+  std::string msg = "guests not ready after " + std::to_string(kBootTimeoutMs / 1000) + " s:";
+  for (const auto& n : s.nodes)
+    if (!guestReady(n))
+      msg += " " + n.name + tailOf(n.guestDir + "/init.log", 4) + tailOf(n.log, 4) +
+             tailOf(s.dir + "/nodes/" + n.name + "/console.log");
+  return makeError(msg);
+}
+
+bool labRunning(const LabState& s) {
+  if (stillRunning(s.sw.proc, s.sw.config)) return true;
+  for (const auto& n : s.nodes)
+    if (stillRunning(n.vm, n.dataSocket)) return true;
+  return false;
+}
+
+Result<std::string> build(const UpOptions& o, LabState& s, const Kernel& k, const std::string& qemu,
+                          const std::string& switchBinary) {
+  // Every path the lab will create is recorded before the first one exists.
+  s.files = {s.dir + "/nodes",         s.dir + "/pki",           s.dir + "/initrd.cpio",
+             s.dir + "/guest-init.sh", s.dir + "/switch.json",   s.dir + "/switch.sock",
+             s.dir + "/switch.log",    s.dir + "/inventory.toml"};
+  s.sw.binary = switchBinary;
+  s.sw.config = s.dir + "/switch.json";
+  s.sw.control = s.dir + "/switch.sock";
+  s.sw.log = s.dir + "/switch.log";
+  for (int i = 1; i <= o.nodes; i++) {
+    NodeRecord n;
+    n.name = "n" + std::to_string(i);
+    n.mgmtAddress = "127.0.0.1";
+    n.dataAddress = dataAddress(i);
+    std::string nodeDir = s.dir + "/nodes/" + n.name;
+    n.config = nodeDir + "/agent.toml";
+    n.guestDir = nodeDir + "/guest";
+    n.log = n.guestDir + "/agent.log";
+    n.dataSocket = nodeDir + "/data.sock";
+    if (n.dataSocket.size() >= sizeof(sockaddr_un::sun_path))
+      return makeError("lab directory '" + s.dir + "' is too long for the guests' unix sockets (" +
+                       n.dataSocket + "); use a shorter --dir");
+    auto port = freeLoopbackPort();
+    if (!port) return port.error();
+    n.mgmtPort = *port;
+    s.nodes.push_back(n);
+  }
+  s.phase = "building";
+  if (auto r = saveState(s); !r) return r.error();
+
+  log::info("soft-RoCE lab: {} guest(s) with kernel {} in {}", o.nodes, k.version, s.dir);
+  auto initrd = initramfs(k);
+  if (!initrd) return initrd.error();
+  if (auto r = writeFile(s.dir + "/initrd.cpio", *initrd); !r) return r.error();
+  if (auto r = writeFile(s.dir + "/guest-init.sh", guestInit(s.agentBinary)); !r) return r.error();
+  ::chmod((s.dir + "/guest-init.sh").c_str(), 0755);
+
+  certs::Options co;
+  co.dir = s.dir + "/pki";
+  for (const auto& n : s.nodes) co.agentNames.push_back(n.name);
+  if (auto r = certs::init(co); !r)
+    return makeError("cannot create the lab's certificates: " + r.error().message);
+  for (const auto& n : s.nodes) {
+    if (auto r = mkdirs(n.guestDir, 0755); !r) return r.error();
+    if (auto r = writeFile(n.config, agentConfig(s, n)); !r) return r.error();
+  }
+  if (auto r = writeFile(s.sw.config, switchConfig(s, o)); !r) return r.error();
+
+  int64_t t0 = monoNs();
+  for (size_t i = 0; i < s.nodes.size(); i++) {
+    auto& n = s.nodes[i];
+    auto args = qemuArgs(qemu, k, s, n, int(i + 1));
+    if (auto r = spawnRecorded(s, args, s.dir + "/nodes/" + n.name + "/qemu.log", &n.vm); !r)
+      return r.error();
+  }
+  // QEMU creates its listening data socket before it runs the guest; the switch connects
+  // once every socket exists (inotify on the node directories).
+  {
+    UniqueFD in(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+    for (const auto& n : s.nodes)
+      ::inotify_add_watch(in.get(), (s.dir + "/nodes/" + n.name).c_str(), IN_CREATE);
+    int64_t deadline = monoNs() + 20'000'000'000;
+    for (;;) {
+      bool all = true;
+      for (const auto& n : s.nodes) {
+        if (!alive(n.vm))
+          return makeError("QEMU for " + n.name + " exited at start" +
+                           tailOf(s.dir + "/nodes/" + n.name + "/qemu.log"));
+        all = all && ::access(n.dataSocket.c_str(), F_OK) == 0;
+      }
+      if (all) break;
+      int64_t left = (deadline - monoNs()) / 1'000'000;
+      if (left <= 0) return makeError("QEMU did not create its data sockets within 20 s");
+      pollfd p{in.get(), POLLIN, 0};
+      // Bounded by 200 ms: a QEMU that dies creates no event.
+      ::poll(&p, 1, int(std::min<int64_t>(left, 200)));
+      char buf[4096];
+      while (::read(in.get(), buf, sizeof buf) > 0) {
+      }
+    }
+  }
+  if (auto r = spawnRecorded(s, {s.sw.binary, "--config", s.sw.config}, s.sw.log, &s.sw.proc); !r)
+    return r.error();
+
+  std::string inventoryPath = s.dir + "/inventory.toml";
+  if (auto r = writeFile(inventoryPath, inventory(s)); !r) return r.error();
+  s.phase = "booting";
+  if (auto r = saveState(s); !r) return r.error();
+  if (auto r = waitForGuests(s); !r) return r.error();
+  double bootS = double(monoNs() - t0) / 1e9;
+  s.phase = "running";
+  if (auto r = saveState(s); !r) return r.error();
+  log::info("soft-RoCE lab: {} guest(s) ready in {:.1f} s (rxe0 ACTIVE, agents listening)",
+            s.nodes.size(), bootS);
+  return inventoryPath;
+}
+
+}  // namespace
+
+Result<std::string> up(const UpOptions& o) {
+  if (o.nodes < 1 || o.nodes > kMaxNodes)
+    return makeError("lab up --soft-roce: --nodes " + std::to_string(o.nodes) +
+                     " is out of range; use 1.." + std::to_string(kMaxNodes) +
+                     " (each guest is a QEMU process emulating a CPU)");
+  if (o.dir.empty()) return makeError("lab up: no lab directory given (--dir DIR)");
+  if (o.fabric != "switch")
+    return makeError("lab up --soft-roce: the guests' fabric is the lab switch; --fabric '" +
+                     o.fabric + "' is not supported");
+  if (o.spines > 0 || o.leaves > 0)
+    return makeError("lab up --soft-roce: leaf-spine fabrics are not supported yet (one switch)");
+  // Prerequisites first: a missing QEMU or kernel leaves nothing behind.
+  auto qemu = findQemu();
+  if (!qemu) return qemu.error();
+  auto kernel = findKernel();
+  if (!kernel) return kernel.error();
+  auto agent = resolveBinary(o.agentBinary);
+  if (!agent) return agent.error();
+  std::string agentDir = agent->substr(0, agent->rfind('/'));
+  std::vector<std::string> cands;
+  if (!o.switchBinary.empty()) cands.push_back(o.switchBinary);
+  if (const char* env = std::getenv("RDMACHAOS_LABSWITCH"); env && *env) cands.push_back(env);
+  cands.push_back(agentDir + "/rdmachaos-labswitch");
+  cands.push_back(agentDir + "/../lab/rdmachaos-labswitch");
+  cands.push_back("rdmachaos-labswitch");
+  std::string switchBinary;
+  for (const auto& c : cands)
+    if (auto r = resolveBinary(c)) {
+      switchBinary = *r;
+      break;
+    }
+  if (switchBinary.empty())
+    return makeError(
+        "the lab switch binary (rdmachaos-labswitch) was not found; build it (ninja "
+        "-C build lab/rdmachaos-labswitch) or set RDMACHAOS_LABSWITCH");
+  if (int n = threadCount(); n > 1)
+    return makeError("lab up must run before the process starts threads (found " +
+                     std::to_string(n) + "): the guests are forked from it");
+
+  std::string dir = absoluteDir(o.dir);
+  // DIR travels on the guests' kernel command line, split at spaces.
+  if (!std::all_of(dir.begin(), dir.end(), [](char c) {
+        return std::isalnum((unsigned char)c) || c == '/' || c == '.' || c == '_' || c == '-';
+      }))
+    return makeError("lab up --soft-roce: lab directory '" + dir +
+                     "' may hold only letters, digits and / . _ -");
+  bool createdDir = ::access(dir.c_str(), F_OK) != 0;
+  if (auto r = mkdirs(dir, 0755); !r) return r.error();
+  auto dirLock = FileLock::acquire(dir + "/.lab.lock", false);
+  if (!dirLock)
+    return makeError("another `rdmachaos lab` command is working on " + dir + "; try again");
+  if (auto old = loadState(dir)) {
+    if (old->kind != "vm" || labRunning(*old))
+      return makeError("a lab is already in " + dir + "; run `rdmachaos lab down --dir " + dir +
+                       "` first");
+    log::info("cleaning up the remains of an earlier soft-RoCE lab in {}", dir);
+    if (auto r = downLocked(*old); !r) return r.error();
+  } else if (old.error().code != ENOENT) {
+    return old.error();
+  }
+
+  LabState s;
+  s.kind = "vm";
+  s.fabric = "switch";
+  s.dir = dir;
+  s.agentBinary = *agent;
+  auto result = build(o, s, *kernel, *qemu, switchBinary);
+  if (!result) {
+    log::error("lab up --soft-roce failed: {}; removing what was created", result.error().message);
+    if (auto again = loadState(dir)) {
+      if (auto r = downLocked(*again); !r) {
+        log::error("{}", r.error().message);
+        return result.error();
+      }
+    }
+    // Nothing of ours stays behind: the lock file, and DIR itself if we made it.
+    ::unlink((dir + "/.lab.lock").c_str());
+    if (createdDir) ::rmdir(dir.c_str());
+    return result.error();
+  }
+  return result;
+}
+
+Result<void> downLocked(const LabState& s) {
+  std::vector<std::string> problems;
+  std::vector<ProcRecord> procs;
+  std::vector<std::string> marks;
+  for (const auto& n : s.nodes) {
+    procs.push_back(n.vm);
+    marks.push_back(n.dataSocket);
+  }
+  procs.push_back(s.sw.proc);
+  marks.push_back(s.sw.config);
+  for (auto& p : stopProcesses(procs, marks, kStopGraceMs)) problems.push_back(p + " did not exit");
+  if (!problems.empty()) {
+    std::string msg = "lab down in " + s.dir +
+                      " left processes behind (lab.json kept; run `lab "
+                      "down` again):";
+    for (auto& p : problems) msg += "\n  " + p;
+    return makeError(msg);
+  }
+  for (const auto& f : s.files) {
+    // Only inside DIR: lab.json is input we do not fully trust.
+    if (f.rfind(s.dir + "/", 0) != 0 || f.find("/../") != std::string::npos) continue;
+    std::error_code ec;
+    fs::remove_all(f, ec);
+    if (ec) problems.push_back("cannot remove '" + f + "': " + ec.message());
+  }
+  if (!problems.empty()) {
+    std::string msg = "lab down in " + s.dir + " left files behind:";
+    for (auto& p : problems) msg += "\n  " + p;
+    return makeError(msg);
+  }
+  if (::unlink(statePath(s.dir).c_str()) != 0 && errno != ENOENT)
+    return makeError(errnoText("cannot remove", statePath(s.dir)), errno);
+  log::info("soft-RoCE lab in {} is down", s.dir);
+  return {};
+}
+
+Result<std::string> status(const LabState& s) {
+  std::ostringstream o;
+  o << "soft-RoCE lab in " << s.dir << ": " << s.nodes.size() << " guest(s), phase " << s.phase
+    << "\n"
+    << "data: lab switch "
+    << (stillRunning(s.sw.proc, s.sw.config) ? "pid " + std::to_string(s.sw.proc.pid) + " (running)"
+                                             : std::string("not running"))
+    << ", control " << s.sw.control << ", 198.19.0.0/24\n"
+    << "guests: " << kGuestMemMiB << " MiB RAM + " << kTcgCacheMiB
+    << " MiB TCG cache each; management by QEMU user networking on 127.0.0.1\n"
+    << "inventory: " << s.dir << "/inventory.toml\n\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-5s %-8s %-6s %-16s %-15s %-5s %-10s %-6s %-7s %s\n", "NODE",
+                "QEMU", "ALIVE", "MGMT", "DATA", "RDMA", "PORT", "AGENT", "RESTART", "REPORTED");
+  o << line;
+  for (const auto& n : s.nodes) {
+    bool alive = stillRunning(n.vm, n.dataSocket);
+    auto st = readStatus(n);
+    std::string state = st["port_state"];
+    if (auto sp = state.find(' '); sp != std::string::npos) state = state.substr(sp + 1);
+    struct stat sb {};
+    std::string age = "-";
+    if (::stat((n.guestDir + "/status").c_str(), &sb) == 0)
+      age = std::to_string(std::max<long>(0, long(::time(nullptr) - sb.st_mtime))) + " s ago";
+    std::snprintf(line, sizeof line, "%-5s %-8s %-6s %-16s %-15s %-5s %-10s %-6s %-7s %s\n",
+                  n.name.c_str(), n.vm.pid ? std::to_string(n.vm.pid).c_str() : "-",
+                  alive ? "yes" : "no", ("127.0.0.1:" + std::to_string(n.mgmtPort)).c_str(),
+                  n.dataAddress.c_str(), st.count("rdma") ? st["rdma"].c_str() : "-",
+                  state.empty() ? "-" : state.c_str(),
+                  st["agent_listening"] == "yes" ? "up" : "down",
+                  st.count("agent_restarts") ? st["agent_restarts"].c_str() : "-", age.c_str());
+    o << line;
+  }
+  return o.str();
+}
+
+}  // namespace rc::lab::vm

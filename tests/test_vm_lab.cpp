@@ -1,0 +1,372 @@
+// Tests of the soft-RoCE lab (lab up --soft-roce): QEMU guests boot with rxe0 ACTIVE and their
+// agents reachable; lab down (also after kill -9 of `lab up`) leaves no process or file. The
+// vm suite; exits 77 with a reason where QEMU, the guest kernel or root is missing.
+#define CATCH_CONFIG_RUNNER
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/unique_fd.hpp"
+#include "lab/lab.hpp"
+#include "lab/lab_state.hpp"
+#include "lab/process.hpp"
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace rctest;
+
+namespace {
+
+// The CLI's output files: outside every lab directory, whose emptiness the tests check.
+const std::string& cliDir() {
+  static struct Holder {
+    std::string path;
+    Holder() {
+      char tmpl[] = "/tmp/rc-test-vm-cli-XXXXXX";
+      if (::mkdtemp(tmpl)) path = tmpl;
+    }
+    ~Holder() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } holder;
+  return holder.path;
+}
+
+// One two-guest lab shared by the test cases that need it (booting guests is the slow part),
+// booted by the first that asks; main() takes it down if a test case did not.
+std::unique_ptr<Lab> theLab;
+std::unique_ptr<Lab>& sharedLab() {
+  auto& lab = theLab;
+  if (!lab) {
+    rc::lab::UpOptions o;
+    o.nodes = 2;
+    o.softRoce = true;
+    auto t0 = std::chrono::steady_clock::now();
+    lab = std::make_unique<Lab>("rc-test-vm", o);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("soft-RoCE lab with 2 guests up in %.1f s (rxe0 ACTIVE, agents listening)\n", s);
+  }
+  return lab;
+}
+
+long rssKiB(int pid) {
+  std::string status = readFile("/proc/" + std::to_string(pid) + "/status");
+  auto at = status.find("VmRSS:");
+  return at == std::string::npos ? -1 : std::stol(status.substr(at + 6));
+}
+
+// Every entry of DIR, recursively (what a lab left behind).
+std::vector<std::string> leftovers(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec))
+    out.push_back(it->path().string());
+  return out;
+}
+
+// What of a lab remains: its recorded processes and every file in its directory.
+void checkNothingLeft(const std::string& dir, const std::vector<rc::lab::ProcRecord>& procs) {
+  for (const auto& p : procs) {
+    INFO("process " << p.pid << " " << rc::lab::describeCommand(p.cmdline));
+    CHECK_FALSE(rc::lab::stillRunning(p));
+  }
+  auto left = leftovers(dir);
+  for (const auto& f : left) INFO("left behind: " << f);
+  CHECK(left.empty());
+}
+
+// One request to the lab switch's control socket, one response line.
+json switchRequest(const std::string& path, const json& req) {
+  rc::UniqueFD fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::strncpy(sa.sun_path, path.c_str(), sizeof sa.sun_path - 1);
+  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  std::string line = req.dump() + "\n";
+  REQUIRE(::write(fd.get(), line.data(), line.size()) == ssize_t(line.size()));
+  std::string in;
+  char buf[65536];
+  while (in.find('\n') == std::string::npos) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    REQUIRE(n > 0);
+    in.append(buf, size_t(n));
+  }
+  return json::parse(in.substr(0, in.find('\n')));
+}
+
+uint64_t switchTxBytes(const std::string& control, const std::string& portName) {
+  json r = switchRequest(control, {{"cmd", "counters"}, {"port", portName}});
+  REQUIRE(r["ok"] == true);
+  return r["ports"][0]["tx_bytes"].get<uint64_t>();
+}
+
+std::vector<rc::lab::ProcRecord> processesOf(const rc::lab::LabState& s) {
+  std::vector<rc::lab::ProcRecord> procs{s.sw.proc};
+  for (const auto& n : s.nodes) procs.push_back(n.vm);
+  return procs;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a missing guest kernel is a clear error naming scripts/install-deps; nothing is created") {
+  std::string dir = cliDir() + "/no-kernel-lab";
+  ::setenv("RDMACHAOS_KERNEL_DIR", (cliDir() + "/no-such-kernel").c_str(), 1);
+  rc::lab::UpOptions o;
+  o.nodes = 1;
+  o.softRoce = true;
+  o.dir = dir;
+  o.agentBinary = env("RDMACHAOS_AGENT");
+  auto r = rc::lab::up(o);
+  ::unsetenv("RDMACHAOS_KERNEL_DIR");
+  REQUIRE_FALSE(r.ok());
+  INFO(r.error().message);
+  CHECK(r.error().message.find("scripts/install-deps") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir));
+}
+
+TEST_CASE("a lab up that fails half-way removes its guests and every file") {
+  std::string dir = cliDir() + "/failing-lab";
+  rc::lab::UpOptions o;
+  o.nodes = 1;
+  o.softRoce = true;
+  o.dir = dir;
+  o.agentBinary = env("RDMACHAOS_AGENT");
+  o.switchBinary = "/bin/false";  // a switch that exits at once: the guest never gets a carrier
+  auto r = rc::lab::up(o);
+  REQUIRE_FALSE(r.ok());
+  INFO(r.error().message);
+  CHECK(r.error().message.find("lab switch") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir));
+  // The QEMU it started is gone too: no live process's command line names the directory.
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = readFile(e.path().string() + "/cmdline");
+    INFO("pid " << name);
+    CHECK(cmd.find("addr.path=" + dir + "/") == std::string::npos);
+  }
+}
+
+TEST_CASE("guests boot; every agent shows rxe0 with its port ACTIVE") {
+  auto& lab = sharedLab();
+  auto st = rc::lab::loadState(lab->dir());
+  REQUIRE(st.ok());
+  REQUIRE(st->kind == "vm");
+  REQUIRE(st->nodes.size() == 2);
+  for (const auto& n : st->nodes) {
+    INFO("node " << n.name);
+    CHECK(rc::lab::stillRunning(n.vm));
+    long rss = rssKiB(n.vm.pid);
+    std::printf("%s: QEMU pid %d, RSS %ld MiB\n", n.name.c_str(), n.vm.pid, rss / 1024);
+    // -m 512 plus a 64 MiB translation cache: a guest must stay well under 1 GiB.
+    CHECK(rss > 0);
+    CHECK(rss < 1024 * 1024);
+  }
+  CHECK(rc::lab::stillRunning(st->sw.proc));
+
+  std::string out, err;
+  int rc = runCli(cliDir(), {"agents", "--inventory", lab->inventory(), "--json"}, &out, &err);
+  INFO("stderr: " << err);
+  REQUIRE(rc == 0);
+  json agents = json::parse(out);
+  REQUIRE(agents.size() == 2);
+  for (const auto& a : agents) {
+    INFO("agent " << a.dump());
+    const json& devs = a["capabilities"]["rdma_devices"];
+    REQUIRE(devs.size() == 1);
+    CHECK(devs[0]["name"] == "rxe0");
+    REQUIRE(devs[0]["ports"].size() == 1);
+    CHECK(devs[0]["ports"][0]["state"].get<std::string>().find("ACTIVE") != std::string::npos);
+    CHECK(devs[0]["ports"][0]["link_layer"] == "Ethernet");
+  }
+  // The table an operator reads names the device and its state.
+  rc = runCli(cliDir(), {"agents", "--inventory", lab->inventory()}, &out, &err);
+  CHECK(rc == 0);
+  CHECK(out.find("rxe0:ACTIVE") != std::string::npos);
+
+  rc = runCli(cliDir(), {"lab", "status", "--dir", lab->dir()}, &out, &err);
+  INFO("lab status:\n" << out);
+  CHECK(rc == 0);
+  for (const auto& n : st->nodes) {
+    auto line = out.find("\n" + n.name + " ");
+    REQUIRE(line != std::string::npos);
+    std::string row = out.substr(line + 1, out.find('\n', line + 1) - line - 1);
+    CHECK(row.find(std::to_string(n.vm.pid)) != std::string::npos);
+    CHECK(row.find("rxe0") != std::string::npos);
+    CHECK(row.find("ACTIVE") != std::string::npos);
+  }
+}
+
+TEST_CASE("the guests' data NICs are ports of the lab switch: a workload crosses it") {
+  auto& lab = sharedLab();
+  std::string control = lab->switchControl();
+  uint64_t before1 = switchTxBytes(control, "n1"), before2 = switchTxBytes(control, "n2");
+  std::string out, err;
+  int rc = runCli(cliDir(),
+                  {"workload", "--inventory", lab->inventory(), "--kind", "allreduce", "--size",
+                   "256KiB", "--for", "3s"},
+                  &out, &err);
+  INFO("stdout: " << out << "\nstderr: " << err);
+  CHECK(rc == 0);
+  CHECK(out.find("result verified") != std::string::npos);
+  // Every byte between the guests went through the switch, both ways.
+  uint64_t sent1 = switchTxBytes(control, "n1") - before1;
+  uint64_t sent2 = switchTxBytes(control, "n2") - before2;
+  std::printf("workload through the switch: %.1f MB to n1, %.1f MB to n2\n", sent1 / 1e6,
+              sent2 / 1e6);
+  CHECK(sent1 > 256 * 1024);
+  CHECK(sent2 > 256 * 1024);
+}
+
+// What the guest reports in DIR/nodes/NODE/guest/status (key=value lines, every 2 s).
+std::string guestReport(const rc::lab::NodeRecord& n, const std::string& key) {
+  std::istringstream in(readFile(n.guestDir + "/status"));
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+  return "";
+}
+
+TEST_CASE("a link flap of a guest's data NIC takes rxe0's port down and back") {
+  auto& lab = sharedLab();
+  auto n1 = lab->node("n1");
+  REQUIRE(guestReport(n1, "link_downed") == "0");
+  std::string out, err;
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(),
+                                    "--node", "n1", "--set", "down=4s", "--for", "30s"});
+  // rxe raises IB_EVENT_PORT_ERR and counts link_downed when its netdev goes down.
+  bool downed = eventually([&] { return guestReport(n1, "link_downed") == "1"; }, 20s, 100ms);
+  int rc = waitCli(inject);
+  INFO("inject stdout: " << readFile(inject.out) << "\nstderr: " << readFile(inject.err));
+  CHECK(rc == 0);
+  CHECK(downed);
+  bool active = eventually(
+      [&] { return guestReport(n1, "port_state").find("ACTIVE") != std::string::npos; }, 20s,
+      100ms);
+  CHECK(active);
+}
+
+TEST_CASE("link_flap of a guest's lab switch port, injected through the guest's agent") {
+  auto& lab = sharedLab();
+  std::string control = lab->switchControl();
+  auto adminUp = [&] {
+    json r = switchRequest(control, {{"cmd", "counters"}, {"port", "n2"}});
+    REQUIRE(r["ok"] == true);
+    return r["ports"][0]["admin_up"].get<bool>();
+  };
+  REQUIRE(adminUp());
+  // The agent in guest n2 drives the switch on the host (QEMU's guestfwd relay).
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(),
+                                    "--node", "n2", "--set", "switch_port=n2", "--set", "down=3s",
+                                    "--for", "30s"});
+  bool wentDown = eventually([&] { return !adminUp(); }, 20s, 50ms);
+  int rc = waitCli(inject);
+  INFO("inject stdout: " << readFile(inject.out) << "\nstderr: " << readFile(inject.err));
+  CHECK(rc == 0);
+  CHECK(wentDown);
+  CHECK(adminUp());
+}
+
+TEST_CASE("lab down stops every guest and the switch and removes every file") {
+  auto& lab = sharedLab();
+  std::string dir = lab->dir();
+  auto st = rc::lab::loadState(dir);
+  REQUIRE(st.ok());
+  auto procs = processesOf(*st);
+  std::string out, err;
+  int rc = runCli(cliDir(), {"lab", "down", "--dir", dir}, &out, &err);
+  INFO("stderr: " << err);
+  CHECK(rc == 0);
+  checkNothingLeft(dir, procs);
+  lab.reset();
+}
+
+TEST_CASE("lab down after kill -9 of lab up leaves nothing") {
+  char tmpl[] = "/tmp/rc-test-vmk-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::string dir = tmpl;
+  std::string logs = dir + ".cli";
+  fs::create_directories(logs);
+  struct Cleanup {
+    std::string dir, logs;
+    ~Cleanup() {
+      (void)rc::lab::down(dir);
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      fs::remove_all(logs, ec);
+    }
+  } cleanup{dir, logs};
+
+  Proc up = spawnCli(logs, {"lab", "up", "--soft-roce", "--nodes", "1", "--dir", dir});
+  // Kill it once its guest is recorded and running (mid-boot): the worst moment to crash.
+  rc::lab::LabState seen;
+  bool started = eventually(
+      [&] {
+        auto st = rc::lab::loadState(dir);
+        if (!st || st->nodes.empty() || !rc::lab::stillRunning(st->nodes[0].vm)) return false;
+        seen = *st;
+        return true;
+      },
+      60s, 20ms);
+  ::kill(up.pid, SIGKILL);
+  int status = 0;
+  ::waitpid(up.pid, &status, 0);
+  INFO("lab up stderr: " << readFile(up.err));
+  REQUIRE(started);
+  auto procs = processesOf(seen);
+  // The guest outlives the killed command: it is the lab's, not the command's.
+  CHECK(rc::lab::stillRunning(seen.nodes[0].vm));
+
+  std::string out, err;
+  int rc = runCli(logs, {"lab", "down", "--dir", dir}, &out, &err);
+  INFO("lab down stderr: " << err);
+  CHECK(rc == 0);
+  auto st = rc::lab::loadState(dir);
+  if (st) procs = processesOf(*st);  // the switch may have been recorded after we looked
+  checkNothingLeft(dir, procs);
+}
+
+int main(int argc, char* argv[]) {
+  if (::geteuid() != 0) {
+    std::printf(
+        "SKIP: the vm tests need root (the guest kernel's modules are installed by "
+        "scripts/install-deps as root)\n");
+    return 77;
+  }
+  if (std::system("command -v qemu-system-x86_64 >/dev/null 2>&1") != 0) {
+    std::printf("SKIP: QEMU (qemu-system-x86_64) is not installed; run scripts/install-deps\n");
+    return 77;
+  }
+  std::string kdir = env("RDMACHAOS_KERNEL_DIR");
+  if (kdir.empty()) kdir = "/var/cache/rdmachaos/kernel";
+  if (::access((kdir + "/version").c_str(), R_OK) != 0) {
+    std::printf("SKIP: no guest kernel in %s; run scripts/install-deps\n", kdir.c_str());
+    return 77;
+  }
+  if (env("RDMACHAOS_CLI").empty() || env("RDMACHAOS_AGENT").empty()) {
+    std::printf("SKIP: RDMACHAOS_CLI / RDMACHAOS_AGENT not set (run through meson test)\n");
+    return 77;
+  }
+  int rc = Catch::Session().run(argc, argv);
+  theLab.reset();
+  return rc;
+}
