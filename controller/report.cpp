@@ -513,6 +513,7 @@ struct ChartInput {
   int64_t binNs = 1;
   int64_t t0 = 0, t1 = 1;     // trial span (run timeline)
   std::optional<double> baseline;  // bytes/s
+  std::optional<double> threshold;  // bytes/s: the judgement's (band-calibrated) threshold
   double epsilon = 0.05;
   std::vector<std::pair<std::string, int64_t>> phases;  // name, start
   std::vector<Shade> shades;
@@ -570,11 +571,12 @@ std::string chart(const ChartInput& c) {
     s << "<text class=\"phasename\" x=\"" << fmt("%.1f", x + 4) << "\" y=\"" << T + 11 << "\">" << esc(name) << "</text>\n";
   }
   if (c.baseline) {
-    double yb = Y(*c.baseline * 8), yt = Y(*c.baseline * 8 * (1 - c.epsilon));
+    double yb = Y(*c.baseline * 8), yt = Y((c.threshold ? *c.threshold : *c.baseline * (1 - c.epsilon)) * 8);
     s << "<line class=\"baseline\" x1=\"" << L << "\" x2=\"" << L + pw << "\" y1=\"" << fmt("%.1f", yb) << "\" y2=\""
       << fmt("%.1f", yb) << "\"><title>baseline " << esc(formatBitRate(*c.baseline * 8)) << "</title></line>\n";
     s << "<line class=\"threshold\" x1=\"" << L << "\" x2=\"" << L + pw << "\" y1=\"" << fmt("%.1f", yt) << "\" y2=\""
-      << fmt("%.1f", yt) << "\"><title>recovery threshold (1 - " << c.epsilon << ") x baseline</title></line>\n";
+      << fmt("%.1f", yt) << "\"><title>impact and recovery threshold: min((1 - " << c.epsilon
+      << ") x baseline, the baseline band's floor)</title></line>\n";
   }
   // The series, as steps: a bin is a constant rate over its width. Wide runs are averaged
   // down to about two points per pixel so the page stays light.
@@ -613,6 +615,71 @@ std::string chart(const ChartInput& c) {
   return s.str();
 }
 
+// A counter series of the fabric: per-second rates between consecutive samples of a cumulative
+// counter, drawn as steps.
+struct CounterLine {
+  std::string cls;    // pfc, ecn, drops
+  std::string label;  // "n2/q3 PFC frames received"
+  std::vector<std::pair<int64_t, double>> points;  // (t, per second) on the run timeline
+};
+
+std::string counterChart(const std::string& id, const std::string& title, int64_t t0, int64_t t1,
+                         const std::vector<Shade>& shades, const std::vector<CounterLine>& lines) {
+  const double W = 1120, H = 170, L = 70, R = 18, T = 24, B = 30;
+  const double pw = W - L - R, ph = H - T - B;
+  double peak = 1;
+  for (const auto& l : lines)
+    for (const auto& [t, v] : l.points)
+      if (t >= t0 && t <= t1) peak = std::max(peak, v);
+  Axis ya = niceAxis(peak * 1.08, 4);
+  const double span = std::max(1e-9, double(t1 - t0) / 1e9);
+  Axis xa = niceAxis(span, 10);
+  auto X = [&](int64_t t) { return L + std::clamp(double(t - t0) / 1e9 / span, 0.0, 1.0) * pw; };
+  auto Y = [&](double v) { return T + ph - std::min(v / ya.max, 1.0) * ph; };
+  std::ostringstream s;
+  s << "<svg class=\"chart fabric\" id=\"" << esc(id) << "\" viewBox=\"0 0 " << W << " " << H
+    << "\" width=\"100%\" role=\"img\" aria-label=\"" << esc(title) << "\" xmlns=\"http://www.w3.org/2000/svg\">\n";
+  s << "<text x=\"" << L << "\" y=\"15\" class=\"ctitle\">" << esc(title) << "</text>\n";
+  for (double v = 0; v <= ya.max + 1e-9; v += ya.step)
+    s << "<line class=\"grid\" x1=\"" << L << "\" x2=\"" << L + pw << "\" y1=\"" << fmt("%.1f", Y(v)) << "\" y2=\""
+      << fmt("%.1f", Y(v)) << "\"/><text class=\"tick\" x=\"" << L - 6 << "\" y=\"" << fmt("%.1f", Y(v) + 4)
+      << "\" text-anchor=\"end\">" << fmt("%g", v) << "</text>\n";
+  s << "<text class=\"tick\" x=\"12\" y=\"" << T + ph / 2 << "\" transform=\"rotate(-90 12 " << T + ph / 2
+    << ")\" text-anchor=\"middle\">per s</text>\n";
+  for (double v = 0; v <= span + 1e-9; v += xa.step)
+    s << "<text class=\"tick\" x=\"" << fmt("%.1f", L + v / span * pw) << "\" y=\"" << T + ph + 17
+      << "\" text-anchor=\"middle\">" << fmt("%g", v) << "s</text>\n";
+  for (const auto& sh : shades) {
+    double x0 = X(std::max(sh.fromNs, t0)), x1 = X(std::min(sh.toNs, t1));
+    s << "<rect class=\"fault-window\" x=\"" << fmt("%.1f", x0) << "\" y=\"" << T << "\" width=\""
+      << fmt("%.1f", std::max(1.0, x1 - x0)) << "\" height=\"" << ph << "\"><title>" << esc(sh.title)
+      << "</title></rect>\n";
+  }
+  double legendX = L + 8;
+  for (const auto& l : lines) {
+    std::ostringstream d;
+    bool first = true;
+    double prevY = Y(0);
+    for (const auto& [t, v] : l.points) {
+      if (t < t0 || t > t1) continue;
+      double x = X(t), y = Y(v);
+      if (first) d << "M" << fmt("%.1f", x) << "," << fmt("%.1f", y);
+      else d << "L" << fmt("%.1f", x) << "," << fmt("%.1f", prevY) << "L" << fmt("%.1f", x) << "," << fmt("%.1f", y);
+      prevY = y;
+      first = false;
+    }
+    if (first) continue;
+    s << "<path class=\"counter " << esc(l.cls) << "\" d=\"" << d.str() << "\"><title>" << esc(l.label)
+      << "</title></path>\n";
+    s << "<text class=\"legend " << esc(l.cls) << "\" x=\"" << fmt("%.0f", legendX) << "\" y=\"" << T + 12 << "\">"
+      << esc(l.label) << "</text>\n";
+    legendX += 9.0 * double(l.label.size()) + 16;
+  }
+  s << "<rect class=\"frame\" x=\"" << L << "\" y=\"" << T << "\" width=\"" << pw << "\" height=\"" << ph << "\"/>\n";
+  s << "</svg>\n";
+  return s.str();
+}
+
 std::vector<double> slice(const json& arr, int64_t binNs, int64_t from, int64_t to) {
   std::vector<double> out;
   if (!arr.is_array()) return out;
@@ -641,7 +708,9 @@ td.num{text-align:right}.pass{color:var(--ok);font-weight:600}.fail{color:var(--
 svg.chart{display:block;margin:6px 0;max-width:1120px}
 svg .ctitle{font-size:13px;font-weight:600;fill:var(--fg)}svg .tick{font-size:11px;fill:var(--muted)}
 svg .grid{stroke:#eaeef2;stroke-width:1}svg .xtick{stroke:var(--muted)}svg .frame{fill:none;stroke:var(--line)}
-svg .series{fill:none;stroke:var(--blue);stroke-width:1.4}svg .area{fill:var(--blue);opacity:.08}
+svg .series{fill:none;stroke:var(--blue);stroke-width:1.4}
+svg .counter{fill:none;stroke-width:1.4}svg .counter.pfc{stroke:#cf222e}svg .counter.ecn{stroke:#9a6700}svg .counter.drops{stroke:#6e7781}
+svg .legend{font-size:11px}svg .legend.pfc{fill:#cf222e}svg .legend.ecn{fill:#9a6700}svg .legend.drops{fill:#6e7781}svg .area{fill:var(--blue);opacity:.08}
 svg .fault-window{fill:#cf222e;opacity:.12}svg .fault-window.target{opacity:.22}
 svg .phase{stroke:#8c959f;stroke-dasharray:3 3}svg .phasename{font-size:11px;fill:var(--muted)}
 svg .baseline{stroke:#59636e;stroke-dasharray:6 4}svg .threshold{stroke:#9a6700;stroke-dasharray:2 3}
@@ -755,6 +824,7 @@ std::string renderHtml(const json& doc) {
       c.baseline = num(scope, "baseline_Bps");
       const json& sim = scope.value("impact", json());
       if (sim.is_object()) {
+        c.threshold = num(sim, "threshold_Bps");
         if (sim.value("recovered", false) && sim["recovered_at_ns"].is_number())
           c.recoveredAt = sim["recovered_at_ns"].get<int64_t>();
         else
@@ -781,6 +851,56 @@ std::string renderHtml(const json& doc) {
       c.shades = shadesFor(node);
       marks(c, n);
       h << chart(c);
+    }
+
+    // The fabric's own view beside the throughput: pause frames and ECN marks per second for
+    // every switch queue that moved in this trial, and the deltas per queue.
+    if (t.contains("fabric") && t["fabric"].is_object() && !str(t["fabric"], "source").empty() &&
+        doc.contains("fabric") && doc["fabric"].contains("series")) {
+      const json& fb = t["fabric"];
+      std::vector<CounterLine> lines;
+      for (const auto& d : fb["deltas"]) {
+        std::string key = str(d, "port") + "/" + std::to_string(d.value("queue", 0));
+        const json& q = doc["fabric"]["series"].value(key, json());
+        if (!q.is_object()) continue;
+        auto rates = [&](const char* counter) {
+          std::vector<std::pair<int64_t, double>> pts;
+          const json& ts = q["t_ns"];
+          const json& vs = q[counter];
+          for (size_t i = 1; i < ts.size() && i < vs.size(); i++) {
+            int64_t dt = ts[i].get<int64_t>() - ts[i - 1].get<int64_t>();
+            double dv = vs[i].get<double>() - vs[i - 1].get<double>();
+            if (dt > 0) pts.push_back({ts[i].get<int64_t>(), std::max(0.0, dv) * 1e9 / double(dt)});
+          }
+          return pts;
+        };
+        std::string where = str(d, "port") + " q" + std::to_string(d.value("queue", 0));
+        if (d.value("pfc_rx", uint64_t(0)) > 0) lines.push_back({"pfc", where + " PFC frames received", rates("pfc_rx")});
+        if (d.value("pfc_tx", uint64_t(0)) > 0) lines.push_back({"pfc", where + " PFC frames sent", rates("pfc_tx")});
+        if (d.value("ecn_marked", uint64_t(0)) > 0) lines.push_back({"ecn", where + " ECN marks", rates("ecn_marked")});
+        if (d.value("drops", uint64_t(0)) > 0) lines.push_back({"drops", where + " drops", rates("drops")});
+      }
+      h << "<h3>Fabric (" << esc(str(fb, "source")) << ")</h3>\n";
+      h << counterChart("fabric-" + std::to_string(idx), "Pause frames, ECN marks and drops per second, by switch queue",
+                        t0, t1, shadesFor(""), lines);
+      h << "<table class=\"fabric\"><tr><th>port / queue</th><th>PFC rx</th><th>PFC tx</th><th>paused</th>"
+           "<th>senders in XOFF</th><th>ECN marks</th><th>drops</th><th>max depth</th><th>storm gaps</th></tr>\n";
+      for (const auto& d : fb["deltas"])
+        h << "<tr><td>" << esc(str(d, "port") + " / " + std::to_string(d.value("queue", 0))) << "</td><td class=\"num\">"
+          << d.value("pfc_rx", uint64_t(0)) << "</td><td class=\"num\">" << d.value("pfc_tx", uint64_t(0))
+          << "</td><td class=\"num\">" << esc(dur(d.value("paused_ns", int64_t(0)))) << "</td><td class=\"num\">"
+          << esc(dur(d.value("xoff_ns", int64_t(0)))) << "</td><td class=\"num\">" << d.value("ecn_marked", uint64_t(0))
+          << "</td><td class=\"num\">" << d.value("drops", uint64_t(0)) << "</td><td class=\"num\">"
+          << esc(formatSize(d.value("max_depth_bytes", uint64_t(0)))) << "</td><td class=\"num\">"
+          << d.value("storm_gaps", uint64_t(0)) << "</td></tr>\n";
+      h << "</table>\n";
+      for (const auto& w : fb["watchdog"]) {
+        auto show = [&](const char* k) { return w[k].is_number() ? dur(w[k].get<int64_t>()) : std::string("never"); };
+        h << "<p class=\"watchdog\">PFC watchdog on " << esc(str(w, "port")) << " priority " << w.value("priority", 0)
+          << ": detected " << esc(show("detect_time_ns")) << " after the storm began (data plane: traffic moved again after "
+          << esc(show("data_plane_detect_time_ns")) << "), restored " << esc(show("restore_time_ns"))
+          << " after it ended.</p>\n";
+      }
     }
 
     if (!t["verdicts"].empty()) {

@@ -2,6 +2,8 @@
 // and a RunResult whose series follow a known shape, so every score has an exact answer.
 #pragma once
 
+#include <algorithm>
+
 #include <string>
 
 #include "controller/inventory.hpp"
@@ -139,6 +141,35 @@ inline RunResult syntheticRun(const Playbook& pb, Shape shape, int64_t faultStar
                           {{"link_downed", node == "n2" ? 4u : 3u}, {"rx_packets", 61000}}});
   r.clocks = {{"n1", 120'000, 35'000, 70'000}, {"n2", -80'000, 40'000, 80'000}};
   return r;
+}
+
+// Adds the lab switch's view of a PFC storm on n2's queue 3 from 10 s to 12 s to RUN: 3,000
+// pause frames a second received on n2's port, the watchdog detecting it 200 ms after it began
+// and restoring the queue 200 ms after it ended, n1 held in XOFF for 200 ms, and ECN marks on
+// n1's queue 3. Samples every 100 ms, as the runner takes them.
+inline void addStormEvidence(RunResult& r) {
+  r.fabric.source = "labswitch /lab/switch.sock";
+  for (int64_t t = 0; t <= 30'000'000'000; t += 100'000'000) {
+    auto within = [&](int64_t a, int64_t b) { return std::clamp<int64_t>(t, a, b) - a; };
+    FabricSample n2;
+    n2.tNs = t;
+    n2.port = "n2";
+    n2.queue = 3;
+    n2.pfcRx = uint64_t(within(10'000'000'000, 12'000'000'000) / 1'000'000 * 3);  // 3 per ms
+    n2.pausedNs = within(10'000'000'000, 10'200'000'000);
+    r.fabric.samples.push_back(n2);
+    FabricSample n1;
+    n1.tNs = t;
+    n1.port = "n1";
+    n1.queue = 3;
+    n1.xoffNs = within(10'000'000'000, 10'200'000'000);
+    n1.ecnMarked = uint64_t(within(10'000'000'000, 12'000'000'000) / 10'000'000);  // 100 per s
+    r.fabric.samples.push_back(n1);
+  }
+  r.fabric.events = {{10'000'000'000, "pfc_rx_start", "n2", 3},
+                     {10'200'000'000, "wd_detect", "n2", 3},
+                     {12'000'000'000, "pfc_rx_end", "n2", 3},
+                     {12'200'000'000, "wd_restore", "n2", 3}};
 }
 
 }  // namespace rc::test

@@ -71,10 +71,11 @@ uint32_t be32(const std::string& s, size_t at) {
          uint32_t(uint8_t(s[at + 2])) << 8 | uint32_t(uint8_t(s[at + 3]));
 }
 
-fs::path writeReport(rc::test::Shape shape, const std::string& name) {
+fs::path writeReport(rc::test::Shape shape, const std::string& name, bool stormEvidence = false) {
   Playbook pb = rc::test::syntheticPlaybook();
   // 10 Gb/s per node, as on a real fabric.
   RunResult r = rc::test::syntheticRun(pb, shape, 10'000'000'000, 12'000'000'000, 1.25e5);
+  if (stormEvidence) rc::test::addStormEvidence(r);
   fs::path html = g_dir / name;
   REQUIRE(writeFileAtomic(html.string(), renderHtml(makeResultDocument(r, pb, score(r, pb)))));
   return html;
@@ -123,6 +124,27 @@ TEST_CASE("the DOM chromium built holds the charts' parts") {
   fs::path never = writeReport(rc::test::Shape::neverRecovers, "never.html");
   std::string dom2 = run(chromiumCommand("--dump-dom 'file://" + never.string() + "'"), &status);
   CHECK(count(dom2, "not-recovered\"") == 3);
+}
+
+TEST_CASE("the fabric's pause and ECN series are drawn beside the throughput, with their deltas") {
+  fs::path html = writeReport(rc::test::Shape::cleanStep, "fabric.html", true);
+  int status = 0;
+  std::string dom = run(chromiumCommand("--dump-dom 'file://" + html.string() + "'"), &status);
+  INFO(slurp(g_dir / "chromium.log"));
+  REQUIRE(status == 0);
+  CHECK(count(dom, "<svg class=\"chart fabric\"") == 1);
+  CHECK(count(dom, "<path class=\"counter pfc\"") == 1);  // n2 q3 PFC frames received
+  CHECK(count(dom, "<path class=\"counter ecn\"") == 1);  // n1 q3 ECN marks
+  CHECK(dom.find("<table class=\"fabric\">") != std::string::npos);
+  CHECK(dom.find("detected 200ms after the storm began") != std::string::npos);
+  // A path with points, not an empty one: the storm's 3,000 frames a second reach the chart.
+  auto at = dom.find("<path class=\"counter pfc\" d=\"M");
+  REQUIRE(at != std::string::npos);
+  CHECK(dom.find('L', at) < dom.find("</path>", at));
+  // Without evidence, no fabric section.
+  fs::path plain = writeReport(rc::test::Shape::cleanStep, "plain.html");
+  std::string dom2 = run(chromiumCommand("--dump-dom 'file://" + plain.string() + "'"), &status);
+  CHECK(count(dom2, "chart fabric") == 0);
 }
 
 int main(int argc, char* argv[]) {

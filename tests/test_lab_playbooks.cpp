@@ -6,6 +6,7 @@
 // the PFC watchdog against none.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -233,6 +234,25 @@ TEST_CASE("pfc-storm-watchdog: the watchdog shortens the victim's stall", "[play
   // towards n2 does not back off), and the watchdog fired and cut it.
   CHECK(withWdSpread.xoffN1Ms + withWdSpread.xoffN3Ms > 0);
   CHECK(withWdSpread.wdStorms >= 1);
+  // The result carries the fabric's evidence: the storm on the wire and the watchdog's own
+  // instants, and the data plane's view of detection agrees with the switch's within the
+  // series' resolution (one 10 ms bin at each edge).
+  {
+    json& t = on.doc["trials"][0];
+    REQUIRE(t["fabric"]["watchdog"].size() >= 1);
+    json& ep = t["fabric"]["watchdog"][0];
+    INFO("watchdog episode " << ep.dump());
+    REQUIRE(ep["detect_time_ns"].is_number());
+    REQUIRE(ep["data_plane_detect_time_ns"].is_number());
+    REQUIRE(ep["restore_time_ns"].is_number());
+    double sw = ep["detect_time_ns"].get<double>(), dp = ep["data_plane_detect_time_ns"].get<double>();
+    std::printf("[lab-playbooks] watchdog: detected %.1f ms after the storm began (switch), traffic moved again "
+                "after %.1f ms (data plane); restored %.1f ms after it ended\n",
+                sw / 1e6, dp / 1e6, ep["restore_time_ns"].get<double>() / 1e6);
+    CHECK(std::abs(sw - dp) <= 20e6);
+    CHECK(t["job"]["fabric"]["pause_frames"].get<double>() > 0);
+    CHECK(t["job"]["fabric"]["pause_spread_time"].get<double>() > 0);
+  }
   // Without the watchdog the pause spreads to the victim job's senders for the whole storm.
   auto& lab = labFor(kOneSwitch);
   json off = {{"cmd", "set_watchdog"}, {"port", "*"}, {"priority", 3}, {"enabled", false}};
@@ -252,6 +272,9 @@ TEST_CASE("pfc-storm-watchdog: the watchdog shortens the victim's stall", "[play
   CHECK(offSpread.xoffN1Ms > 1000);
   CHECK(offSpread.xoffN3Ms > 1000);
   CHECK(offSpread.wdStorms == 0);
+  // ... and the report says the watchdog never fired.
+  REQUIRE(r.doc["trials"][0]["fabric"]["watchdog"].size() >= 1);
+  CHECK(r.doc["trials"][0]["fabric"]["watchdog"][0]["detect_ns"].is_null());
   double withWd = maxImpact(on.doc, "longest_stall_ns"), without = maxImpact(r.doc, "longest_stall_ns");
   std::printf("[lab-playbooks] longest stall: %.0f ms with the watchdog, %.0f ms without\n", withWd / 1e6,
               without / 1e6);

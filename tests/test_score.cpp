@@ -343,3 +343,48 @@ TEST_CASE("a fault that does nothing reports no impact and recovery 0 in nearly 
   CHECK(impacted <= 1);  // of 50
   CHECK(late <= 1);
 }
+
+TEST_CASE("fabric evidence: deltas per queue, fabric metrics, and the watchdog's timing next to the data plane's") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  rc::test::addStormEvidence(run);
+  // Deltas over the fault window only.
+  auto ds = fabricDeltas(run.fabric, 10 * kSec, 12 * kSec);
+  REQUIRE(ds.size() == 2);
+  CHECK(ds[0].port == "n1");
+  CHECK(ds[0].xoffNs == 200 * kMs);
+  CHECK(ds[0].ecnMarked == 200);
+  CHECK(ds[1].port == "n2");
+  CHECK(ds[1].pfcRx == 6000);
+  Scores s = score(run, pb);
+  REQUIRE(s.trials.size() == 1);
+  const TrialScore& t = s.trials[0];
+  CHECK(t.job.fabric.at("pause_frames") == 6000);
+  CHECK(t.job.fabric.at("pause_spread_time") == 200 * kMs);
+  CHECK(t.job.fabric.at("ecn_marks") == 200);
+  CHECK(t.job.fabric.at("watchdog_detect_time") == 200 * kMs);
+  CHECK(t.job.fabric.at("watchdog_restore_time") == 200 * kMs);
+  CHECK(*metricValue(t.job, "watchdog_detect_time") == 200 * kMs);
+  // A node's scope is its own switch port.
+  for (const auto& n : t.nodes) CHECK(n.fabric.at("pause_frames") == (n.scope == "n2" ? 6000 : 0));
+  REQUIRE(t.fabric.watchdog.size() == 1);
+  const auto& ep = t.fabric.watchdog[0];
+  CHECK(ep.stormStartNs == 10 * kSec);
+  CHECK(ep.detectNs == 10200 * kMs);
+  CHECK(ep.stormEndNs == 12 * kSec);
+  CHECK(ep.restoreNs == 12200 * kMs);
+  // The data plane: cleanStep's traffic is out from 10 s to 12.5 s and moves again at 12.5 s.
+  CHECK(ep.dataPlaneMovingNs == 12500 * kMs);
+}
+
+TEST_CASE("fabric metrics are missing, with a reason, where there is no evidence or the watchdog never fired") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  Scores s = score(run, pb);
+  CHECK_FALSE(metricValue(s.trials[0].job, "pause_frames").has_value());
+  rc::test::addStormEvidence(run);
+  run.fabric.events.erase(run.fabric.events.begin() + 1);  // no wd_detect: the watchdog is off
+  Scores s2 = score(run, pb);
+  CHECK(s2.trials[0].job.fabric.count("watchdog_detect_time") == 0);
+  CHECK(s2.trials[0].fabric.watchdog.at(0).detectNs == std::nullopt);
+}
