@@ -271,23 +271,36 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
     }
     if (options.progress && now / 1'000'000'000 != lastProgress && now >= 0 && now < plan.durationNs) {
       lastProgress = now / 1'000'000'000;
+      // One instant for every figure on the line: telemetry arrives kTelemetryLagNs late, so
+      // the phase, the faults and the throughput are all those of `at`, said on the line.
+      const int64_t at = now - kTelemetryLagNs;
       std::string phase = "-", label;
       for (const auto& trial : plan.trials)
         for (const auto& p : trial.phases)
-          if (now >= p.startNs && now < p.endNs) {
+          if (at >= p.startNs && at < p.endNs) {
             phase = p.name;
             label = trial.label();
           }
-      auto st = workloadStats(workload.series(), t0 + now - 1'000'000'000 - kTelemetryLagNs,
-                               t0 + now - kTelemetryLagNs);
+      auto st = workloadStats(workload.series(), t0 + at - 1'000'000'000, t0 + at);
+      double jobBytes = 0;
+      if (at >= 1'000'000'000) {
+        const int64_t to = at / run.binNs * run.binNs;
+        Grid g = jobGrid(to - 1'000'000'000, to);
+        for (double b : g.bytes) jobBytes += b;
+      }
       std::string active;
       for (const auto& s : scheduled) {
         const auto& fr = run.faults[s.record];
-        // Due and not yet ended (the actual applied time arrives with the end record).
-        if (now >= fr.scheduledNs && !s.ended && fr.error.empty()) active += (active.empty() ? "" : ", ") + fr.step + "@" + fr.node;
+        // On at `at`: applied by then (or due, before the agent's report arrives) and not reverted.
+        bool begun = fr.appliedNs ? *fr.appliedNs <= at : fr.scheduledNs <= at;
+        bool over = fr.revertedNs ? *fr.revertedNs <= at : s.ended;
+        if (begun && !over && fr.error.empty()) active += (active.empty() ? "" : ", ") + fr.step + "@" + fr.node;
       }
-      std::fprintf(stderr, "[%s] %-10s %6.1fs / %.1fs  busbw %-11s iter p50 %-9s faults: %s\n",
-                   label.c_str(), phase.c_str(), now / 1e9, plan.durationNs / 1e9,
+      std::fprintf(stderr,
+                   "[%s] %-10s t=%5.1fs/%.1fs (the second to t; telemetry lags %.1fs)  "
+                   "job throughput %-11s busbw %-11s iter p50 %-9s faults on: %s\n",
+                   label.c_str(), phase.c_str(), at / 1e9, plan.durationNs / 1e9, kTelemetryLagNs / 1e9,
+                   at >= 1'000'000'000 ? formatBitRate(jobBytes * 8).c_str() : "-",
                    st.count ? formatBitRate(st.busbw * 8).c_str() : "-",
                    st.count ? formatDuration(Nanos(int64_t(st.p50Ns))).c_str() : "-",
                    active.empty() ? "none" : active.c_str());
