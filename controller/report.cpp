@@ -287,6 +287,52 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
     trials.push_back(std::move(jt));
   }
   doc["trials"] = trials;
+
+  // Repeatability: trials of one scenario (and sweep value) side by side, per job metric: mean,
+  // standard deviation (sample) and coefficient of variation. The IETF BMWG draft on AI-fabric
+  // training benchmarks asks for a CV under 5 % across repetitions; its names where it has one.
+  struct Named {
+    const char* metric;
+    const char* bmwg;
+  };
+  static const Named kRepeatable[] = {
+      {"baseline", "throughput"}, {"busbw", "bus bandwidth"}, {"time_to_impact", ""},
+      {"recovery_time", "link failure recovery time"}, {"throughput_loss_pct", ""}, {"longest_stall", ""},
+      {"iteration_p99_ratio", "job completion time inflation (p99 iteration / baseline p50)"},
+      {"pause_frames", "PFC pause frames"}, {"ecn_marks", "ECN marked packets"},
+      {"watchdog_detect_time", ""}};
+  std::map<std::string, std::vector<const TrialScore*>> groups;
+  std::vector<std::string> order;
+  for (const auto& ts : scores.trials) {
+    if (!ts.completed) continue;
+    const Trial& t = run.plan.trials.at(size_t(ts.trial));
+    std::string key = t.scenario + (t.sweepParam.empty() ? "" : " " + t.sweepParam + "=" + t.sweepValue.dump());
+    if (!groups.count(key)) order.push_back(key);
+    groups[key].push_back(&ts);
+  }
+  json rep = json::array();
+  for (const auto& key : order) {
+    const auto& g = groups[key];
+    if (g.size() < 2) continue;
+    json metrics = json::array();
+    for (const auto& m : kRepeatable) {
+      std::vector<double> v;
+      for (const auto* ts : g)
+        if (auto x = metricValue(ts->job, m.metric)) v.push_back(*x);
+      if (v.size() < 2) continue;
+      double mean = 0;
+      for (double x : v) mean += x;
+      mean /= double(v.size());
+      double var = 0;
+      for (double x : v) var += (x - mean) * (x - mean);
+      double sd = std::sqrt(var / double(v.size() - 1));
+      metrics.push_back({{"metric", m.metric}, {"bmwg_name", m.bmwg}, {"n", v.size()}, {"values", v},
+                         {"mean", mean}, {"stddev", sd},
+                         {"cv_pct", mean != 0 ? json(sd / std::abs(mean) * 100) : json()}});
+    }
+    rep.push_back({{"group", key}, {"trials", g.size()}, {"metrics", metrics}});
+  }
+  doc["repeatability"] = rep;
   doc["outcome"] = {{"verdict", toString(scores.outcome)},
                     {"reason", scores.reason},
                     {"exit_code", exitCodeFor(scores.outcome)},
@@ -471,6 +517,23 @@ std::string renderText(const json& doc) {
     for (const auto& v : t["verdicts"])
       o << "  " << (v.value("passed", false) ? "ok   " : "FAIL ") << str(v, "metric") << " " << str(v, "op") << " "
         << str(v, "bound_text") << " (" << str(v, "scope") << "): " << str(v, "measured_text") << "\n";
+  }
+  // Repeatability: every trial of a scenario side by side, with mean, stddev and CV.
+  for (const auto& g : doc.value("repeatability", json::array())) {
+    o << "\nrepeatability of " << str(g, "group") << " over " << g.value("trials", 0) << " trials\n";
+    for (const auto& m : g["metrics"]) {
+      auto info = findMetric(str(m, "metric"));
+      MetricUnit unit = info ? info->unit : MetricUnit::number;
+      std::string values;
+      for (const auto& v : m["values"]) values += (values.empty() ? "" : ", ") + formatMetric(unit, v.get<double>());
+      char cv[32] = "-";
+      if (m["cv_pct"].is_number()) std::snprintf(cv, sizeof cv, "%.1f%%", m["cv_pct"].get<double>());
+      std::string name = str(m, "metric");
+      name.resize(std::max<size_t>(name.size(), 20), ' ');
+      o << "  " << name << " " << values << "  mean "
+        << formatMetric(unit, m["mean"].get<double>()) << ", sd " << formatMetric(unit, m["stddev"].get<double>())
+        << ", CV " << cv << (str(m, "bmwg_name").empty() ? "" : "  [BMWG: " + str(m, "bmwg_name") + "]") << "\n";
+    }
   }
   std::string abort = str(doc["run"], "abort_reason");
   if (!abort.empty()) o << "\nrun aborted: " << abort << "\n";
@@ -973,6 +1036,24 @@ std::string renderHtml(const json& doc) {
       h << "</table>\n";
     }
     h << "</section>\n";
+  }
+
+  for (const auto& g : doc.value("repeatability", json::array())) {
+    h << "<h2>Repeatability: " << esc(str(g, "group")) << " over " << g.value("trials", 0)
+      << " trials</h2>\n<table class=\"repeatability\"><tr><th>metric</th><th>per trial</th><th>mean</th>"
+         "<th>stddev</th><th>CV</th><th>BMWG name</th></tr>\n";
+    for (const auto& m : g["metrics"]) {
+      auto info = findMetric(str(m, "metric"));
+      MetricUnit unit = info ? info->unit : MetricUnit::number;
+      std::string values;
+      for (const auto& v : m["values"]) values += (values.empty() ? "" : " · ") + formatMetric(unit, v.get<double>());
+      double cv = m["cv_pct"].is_number() ? m["cv_pct"].get<double>() : -1;
+      h << "<tr><td>" << esc(str(m, "metric")) << "</td><td>" << esc(values) << "</td><td class=\"num\">"
+        << esc(formatMetric(unit, m["mean"].get<double>())) << "</td><td class=\"num\">"
+        << esc(formatMetric(unit, m["stddev"].get<double>())) << "</td><td class=\"num" << (cv >= 5 ? " bad" : "")
+        << "\">" << (cv >= 0 ? esc(fmt("%.1f%%", cv)) : "-") << "</td><td>" << esc(str(m, "bmwg_name")) << "</td></tr>\n";
+    }
+    h << "</table>\n";
   }
 
   if (!doc["clocks"].empty()) {

@@ -302,6 +302,20 @@ TEST_CASE("noise-floor: a noop fault reads as no impact and recovery 0 within th
   std::fflush(stdout);
   // "Nearly every trial": one of three may catch a real hiccup of this shared machine.
   CHECK(quiet >= trials - 1);
+  // With repeat, the trials are shown side by side with mean, stddev and CV.
+  REQUIRE(r.doc["repeatability"].size() == 1);
+  json& rep = r.doc["repeatability"][0];
+  CHECK(rep["trials"] == 3);
+  bool baseline = false;
+  for (auto& m : rep["metrics"])
+    if (m["metric"] == "baseline") {
+      baseline = true;
+      CHECK(m["n"] == 3);
+      CHECK(m["values"].size() == 3);
+      CHECK(m["cv_pct"].is_number());
+      std::printf("[lab-playbooks] noise-floor baseline over 3 trials: CV %.1f%%\n", m["cv_pct"].get<double>());
+    }
+  CHECK(baseline);
 }
 
 TEST_CASE("ecn-threshold-sweep runs on the lab", "[playbooks][one-switch]") {
