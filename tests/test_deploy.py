@@ -99,7 +99,7 @@ def run_agent_with(config_text, node, workdir):
             time.sleep(0.1)
         log.seek(0)
         output = log.read()
-        check(ready, "the agent starts on the example config (node %s); its output:\n%s" % (node, output))
+        check(ready, "the agent starts on this config (node %s); its output:\n%s" % (node, output))
         check(os.path.isdir(os.path.join(state, "journal")), "the agent made its journal under state_dir")
     finally:
         if proc.poll() is None:
@@ -186,9 +186,172 @@ def test_systemd():
         run_agent_with(example, node, tmp)
 
 
+def load_manifests(d):
+    import yaml
+    docs = {}
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".yaml"):
+            for doc in yaml.safe_load_all(open(os.path.join(d, name))):
+                if doc:
+                    docs.setdefault(doc.get("kind"), []).append((name, doc))
+    return docs
+
+
+def mounts_of(container, volumes):
+    """{mountPath: volume} for a container."""
+    return {m["mountPath"]: volumes.get(m["name"]) for m in container.get("volumeMounts", [])}
+
+
+def under(path, mounts):
+    """The (mountPath, volume) whose mountPath contains PATH, or (None, None)."""
+    best = (None, None)
+    for mp, vol in mounts.items():
+        if (path == mp or path.startswith(mp.rstrip("/") + "/")) and (best[0] is None or len(mp) > len(best[0])):
+            best = (mp, vol)
+    return best
+
+
 def test_kubernetes():
-    print("kubernetes: not written yet")
-    failures.append("kubernetes test missing")
+    try:
+        import yaml  # noqa: F401  (Debian python3-yaml)
+    except ImportError:
+        skip("python3-yaml is not installed (scripts/install-deps)")
+    if not AGENT or not os.access(AGENT, os.X_OK):
+        skip("RDMACHAOS_AGENT does not name the built agent (run through meson test)")
+    d = os.path.join(SRC, "deploy", "kubernetes")
+    docs = load_manifests(d)
+    one = lambda kind: docs.get(kind, [(None, {})])[0][1]
+    check(len(docs.get("Namespace", [])) == 1, "one Namespace")
+    ns = one("Namespace").get("metadata", {}).get("name")
+    for kind, items in docs.items():
+        for name, doc in items:
+            if kind not in ("Namespace", "Kustomization"):
+                check(doc["metadata"].get("namespace") == ns, "%s %s (%s) is in namespace '%s'" % (kind, doc["metadata"]["name"], name, ns))
+
+    # ---- the agent DaemonSet
+    ds = one("DaemonSet")
+    spec = ds.get("spec", {})
+    pod = spec.get("template", {}).get("spec", {})
+    check(spec.get("selector", {}).get("matchLabels", {}).items() <= spec.get("template", {}).get("metadata", {}).get("labels", {}).items(),
+          "the DaemonSet selector matches its pod labels")
+    check(pod.get("hostNetwork") is True, "hostNetwork: true (faults act on the host's interfaces)")
+    check(pod.get("dnsPolicy") == "ClusterFirstWithHostNet", "dnsPolicy ClusterFirstWithHostNet with hostNetwork")
+    check(pod.get("terminationGracePeriodSeconds", 30) >= 60, "terminationGracePeriodSeconds >= 60 (time to revert on SIGTERM)")
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    agent = [c for c in pod.get("containers", []) if c["name"] == "agent"]
+    if not check(len(agent) == 1, "a container named 'agent'"):
+        return
+    agent = agent[0]
+    sc = agent.get("securityContext", {})
+    caps = sc.get("capabilities", {})
+    check(set(caps.get("add", [])) == {c[len("CAP_"):] for c in NEEDED_CAPS},
+          "the agent adds exactly NET_ADMIN, NET_RAW, IPC_LOCK (got %s)" % caps.get("add"))
+    check("ALL" in caps.get("drop", []), "the agent drops ALL other capabilities")
+    check(not sc.get("privileged", False), "the agent is not privileged")
+    check(sc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation: false")
+    res = agent.get("resources", {})
+    check({"cpu", "memory"} <= set(res.get("limits", {})), "the agent has cpu and memory limits")
+    check({"cpu", "memory"} <= set(res.get("requests", {})), "the agent has cpu and memory requests")
+    amounts = mounts_of(agent, volumes)
+    ib = amounts.get("/dev/infiniband")
+    check(ib is not None and ib.get("hostPath", {}).get("path") == "/dev/infiniband", "/dev/infiniband from the host at /dev/infiniband")
+
+    cmd = agent.get("command", []) + agent.get("args", [])
+    check(cmd[:1] == ["/usr/local/bin/rdmachaos-agent"] and "--config" in cmd, "the agent runs rdmachaos-agent --config")
+    config_path = cmd[cmd.index("--config") + 1] if "--config" in cmd[:-1] else ""
+    cfg_mount, cfg_vol = under(config_path, amounts)
+    check(cfg_vol is not None, "the agent's --config '%s' is on a volume" % config_path)
+
+    # The config template (ConfigMap) rendered by the init container: run its script for a
+    # node, then the built agent on the result.
+    inits = pod.get("initContainers", [])
+    renders = [c for c in inits if any(m["name"] == (cfg_vol or {}).get("name") for m in c.get("volumeMounts", []))]
+    if not check(len(renders) == 1, "one init container writes the agent's config volume"):
+        return
+    init = renders[0]
+    env_names = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in init.get("env", [])}
+    check(env_names.get("NODE_NAME") == "spec.nodeName", "NODE_NAME is the Kubernetes node name (spec.nodeName)")
+    check(env_names.get("HOST_IP") == "status.hostIP", "HOST_IP is the node's address (status.hostIP)")
+    script = init.get("command", [])
+    check(script[:1] == ["/bin/sh"], "the init container runs a /bin/sh script")
+    node, host_ip = "gpu-node-007", "127.0.0.1"
+    with tempfile.TemporaryDirectory(prefix="rdmachaos-k8s-") as tmp:
+        local = {}
+        text = script[-1]
+        for m in init.get("volumeMounts", []):
+            vol = volumes.get(m["name"], {})
+            path = os.path.join(tmp, "vol-" + m["name"])
+            os.makedirs(path, exist_ok=True)
+            local[m["name"]] = path
+            if "configMap" in vol:
+                cms = [doc for _, doc in docs.get("ConfigMap", []) if doc["metadata"]["name"] == vol["configMap"]["name"]]
+                if check(len(cms) == 1, "ConfigMap '%s' is in the manifests" % vol["configMap"]["name"]):
+                    for key, value in cms[0].get("data", {}).items():
+                        with open(os.path.join(path, key), "w") as f:
+                            f.write(value)
+            text = text.replace(m["mountPath"].rstrip("/") + "/", path + "/")
+        r = subprocess.run(["/bin/sh", "-ec", text], env={"NODE_NAME": node, "HOST_IP": host_ip, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                           capture_output=True, text=True, timeout=30)
+        check(r.returncode == 0, "the init container's script renders the config (%s)" % r.stderr.strip())
+        rendered_path = os.path.join(local.get(cfg_vol["name"], tmp), os.path.relpath(config_path, cfg_mount))
+        if not check(os.path.isfile(rendered_path), "the script writes %s" % config_path):
+            return
+        rendered = open(rendered_path).read()
+        check("@" not in rendered, "no @PLACEHOLDER@ is left in the rendered config")
+        get = lambda key: (re.search(r'(?m)^%s\s*=\s*"([^"]*)"' % key, rendered) or [None, None])[1]
+        check(get("node") == node, "rendered node = the node name (got %s)" % get("node"))
+        listen = get("listen") or ""
+        check(listen.startswith(host_ip + ":"), "rendered listen is on the node address (got %s)" % listen)
+        port = int(listen.rsplit(":", 1)[1]) if listen.rsplit(":", 1)[-1].isdigit() else None
+        probe = agent.get("livenessProbe", {})
+        probe_port = probe.get("tcpSocket", {}).get("port")
+        check(probe_port is not None and probe_port == port, "the liveness probe connects to the agent port %s (got %s)" % (port, probe_port))
+        state_mount, state_vol = under(get("state_dir") or "", amounts)
+        check(state_vol is not None and state_vol.get("hostPath", {}).get("path") is not None,
+              "state_dir '%s' is a hostPath: the journal survives a pod restart" % get("state_dir"))
+        for key in ("ca", "cert", "key"):
+            _, vol = under(get(key) or "", amounts)
+            check(vol is not None and "secret" in vol, "tls.%s '%s' comes from a Secret" % (key, get(key)))
+        check(get("cert") == "/etc/rdmachaos/tls/agent-%s.pem" % node and get("key") == "/etc/rdmachaos/tls/agent-%s.key" % node,
+              "each node uses its own agent-NODE.pem/.key, the names `rdmachaos certs init` writes")
+        run_agent_with(rendered, node, tmp)
+
+    # ---- the controller Job
+    job = one("Job")
+    jspec = job.get("spec", {})
+    jpod = jspec.get("template", {}).get("spec", {})
+    check(jspec.get("backoffLimit") == 0, "the Job never retries a run (backoffLimit: 0)")
+    check(jpod.get("restartPolicy") == "Never", "restartPolicy: Never")
+    ctl = (jpod.get("containers") or [{}])[0]
+    jvols = {v["name"]: v for v in jpod.get("volumes", [])}
+    jmounts = mounts_of(ctl, jvols)
+    jcmd = ctl.get("command", []) + ctl.get("args", [])
+    check(jcmd[:2] == ["/usr/local/bin/rdmachaos", "run"], "the Job runs `rdmachaos run`")
+    inv = jcmd[jcmd.index("--inventory") + 1] if "--inventory" in jcmd[:-1] else ""
+    _, inv_vol = under(inv, jmounts)
+    check(inv_vol is not None and "configMap" in inv_vol, "the inventory '%s' comes from a ConfigMap" % inv)
+    playbook = jcmd[2] if len(jcmd) > 2 else ""
+    _, pb_vol = under(playbook, jmounts)
+    check(pb_vol is not None and "configMap" in pb_vol, "the playbook '%s' comes from a ConfigMap" % playbook)
+    tls = [v for v in jmounts.values() if v and "secret" in v]
+    check(len(tls) == 1, "the controller's TLS material comes from a Secret")
+    user = jpod.get("securityContext", {}).get("runAsUser", 0)
+    if tls and user != 0:
+        mode = tls[0]["secret"].get("defaultMode", 0o644)
+        check(jpod.get("securityContext", {}).get("fsGroup") is not None and mode & 0o040,
+              "a non-root controller can read its key (fsGroup and group-readable defaultMode %o)" % mode)
+    check({"cpu", "memory"} <= set(ctl.get("resources", {}).get("limits", {})), "the controller has cpu and memory limits")
+
+    # ---- kustomization: every resource exists; kubectl (if present) builds it offline
+    kus = one("Kustomization")
+    for res_name in kus.get("resources", []):
+        check(os.path.isfile(os.path.join(d, res_name)), "kustomization resource %s exists" % res_name)
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        r = subprocess.run([kubectl, "kustomize", d], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and "kind: DaemonSet" in r.stdout, "kubectl kustomize builds it (%s)" % r.stderr.strip())
+    else:
+        print("note  kubectl is not installed: `kubectl kustomize` not tried")
 
 
 def main():
