@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # Checks deploy/: the systemd unit (systemd-analyze verify), the Kubernetes manifests (offline), the Slurm script on a real one-node Slurm.
-"""Usage: test_deploy.py systemd|kubernetes|slurm
+"""Usage: test_deploy.py systemd|kubernetes|slurm-script|slurm
 
 Environment (set by tests/meson.build): RDMACHAOS_SOURCE_DIR, RDMACHAOS_AGENT (the built
 agent), RDMACHAOS_CLI (the built controller). Exit 0 = pass, 1 = fail, 77 = skipped (with
@@ -354,6 +354,27 @@ def test_kubernetes():
         print("note  kubectl is not installed: `kubectl kustomize` not tried")
 
 
+def test_slurm_script():
+    """The batch script without Slurm: bash parses it, shellcheck finds no warning, and it
+    stops the agents through their step, never by signalling srun."""
+    script = os.path.join(SRC, "deploy", "slurm", "rdmachaos.sbatch")
+    r = subprocess.run(["bash", "-n", script], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0, "bash -n %s (%s)" % (script, r.stderr.strip()))
+    check(os.access(script, os.X_OK), "the script is executable")
+    text = open(script).read()
+    check(re.search(r"(?m)^#SBATCH --ntasks-per-node=1$", text) is not None, "#SBATCH --ntasks-per-node=1: one agent per node")
+    check("scontrol show hostnames" in text, "the node list comes from scontrol show hostnames")
+    check('scancel --signal=TERM "$step"' in text and not re.search(r'kill -TERM "\$agents_pid"', text),
+          "agents are stopped with scancel --signal=TERM on their step, not by SIGTERM to srun")
+    check(re.search(r"(?m)^trap .*stop_agents.* EXIT$", text) is not None, "an EXIT trap stops the agents")
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck:
+        r = subprocess.run([shellcheck, "-S", "warning", script], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, "shellcheck -S warning: %s" % (r.stdout.strip() or "clean"))
+    else:
+        print("note  shellcheck is not installed: not run")
+
+
 def free_ports(n):
     import socket
     socks = [socket.socket() for _ in range(n)]
@@ -512,10 +533,10 @@ PartitionName=rdmachaos Nodes=rcnode1 Default=YES MaxTime=INFINITE State=UP
 
 
 def main():
-    if len(sys.argv) != 2 or sys.argv[1] not in ("systemd", "kubernetes", "slurm"):
+    if len(sys.argv) != 2 or sys.argv[1] not in ("systemd", "kubernetes", "slurm-script", "slurm"):
         print(__doc__)
         return 2
-    {"systemd": test_systemd, "kubernetes": test_kubernetes, "slurm": test_slurm}[sys.argv[1]]()
+    {"systemd": test_systemd, "kubernetes": test_kubernetes, "slurm-script": test_slurm_script, "slurm": test_slurm}[sys.argv[1]]()
     print("%d check(s) failed" % len(failures) if failures else "all checks passed")
     return 1 if failures else 0
 
