@@ -1,0 +1,545 @@
+#!/usr/bin/python3
+# Checks deploy/: the systemd unit (systemd-analyze verify), the Kubernetes manifests (offline), the Slurm script on a real one-node Slurm.
+"""Usage: test_deploy.py systemd|kubernetes|slurm-script|slurm
+
+Environment (set by tests/meson.build): RDMACHAOS_SOURCE_DIR, RDMACHAOS_AGENT (the built
+agent), RDMACHAOS_CLI (the built controller). Exit 0 = pass, 1 = fail, 77 = skipped (with
+the reason on stdout)."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SRC = os.environ.get("RDMACHAOS_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
+AGENT = os.environ.get("RDMACHAOS_AGENT", "")
+CLI = os.environ.get("RDMACHAOS_CLI", "")
+NEEDED_CAPS = {"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_IPC_LOCK"}
+failures = []
+
+
+def check(cond, what):
+    print(("ok    " if cond else "FAIL  ") + what)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def skip(reason):
+    print("SKIP: " + reason)
+    sys.exit(77)
+
+
+def parse_unit(text):
+    """systemd unit -> {section: {key: [values in order]}} (keys repeat; '\\' continues a line)."""
+    out, section, pending = {}, None, ""
+    for raw in text.splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            out.setdefault(section, {})
+            continue
+        key, _, value = line.partition("=")
+        out[section].setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def seconds(value):
+    """A systemd time span such as '90s', '1min 30s', '90' (seconds)."""
+    units = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
+    total = 0.0
+    for num, unit in re.findall(r"(\d+)\s*([a-z]*)", value):
+        total += int(num) * units.get(unit or "s", float("nan"))
+    return total
+
+
+def rewrite_toml(text, **keys):
+    """Replaces the value of `key = ...` lines (one per key) in a TOML text."""
+    for key, value in keys.items():
+        text, n = re.subn(r'(?m)^(%s\s*=\s*)("[^"]*"|\[[^\]]*\])' % key, lambda m: m.group(1) + value, text)
+        if n != 1:
+            raise AssertionError("expected one '%s = ...' line in the agent config, found %d" % (key, n))
+    return text
+
+
+def run_agent_with(config_text, node, workdir):
+    """Starts the built agent on CONFIG_TEXT with only paths and the listen address made
+    local (certificates from `rdmachaos certs init`), waits for 'ready', then SIGTERM: the
+    config the operator gets must be one the agent accepts and stops cleanly on."""
+    pki = os.path.join(workdir, "pki")
+    r = subprocess.run([CLI, "certs", "init", pki, "--agent", node], capture_output=True, text=True, timeout=60)
+    if not check(r.returncode == 0, "rdmachaos certs init for node '%s' (%s)" % (node, r.stderr.strip())):
+        return
+    state = os.path.join(workdir, "state")
+    local = rewrite_toml(config_text, state_dir='"%s"' % state, listen='"127.0.0.1:0"',
+                         ca='"%s/ca.pem"' % pki, cert='"%s/agent-%s.pem"' % (pki, node),
+                         key='"%s/agent-%s.key"' % (pki, node))
+    path = os.path.join(workdir, "agent.toml")
+    with open(path, "w") as f:
+        f.write(local)
+    log = open(os.path.join(workdir, "agent.log"), "w+")
+    proc = subprocess.Popen([AGENT, "--config", path], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        ready = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            log.seek(0)
+            if " ready: node " + node in log.read():
+                ready = True
+                break
+            time.sleep(0.1)
+        log.seek(0)
+        output = log.read()
+        check(ready, "the agent starts on this config (node %s); its output:\n%s" % (node, output))
+        check(os.path.isdir(os.path.join(state, "journal")), "the agent made its journal under state_dir")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+        log.close()
+    check(rc == 0, "SIGTERM stops the agent with exit 0 (got %s)" % rc)
+
+
+def test_systemd():
+    analyze = shutil.which("systemd-analyze")
+    if not analyze:
+        skip("systemd-analyze is not installed (Debian package systemd; scripts/install-deps)")
+    if not AGENT or not os.access(AGENT, os.X_OK):
+        skip("RDMACHAOS_AGENT does not name the built agent (run through meson test)")
+    d = os.path.join(SRC, "deploy", "systemd")
+    unit_text = open(os.path.join(d, "rdmachaos-agent.service")).read()
+    unit = parse_unit(unit_text)
+    svc = unit.get("Service", {})
+    one = lambda k: (svc.get(k) or [""])[-1]
+
+    exec_start = one("ExecStart").split()
+    check(exec_start[:1] == ["/usr/local/bin/rdmachaos-agent"], "ExecStart runs /usr/local/bin/rdmachaos-agent (meson install's path)")
+    check(exec_start[1:] == ["--config", "/etc/rdmachaos/agent.toml"], "ExecStart passes --config /etc/rdmachaos/agent.toml")
+    check(one("Restart") == "always", "Restart=always")
+    bounding = set(" ".join(svc.get("CapabilityBoundingSet", [])).split())
+    ambient = set(" ".join(svc.get("AmbientCapabilities", [])).split())
+    check(bounding == NEEDED_CAPS, "CapabilityBoundingSet is exactly %s (got %s)" % (sorted(NEEDED_CAPS), sorted(bounding)))
+    check(ambient == NEEDED_CAPS, "AmbientCapabilities is exactly %s (got %s)" % (sorted(NEEDED_CAPS), sorted(ambient)))
+    check(one("NoNewPrivileges") == "yes", "NoNewPrivileges=yes")
+    check(one("ProtectSystem") == "strict", "ProtectSystem=strict")
+    check(one("StateDirectory") == "rdmachaos", "StateDirectory=rdmachaos (/var/lib/rdmachaos writable)")
+    check(one("ProtectHome") == "yes", "ProtectHome=yes")
+    check(one("PrivateTmp") == "yes", "PrivateTmp=yes")
+    nofile = one("LimitNOFILE")
+    check(nofile.isdigit() and int(nofile) >= 4096, "LimitNOFILE is a number >= 4096 (got '%s')" % nofile)
+    check(one("KillSignal") == "SIGTERM", "KillSignal=SIGTERM (the agent reverts on it)")
+    check(one("KillMode") == "mixed", "KillMode=mixed (a running revert command is not killed with the agent)")
+    check(seconds(one("TimeoutStopSec")) >= 60,
+          "TimeoutStopSec >= 60 s, longer than one ecn_shift revert command (30 s) (got '%s')" % one("TimeoutStopSec"))
+    check(one("ExecReload") == "", "no ExecReload: SIGHUP reverts everything and exits")
+    # /dev/infiniband must stay reachable: anything that closes the device policy blocks it.
+    for key in ("PrivateDevices", "DevicePolicy", "DeviceAllow", "ProtectClock"):
+        check(key not in svc, "%s is not set (it would close the device policy and hide /dev/infiniband)" % key)
+    check("AF_PACKET" in one("RestrictAddressFamilies") and "AF_NETLINK" in one("RestrictAddressFamilies"),
+          "RestrictAddressFamilies keeps AF_PACKET (pfc_storm) and AF_NETLINK (libnl)")
+
+    # The example config agrees with the unit: its state_dir is the StateDirectory, and the
+    # agent accepts it.
+    example = open(os.path.join(d, "agent.toml")).read()
+    m = re.search(r'(?m)^state_dir\s*=\s*"([^"]*)"', example)
+    check(m and m.group(1) == "/var/lib/" + one("StateDirectory"),
+          "example agent.toml state_dir is /var/lib/<StateDirectory> (got %s)" % (m and m.group(1)))
+    node = re.search(r'(?m)^node\s*=\s*"([^"]*)"', example).group(1)
+
+    with tempfile.TemporaryDirectory(prefix="rdmachaos-deploy-") as tmp:
+        # systemd-analyze verify with the built agent in ExecStart. It exits 0 on many
+        # problems (unknown keys, bad values are warnings), so any line naming the unit fails.
+        path = os.path.join(tmp, "rdmachaos-agent.service")
+        with open(path, "w") as f:
+            f.write(unit_text.replace("/usr/local/bin/rdmachaos-agent", os.path.abspath(AGENT)))
+        r = subprocess.run([analyze, "verify", "--man=no", path], capture_output=True, text=True, timeout=60)
+        complaints = [l for l in (r.stdout + r.stderr).splitlines() if "rdmachaos-agent" in l]
+        check(r.returncode == 0 and not complaints,
+              "systemd-analyze verify: exit %d, %s" % (r.returncode, "\n".join(complaints) or "no complaints"))
+
+        # The tmpfiles snippet creates the directories, private to root, under a scratch root.
+        tmpfiles = shutil.which("systemd-tmpfiles")
+        if check(tmpfiles is not None, "systemd-tmpfiles is installed"):
+            root = os.path.join(tmp, "root")
+            os.mkdir(root)
+            r = subprocess.run([tmpfiles, "--create", "--root=" + root, os.path.join(d, "rdmachaos-tmpfiles.conf")],
+                               capture_output=True, text=True, timeout=60)
+            check(r.returncode == 0 and not r.stderr.strip(), "systemd-tmpfiles --create: exit %d %s" % (r.returncode, r.stderr.strip()))
+            for sub, mode in (("var/lib/rdmachaos", 0o700), ("var/lib/rdmachaos/journal", 0o700), ("etc/rdmachaos", 0o750)):
+                p = os.path.join(root, sub)
+                got = os.stat(p).st_mode & 0o777 if os.path.isdir(p) else None
+                check(got == mode, "tmpfiles makes /%s mode %o (got %s)" % (sub, mode, oct(got) if got is not None else "missing"))
+
+        run_agent_with(example, node, tmp)
+
+
+def load_manifests(d):
+    import yaml
+    docs = {}
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".yaml"):
+            for doc in yaml.safe_load_all(open(os.path.join(d, name))):
+                if doc:
+                    docs.setdefault(doc.get("kind"), []).append((name, doc))
+    return docs
+
+
+def mounts_of(container, volumes):
+    """{mountPath: volume} for a container."""
+    return {m["mountPath"]: volumes.get(m["name"]) for m in container.get("volumeMounts", [])}
+
+
+def under(path, mounts):
+    """The (mountPath, volume) whose mountPath contains PATH, or (None, None)."""
+    best = (None, None)
+    for mp, vol in mounts.items():
+        if (path == mp or path.startswith(mp.rstrip("/") + "/")) and (best[0] is None or len(mp) > len(best[0])):
+            best = (mp, vol)
+    return best
+
+
+def test_kubernetes():
+    try:
+        import yaml  # noqa: F401  (Debian python3-yaml)
+    except ImportError:
+        skip("python3-yaml is not installed (scripts/install-deps)")
+    if not AGENT or not os.access(AGENT, os.X_OK):
+        skip("RDMACHAOS_AGENT does not name the built agent (run through meson test)")
+    d = os.path.join(SRC, "deploy", "kubernetes")
+    docs = load_manifests(d)
+    one = lambda kind: docs.get(kind, [(None, {})])[0][1]
+    check(len(docs.get("Namespace", [])) == 1, "one Namespace")
+    ns = one("Namespace").get("metadata", {}).get("name")
+    for kind, items in docs.items():
+        for name, doc in items:
+            if kind not in ("Namespace", "Kustomization"):
+                check(doc["metadata"].get("namespace") == ns, "%s %s (%s) is in namespace '%s'" % (kind, doc["metadata"]["name"], name, ns))
+
+    # ---- the agent DaemonSet
+    ds = one("DaemonSet")
+    spec = ds.get("spec", {})
+    pod = spec.get("template", {}).get("spec", {})
+    check(spec.get("selector", {}).get("matchLabels", {}).items() <= spec.get("template", {}).get("metadata", {}).get("labels", {}).items(),
+          "the DaemonSet selector matches its pod labels")
+    check(pod.get("hostNetwork") is True, "hostNetwork: true (faults act on the host's interfaces)")
+    check(pod.get("dnsPolicy") == "ClusterFirstWithHostNet", "dnsPolicy ClusterFirstWithHostNet with hostNetwork")
+    check(pod.get("terminationGracePeriodSeconds", 30) >= 60, "terminationGracePeriodSeconds >= 60 (time to revert on SIGTERM)")
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    agent = [c for c in pod.get("containers", []) if c["name"] == "agent"]
+    if not check(len(agent) == 1, "a container named 'agent'"):
+        return
+    agent = agent[0]
+    sc = agent.get("securityContext", {})
+    caps = sc.get("capabilities", {})
+    check(set(caps.get("add", [])) == {c[len("CAP_"):] for c in NEEDED_CAPS},
+          "the agent adds exactly NET_ADMIN, NET_RAW, IPC_LOCK (got %s)" % caps.get("add"))
+    check("ALL" in caps.get("drop", []), "the agent drops ALL other capabilities")
+    check(not sc.get("privileged", False), "the agent is not privileged")
+    check(sc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation: false")
+    res = agent.get("resources", {})
+    check({"cpu", "memory"} <= set(res.get("limits", {})), "the agent has cpu and memory limits")
+    check({"cpu", "memory"} <= set(res.get("requests", {})), "the agent has cpu and memory requests")
+    amounts = mounts_of(agent, volumes)
+    ib = amounts.get("/dev/infiniband")
+    check(ib is not None and ib.get("hostPath", {}).get("path") == "/dev/infiniband", "/dev/infiniband from the host at /dev/infiniband")
+
+    cmd = agent.get("command", []) + agent.get("args", [])
+    check(cmd[:1] == ["/usr/local/bin/rdmachaos-agent"] and "--config" in cmd, "the agent runs rdmachaos-agent --config")
+    config_path = cmd[cmd.index("--config") + 1] if "--config" in cmd[:-1] else ""
+    cfg_mount, cfg_vol = under(config_path, amounts)
+    check(cfg_vol is not None, "the agent's --config '%s' is on a volume" % config_path)
+
+    # The config template (ConfigMap) rendered by the init container: run its script for a
+    # node, then the built agent on the result.
+    inits = pod.get("initContainers", [])
+    renders = [c for c in inits if any(m["name"] == (cfg_vol or {}).get("name") for m in c.get("volumeMounts", []))]
+    if not check(len(renders) == 1, "one init container writes the agent's config volume"):
+        return
+    init = renders[0]
+    env_names = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in init.get("env", [])}
+    check(env_names.get("NODE_NAME") == "spec.nodeName", "NODE_NAME is the Kubernetes node name (spec.nodeName)")
+    check(env_names.get("HOST_IP") == "status.hostIP", "HOST_IP is the node's address (status.hostIP)")
+    script = init.get("command", [])
+    check(script[:1] == ["/bin/sh"], "the init container runs a /bin/sh script")
+    node, host_ip = "gpu-node-007", "127.0.0.1"
+    with tempfile.TemporaryDirectory(prefix="rdmachaos-k8s-") as tmp:
+        local = {}
+        text = script[-1]
+        for m in init.get("volumeMounts", []):
+            vol = volumes.get(m["name"], {})
+            path = os.path.join(tmp, "vol-" + m["name"])
+            os.makedirs(path, exist_ok=True)
+            local[m["name"]] = path
+            if "configMap" in vol:
+                cms = [doc for _, doc in docs.get("ConfigMap", []) if doc["metadata"]["name"] == vol["configMap"]["name"]]
+                if check(len(cms) == 1, "ConfigMap '%s' is in the manifests" % vol["configMap"]["name"]):
+                    for key, value in cms[0].get("data", {}).items():
+                        with open(os.path.join(path, key), "w") as f:
+                            f.write(value)
+            text = text.replace(m["mountPath"].rstrip("/") + "/", path + "/")
+        r = subprocess.run(["/bin/sh", "-ec", text], env={"NODE_NAME": node, "HOST_IP": host_ip, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                           capture_output=True, text=True, timeout=30)
+        check(r.returncode == 0, "the init container's script renders the config (%s)" % r.stderr.strip())
+        rendered_path = os.path.join(local.get(cfg_vol["name"], tmp), os.path.relpath(config_path, cfg_mount))
+        if not check(os.path.isfile(rendered_path), "the script writes %s" % config_path):
+            return
+        rendered = open(rendered_path).read()
+        check("@" not in rendered, "no @PLACEHOLDER@ is left in the rendered config")
+        get = lambda key: (re.search(r'(?m)^%s\s*=\s*"([^"]*)"' % key, rendered) or [None, None])[1]
+        check(get("node") == node, "rendered node = the node name (got %s)" % get("node"))
+        listen = get("listen") or ""
+        check(listen.startswith(host_ip + ":"), "rendered listen is on the node address (got %s)" % listen)
+        port = int(listen.rsplit(":", 1)[1]) if listen.rsplit(":", 1)[-1].isdigit() else None
+        probe = agent.get("livenessProbe", {})
+        probe_port = probe.get("tcpSocket", {}).get("port")
+        check(probe_port is not None and probe_port == port, "the liveness probe connects to the agent port %s (got %s)" % (port, probe_port))
+        state_mount, state_vol = under(get("state_dir") or "", amounts)
+        check(state_vol is not None and state_vol.get("hostPath", {}).get("path") is not None,
+              "state_dir '%s' is a hostPath: the journal survives a pod restart" % get("state_dir"))
+        for key in ("ca", "cert", "key"):
+            _, vol = under(get(key) or "", amounts)
+            check(vol is not None and "secret" in vol, "tls.%s '%s' comes from a Secret" % (key, get(key)))
+        check(get("cert") == "/etc/rdmachaos/tls/agent-%s.pem" % node and get("key") == "/etc/rdmachaos/tls/agent-%s.key" % node,
+              "each node uses its own agent-NODE.pem/.key, the names `rdmachaos certs init` writes")
+        run_agent_with(rendered, node, tmp)
+
+    # ---- the controller Job
+    job = one("Job")
+    jspec = job.get("spec", {})
+    jpod = jspec.get("template", {}).get("spec", {})
+    check(jspec.get("backoffLimit") == 0, "the Job never retries a run (backoffLimit: 0)")
+    check(jpod.get("restartPolicy") == "Never", "restartPolicy: Never")
+    ctl = (jpod.get("containers") or [{}])[0]
+    jvols = {v["name"]: v for v in jpod.get("volumes", [])}
+    jmounts = mounts_of(ctl, jvols)
+    jcmd = ctl.get("command", []) + ctl.get("args", [])
+    check(jcmd[:2] == ["/usr/local/bin/rdmachaos", "run"], "the Job runs `rdmachaos run`")
+    inv = jcmd[jcmd.index("--inventory") + 1] if "--inventory" in jcmd[:-1] else ""
+    _, inv_vol = under(inv, jmounts)
+    check(inv_vol is not None and "configMap" in inv_vol, "the inventory '%s' comes from a ConfigMap" % inv)
+    playbook = jcmd[2] if len(jcmd) > 2 else ""
+    _, pb_vol = under(playbook, jmounts)
+    check(pb_vol is not None and "configMap" in pb_vol, "the playbook '%s' comes from a ConfigMap" % playbook)
+    tls = [v for v in jmounts.values() if v and "secret" in v]
+    check(len(tls) == 1, "the controller's TLS material comes from a Secret")
+    user = jpod.get("securityContext", {}).get("runAsUser", 0)
+    if tls and user != 0:
+        mode = tls[0]["secret"].get("defaultMode", 0o644)
+        check(jpod.get("securityContext", {}).get("fsGroup") is not None and mode & 0o040,
+              "a non-root controller can read its key (fsGroup and group-readable defaultMode %o)" % mode)
+    check({"cpu", "memory"} <= set(ctl.get("resources", {}).get("limits", {})), "the controller has cpu and memory limits")
+
+    # ---- kustomization: every resource exists; kubectl (if present) builds it offline
+    kus = one("Kustomization")
+    for res_name in kus.get("resources", []):
+        check(os.path.isfile(os.path.join(d, res_name)), "kustomization resource %s exists" % res_name)
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        r = subprocess.run([kubectl, "kustomize", d], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and "kind: DaemonSet" in r.stdout, "kubectl kustomize builds it (%s)" % r.stderr.strip())
+    else:
+        print("note  kubectl is not installed: `kubectl kustomize` not tried")
+
+
+def test_slurm_script():
+    """The batch script without Slurm: bash parses it, shellcheck finds no warning, and it
+    stops the agents through their step, never by signalling srun."""
+    script = os.path.join(SRC, "deploy", "slurm", "rdmachaos.sbatch")
+    r = subprocess.run(["bash", "-n", script], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0, "bash -n %s (%s)" % (script, r.stderr.strip()))
+    check(os.access(script, os.X_OK), "the script is executable")
+    text = open(script).read()
+    check(re.search(r"(?m)^#SBATCH --ntasks-per-node=1$", text) is not None, "#SBATCH --ntasks-per-node=1: one agent per node")
+    check("scontrol show hostnames" in text, "the node list comes from scontrol show hostnames")
+    check('scancel --signal=TERM "$step"' in text and not re.search(r'kill -TERM "\$agents_pid"', text),
+          "agents are stopped with scancel --signal=TERM on their step, not by SIGTERM to srun")
+    check(re.search(r"(?m)^trap .*stop_agents.* EXIT$", text) is not None, "an EXIT trap stops the agents")
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck:
+        r = subprocess.run([shellcheck, "-S", "warning", script], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, "shellcheck -S warning: %s" % (r.stdout.strip() or "clean"))
+    else:
+        print("note  shellcheck is not installed: not run")
+
+
+def free_ports(n):
+    import socket
+    socks = [socket.socket() for _ in range(n)]
+    for so in socks:
+        so.bind(("127.0.0.1", 0))
+    ports = [so.getsockname()[1] for so in socks]
+    for so in socks:
+        so.close()
+    return ports
+
+
+def stop(proc, name):
+    """Stops a daemon this test started, by its own Popen handle (never by name)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        print("note  %s did not stop on SIGTERM; killing it" % name)
+        proc.kill()
+        proc.wait()
+
+
+def wait_for(what, cond, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_slurm():
+    tools = {t: shutil.which(t) for t in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun")}
+    missing = [t for t, p in tools.items() if not p]
+    if missing:
+        skip("Slurm is not installed (%s missing): RDMACHAOS_SLURM=1 scripts/install-deps" % ", ".join(missing))
+    if os.geteuid() != 0:
+        skip("a test Slurm runs its daemons as root (SlurmUser=root); run as root")
+    if not AGENT or not CLI:
+        skip("RDMACHAOS_AGENT/RDMACHAOS_CLI do not name the built binaries (run through meson test)")
+    tmp = tempfile.mkdtemp(prefix="rdmachaos-slurm-")
+    os.chmod(tmp, 0o700)
+    daemons = {}
+    logs = lambda: "\n".join("--- %s\n%s" % (f, open(os.path.join(tmp, f), errors="replace").read()[-2000:])
+                              for f in sorted(os.listdir(tmp)) if f.endswith((".log", ".out")))
+    try:
+        # munge, with its own key and socket in the scratch directory.
+        os.mkdir(os.path.join(tmp, "munge"), 0o700)
+        key = os.path.join(tmp, "munge", "munge.key")
+        with open(key, "wb") as f:
+            f.write(os.urandom(1024))
+        os.chmod(key, 0o600)
+        sock = os.path.join(tmp, "munge", "munge.sock")
+        daemons["munged"] = subprocess.Popen(
+            [tools["munged"], "-F", "--force", "--socket=" + sock, "--key-file=" + key,
+             "--pid-file=" + os.path.join(tmp, "munge", "munged.pid"), "--seed-file=" + os.path.join(tmp, "munge", "seed")],
+            stdout=open(os.path.join(tmp, "munged.log"), "w"), stderr=subprocess.STDOUT)
+        if not wait_for("munge", lambda: os.path.exists(sock) or daemons["munged"].poll() is not None, 15) or not os.path.exists(sock):
+            skip("munged did not start:\n" + logs())
+
+        ctld_port, slurmd_port, agent_port = free_ports(3)
+        host = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
+        for d in ("state", "spool"):
+            os.mkdir(os.path.join(tmp, d))
+        conf = os.path.join(tmp, "slurm.conf")
+        with open(conf, "w") as f:
+            f.write("""# generated by tests/test_deploy.py slurm: one node, daemons as root, no cgroups
+ClusterName=rdmachaostest
+SlurmctldHost={host}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={sock}
+StateSaveLocation={tmp}/state
+SlurmdSpoolDir={tmp}/spool
+SlurmctldPidFile={tmp}/slurmctld.pid
+SlurmdPidFile={tmp}/slurmd.pid
+SlurmctldLogFile={tmp}/slurmctld.log
+SlurmdLogFile={tmp}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+KillWait=60
+NodeName=rcnode1 NodeHostname={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
+PartitionName=rdmachaos Nodes=rcnode1 Default=YES MaxTime=INFINITE State=UP
+""".format(host=host, ctld_port=ctld_port, slurmd_port=slurmd_port, sock=sock, tmp=tmp, cpus=os.cpu_count()))
+        env = dict(os.environ, SLURM_CONF=conf)
+        daemons["slurmctld"] = subprocess.Popen([tools["slurmctld"], "-D", "-i", "-f", conf], env=env,
+                                                stdout=open(os.path.join(tmp, "slurmctld.out"), "w"), stderr=subprocess.STDOUT)
+        daemons["slurmd"] = subprocess.Popen([tools["slurmd"], "-D", "-N", "rcnode1", "-f", conf], env=env,
+                                             stdout=open(os.path.join(tmp, "slurmd.out"), "w"), stderr=subprocess.STDOUT)
+        idle = lambda: subprocess.run([tools["sinfo"], "-h", "-o", "%t"], env=env, capture_output=True, text=True).stdout.strip() == "idle"
+        if not wait_for("slurm", idle, 30):
+            skip("Slurm did not come up (node not idle within 30 s):\n" + logs())
+        print("ok    a one-node Slurm (munged, slurmctld, slurmd) is up")
+
+        # The batch script, as an operator submits it, with the built binaries. One node: the
+        # agent runs and answers through Slurm, but a playbook's workload needs two nodes, so
+        # validate refuses it and the script must still stop the agent in order.
+        bindir = os.path.join(tmp, "bin")
+        os.mkdir(bindir)
+        os.symlink(os.path.abspath(CLI), os.path.join(bindir, "rdmachaos"))
+        os.symlink(os.path.abspath(AGENT), os.path.join(bindir, "rdmachaos-agent"))
+        playbook = os.path.join(tmp, "one-node.toml")
+        with open(playbook, "w") as f:
+            f.write('name = "one-node"\nseed = 1\n[workload]\nkind = "allreduce"\nsize = "1MiB"\nnodes = "all"\n'
+                    '[[phase]]\nname = "baseline"\nduration = "2s"\n[[phase]]\nname = "fault"\nduration = "1s"\n'
+                    '[[step]]\nname = "nothing"\nkind = "noop"\ntarget = "all"\nphase = "fault"\nat = "0s"\n')
+        run_dir = os.path.join(tmp, "run")
+        job_env = dict(env, RDMACHAOS_BIN_DIR=bindir, RDMACHAOS_PKI=os.path.join(tmp, "pki"), RDMACHAOS_RUN_DIR=run_dir,
+                       RDMACHAOS_MGMT_IFACE="lo", RDMACHAOS_DATA_IFACES="lo", RDMACHAOS_PORT=str(agent_port),
+                       RDMACHAOS_STATE_DIR=os.path.join(tmp, "agent-state"), RDMACHAOS_RUN_ARGS="--dry-run",
+                       RDMACHAOS_READY_TIMEOUT="30")
+        out = os.path.join(tmp, "job.out")
+        r = subprocess.run([tools["sbatch"], "--parsable", "--wait", "-N", "1", "-o", out,
+                            os.path.join(SRC, "deploy", "slurm", "rdmachaos.sbatch"), playbook],
+                           env=job_env, capture_output=True, text=True, timeout=150)
+        job = r.stdout.strip().split(";")[0]
+        text = open(out).read() if os.path.exists(out) else ""
+        print("--- job %s output\n%s---" % (job, text))
+        check(r.returncode == 2, "the job ends with exit 2 (validate refuses a one-node all-reduce) (sbatch --wait: %d %s)" % (r.returncode, r.stderr.strip()))
+        check("allreduce needs at least 2 nodes" in text, "the playbook reached `rdmachaos validate` with the allocation's inventory")
+        inv = open(os.path.join(run_dir, "inventory.toml")).read() if os.path.exists(os.path.join(run_dir, "inventory.toml")) else ""
+        check('name = "rcnode1"' in inv and 'address = "127.0.0.1"' in inv and "port = %d" % agent_port in inv
+              and 'data_addresses = ["127.0.0.1"]' in inv,
+              "the inventory names the allocated node (scontrol show hostnames) with its addresses and port")
+        check(os.path.isfile(os.path.join(tmp, "pki", "agent-rcnode1.pem")), "certs init issued agent-rcnode1.pem for the allocation")
+        check("1 of 1 agents reachable" in text, "`rdmachaos agents` reached the agent started by srun")
+        check("ready: node rcnode1" in text, "the agent ran as a Slurm task on rcnode1")
+        check("signal 15: reverting every fault" in text and "stopped; no fault left applied" in text,
+              "on exit the script SIGTERMs the agent (through scancel on its step) and it reverts")
+        check("agents stopped (srun exit 0)" in text, "srun ends with exit 0: the agent was not SIGKILLed")
+        journal = os.path.join(tmp, "agent-state", "journal")
+        check(os.path.isdir(journal) and not os.listdir(journal), "the agent's journal is there and empty")
+        steps = subprocess.run([tools["squeue"], "--steps", "-h"], env=env, capture_output=True, text=True).stdout.strip()
+        check(steps == "", "no job step is left running (%s)" % steps)
+    finally:
+        for name in ("slurmd", "slurmctld", "munged"):
+            stop(daemons.get(name), name)
+        if failures:
+            print(logs())
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    if len(sys.argv) != 2 or sys.argv[1] not in ("systemd", "kubernetes", "slurm-script", "slurm"):
+        print(__doc__)
+        return 2
+    {"systemd": test_systemd, "kubernetes": test_kubernetes, "slurm-script": test_slurm_script, "slurm": test_slurm}[sys.argv[1]]()
+    print("%d check(s) failed" % len(failures) if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
