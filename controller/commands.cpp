@@ -258,15 +258,8 @@ int cmdInject(const InjectOptions& o) {
   // parameters on the wire.
   std::vector<std::string> names;
   for (auto* n : targets) names.push_back(n->name);
-  if (o.kind == "incast" && raw.contains("senders")) {
-    size_t pool = names.size() - size_t(std::count(names.begin(), names.end(), raw.value("receiver", "")));
-    if (size_t(normalised->value("senders", 0)) != pool)
-      return fail("inject incast: senders=" + raw["senders"].get<std::string>() + " but --node names " +
-                  std::to_string(pool) + " sender node(s); drop --set senders (every --node but the receiver sends) "
-                  "or name that many nodes");
-  }
   auto bound = bindTargets(kind->name, *normalised, names, L.inventory, nullptr);
-  if (!bound) return fail(bound.error().message);
+  if (!bound) return fail("inject " + bound.error().message);
   std::map<std::string, json> wire;
   targets.clear();
   for (const auto& b : *bound) {

@@ -367,14 +367,14 @@ Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
          "step '" + s.name + "' may run until " + fmtDur(latest + s.forNs) +
              ", after the timeline ends at " + fmtDur(sc.durationNs()) +
              ": shorten 'for' or lengthen the phases (faults are reverted before scoring ends)");
-  // incast: the flows are spread evenly over the senders (checked again once the plan picks them).
-  if (s.kind == "incast") {
-    int64_t senders = s.params.value("senders", int64_t(0)), fanIn = s.params.value("fan_in", int64_t(0));
-    if (senders > 0 && fanIn % senders != 0)
-      fail(rawTable && rawTable->get("fan_in") ? *rawTable->get("fan_in") : n,
-           "step '" + s.name + "' fan_in " + std::to_string(fanIn) + " must be a multiple of senders " +
-               std::to_string(senders) + " (each sender opens fan_in / senders flows)");
-  }
+  // Checks across parameters, the kind's own (incast: fan_in spread evenly over the senders).
+  if (const auto* k = faults::findKind(s.kind); k && k->check)
+    if (auto ok = k->check(s.params); !ok) {
+      // The message names the parameter first: point at its value where the step has one.
+      const std::string& msg = ok.error().message;
+      const toml::node* at = rawTable ? rawTable->get(msg.substr(0, msg.find(' '))) : nullptr;
+      fail(at ? *at : n, "step '" + s.name + "' " + msg);
+    }
   // A kind with its own duration must fit inside the lifetime the step grants it.
   if (s.params.contains("duration") && s.params["duration"].is_number_integer() &&
       s.params["duration"].get<int64_t>() > s.forNs)
@@ -659,20 +659,6 @@ Rng rngFor(uint64_t seed, size_t trial, size_t step) {
   return r;
 }
 
-// K of POOL, drawn with BELOW (a partial Fisher-Yates; without BELOW, the first K), returned
-// in POOL's order, so plans read like the inventory.
-std::vector<std::string> pickInOrder(const std::vector<std::string>& pool, size_t k,
-                                     const std::function<uint64_t(uint64_t)>& below) {
-  std::vector<std::string> drawn = pool;
-  if (below)
-    for (size_t i = 0; i < k; i++) std::swap(drawn[i], drawn[i + below(drawn.size() - i)]);
-  std::set<std::string> chosen(drawn.begin(), drawn.begin() + std::ptrdiff_t(k));
-  std::vector<std::string> out;
-  for (const auto& n : pool)
-    if (chosen.count(n)) out.push_back(n);
-  return out;
-}
-
 std::vector<std::string> selectNodes(const Parser& p, const Selector& s, const Inventory& inv,
                                      Rng* rng) {
   std::set<std::string> chosen;
@@ -688,7 +674,7 @@ std::vector<std::string> selectNodes(const Parser& p, const Selector& s, const I
   if (size_t(s.random) > pool.size())
     p.fail(s.pos, "random = " + std::to_string(s.random) + " but '" + joinNames(s.names) + "' matches only " +
                       std::to_string(pool.size()) + " node(s): " + joinNames(pool));
-  return pickInOrder(pool, size_t(s.random), [rng](uint64_t n) { return rng->below(n); });
+  return faults::pickInOrder(pool, size_t(s.random), [rng](uint64_t n) { return rng->below(n); });
 }
 
 std::string showValue(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
@@ -819,40 +805,16 @@ Result<std::vector<BoundFault>> bindTargets(const std::string& kind, const json&
                                             const std::vector<std::string>& targets, const Inventory& inv,
                                             const std::function<uint64_t(uint64_t)>& below) {
   std::vector<BoundFault> out;
-  if (kind != "incast") {
+  const faults::FaultKind* k = faults::findKind(kind);
+  if (!k || !k->bind) {
     for (const auto& t : targets) out.push_back({t, params});
     return out;
   }
-  std::string receiver = params.value("receiver", std::string());
-  const Node* rx = inv.find(receiver);
-  if (!rx) {
-    std::string names;
-    for (const auto& n : inv.nodes) names += (names.empty() ? "" : ", ") + n.name;
-    return makeError("incast receiver '" + receiver + "' is not a node of the inventory (" + names + ")");
-  }
-  if (rx->dataAddresses.empty())
-    return makeError("incast receiver '" + receiver +
-                     "' has no data_addresses in the inventory: the flows go to its data address");
-  std::vector<std::string> pool;
-  for (const auto& t : targets)
-    if (t != receiver) pool.push_back(t);
-  int64_t want = params.value("senders", int64_t(0));
-  if (want == 0) want = int64_t(pool.size());
-  if (pool.empty() || want > int64_t(pool.size()))
-    return makeError("incast needs " + std::to_string(std::max<int64_t>(want, 1)) +
-                     " sender(s) among the targets other than the receiver '" + receiver + "', which has " +
-                     std::to_string(pool.size()) + ": widen the target or lower senders");
-  int64_t fanIn = params.value("fan_in", int64_t(0));
-  if (fanIn % want != 0)
-    return makeError("incast fan_in " + std::to_string(fanIn) + " must be a multiple of the " +
-                     std::to_string(want) + " senders (each sender opens fan_in / senders flows)");
-  json wire = params;
-  wire["receiver"] = rx->dataAddresses[0];
-  wire["senders"] = want;
-  out.push_back({receiver, wire, "sink"});  // the sink first: it listens while the senders connect
-  // All of the pool needs no draw (and consumes none of the seeded sequence).
-  for (const auto& n : pickInOrder(pool, size_t(want), size_t(want) < pool.size() ? below : nullptr))
-    out.push_back({n, wire, "sender"});
+  std::vector<faults::BindNode> nodes;
+  for (const auto& n : inv.nodes) nodes.push_back({n.name, n.dataAddresses});
+  auto bound = k->bind(params, targets, nodes, below);
+  if (!bound) return bound.error();
+  for (auto& b : *bound) out.push_back({b.node, std::move(b.params), b.role});
   return out;
 }
 

@@ -121,6 +121,28 @@ Result<int64_t> intParam(std::string_view kind, const json& params, const char* 
 // back unchanged (durations as "<n>ns", sizes as "<n>B"), e.g. for a resolved playbook step.
 json wireParams(const std::vector<ParamSpec>& specs, const json& normalised);
 
+// Binding a step to nodes (the controller's side, before anything is scheduled). Most kinds
+// give every target the step's parameters; a kind that reaches beyond its targets (incast: the
+// receiver's sink, a seeded pick of senders) binds itself, so that adding such a kind is still
+// one file plus one registration line.
+struct BindNode {
+  std::string name;
+  std::vector<std::string> dataAddresses;
+};
+struct BoundTarget {
+  std::string node;
+  json params;       // what this node gets on the wire (normalised)
+  std::string role;  // "" or e.g. "sink" / "sender"
+};
+// below(n): a seeded draw in [0, n) (playbooks); null where no draw is wanted (inject).
+using Draw = std::function<uint64_t(uint64_t)>;
+using Binder = std::function<Result<std::vector<BoundTarget>>(
+    const json& params, const std::vector<std::string>& targets, const std::vector<BindNode>& nodes,
+    const Draw& below)>;
+// K of POOL, drawn with BELOW (a partial Fisher-Yates; without BELOW, the first K), returned in
+// POOL's order, so plans read like the inventory.
+std::vector<std::string> pickInOrder(const std::vector<std::string>& pool, size_t k, const Draw& below);
+
 struct FaultKind {
   std::string name;
   std::string summary;
@@ -133,6 +155,11 @@ struct FaultKind {
   // Idempotent.
   std::function<Result<void>(const json& params, const json& snapshot, const Policy& policy)>
       revertRecord;
+  // Optional: checks across parameters (beyond each one's range), shared by the playbook
+  // parser, the controller and create(); the message names the parameters and the fix.
+  std::function<Result<void>(const json& normalisedParams)> check;
+  // Optional: binds a step's targets to nodes (see Binder); empty = every target, same params.
+  Binder bind;
 };
 
 // Every fault kind built into this binary, in a stable order.

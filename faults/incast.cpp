@@ -432,6 +432,59 @@ class Incast final : public Fault {
   uint64_t bytes_ = 0;
 };
 
+// fan_in flows spread evenly over the senders (0 senders = not resolved yet: any fan_in).
+Result<void> checkIncast(const json& params) {
+  int64_t senders = params.value("senders", int64_t(0)), fanIn = params.value("fan_in", int64_t(0));
+  if (senders > 0 && fanIn % senders != 0)
+    return makeError("fan_in " + std::to_string(fanIn) + " must be a multiple of senders " + std::to_string(senders) +
+                     " (each sender opens fan_in / senders flows)");
+  return {};
+}
+
+// The controller's side: the receiver node name becomes its data address; the senders are a
+// seeded pick among the targets (never the receiver); the receiver's sink comes first, at the
+// same instant, so it listens while the senders connect.
+Result<std::vector<BoundTarget>> bindIncast(const json& params, const std::vector<std::string>& targets,
+                                            const std::vector<BindNode>& nodes, const Draw& below) {
+  std::string receiver = params.value("receiver", std::string());
+  auto rx = std::find_if(nodes.begin(), nodes.end(), [&](const BindNode& n) { return n.name == receiver; });
+  if (rx == nodes.end()) {
+    std::string names;
+    for (const auto& n : nodes) names += (names.empty() ? "" : ", ") + n.name;
+    return makeError("incast receiver '" + receiver + "' is not a node of the inventory (" + names + ")");
+  }
+  if (rx->dataAddresses.empty())
+    return makeError("incast receiver '" + receiver +
+                     "' has no data_addresses in the inventory: the flows go to its data address");
+  std::vector<std::string> pool;
+  for (const auto& t : targets)
+    if (t != receiver) pool.push_back(t);
+  int64_t asked = params.value("senders", int64_t(0));
+  int64_t want = asked == 0 ? int64_t(pool.size()) : asked;
+  if (pool.empty() || want > int64_t(pool.size()))
+    return makeError("incast needs " + std::to_string(std::max<int64_t>(want, 1)) +
+                     " sender(s) among the targets other than the receiver '" + receiver + "', which has " +
+                     std::to_string(pool.size()) + ": widen the target or lower senders");
+  // Without a seeded draw (inject), the targets are the senders: a smaller count is a mistake.
+  if (!below && want < int64_t(pool.size()))
+    return makeError("incast: senders=" + std::to_string(asked) + " but --node names " + std::to_string(pool.size()) +
+                     " sender node(s); drop --set senders (every --node but the receiver sends) or name that many "
+                     "nodes");
+  int64_t fanIn = params.value("fan_in", int64_t(0));
+  if (fanIn % want != 0)
+    return makeError("incast fan_in " + std::to_string(fanIn) + " must be a multiple of the " + std::to_string(want) +
+                     " senders (each sender opens fan_in / senders flows)");
+  json wire = params;
+  wire["receiver"] = rx->dataAddresses[0];
+  wire["senders"] = want;
+  std::vector<BoundTarget> out;
+  out.push_back({receiver, wire, "sink"});
+  // All of the pool needs no draw (and consumes none of the seeded sequence).
+  for (const auto& n : pickInOrder(pool, size_t(want), size_t(want) < pool.size() ? below : nullptr))
+    out.push_back({n, wire, "sender"});
+  return out;
+}
+
 }  // namespace
 
 extern const FaultKind kIncast;
@@ -483,9 +536,8 @@ const FaultKind kIncast{
       if (auto d = params.find("duration"); d != params.end() && d->is_number_integer()) p.durationNs = d->get<int64_t>();
       if (p.senders < 1 || p.senders > 4096)
         return makeError("incast: senders must be resolved to 1..4096 by the controller before it reaches an agent");
-      if (p.fanIn < 1 || p.fanIn > 4096 || p.fanIn % p.senders != 0)
-        return makeError("incast: fan_in " + std::to_string(p.fanIn) + " must be a multiple of senders " +
-                         std::to_string(p.senders) + " (each sender opens fan_in / senders flows)");
+      if (auto ok = checkIncast(params); !ok || p.fanIn < 1 || p.fanIn > 4096)
+        return makeError("incast: " + (ok ? "fan_in must be in 1..4096" : ok.error().message));
       p.flows = p.fanIn / p.senders;
       if (p.flows > kMaxFlowsPerSender)
         return makeError("incast: " + std::to_string(p.flows) + " flows per sender is more than " +
@@ -519,6 +571,8 @@ const FaultKind kIncast{
       // The agent died: its sockets died with it. Nothing on the fabric to restore.
       return {};
     },
+    checkIncast,
+    bindIncast,
 };
 
 }  // namespace rc::faults

@@ -175,6 +175,18 @@ Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>
   return out;
 }
 
+std::vector<std::string> pickInOrder(const std::vector<std::string>& pool, size_t k, const Draw& below) {
+  k = std::min(k, pool.size());
+  std::vector<std::string> drawn = pool;
+  if (below)
+    for (size_t i = 0; i < k; i++) std::swap(drawn[i], drawn[i + below(drawn.size() - i)]);
+  std::vector<std::string> chosen(drawn.begin(), drawn.begin() + std::ptrdiff_t(k));
+  std::vector<std::string> out;
+  for (const auto& n : pool)
+    if (std::find(chosen.begin(), chosen.end(), n) != chosen.end()) out.push_back(n);
+  return out;
+}
+
 Result<int64_t> intParam(std::string_view kind, const json& params, const char* key) {
   auto it = params.find(key);
   if (it == params.end() || !it->is_number_integer())
