@@ -205,12 +205,15 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 [ -e /dev/null ] || mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs -o mode=0755 tmpfs /run
-mount -t tmpfs -o mode=1777 tmpfs /tmp
+# The host's /tmp stays visible (read-only, through the root): a build or a clone under /tmp
+# holds the agent binary the guest runs. The guest's own scratch space is /run/tmp.
+mkdir -p /run/tmp && chmod 1777 /run/tmp
+export TMPDIR=/run/tmp
 for a in $(cat /proc/cmdline); do
   case "$a" in rc_*=*) k=${a%%=*}; eval "$k=\${a#*=}" ;; esac
 done
-# The lab directory (certificates, agent config) is shared read-only at its host path, also
-# when that path is under the guest's own /tmp.
+# The lab directory (certificates, agent config) is shared read-only at its host path, so the
+# guest sees it as the host wrote it, whatever the root share shows there.
 mkdir -p "$rc_dir" 2>/dev/null
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro labdir "$rc_dir"
 out=/run/lab
