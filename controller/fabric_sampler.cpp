@@ -15,6 +15,7 @@ namespace rc::controller {
 struct FabricSampler::Impl {
   std::string socket;
   int64_t t0 = 0, period = 0;
+  std::vector<FabricMeter> meters;
   std::mutex m;
   std::condition_variable cv;
   bool stop = false;
@@ -73,7 +74,7 @@ struct FabricSampler::Impl {
       for (const auto& x : ej["events"]) {
         lastSeq = std::max(lastSeq, x.value("seq", uint64_t(0)));
         ev.events.push_back({x.value("wall_ns", int64_t(0)) - t0, x.value("what", ""), x.value("port", ""),
-                             x.value("priority", 0)});
+                             x.value("priority", 0), x.value("l4_dst", -1)});
       }
   }
 
@@ -88,11 +89,23 @@ struct FabricSampler::Impl {
   }
 };
 
-FabricSampler::FabricSampler(std::string socket, int64_t t0UnixNs, int64_t periodNs) : impl_(std::make_unique<Impl>()) {
+FabricSampler::FabricSampler(std::string socket, int64_t t0UnixNs, std::vector<FabricMeter> meters, int64_t periodNs)
+    : impl_(std::make_unique<Impl>()) {
   impl_->socket = std::move(socket);
   impl_->t0 = t0UnixNs;
   impl_->period = periodNs;
   impl_->ev.source = "labswitch " + impl_->socket;
+  // Events from before the run (an earlier run on the same lab) are not this run's evidence.
+  if (auto e = faults::labswitchRequest(impl_->socket, {{"cmd", "events"}, {"since", uint64_t(1) << 62}}))
+    impl_->lastSeq = e->value("last_seq", uint64_t(0));
+  for (const auto& m : meters) {
+    auto r = faults::labswitchRequest(impl_->socket, {{"cmd", "set_meter"}, {"port", m.port}, {"l4_dst", m.l4Dst}});
+    if (r && r->value("ok", false))
+      impl_->meters.push_back(m);
+    else if (impl_->ev.error.empty())
+      impl_->ev.error = "lab switch did not meter " + m.port + ":" + std::to_string(m.l4Dst) + ": " +
+                        (r ? r->value("error", std::string("?")) : r.error().message);
+  }
   impl_->thread = std::thread([this] { impl_->loop(); });
 }
 
@@ -108,6 +121,9 @@ FabricEvidence FabricSampler::finish() {
   impl_->cv.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
   impl_->sampleOnce();
+  for (const auto& m : impl_->meters)
+    (void)faults::labswitchRequest(impl_->socket, {{"cmd", "del_meter"}, {"port", m.port}, {"l4_dst", m.l4Dst}});
+  impl_->meters.clear();
   std::lock_guard lock(impl_->m);
   return impl_->ev;
 }

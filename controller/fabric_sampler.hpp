@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "controller/runner.hpp"
 
@@ -13,7 +14,10 @@ namespace rc::controller {
 class FabricSampler {
  public:
   // Starts sampling SOCKET every PERIOD_NS; T0_UNIX_NS is the run's t = 0 (wall clock).
-  FabricSampler(std::string socket, int64_t t0UnixNs, int64_t periodNs = 100'000'000);
+  // METERS are set on the switch for the run (their flow_start/flow_end events land in the
+  // evidence) and removed by finish().
+  FabricSampler(std::string socket, int64_t t0UnixNs, std::vector<FabricMeter> meters = {},
+                int64_t periodNs = 100'000'000);
   ~FabricSampler();
   FabricSampler(const FabricSampler&) = delete;
   FabricSampler& operator=(const FabricSampler&) = delete;

@@ -247,7 +247,7 @@ class Parser {
                     const Playbook& pb) const;
   Phase phase(const toml::node& n) const;
   Step step(const toml::node& n, size_t index, const Scenario& sc) const;
-  Expectation expectation(const toml::node& n) const;
+  Expectation expectation(const toml::node& n, const std::string& what = "expect") const;
   Sweep sweep(const toml::node& n, const Scenario& sc) const;
   json normalise(const toml::node& where, const std::string& kind, const json& raw,
                  const toml::table* rawTable) const;
@@ -384,14 +384,18 @@ Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
   return s;
 }
 
-Expectation Parser::expectation(const toml::node& n) const {
-  const auto& t = table(n, "expect");
-  checkKeys(t, {"metric", "op", "bound", "scope"}, "[[expect]]");
+Expectation Parser::expectation(const toml::node& n, const std::string& what) const {
+  const auto& t = table(n, what);
+  const std::string tbl = "[[" + what + "]]";
+  if (what == "expect")
+    checkKeys(t, {"metric", "op", "bound", "scope", "stat"}, tbl);
+  else
+    checkKeys(t, {"metric", "op", "bound", "scope"}, tbl);
   Expectation e;
   e.pos = pos(n);
   auto* m = t.get("metric");
-  if (!m) fail(n, "[[expect]] needs a metric, e.g. metric = \"recovery_time\"");
-  e.metric = str(*m, "expect metric", 80);
+  if (!m) fail(n, tbl + " needs a metric, e.g. metric = \"recovery_time\"");
+  e.metric = str(*m, what + " metric", 80);
   auto info = findMetric(e.metric);
   if (!info) {
     std::vector<std::string> names;
@@ -400,31 +404,50 @@ Expectation Parser::expectation(const toml::node& n) const {
     fail(*m, "unknown metric '" + e.metric + "' (known: " + joinNames(names) + ")");
   }
   auto* op = t.get("op");
-  if (!op) fail(n, "[[expect]] needs op = \"<\", \"<=\", \">\" or \">=\"");
-  std::string o = str(*op, "expect op", 4);
+  if (!op) fail(n, tbl + " needs op = \"<\", \"<=\", \">\" or \">=\"");
+  std::string o = str(*op, what + " op", 4);
   if (o == "<") e.op = Comparison::less;
   else if (o == "<=") e.op = Comparison::lessEqual;
   else if (o == ">") e.op = Comparison::greater;
   else if (o == ">=") e.op = Comparison::greaterEqual;
   else fail(*op, "op '" + o + "' is not a comparison: use <, <=, > or >=");
   auto* b = t.get("bound");
-  if (!b) fail(n, "[[expect]] needs a bound, e.g. bound = \"2s\"");
-  const std::string what = "bound of " + e.metric;
+  if (!b) fail(n, tbl + " needs a bound, e.g. bound = \"2s\"");
+  const std::string boundOf = "bound of " + e.metric;
+  if (auto* st = t.get("stat")) {
+    e.stat = str(*st, "expect stat", 8);
+    if (e.stat != "cv") fail(*st, "stat '" + e.stat + "' is not known: use stat = \"cv\" (coefficient of variation over repeated trials)");
+    bool repeatable = false;
+    std::vector<std::string> names;
+    for (const auto& r : repeatableMetrics()) {
+      repeatable |= e.metric == r.metric;
+      names.push_back(r.metric);
+    }
+    if (!repeatable) fail(*m, "stat = \"cv\" needs a job metric shown over repeats (" + joinNames(names) + ")");
+    // A CV is a percentage of the mean, whatever the metric's unit.
+    e.bound = number(*b, "bound of the CV of " + e.metric + " (percent)", 0, 1000);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g%%", e.bound);
+    e.boundText = buf;
+    if (auto* s = t.get("scope")) e.scope = name(*s, what + " scope");
+    if (e.scope != "job") fail(*t.get("scope"), "stat = \"cv\" is judged on the job: leave scope out");
+    return e;
+  }
   switch (info->unit) {
     case MetricUnit::duration:
-      e.bound = double(duration(*b, what, 0, kDay));
+      e.bound = double(duration(*b, boundOf, 0, kDay));
       e.boundText = fmtDur(int64_t(e.bound));
       break;
     case MetricUnit::size:
-      e.bound = double(size(*b, what, 0, uint64_t(1) << 60));
+      e.bound = double(size(*b, boundOf, 0, uint64_t(1) << 60));
       e.boundText = formatSize(uint64_t(e.bound));
       break;
     case MetricUnit::rate:
-      e.bound = bitRateAsBytes(*b, what);
+      e.bound = bitRateAsBytes(*b, boundOf);
       e.boundText = formatBitRate(e.bound * 8);
       break;
     case MetricUnit::percent:
-      e.bound = number(*b, what, 0, 100);
+      e.bound = number(*b, boundOf, 0, 100);
       e.boundText = b->is_integer() ? std::to_string(b->as_integer()->get()) + "%" : "";
       if (e.boundText.empty()) {
         char buf[32];
@@ -433,14 +456,14 @@ Expectation Parser::expectation(const toml::node& n) const {
       }
       break;
     case MetricUnit::number: {
-      e.bound = number(*b, what, 0, 1e18);
+      e.bound = number(*b, boundOf, 0, 1e18);
       char buf[32];
       std::snprintf(buf, sizeof buf, "%g", e.bound);
       e.boundText = buf;
       break;
     }
   }
-  if (auto* s = t.get("scope")) e.scope = name(*s, "expect scope");
+  if (auto* s = t.get("scope")) e.scope = name(*s, what + " scope");
   return e;
 }
 
@@ -514,6 +537,11 @@ Scenario Parser::scenario(const toml::table& t, const std::string& nm, const Sou
     if (ea.size() > kMaxExpectations) fail(*ex, "more than 256 expectations");
     for (const auto& e : ea) sc.expectations.push_back(expectation(e));
   }
+  if (auto* rq = t.get("require")) {
+    const auto& ra = arrayOfTables(*this, *rq, "require");
+    if (ra.size() > kMaxExpectations) fail(*rq, "more than 256 requirements");
+    for (const auto& e : ra) sc.requirements.push_back(expectation(e, "require"));
+  }
   if (auto* sw = t.get("sweep")) sc.sweep = sweep(*sw, sc);
   return sc;
 }
@@ -527,7 +555,7 @@ Playbook Parser::parse(const std::string& text) {
   }
   checkKeys(root,
             {"name", "description", "seed", "repeat", "workload", "guardrails", "scoring", "cost",
-             "phase", "step", "expect", "sweep", "scenario"},
+             "phase", "step", "expect", "require", "sweep", "scenario"},
             "the playbook");
   Playbook pb;
   pb.path = path_;
@@ -593,16 +621,17 @@ Playbook Parser::parse(const std::string& text) {
     if (auto* v = t.get("days")) co.days = number(*v, "days", 0, 3650);
   }
 
-  const bool inlineForm = root.get("phase") || root.get("step") || root.get("expect") || root.get("sweep");
+  const bool inlineForm =
+      root.get("phase") || root.get("step") || root.get("expect") || root.get("require") || root.get("sweep");
   if (auto* scs = root.get("scenario")) {
     if (inlineForm)
-      fail(*scs, "use either [[scenario]] tables or top-level [[phase]]/[[step]]/[[expect]], not both");
+      fail(*scs, "use either [[scenario]] tables or top-level [[phase]]/[[step]]/[[expect]]/[[require]], not both");
     const auto& sa = arrayOfTables(*this, *scs, "scenario");
     if (sa.size() > kMaxScenarios) fail(*scs, "more than 64 scenarios");
     std::set<std::string> names;
     for (const auto& s : sa) {
       const auto& t = *s.as_table();
-      checkKeys(t, {"name", "phase", "step", "expect", "sweep"}, "[[scenario]]");
+      checkKeys(t, {"name", "phase", "step", "expect", "require", "sweep"}, "[[scenario]]");
       auto* n = t.get("name");
       if (!n) fail(s, "[[scenario]] needs a name");
       std::string scName = name(*n, "scenario name");
@@ -616,6 +645,9 @@ Playbook Parser::parse(const std::string& text) {
   size_t trials = 0;
   int64_t total = 0;
   for (const auto& sc : pb.scenarios) {
+    for (const auto& e : sc.expectations)
+      if (e.stat == "cv" && pb.repeat < 2)
+        fail(e.pos, "stat = \"cv\" on " + e.metric + " needs repeated trials: set repeat = 3 (or more) at the top");
     if (pb.scoring.warmupNs >= sc.phases.front().durationNs)
       fail(sc.phases.front().pos, "warm-up (" + fmtDur(pb.scoring.warmupNs) +
                                       ") leaves nothing of the baseline phase '" +
@@ -716,7 +748,18 @@ std::string Selector::describe() const {
 }
 
 std::string Expectation::describe() const {
-  return metric + " " + toString(op) + " " + boundText + " (" + scope + ")";
+  return (stat.empty() ? metric : stat + "(" + metric + ") over repeats") + " " + toString(op) + " " + boundText +
+         " (" + scope + ")";
+}
+
+const std::vector<RepeatableMetric>& repeatableMetrics() {
+  static const std::vector<RepeatableMetric> m = {
+      {"baseline", "throughput"}, {"busbw", "bus bandwidth"}, {"time_to_impact", ""},
+      {"recovery_time", "link failure recovery time"}, {"throughput_loss_pct", ""}, {"longest_stall", ""},
+      {"iteration_p99_ratio", "job completion time inflation (p99 iteration / baseline p50)"},
+      {"pause_frames", "PFC pause frames"}, {"ecn_marks", "ECN marked packets"},
+      {"watchdog_detect_time", ""}};
+  return m;
 }
 
 int64_t Scenario::durationNs() const {
@@ -860,7 +903,8 @@ Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
                                         pb.workload.nodes.describe() + "' match " +
                                         std::to_string(plan.workloadNodes.size()));
     for (const auto& sc : pb.scenarios)
-      for (const auto& e : sc.expectations)
+      for (const auto* list : {&sc.expectations, &sc.requirements})
+      for (const auto& e : *list)
         if (e.scope != "job" &&
             std::find(plan.workloadNodes.begin(), plan.workloadNodes.end(), e.scope) ==
                 plan.workloadNodes.end())
@@ -986,6 +1030,13 @@ std::string formatPlan(const Playbook& pb, const Plan& plan) {
   for (const auto& sc : pb.scenarios)
     for (const auto& e : sc.expectations) {
       if (!any) out += "\nexpectations (checked in every trial of their scenario):\n";
+      any = true;
+      out += "  " + sc.name + ": " + e.describe() + "\n";
+    }
+  any = false;
+  for (const auto& sc : pb.scenarios)
+    for (const auto& e : sc.requirements) {
+      if (!any) out += "\nconditions (a trial that does not meet them is not scored):\n";
       any = true;
       out += "  " + sc.name + ": " + e.describe() + "\n";
     }

@@ -81,8 +81,18 @@ struct MetricInfo {
 const std::vector<MetricInfo>& metricCatalogue();
 std::optional<MetricInfo> findMetric(std::string_view name);
 
+// Job metrics whose spread over repeated trials the report shows (mean, sd, CV), with the IETF
+// BMWG AI-fabric draft's name where it has one ("" where not).
+struct RepeatableMetric {
+  const char* metric;
+  const char* bmwg;
+};
+const std::vector<RepeatableMetric>& repeatableMetrics();
+
 struct Expectation {
   std::string metric;
+  std::string stat;  // "" = the metric in each trial; "cv" = its coefficient of variation (%) over
+                     // the repeated trials of the scenario (and sweep value)
   std::string scope = "job";  // "job" or a node name
   Comparison op = Comparison::lessEqual;
   double bound = 0;          // in the metric's base unit: ns, bytes, bytes/s, percent, count
@@ -104,6 +114,9 @@ struct Scenario {
   std::vector<Phase> phases;  // the first one is the baseline
   std::vector<Step> steps;
   std::vector<Expectation> expectations;
+  // [[require]]: the condition the scenario needs (for a PFC watchdog scenario: the pause
+  // spread to the senders). A trial that does not meet it is not scored: "condition not reached".
+  std::vector<Expectation> requirements;
   std::optional<Sweep> sweep;
   SourcePos pos;
   int64_t durationNs() const;

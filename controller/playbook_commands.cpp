@@ -46,13 +46,15 @@ int cmdValidate(const std::vector<std::string>& playbooks, const std::string& in
       bad++;
       continue;
     }
-    size_t steps = 0, expects = 0, trials = 0;
+    size_t steps = 0, expects = 0, requires_ = 0, trials = 0;
     for (const auto& sc : pb->scenarios) {
       steps += sc.steps.size();
       expects += sc.expectations.size();
+      requires_ += sc.requirements.size();
       trials += (sc.sweep ? sc.sweep->values.size() : 1) * size_t(pb->repeat);
     }
     std::string extra;
+    if (requires_) extra = ", " + std::to_string(requires_) + " condition(s)";
     if (inv) {
       auto plan = resolvePlan(*pb, *inv);
       if (!plan) {
@@ -62,7 +64,7 @@ int cmdValidate(const std::vector<std::string>& playbooks, const std::string& in
       }
       size_t injections = 0;
       for (const auto& t : plan->trials) injections += t.faults.size();
-      extra = ", " + std::to_string(injections) + " injection(s) on " + inventory;
+      extra += ", " + std::to_string(injections) + " injection(s) on " + inventory;
     }
     std::printf("%s: ok: '%s', %zu scenario(s), %zu trial(s), %zu step(s) [%s], %zu expectation(s)%s\n",
                 path.c_str(), pb->name.c_str(), pb->scenarios.size(), trials, steps,

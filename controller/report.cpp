@@ -129,11 +129,15 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
   doc["generator"] = {{"tool", "rdmachaos"}, {"version", RDMACHAOS_VERSION}};
   json scens = json::array();
   for (const auto& sc : pb.scenarios) {
-    json ex = json::array();
-    for (const auto& e : sc.expectations)
-      ex.push_back({{"metric", e.metric}, {"scope", e.scope}, {"op", toString(e.op)},
-                    {"bound", e.bound}, {"bound_text", e.boundText}});
-    scens.push_back({{"name", sc.name}, {"duration_ns", sc.durationNs()}, {"expectations", ex}});
+    auto list = [](const std::vector<Expectation>& es) {
+      json ex = json::array();
+      for (const auto& e : es)
+        ex.push_back({{"metric", e.metric}, {"scope", e.scope}, {"op", toString(e.op)},
+                      {"bound", e.bound}, {"bound_text", e.boundText}});
+      return ex;
+    };
+    scens.push_back({{"name", sc.name}, {"duration_ns", sc.durationNs()}, {"expectations", list(sc.expectations)},
+                     {"requirements", list(sc.requirements)}});
   }
   doc["playbook"] = {
       {"name", pb.name},
@@ -193,7 +197,7 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
   doc["iterations"] = iters;
   json faults = json::array();
   for (const auto& f : run.faults)
-    faults.push_back({{"trial", f.trial}, {"step", f.step}, {"node", f.node}, {"kind", f.kind},
+    faults.push_back({{"trial", f.trial}, {"step", f.step}, {"node", f.node}, {"kind", f.kind}, {"role", f.role},
                       {"params", f.params}, {"scheduled_ns", f.scheduledNs},
                       {"applied_ns", optInt(f.appliedNs)}, {"reverted_ns", optInt(f.revertedNs)},
                       {"error", f.error}});
@@ -211,8 +215,10 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
   // Fabric evidence: events, and per (port, queue) series of the cumulative counters.
   json fabric = {{"source", run.fabric.source}, {"error", run.fabric.error}};
   json fevents = json::array();
-  for (const auto& e : run.fabric.events)
+  for (const auto& e : run.fabric.events) {
     fevents.push_back({{"t_ns", e.tNs}, {"what", e.what}, {"port", e.port}, {"priority", e.priority}});
+    if (e.l4Dst >= 0) fevents.back()["l4_dst"] = e.l4Dst;
+  }
   fabric["events"] = fevents;
   json fseries = json::object();
   for (const auto& x : run.fabric.samples) {
@@ -252,6 +258,13 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
                     {"measured_text", v.measuredText}, {"passed", v.passed},
                     {"line", v.pos.line}, {"column", v.pos.column}});
     jt["verdicts"] = vs;
+    json cs = json::array();
+    for (const auto& v : ts.conditions)
+      cs.push_back({{"metric", v.metric}, {"scope", v.scope}, {"op", v.op}, {"bound", v.bound},
+                    {"bound_text", v.boundText}, {"measured", optNum(v.measured)},
+                    {"measured_text", v.measuredText}, {"passed", v.passed},
+                    {"line", v.pos.line}, {"column", v.pos.column}});
+    jt["condition"] = {{"reached", ts.conditionReached}, {"checks", cs}};
     json fd = json::array();
     for (const auto& d : ts.fabric.trial)
       fd.push_back({{"port", d.port}, {"queue", d.queue}, {"pfc_rx", d.pfcRx}, {"pfc_tx", d.pfcTx},
@@ -269,6 +282,10 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
                         {"xoff_ns", d.xoffNs}, {"max_depth_bytes", d.maxDepthBytes}, {"storm_gaps", d.stormGaps}});
         fw.push_back({{"step", f.step}, {"node", f.node}, {"kind", f.kind}, {"from_ns", *f.appliedNs},
                       {"to_ns", f.revertedNs.value_or(t.endNs)}, {"deltas", ds}});
+        // Ground truth for traffic a fault puts on the wire (an incast into its receiver).
+        if (auto span = faultWire(run, f, t.endNs))
+          fw.back()["wire"] = {{"port", f.node}, {"l4_dst", f.params.value("port", 0)}, {"first_ns", span->firstNs},
+                               {"last_ns", optInt(span->lastNs)}, {"episodes", span->episodes}};
       }
     json wd = json::array();
     for (const auto& ep : ts.fabric.watchdog) {
@@ -288,56 +305,29 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
   }
   doc["trials"] = trials;
 
-  // Repeatability: trials of one scenario (and sweep value) side by side, per job metric: mean,
-  // standard deviation (sample) and coefficient of variation. The IETF BMWG draft on AI-fabric
-  // training benchmarks asks for a CV under 5 % across repetitions; its names where it has one.
-  struct Named {
-    const char* metric;
-    const char* bmwg;
-  };
-  static const Named kRepeatable[] = {
-      {"baseline", "throughput"}, {"busbw", "bus bandwidth"}, {"time_to_impact", ""},
-      {"recovery_time", "link failure recovery time"}, {"throughput_loss_pct", ""}, {"longest_stall", ""},
-      {"iteration_p99_ratio", "job completion time inflation (p99 iteration / baseline p50)"},
-      {"pause_frames", "PFC pause frames"}, {"ecn_marks", "ECN marked packets"},
-      {"watchdog_detect_time", ""}};
-  std::map<std::string, std::vector<const TrialScore*>> groups;
-  std::vector<std::string> order;
-  for (const auto& ts : scores.trials) {
-    if (!ts.completed) continue;
-    const Trial& t = run.plan.trials.at(size_t(ts.trial));
-    std::string key = t.scenario + (t.sweepParam.empty() ? "" : " " + t.sweepParam + "=" + t.sweepValue.dump());
-    if (!groups.count(key)) order.push_back(key);
-    groups[key].push_back(&ts);
-  }
+  // Repeatability (computed by the scorer): trials of one scenario side by side, per job metric
+  // mean, sample standard deviation and CV, and the stat = "cv" expectations' verdicts.
   json rep = json::array();
-  for (const auto& key : order) {
-    const auto& g = groups[key];
-    if (g.size() < 2) continue;
+  for (const auto& g : scores.repeatability) {
     json metrics = json::array();
-    for (const auto& m : kRepeatable) {
-      std::vector<double> v;
-      for (const auto* ts : g)
-        if (auto x = metricValue(ts->job, m.metric)) v.push_back(*x);
-      if (v.size() < 2) continue;
-      double mean = 0;
-      for (double x : v) mean += x;
-      mean /= double(v.size());
-      double var = 0;
-      for (double x : v) var += (x - mean) * (x - mean);
-      double sd = std::sqrt(var / double(v.size() - 1));
-      metrics.push_back({{"metric", m.metric}, {"bmwg_name", m.bmwg}, {"n", v.size()}, {"values", v},
-                         {"mean", mean}, {"stddev", sd},
-                         {"cv_pct", mean != 0 ? json(sd / std::abs(mean) * 100) : json()}});
-    }
-    rep.push_back({{"group", key}, {"trials", g.size()}, {"metrics", metrics}});
+    for (const auto& m : g.metrics)
+      metrics.push_back({{"metric", m.metric}, {"bmwg_name", m.bmwg}, {"n", m.values.size()}, {"values", m.values},
+                         {"mean", m.mean}, {"stddev", m.stddev}, {"cv_pct", m.cvPct ? json(*m.cvPct) : json()}});
+    json gv = json::array();
+    for (const auto& v : g.verdicts)
+      gv.push_back({{"metric", v.metric}, {"scope", v.scope}, {"op", v.op}, {"bound", v.bound},
+                    {"bound_text", v.boundText}, {"measured", optNum(v.measured)},
+                    {"measured_text", v.measuredText}, {"passed", v.passed},
+                    {"line", v.pos.line}, {"column", v.pos.column}});
+    rep.push_back({{"group", g.key}, {"trials", g.trials}, {"metrics", metrics}, {"verdicts", gv}});
   }
   doc["repeatability"] = rep;
   doc["outcome"] = {{"verdict", toString(scores.outcome)},
                     {"reason", scores.reason},
                     {"exit_code", exitCodeFor(scores.outcome)},
                     {"expectations_passed", scores.verdictsPassed},
-                    {"expectations_failed", scores.verdictsFailed}};
+                    {"expectations_failed", scores.verdictsFailed},
+                    {"expectations_not_scored", scores.verdictsNotScored}};
   return doc;
 }
 
@@ -396,7 +386,7 @@ std::string renderJunit(const json& doc) {
   std::ostringstream suites;
   for (const auto& t : doc["trials"]) {
     std::ostringstream tc;
-    int tt = 0, tf = 0, te = 0;
+    int tt = 0, tf = 0, te = 0, ts = 0;
     const std::string label = str(t, "label", "trial");
     const std::string cls = "rdmachaos." + suiteName + "." + str(t, "scenario", "scenario");
     // The trial itself is a test case: it errors when it did not complete or a fault failed.
@@ -415,7 +405,10 @@ std::string renderJunit(const json& doc) {
       std::string name = str(v, "metric") + " " + str(v, "op") + " " + str(v, "bound_text") + " [" +
                          str(v, "scope") + "]";
       tc << "    <testcase classname=\"" << esc(cls) << "\" name=\"" << esc(label + ": " + name) << "\">\n";
-      if (!v.value("passed", false)) {
+      if (!t.value("condition", json::object()).value("reached", true)) {
+        ts++;
+        tc << "      <skipped message=\"" << esc(str(v, "measured_text")) << "\"/>\n";
+      } else if (!v.value("passed", false)) {
         tf++;
         std::string msg = "measured " + str(v, "measured_text") + ", expected " + str(v, "op") + " " +
                           str(v, "bound_text");
@@ -426,11 +419,33 @@ std::string renderJunit(const json& doc) {
       tc << "    </testcase>\n";
     }
     suites << "  <testsuite name=\"" << esc(suiteName + " / " + label) << "\" tests=\"" << tt
-           << "\" failures=\"" << tf << "\" errors=\"" << te << "\" skipped=\"0\">\n"
+           << "\" failures=\"" << tf << "\" errors=\"" << te << "\" skipped=\"" << ts << "\">\n"
            << tc.str() << "  </testsuite>\n";
     tests += tt;
     failures += tf;
     errors += te;
+  }
+  // stat = "cv" expectations: one suite per group of repeated trials.
+  for (const auto& g : doc.value("repeatability", json::array())) {
+    const auto& gv = g.value("verdicts", json::array());
+    if (gv.empty()) continue;
+    std::ostringstream tc;
+    int tf = 0;
+    const std::string cls = "rdmachaos." + suiteName + ".repeatability";
+    for (const auto& v : gv) {
+      std::string name = str(g, "group") + ": " + str(v, "metric") + " " + str(v, "op") + " " + str(v, "bound_text");
+      tc << "    <testcase classname=\"" << esc(cls) << "\" name=\"" << esc(name) << "\">\n";
+      if (!v.value("passed", false)) {
+        tf++;
+        tc << "      <failure message=\"" << esc("measured " + str(v, "measured_text")) << "\" type=\"expectation\"/>\n";
+      }
+      tc << "    </testcase>\n";
+    }
+    suites << "  <testsuite name=\"" << esc(suiteName + " / repeatability of " + str(g, "group")) << "\" tests=\""
+           << gv.size() << "\" failures=\"" << tf << "\" errors=\"0\" skipped=\"0\">\n"
+           << tc.str() << "  </testsuite>\n";
+    tests += int(gv.size());
+    failures += tf;
   }
   std::string abort = str(doc["run"], "abort_reason");
   if (!abort.empty()) {
@@ -512,8 +527,35 @@ std::string renderText(const json& doc) {
           << show("data_plane_detect_time_ns") << "), restored " << show("restore_time_ns")
           << " after it ended\n";
       }
+      // Ground truth for traffic a fault put on the wire: when its last frame left the switch,
+      // beside the job's recovery mark.
+      for (const auto& w : fb["fault_windows"]) {
+        if (!w.contains("wire") || !w["wire"].is_object()) continue;
+        const json& wi = w["wire"];
+        o << "  on the wire     " << str(w, "kind") << " into " << str(wi, "port") << ":" << wi.value("l4_dst", 0)
+          << ": " << wi.value("episodes", 0) << " burst(s); ";
+        if (!wi["last_ns"].is_number()) {
+          o << "still flowing when the trial ended\n";
+          continue;
+        }
+        int64_t last = wi["last_ns"].get<int64_t>(), rev = w.value("to_ns", int64_t(0));
+        o << "last frame left the switch " << dur(std::abs(last - rev)) << (last >= rev ? " after" : " before")
+          << " the revert";
+        if (job["impact"].is_object() && job["impact"]["recovered_at_ns"].is_number()) {
+          int64_t at = job["impact"]["recovered_at_ns"].get<int64_t>();
+          o << "; the job's recovery mark is " << dur(std::abs(at - last)) << (at >= last ? " after" : " before") << " it";
+        }
+        o << "\n";
+      }
     }
     for (const auto& p : t["problems"]) o << "  ERROR " << p.get<std::string>() << "\n";
+    const json cond = t.value("condition", json::object());
+    for (const auto& c : cond.value("checks", json::array()))
+      o << "  " << (c.value("passed", false) ? "met  " : "NOT  ") << "condition " << str(c, "metric") << " "
+        << str(c, "op") << " " << str(c, "bound_text") << " (" << str(c, "scope") << "): " << str(c, "measured_text")
+        << "\n";
+    if (!cond.value("reached", true))
+      o << "  CONDITION NOT REACHED: the scenario did not happen, so its expectations are not scored\n";
     for (const auto& v : t["verdicts"])
       o << "  " << (v.value("passed", false) ? "ok   " : "FAIL ") << str(v, "metric") << " " << str(v, "op") << " "
         << str(v, "bound_text") << " (" << str(v, "scope") << "): " << str(v, "measured_text") << "\n";
@@ -534,6 +576,9 @@ std::string renderText(const json& doc) {
         << formatMetric(unit, m["mean"].get<double>()) << ", sd " << formatMetric(unit, m["stddev"].get<double>())
         << ", CV " << cv << (str(m, "bmwg_name").empty() ? "" : "  [BMWG: " + str(m, "bmwg_name") + "]") << "\n";
     }
+    for (const auto& v : g.value("verdicts", json::array()))
+      o << "  " << (v.value("passed", false) ? "ok   " : "FAIL ") << str(v, "metric") << " " << str(v, "op") << " "
+        << str(v, "bound_text") << " (" << str(v, "scope") << "): " << str(v, "measured_text") << "\n";
   }
   std::string abort = str(doc["run"], "abort_reason");
   if (!abort.empty()) o << "\nrun aborted: " << abort << "\n";
@@ -759,7 +804,7 @@ header{padding:18px 28px;border-bottom:1px solid var(--line);background:var(--bg
 h1{font-size:20px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}h3{font-size:14px;margin:18px 0 6px;color:var(--muted)}
 main{padding:8px 28px 40px;max-width:1200px}.muted{color:var(--muted)}
 .badge{display:inline-block;padding:2px 10px;border-radius:12px;font-weight:600;font-size:13px;color:#fff;vertical-align:middle;margin-left:8px}
-.passed{background:var(--ok)}.failed{background:var(--bad)}.error{background:var(--warn)}
+.passed{background:var(--ok)}.failed{background:var(--bad)}.error{background:var(--warn)}.inconclusive{background:#6e7781}
 .cards{display:flex;flex-wrap:wrap;gap:10px;margin:10px 0}
 .card{border:1px solid var(--line);border-radius:6px;padding:8px 12px;min-width:140px}
 .card .k{font-size:12px;color:var(--muted)}.card .v{font-size:18px;font-weight:600;font-variant-numeric:tabular-nums}
@@ -801,7 +846,11 @@ std::string renderHtml(const json& doc) {
   h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>rdmachaos: "
     << esc(str(pb, "name")) << " — " << esc(verdict) << "</title>\n<style>" << kCss << "</style></head>\n<body>\n";
   h << "<header><h1>" << esc(str(pb, "name")) << " <span class=\"badge " << esc(verdict) << "\" id=\"verdict\">"
-    << esc(verdict == "passed" ? "PASSED" : verdict == "failed" ? "FAILED" : "ERROR") << "</span></h1>\n";
+    << esc(verdict == "passed"         ? "PASSED"
+           : verdict == "failed"       ? "FAILED"
+           : verdict == "inconclusive" ? "CONDITION NOT REACHED"
+                                       : "ERROR")
+    << "</span></h1>\n";
   if (!str(pb, "description").empty()) h << "<div>" << esc(str(pb, "description")) << "</div>\n";
   const json& run = doc["run"];
   const json& wl = pb.value("workload", json::object());
@@ -831,12 +880,21 @@ std::string renderHtml(const json& doc) {
       met += v.value("passed", false) ? 1 : 0;
     }
     const bool trialError = !t.value("problems", json::array()).empty();
-    const char* tv = trialError ? "error" : met < total ? "failed" : "passed";
+    const json cond = t.value("condition", json::object());
+    const bool reached = cond.value("reached", true);
+    const char* tv = trialError ? "error" : !reached ? "inconclusive" : met < total ? "failed" : "passed";
     h << "<section class=\"trial\" id=\"trial-" << idx << "\">\n<h2>Trial " << idx + 1 << ": " << esc(str(t, "label"))
-      << " <span class=\"badge " << tv << "\">" << (trialError ? "error" : std::to_string(met) + "/" + std::to_string(total) + " met")
+      << " <span class=\"badge " << tv << "\">"
+      << (trialError ? "error" : !reached ? "condition not reached" : std::to_string(met) + "/" + std::to_string(total) + " met")
       << "</span></h2>\n";
     for (const auto& p : t.value("problems", json::array()))
       h << "<div class=\"problem\">⚠ " << esc(p.get<std::string>()) << "</div>\n";
+    for (const auto& c : cond.value("checks", json::array()))
+      h << "<div class=\"" << (c.value("passed", false) ? "muted" : "problem") << " condition\">"
+        << (c.value("passed", false) ? "condition met: " : "⚠ condition not reached, expectations not scored: ")
+        << esc(str(c, "metric") + " " + str(c, "op") + " " + str(c, "bound_text") + " (" + str(c, "scope") +
+               "), measured " + str(c, "measured_text"))
+        << "</div>\n";
     h << "<div class=\"cards\">" << card("baseline", rateText(num(job, "baseline_Bps")));
     if (auto bw = num(job, "busbw_Bps")) h << card("bus bandwidth", rateText(bw));
     if (im.is_object()) {
@@ -1054,6 +1112,12 @@ std::string renderHtml(const json& doc) {
         << "\">" << (cv >= 0 ? esc(fmt("%.1f%%", cv)) : "-") << "</td><td>" << esc(str(m, "bmwg_name")) << "</td></tr>\n";
     }
     h << "</table>\n";
+    for (const auto& v : g.value("verdicts", json::array()))
+      h << "<div class=\"" << (v.value("passed", false) ? "muted" : "problem") << " cv-verdict\">"
+        << (v.value("passed", false) ? "✓ " : "✗ ")
+        << esc(str(v, "metric") + " " + str(v, "op") + " " + str(v, "bound_text") + ": " + str(v, "measured_text") +
+               " (playbook line " + std::to_string(v.value("line", 0)) + ")")
+        << "</div>\n";
   }
 
   if (!doc["clocks"].empty()) {

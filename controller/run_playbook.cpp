@@ -147,7 +147,17 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
   run.startedUnixNs = t0;
   // Fabric evidence (lab switch counters and events) for the whole run, where there is a switch.
   std::unique_ptr<FabricSampler> fabric;
-  if (!inventory.switchControl.empty()) fabric = std::make_unique<FabricSampler>(inventory.switchControl, t0);
+  if (!inventory.switchControl.empty()) {
+    // An incast's flows into its receiver are metered on the wire: when they stopped is the
+    // ground truth its recovery is read against.
+    std::set<FabricMeter> meters;
+    for (const auto& t : plan.trials)
+      for (const auto& f : t.faults)
+        if (f.kind == "incast" && f.role == "sink" && f.params.contains("port") && f.params["port"].is_number_integer())
+          meters.insert({f.node, f.params["port"].get<int>()});
+    fabric = std::make_unique<FabricSampler>(inventory.switchControl, t0,
+                                             std::vector<FabricMeter>(meters.begin(), meters.end()));
+  }
 
   // ---- every fault, scheduled now for its planned instant (agents hold them until then)
   std::vector<Scheduled> scheduled;
@@ -183,6 +193,7 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
       fr.step = f.step;
       fr.node = f.node;
       fr.kind = f.kind;
+      fr.role = f.role;
       fr.params = f.params;
       fr.scheduledNs = f.atNs;
       run.faults.push_back(fr);

@@ -35,6 +35,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "controller/playbook.hpp"
@@ -63,6 +64,7 @@ struct FaultRecord {
   std::optional<int64_t> appliedNs;   // actual, as reported by the agent
   std::optional<int64_t> revertedNs;  // actual; missing if the run ended before
   std::string error;                  // non-empty if the fault could not be applied
+  std::string role;  // "" or, for kinds with several parties, e.g. incast: sink, sender
 };
 
 struct CounterSnapshot {
@@ -91,9 +93,16 @@ struct FabricSample {
 };
 struct FabricEvent {
   int64_t tNs = 0;
-  std::string what;  // pfc_rx_start, pfc_rx_end, wd_detect, wd_restore
+  std::string what;  // pfc_rx_start, pfc_rx_end, wd_detect, wd_restore, flow_start, flow_end
   std::string port;
   int priority = 0;
+  int l4Dst = -1;  // flow_start/flow_end: the metered TCP/UDP destination port
+};
+// Traffic the switch meters on the wire: frames leaving PORT for TCP/UDP port L4DST.
+struct FabricMeter {
+  std::string port;
+  int l4Dst = 0;
+  bool operator<(const FabricMeter& o) const { return std::tie(port, l4Dst) < std::tie(o.port, o.l4Dst); }
 };
 struct FabricEvidence {
   std::string source;  // "labswitch <socket>"; empty = none collected

@@ -235,6 +235,7 @@ const char* toString(Outcome o) {
   switch (o) {
     case Outcome::passed: return "passed";
     case Outcome::failed: return "failed";
+    case Outcome::inconclusive: return "inconclusive";
     case Outcome::error: return "error";
   }
   return "?";
@@ -244,6 +245,7 @@ int exitCodeFor(Outcome o) {
   switch (o) {
     case Outcome::passed: return 0;
     case Outcome::failed: return 1;
+    case Outcome::inconclusive: return 2;  // nothing was verified: not a pass, not the fabric's failure
     case Outcome::error: return 2;
   }
   return 2;
@@ -297,6 +299,34 @@ std::optional<double> metricValue(const ScopeScore& s, std::string_view m) {
   if (m == "longest_stall") return double(im.longestStallNs);
   if (m == "min_throughput") return im.minRate;
   return std::nullopt;
+}
+
+std::optional<WireSpan> wireSpan(const FabricEvidence& f, const std::string& port, int l4Dst, int64_t fromNs,
+                                 int64_t toNs) {
+  std::optional<WireSpan> out;
+  bool open = false;
+  for (const auto& e : f.events) {
+    if (e.port != port || e.l4Dst != l4Dst) continue;
+    if (e.what == "flow_start" && e.tNs >= fromNs && e.tNs < toNs) {
+      if (!out) out = WireSpan{e.tNs, std::nullopt, 0};
+      out->episodes++;
+      out->lastNs.reset();
+      open = true;
+    } else if (e.what == "flow_end" && open) {
+      out->lastNs = e.tNs;
+      open = false;
+    }
+  }
+  return out;
+}
+
+std::optional<WireSpan> faultWire(const RunResult& run, const FaultRecord& f, int64_t trialEndNs) {
+  if (f.kind != "incast" || f.role != "sink" || !f.appliedNs || !f.params.is_object() ||
+      !f.params.contains("port") || !f.params["port"].is_number_integer())
+    return std::nullopt;
+  // From a little before the apply: the sink is applied first, the senders' first frames may
+  // beat the sink's own record by the agents' clock offsets.
+  return wireSpan(run.fabric, f.node, f.params["port"].get<int>(), *f.appliedNs - 100'000'000, trialEndNs);
 }
 
 std::vector<FabricDelta> fabricDeltas(const FabricEvidence& f, int64_t fromNs, int64_t toNs) {
@@ -577,8 +607,46 @@ Scores score(const RunResult& run, const Playbook& pb) {
     const Scenario* scen = nullptr;
     for (const auto& s : pb.scenarios)
       if (s.name == t.scenario) scen = &s;
+    auto judge = [&](const Expectation& e) {
+      Verdict v;
+      v.metric = e.metric;
+      v.scope = e.scope;
+      v.op = toString(e.op);
+      v.bound = e.bound;
+      v.boundText = e.boundText;
+      v.pos = e.pos;
+      const ScopeScore* sc = e.scope == "job" ? &ts.job : nullptr;
+      for (const auto& n : ts.nodes)
+        if (n.scope == e.scope) sc = &n;
+      if (!sc) {
+        v.measuredText = "no such scope";
+      } else if (auto m = metricValue(*sc, e.metric)) {
+        v.measured = *m;
+        v.measuredText = formatMetric(findMetric(e.metric)->unit, *m);
+        v.passed = compare(*m, e.op, e.bound);
+      } else {
+        v.measuredText = missingReason(e.metric, *sc);
+      }
+      return v;
+    };
     if (scen)
+      for (const auto& e : scen->requirements) {
+        ts.conditions.push_back(judge(e));
+        if (!ts.conditions.back().passed) ts.conditionReached = false;
+      }
+    if (scen && !ts.conditionReached) {
+      // What never happened is not scored: a watchdog that was never needed is not verified.
       for (const auto& e : scen->expectations) {
+        if (!e.stat.empty()) continue;  // judged over the repeated trials, below
+        Verdict v = judge(e);
+        v.passed = false;
+        v.measuredText = "not scored: condition not reached (measured " + v.measuredText + ")";
+        out.verdictsNotScored++;
+        ts.verdicts.push_back(std::move(v));
+      }
+    } else if (scen)
+      for (const auto& e : scen->expectations) {
+        if (!e.stat.empty()) continue;  // judged over the repeated trials, below
         Verdict v;
         v.metric = e.metric;
         v.scope = e.scope;
@@ -604,6 +672,69 @@ Scores score(const RunResult& run, const Playbook& pb) {
     out.trials.push_back(std::move(ts));
   }
 
+  // Repeatability: the completed trials of each scenario (and sweep value) side by side, and
+  // the scenario's stat = "cv" expectations judged on them.
+  std::map<std::string, std::vector<const TrialScore*>> groups;
+  std::vector<std::string> order;
+  for (const auto& ts : out.trials) {
+    if (!ts.completed) continue;
+    const Trial& t = run.plan.trials.at(size_t(ts.trial));
+    std::string key = t.scenario + (t.sweepParam.empty() ? "" : " " + t.sweepParam + "=" + t.sweepValue.dump());
+    if (!groups.count(key)) order.push_back(key);
+    groups[key].push_back(&ts);
+  }
+  for (const auto& key : order) {
+    const auto& g = groups[key];
+    if (g.size() < 2) continue;
+    RepeatGroup rg;
+    rg.key = key;
+    rg.scenario = run.plan.trials.at(size_t(g.front()->trial)).scenario;
+    rg.trials = g.size();
+    for (const auto& m : repeatableMetrics()) {
+      RepeatMetric rm;
+      rm.metric = m.metric;
+      rm.bmwg = m.bmwg;
+      for (const auto* ts : g)
+        if (ts->conditionReached)
+          if (auto x = metricValue(ts->job, m.metric)) rm.values.push_back(*x);
+      if (rm.values.size() < 2) continue;
+      for (double x : rm.values) rm.mean += x;
+      rm.mean /= double(rm.values.size());
+      double var = 0;
+      for (double x : rm.values) var += (x - rm.mean) * (x - rm.mean);
+      rm.stddev = std::sqrt(var / double(rm.values.size() - 1));
+      if (rm.mean != 0) rm.cvPct = rm.stddev / std::abs(rm.mean) * 100;
+      rg.metrics.push_back(std::move(rm));
+    }
+    for (const auto& s : pb.scenarios)
+      if (s.name == rg.scenario)
+        for (const auto& e : s.expectations) {
+          if (e.stat != "cv") continue;
+          Verdict v;
+          v.metric = "cv(" + e.metric + ")";
+          v.scope = e.scope;
+          v.op = toString(e.op);
+          v.bound = e.bound;
+          v.boundText = e.boundText;
+          v.pos = e.pos;
+          auto it = std::find_if(rg.metrics.begin(), rg.metrics.end(),
+                                 [&](const RepeatMetric& rm) { return rm.metric == e.metric; });
+          if (it == rg.metrics.end()) {
+            v.measuredText = "fewer than 2 trials with a value of " + e.metric;
+          } else if (!it->cvPct) {
+            v.measuredText = "no CV: the mean is 0";
+          } else {
+            v.measured = *it->cvPct;
+            v.measuredText = formatMetric(MetricUnit::percent, *it->cvPct) + " over " +
+                             std::to_string(it->values.size()) + " trials";
+            v.passed = compare(*it->cvPct, e.op, e.bound);
+          }
+          (v.passed ? out.verdictsPassed : out.verdictsFailed)++;
+          rg.verdicts.push_back(std::move(v));
+        }
+    out.repeatability.push_back(std::move(rg));
+  }
+
   // One outcome: an error (abort, failed fault, guardrail) outranks a failed expectation.
   std::string firstProblem;
   for (const auto& t : out.trials)
@@ -614,6 +745,18 @@ Scores score(const RunResult& run, const Playbook& pb) {
   } else if (!firstProblem.empty()) {
     out.outcome = Outcome::error;
     out.reason = firstProblem;
+  } else if (std::any_of(out.trials.begin(), out.trials.end(), [](const TrialScore& t) { return !t.conditionReached; })) {
+    out.outcome = Outcome::inconclusive;
+    for (const auto& t : out.trials)
+      if (!t.conditionReached) {
+        for (const auto& c : t.conditions)
+          if (!c.passed) {
+            out.reason = t.label + ": condition not reached: " + c.metric + " " + c.op + " " + c.boundText + " (" +
+                         c.scope + ") measured " + c.measuredText;
+            break;
+          }
+        break;
+      }
   } else if (out.verdictsFailed > 0) {
     out.outcome = Outcome::failed;
     out.reason = std::to_string(out.verdictsFailed) + " of " +

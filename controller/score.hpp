@@ -140,6 +140,20 @@ struct FabricDelta {
 // Deltas of every (port, queue) that moved in [fromNs, toNs).
 std::vector<FabricDelta> fabricDeltas(const FabricEvidence& f, int64_t fromNs, int64_t toNs);
 
+// Metered traffic on the wire (the switch's flow_start/flow_end events for PORT and L4DST):
+// its first frame at or after FROM_NS and the end of its last episode that began before TO_NS.
+// lastNs is empty while the traffic still flowed at the end of the evidence.
+struct WireSpan {
+  int64_t firstNs = 0;
+  std::optional<int64_t> lastNs;
+  int episodes = 0;
+};
+std::optional<WireSpan> wireSpan(const FabricEvidence& f, const std::string& port, int l4Dst, int64_t fromNs,
+                                 int64_t toNs);
+// The wire span of the traffic fault F put on the fabric, for the kinds that are metered (an
+// incast's record on its receiver), up to TRIAL_END_NS; empty for the others.
+std::optional<WireSpan> faultWire(const RunResult& run, const FaultRecord& f, int64_t trialEndNs);
+
 // A PFC watchdog episode on one port and priority: the storm on the wire (first and last PFC
 // frame received), the watchdog's own detect and restore instants, and the data plane's view:
 // when the job's traffic moved again after the storm began (the end of the job's first stall
@@ -180,18 +194,42 @@ struct TrialScore {
   ScopeScore job;
   std::vector<ScopeScore> nodes;
   FabricScore fabric;
+  // The scenario's [[require]] checks; when one fails, the trial is not scored: its
+  // expectations' verdicts say "not scored: condition not reached" and count as neither.
+  std::vector<Verdict> conditions;
+  bool conditionReached = true;
   std::vector<Verdict> verdicts;
 };
 
-enum class Outcome { passed, failed, error };
+// inconclusive: a trial did not reach its scenario's condition, so nothing was verified.
+enum class Outcome { passed, failed, inconclusive, error };
 const char* toString(Outcome o);
+
+// The completed trials of one scenario (and sweep value) side by side: per repeatable job
+// metric its values, mean, sample standard deviation and coefficient of variation, and the
+// verdicts of the scenario's stat = "cv" expectations.
+struct RepeatMetric {
+  std::string metric, bmwg;
+  std::vector<double> values;
+  double mean = 0, stddev = 0;
+  std::optional<double> cvPct;  // empty when the mean is 0
+};
+struct RepeatGroup {
+  std::string key;  // "scenario" or "scenario param=value"
+  std::string scenario;
+  size_t trials = 0;
+  std::vector<RepeatMetric> metrics;
+  std::vector<Verdict> verdicts;
+};
 
 struct Scores {
   std::vector<TrialScore> trials;
+  std::vector<RepeatGroup> repeatability;  // groups of 2 or more trials
   Outcome outcome = Outcome::passed;
   std::string reason;  // why error/failed, one line
   int verdictsPassed = 0;
   int verdictsFailed = 0;
+  int verdictsNotScored = 0;
 };
 
 Scores score(const RunResult& run, const Playbook& playbook);

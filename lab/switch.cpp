@@ -107,11 +107,26 @@ struct Queue {
 struct FabricEvent {
   uint64_t seq = 0;
   int64_t monoNs = 0, wallNs = 0;
-  std::string what;  // pfc_rx_start, pfc_rx_end, wd_detect, wd_restore
+  std::string what;  // pfc_rx_start, pfc_rx_end, wd_detect, wd_restore, flow_start, flow_end
   std::string port;
   int prio = 0;
+  int l4Dst = -1;  // flow_start/flow_end: the meter's TCP/UDP destination port
 };
 constexpr size_t kMaxEvents = 4096;
+
+// A traffic meter: frames leaving PORT with TCP/UDP destination port L4DST, counted and timed
+// as they go on the wire, so that "when did this traffic stop" has a ground truth (the runner
+// meters an incast's flows into its receiver). A burst of frames with gaps shorter than
+// kMeterGapNs is one flow episode: flow_start at its first frame, flow_end at its last.
+struct Meter {
+  int port = -1;
+  int l4Dst = 0;
+  uint64_t frames = 0, bytes = 0;
+  int64_t firstNs = 0, lastNs = 0;  // monotonic; 0 = none yet
+  bool active = false;
+};
+constexpr size_t kMaxMeters = 32;
+constexpr int64_t kMeterGapNs = 20'000'000;
 
 struct Port {
   std::string name;
@@ -342,6 +357,7 @@ class Fabric {
     p.txFrames++;
     p.txBytes += len;
     p.windowTxBytes += len;
+    if (!meters_.empty()) meterTx(pi, pkt.data, now);
     deliver(pi, std::move(pkt.data), now);
   }
 
@@ -525,7 +541,29 @@ class Fabric {
 
   // ---- periodic work (watchdog poll interval) ------------------------------------------
 
+  void meterTx(int pi, const std::vector<uint8_t>& data, int64_t now) {
+    int dst = -2;
+    for (auto& m : meters_) {
+      if (m.port != pi) continue;
+      if (dst == -2) dst = l4DstPort(data.data(), data.size());
+      if (dst != m.l4Dst) continue;
+      if (!m.active) {
+        m.active = true;
+        event(now, "flow_start", ports_[size_t(pi)].name, 0, m.l4Dst);
+      }
+      if (m.firstNs == 0) m.firstNs = now;
+      m.lastNs = now;
+      m.frames++;
+      m.bytes += data.size();
+    }
+  }
+
   void tick(int64_t now) {
+    for (auto& m : meters_)
+      if (m.active && now - m.lastNs > kMeterGapNs) {
+        m.active = false;
+        event(m.lastNs, "flow_end", ports_[size_t(m.port)].name, 0, m.l4Dst);
+      }
     for (size_t pi = 0; pi < ports_.size(); pi++) {
       Port& p = ports_[pi];
       p.lastWindowTxBytes = p.windowTxBytes;
@@ -610,10 +648,14 @@ class Fabric {
 
   // Records an event at monotonic instant AT (now or earlier), with the wall clock of that
   // instant, so the controller on the same host can place it on its run timeline.
-  void event(int64_t at, const char* what, const std::string& port, int prio) {
+  int64_t wallOf(int64_t mono) const {
     int64_t wallNowNs = std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::system_clock::now().time_since_epoch()).count();
-    FabricEvent e{++eventSeq_, at, wallNowNs - (monoNs() - at), what, port, prio};
+    return wallNowNs - (monoNs() - mono);
+  }
+
+  void event(int64_t at, const char* what, const std::string& port, int prio, int l4Dst = -1) {
+    FabricEvent e{++eventSeq_, at, wallOf(at), what, port, prio, l4Dst};
     events_.push_back(std::move(e));
     if (events_.size() > kMaxEvents) events_.pop_front();
   }
@@ -626,10 +668,48 @@ class Fabric {
     }
     json out = json::array();
     for (const auto& e : events_)
-      if (e.seq > since)
+      if (e.seq > since) {
         out.push_back({{"seq", e.seq}, {"mono_ns", e.monoNs}, {"wall_ns", e.wallNs}, {"what", e.what},
                        {"port", e.port}, {"priority", e.prio}});
+        if (e.l4Dst >= 0) out.back()["l4_dst"] = e.l4Dst;
+      }
     return {{"ok", true}, {"last_seq", eventSeq_}, {"events", out}};
+  }
+
+  // set_meter {port, l4_dst}: meter (again, from zero) the frames leaving PORT for that TCP/UDP
+  // port; del_meter {port, l4_dst}; meters: every meter with its counts and first/last frame.
+  json meterCmd(const json& req, const std::string& cmd) {
+    if (cmd == "meters") {
+      json out = json::array();
+      for (const auto& m : meters_)
+        out.push_back({{"port", ports_[size_t(m.port)].name}, {"l4_dst", m.l4Dst}, {"frames", m.frames},
+                       {"bytes", m.bytes}, {"active", m.active},
+                       {"first_wall_ns", m.firstNs ? json(wallOf(m.firstNs)) : json(nullptr)},
+                       {"last_wall_ns", m.lastNs ? json(wallOf(m.lastNs)) : json(nullptr)}});
+      return {{"ok", true}, {"meters", out}};
+    }
+    if (!req.contains("port") || !req["port"].is_string() || req["port"] == "*")
+      return err(cmd + " needs one 'port' (a switch port name)");
+    if (!req.contains("l4_dst") || !req["l4_dst"].is_number_integer() || req["l4_dst"].get<int64_t>() < 1 ||
+        req["l4_dst"].get<int64_t>() > 65535)
+      return err(cmd + " needs 'l4_dst', a TCP/UDP port 1..65535");
+    auto ports = selectPorts(req);
+    if (!ports) return err(ports.error().message);
+    int pi = (*ports)[0], l4 = req["l4_dst"].get<int>();
+    auto it = std::find_if(meters_.begin(), meters_.end(), [&](const Meter& m) { return m.port == pi && m.l4Dst == l4; });
+    if (cmd == "del_meter") {
+      if (it == meters_.end()) return err("no meter on port " + ports_[size_t(pi)].name + " for " + std::to_string(l4));
+      meters_.erase(it);
+      return {{"ok", true}};
+    }
+    if (it == meters_.end()) {
+      if (meters_.size() >= kMaxMeters)
+        return err("at most " + std::to_string(kMaxMeters) + " meters (del_meter one first)");
+      meters_.push_back(Meter{pi, l4});
+    } else {
+      *it = Meter{pi, l4};
+    }
+    return {{"ok", true}};
   }
 
   // ---- control ----------------------------------------------------------------------------
@@ -644,6 +724,7 @@ class Fabric {
       if (cmd == "topology") return topology();
       if (cmd == "counters") return counters(req, now);
       if (cmd == "events") return eventsCmd(req);
+      if (cmd == "set_meter" || cmd == "del_meter" || cmd == "meters") return meterCmd(req, cmd);
       if (cmd == "reset_counters") {
         for (auto& p : ports_) {
           p.rxFrames = p.rxBytes = p.txFrames = p.txBytes = p.rxDrops = p.noRoute = 0;
@@ -672,7 +753,7 @@ class Fabric {
         for (auto& s : switches_) s.flowlets.clear();
         return {{"ok", true}, {"previous", prev}, {"mode", m}};
       }
-      return err("unknown command '" + cmd + "' (ping, topology, counters, events, reset_counters, get_ecn, set_ecn, get_pfc, set_pfc, get_watchdog, set_watchdog, get_link, set_link, get_port, set_port, get_routing, set_routing)");
+      return err("unknown command '" + cmd + "' (ping, topology, counters, events, set_meter, del_meter, meters, reset_counters, get_ecn, set_ecn, get_pfc, set_pfc, get_watchdog, set_watchdog, get_link, set_link, get_port, set_port, get_routing, set_routing)");
     } catch (const std::exception& e) {
       return err(std::string("bad request: ") + e.what());
     }
@@ -1191,6 +1272,7 @@ class Fabric {
   std::unordered_map<Mac, int, MacHash> macTable_;
   UniqueFD control_, txTimer_;
   std::deque<FabricEvent> events_;
+  std::vector<Meter> meters_;
   uint64_t eventSeq_ = 0;
   std::vector<Client> clients_;
   int ep_ = -1;

@@ -100,4 +100,14 @@ uint32_t flowHash(const uint8_t* f, size_t len) {
   return h;
 }
 
+int l4DstPort(const uint8_t* f, size_t len) {
+  size_t ip = ipv4Offset(f, len);
+  if (ip == 0 || len < ip + 20) return -1;
+  uint8_t proto = f[ip + 9];
+  size_t l4 = ip + size_t(f[ip] & 0xf) * 4;
+  bool firstFragment = (be16(f + ip + 6) & 0x1fff) == 0;
+  if ((proto != 6 && proto != 17) || !firstFragment || len < l4 + 4) return -1;
+  return be16(f + l4 + 2);
+}
+
 }  // namespace rc::labswitch

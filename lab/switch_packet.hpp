@@ -25,6 +25,9 @@ bool markCe(uint8_t* frame, size_t len);
 // source port carries a QP's entropy); other frames hash their MAC addresses.
 uint32_t flowHash(const uint8_t* frame, size_t len);
 
+// The destination port of an IPv4 TCP or UDP frame (first fragment), or -1.
+int l4DstPort(const uint8_t* frame, size_t len);
+
 inline bool isMulticast(const uint8_t* frame) { return frame[0] & 1; }
 
 }  // namespace rc::labswitch

@@ -235,8 +235,8 @@ TEST_CASE("pfc-storm-watchdog: the watchdog shortens the victim's stall", "[play
   CHECK(withWdSpread.xoffN1Ms + withWdSpread.xoffN3Ms > 0);
   CHECK(withWdSpread.wdStorms >= 1);
   // The result carries the fabric's evidence: the storm on the wire and the watchdog's own
-  // instants, and the data plane's view of detection agrees with the switch's within the
-  // series' resolution (one 10 ms bin at each edge).
+  // instants, and the data plane's view of detection agrees with the switch's within 10 ms
+  // (the series' resolution: the victim's first 10 ms bin with traffic again).
   {
     json& t = on.doc["trials"][0];
     REQUIRE(t["fabric"]["watchdog"].size() >= 1);
@@ -249,7 +249,10 @@ TEST_CASE("pfc-storm-watchdog: the watchdog shortens the victim's stall", "[play
     std::printf("[lab-playbooks] watchdog: detected %.1f ms after the storm began (switch), traffic moved again "
                 "after %.1f ms (data plane); restored %.1f ms after it ended\n",
                 sw / 1e6, dp / 1e6, ep["restore_time_ns"].get<double>() / 1e6);
-    CHECK(std::abs(sw - dp) <= 20e6);
+    CHECK(std::abs(sw - dp) <= 10e6);
+    // The scenario's conditions (storm on the wire, pause spread to the senders) were met.
+    CHECK(t["condition"]["reached"] == true);
+    CHECK(t["condition"]["checks"].size() == 2);
     CHECK(t["job"]["fabric"]["pause_frames"].get<double>() > 0);
     CHECK(t["job"]["fabric"]["pause_spread_time"].get<double>() > 0);
   }
@@ -328,9 +331,45 @@ TEST_CASE("game-day runs on the lab", "[playbooks][one-switch]") {
   CHECK(maxImpact(r.doc, "loss_bytes") > 0);
 }
 
-TEST_CASE("incast runs on the lab", "[playbooks][one-switch]") {
+// The incast's ground truth: the switch meters its flows into the receiver, so the result says
+// when its last frame left the switch. Returns "" when the job's recovery mark agrees with that
+// instant within the stated uncertainty, else why not.
+std::string incastAgreement(json doc) {
+  json& t = doc["trials"][0];
+  json wire;
+  for (auto& w : t["fabric"]["fault_windows"])
+    if (w.contains("wire")) wire = w["wire"];
+  if (!wire.is_object()) return "no wire evidence in the result";
+  if (!wire["last_ns"].is_number()) return "the incast still flowed when the trial ended";
+  json& im = t["job"]["impact"];
+  if (!im.is_object() || !im["recovered_at_ns"].is_number()) return "the job did not recover";
+  double last = wire["last_ns"].get<double>(), end = t["fault_end_ns"].get<double>();
+  double at = im["recovered_at_ns"].get<double>(), pm = im["uncertainty_ns"].get<double>();
+  std::printf("[lab-playbooks] incast: last frame on the wire %+.1f ms from the revert; recovery mark %+.1f ms "
+              "from it (uncertainty %.0f ms)\n", (last - end) / 1e6, (at - last) / 1e6, pm / 1e6);
+  std::fflush(stdout);
+  // Reverting stops the traffic: nothing of the incast stays on the wire past its revert.
+  if (last > end + 100e6) return "incast traffic on the wire " + std::to_string((last - end) / 1e6) + " ms after the revert";
+  if (std::abs(at - std::max(last, end)) > pm)
+    return "recovery mark " + std::to_string((at - last) / 1e6) + " ms from the wire's end, beyond +-" +
+           std::to_string(pm / 1e6) + " ms";
+  return "";
+}
+
+TEST_CASE("incast runs on the lab, and its recovery agrees with the switch's ground truth", "[playbooks][one-switch]") {
   Run r = runs(kOneSwitch, "incast", 30);
   CHECK(maxImpact(r.doc, "loss_bytes") > 0);  // 8 flows into n1 take bandwidth from the job
+  std::string why = incastAgreement(r.doc);
+  // A job can stall after the incast for reasons of this shared 2-core machine (a build next
+  // door); such a stall is a real stall the scorer must report. One run more tells that noise
+  // from a scorer that reads the incast wrongly: it must agree then.
+  if (!why.empty()) {
+    std::printf("[lab-playbooks] incast: %s; once more\n", why.c_str());
+    Run again = runs(kOneSwitch, "incast", 30, "incast-again");
+    why = incastAgreement(again.doc);
+  }
+  INFO(why);
+  CHECK(why.empty());
 }
 
 TEST_CASE("acceptance-suite runs on the lab", "[playbooks][one-switch]") {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "controller/report.hpp"
 #include "controller/score.hpp"
 #include "synthetic_run.hpp"
 
@@ -387,4 +388,126 @@ TEST_CASE("fabric metrics are missing, with a reason, where there is no evidence
   Scores s2 = score(run, pb);
   CHECK(s2.trials[0].job.fabric.count("watchdog_detect_time") == 0);
   CHECK(s2.trials[0].fabric.watchdog.at(0).detectNs == std::nullopt);
+}
+
+TEST_CASE("a scenario whose condition was not reached is not scored: inconclusive, exit 2, said in every report") {
+  std::string text = std::string(rc::test::kSyntheticPlaybook) +
+                     "[[require]]\nmetric = \"pause_frames\"\nop = \">\"\nbound = 0\n";
+  auto pb = parsePlaybook(text, "conditional.toml");
+  REQUIRE(pb);
+  REQUIRE(pb->scenarios[0].requirements.size() == 1);
+  RunResult run = rc::test::syntheticRun(*pb, Shape::cleanStep);
+  // No fabric evidence: no pause frames were seen, so the storm the scenario needs never happened.
+  Scores s = score(run, *pb);
+  REQUIRE(s.trials.size() == 1);
+  const TrialScore& t = s.trials[0];
+  CHECK_FALSE(t.conditionReached);
+  REQUIRE(t.conditions.size() == 1);
+  CHECK_FALSE(t.conditions[0].passed);
+  CHECK(s.outcome == Outcome::inconclusive);
+  CHECK(exitCodeFor(s.outcome) == 2);
+  CHECK(s.verdictsPassed == 0);
+  CHECK(s.verdictsFailed == 0);
+  CHECK(s.verdictsNotScored == 3);
+  for (const auto& v : t.verdicts) CHECK(v.measuredText.rfind("not scored: condition not reached", 0) == 0);
+  CHECK(s.reason.find("condition not reached: pause_frames > 0") != std::string::npos);
+  json doc = makeResultDocument(run, *pb, s);
+  CHECK(doc["outcome"]["verdict"] == "inconclusive");
+  CHECK(doc["trials"][0]["condition"]["reached"] == false);
+  CHECK(renderText(doc).find("CONDITION NOT REACHED") != std::string::npos);
+  std::string junit = renderJunit(doc);
+  CHECK(junit.find("skipped=\"3\"") != std::string::npos);
+  CHECK(renderHtml(doc).find("CONDITION NOT REACHED") != std::string::npos);
+
+  // With the storm on the wire the condition is met and the expectations are scored as ever.
+  rc::test::addStormEvidence(run);
+  Scores s2 = score(run, *pb);
+  CHECK(s2.trials[0].conditionReached);
+  CHECK(s2.verdictsNotScored == 0);
+  CHECK(s2.verdictsPassed + s2.verdictsFailed == 3);
+  CHECK(s2.outcome != Outcome::inconclusive);
+}
+
+TEST_CASE("the wire span of metered traffic: first frame, end of the last burst, open at the end") {
+  FabricEvidence f;
+  f.source = "labswitch test";
+  auto ev = [&](int64_t t, const char* what, const char* port, int l4) { f.events.push_back({t, what, port, 0, l4}); };
+  ev(1 * kSec, "flow_start", "n1", 7490);  // before the window: an earlier trial's
+  ev(2 * kSec, "flow_end", "n1", 7490);
+  ev(10 * kSec, "flow_start", "n1", 7490);
+  ev(10 * kSec + 5 * kMs, "flow_start", "n2", 7490);  // another port
+  ev(11 * kSec, "flow_end", "n1", 7490);
+  ev(11200 * kMs, "flow_start", "n1", 7490);
+  ev(12 * kSec + 3 * kMs, "flow_end", "n1", 7490);
+  ev(12 * kSec + 4 * kMs, "flow_start", "n1", 7491);  // another L4 port
+  auto w = wireSpan(f, "n1", 7490, 9 * kSec, 20 * kSec);
+  REQUIRE(w);
+  CHECK(w->firstNs == 10 * kSec);
+  CHECK(w->lastNs == 12 * kSec + 3 * kMs);
+  CHECK(w->episodes == 2);
+  CHECK_FALSE(wireSpan(f, "n3", 7490, 0, 20 * kSec));
+  auto open = wireSpan(f, "n1", 7491, 0, 20 * kSec);
+  REQUIRE(open);
+  CHECK_FALSE(open->lastNs);  // still on the wire when the evidence ended
+}
+
+TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may bound the CV") {
+  std::string text = "repeat = 3\n" + std::string(rc::test::kSyntheticPlaybook) +
+                     "[[expect]]\nmetric = \"baseline\"\nstat = \"cv\"\nop = \"<\"\nbound = 5\n"
+                     "[[expect]]\nmetric = \"baseline\"\nstat = \"cv\"\nop = \"<\"\nbound = 1\n";
+  auto pb = parsePlaybook(text, "repeat.toml");
+  REQUIRE(pb);
+  RunResult run = rc::test::syntheticRun(*pb, Shape::cleanStep);
+  REQUIRE(run.plan.trials.size() == 3);
+  // Three trials of the clean step at 100 %, 102 % and 98 % of the rate: baseline CV 2 %.
+  const double scale[] = {1.0, 1.02, 0.98};
+  run.faults.clear();
+  run.iterations.clear();
+  run.counters.clear();
+  for (const auto& node : run.plan.workloadNodes) {
+    auto& bins = run.series[node];
+    bins.clear();
+    for (const auto& t : run.plan.trials)
+      for (int64_t i = 0; i < (t.endNs - t.startNs) / run.binNs; i++)
+        bins.push_back({t.startNs + i * run.binNs, rc::test::shapeBytes(Shape::cleanStep, int(i)) * scale[t.index]});
+  }
+  for (const auto& t : run.plan.trials)
+    for (const auto& f : t.faults)
+      run.faults.push_back({t.index, f.step, f.node, f.kind, f.params, f.atNs, t.startNs + 10 * kSec,
+                            t.startNs + 12 * kSec, ""});
+  run.endedNs = run.plan.durationNs;
+  Scores s = score(run, *pb);
+  REQUIRE(s.trials.size() == 3);
+  REQUIRE(s.repeatability.size() == 1);
+  const RepeatGroup& g = s.repeatability[0];
+  CHECK(g.trials == 3);
+  auto base = std::find_if(g.metrics.begin(), g.metrics.end(), [](const RepeatMetric& m) { return m.metric == "baseline"; });
+  REQUIRE(base != g.metrics.end());
+  CHECK(base->values.size() == 3);
+  REQUIRE(base->cvPct);
+  CHECK(std::abs(*base->cvPct - 2.0) < 0.01);  // sd of {1, 1.02, 0.98} is 0.02 of the mean
+  CHECK(base->bmwg == "throughput");
+  REQUIRE(g.verdicts.size() == 2);
+  CHECK(g.verdicts[0].metric == "cv(baseline)");
+  CHECK(g.verdicts[0].passed);       // 2 % < 5 %
+  CHECK_FALSE(g.verdicts[1].passed);  // 2 % is not < 1 %
+  CHECK(s.outcome == Outcome::failed);
+  // Per-trial verdicts leave the CV expectations out: 3 per trial, as the playbook's others.
+  for (const auto& t : s.trials) CHECK(t.verdicts.size() == 3);
+  json doc = makeResultDocument(run, *pb, s);
+  CHECK(doc["repeatability"][0]["verdicts"].size() == 2);
+  CHECK(renderText(doc).find("FAIL cv(baseline) < 1% (job): 2.00% over 3 trials") != std::string::npos);
+  CHECK(renderJunit(doc).find("repeatability of synthetic") != std::string::npos);
+
+  // Without repeats a CV cannot be judged: the playbook is refused, naming the fix.
+  auto single = parsePlaybook(std::string(rc::test::kSyntheticPlaybook) +
+                                  "[[expect]]\nmetric = \"baseline\"\nstat = \"cv\"\nop = \"<\"\nbound = 5\n",
+                              "single.toml");
+  REQUIRE_FALSE(single);
+  CHECK(single.error().message.find("needs repeated trials: set repeat = 3") != std::string::npos);
+  auto badStat = parsePlaybook(std::string(rc::test::kSyntheticPlaybook) +
+                                   "[[expect]]\nmetric = \"stall_time\"\nstat = \"cv\"\nop = \"<\"\nbound = 5\n",
+                               "bad.toml");
+  REQUIRE_FALSE(badStat);
+  CHECK(badStat.error().message.find("stat = \"cv\" needs a job metric shown over repeats") != std::string::npos);
 }
