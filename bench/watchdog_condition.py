@@ -52,6 +52,7 @@ def main():
     d = tempfile.mkdtemp(prefix="rc-wdbench-")
     playbook = os.path.join(root, "playbooks", "pfc-storm-watchdog.toml")
     reached = 0
+    detect_gaps, restore_gaps = [], []
     try:
         inv = subprocess.run([cli, "lab", "up", "--nodes", "3", "--dir", d], check=True,
                              capture_output=True, text=True).stdout.strip()
@@ -68,9 +69,24 @@ def main():
             x3 = (after["n3"] - before["n3"]) / 1e6
             wd = after["wd"] - before["wd"]
             stall = "?"
+            timing = ""
             try:
                 doc = json.load(open(f"{d}/run{i}/result.json"))
                 stall = "%.0f ms" % (max(t["job"]["impact"].get("longest_stall_ns", 0) for t in doc["trials"]) / 1e6)
+                # The data plane's view of the watchdog against the switch's own instants.
+                for ep in doc["trials"][0]["fabric"]["watchdog"][:1]:
+                    def diff(a, b):
+                        if not isinstance(ep.get(a), (int, float)) or not isinstance(ep.get(b), (int, float)):
+                            return None
+                        return (ep[a] - ep[b]) / 1e6
+                    det = diff("data_plane_detect_time_ns", "detect_time_ns")
+                    res = diff("data_plane_restore_time_ns", "restore_time_ns")
+                    if det is not None:
+                        detect_gaps.append(abs(det))
+                    if res is not None:
+                        restore_gaps.append(abs(res))
+                    fmt = lambda v: "n/a" if v is None else "%+.1f ms" % v
+                    timing = f", data plane - switch: detection {fmt(det)}, restoration {fmt(res)}"
             except Exception:
                 pass
             # The condition: both senders were paused by the spread (and, with the watchdog
@@ -78,10 +94,15 @@ def main():
             ok = x1 > 0 and x3 > 0 and (wd >= 1 if a.watchdog == "on" else True)
             reached += ok
             print(f"run {i + 1:2d}: exit {r.returncode}, n1 XOFF {x1:7.0f} ms, n3 XOFF {x3:7.0f} ms, "
-                  f"watchdog storms {wd}, victim's longest stall {stall}, {time.time() - t0:.0f} s: "
+                  f"watchdog storms {wd}, victim's longest stall {stall}{timing}, {time.time() - t0:.0f} s: "
                   f"{'condition reached' if ok else 'CONDITION NOT REACHED'}", flush=True)
         print(f"watchdog_condition: {reached} of {a.runs} runs reached the condition "
               f"(watchdog {a.watchdog}; target >= 19 of 20)")
+        for name, gaps in (("detection", detect_gaps), ("restoration", restore_gaps)):
+            if gaps:
+                within = sum(g <= 10 for g in gaps)
+                print(f"watchdog_condition: {name}, data plane vs switch: {within} of {len(gaps)} within 10 ms, "
+                      f"largest {max(gaps):.1f} ms")
     finally:
         subprocess.run([cli, "lab", "down", "--dir", d], capture_output=True)
         subprocess.run(["rm", "-rf", d])

@@ -297,7 +297,9 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
                     {"restore_ns", optInt(ep.restoreNs)}, {"data_plane_moving_ns", optInt(ep.dataPlaneMovingNs)},
                     {"detect_time_ns", since(ep.detectNs, ep.stormStartNs)},
                     {"restore_time_ns", since(ep.restoreNs, ep.stormEndNs)},
-                    {"data_plane_detect_time_ns", since(ep.dataPlaneMovingNs, ep.stormStartNs)}});
+                    {"data_plane_detect_time_ns", since(ep.dataPlaneMovingNs, ep.stormStartNs)},
+                    {"data_plane_delivered_ns", optInt(ep.dataPlaneDeliveredNs)},
+                    {"data_plane_restore_time_ns", since(ep.dataPlaneDeliveredNs, ep.stormEndNs)}});
     }
     jt["fabric"] = {{"source", ts.fabric.source}, {"deltas", fd}, {"fault_windows", fw}, {"watchdog", wd}};
     (void)t;
@@ -525,7 +527,11 @@ std::string renderText(const json& doc) {
         o << "  PFC watchdog    " << str(w, "port") << " priority " << w.value("priority", 0) << ": detected "
           << show("detect_time_ns") << " after the storm began (data plane: traffic moved again after "
           << show("data_plane_detect_time_ns") << "), restored " << show("restore_time_ns")
-          << " after it ended\n";
+          << " after it ended";
+        if (w.contains("data_plane_restore_time_ns") && w["data_plane_restore_time_ns"].is_number())
+          o << " (data plane: frames delivered to " << str(w, "port") << " again after "
+            << show("data_plane_restore_time_ns") << ")";
+        o << "\n";
       }
       // Ground truth for traffic a fault put on the wire: when its last frame left the switch,
       // beside the job's recovery mark.
@@ -1020,7 +1026,11 @@ std::string renderHtml(const json& doc) {
         h << "<p class=\"watchdog\">PFC watchdog on " << esc(str(w, "port")) << " priority " << w.value("priority", 0)
           << ": detected " << esc(show("detect_time_ns")) << " after the storm began (data plane: traffic moved again after "
           << esc(show("data_plane_detect_time_ns")) << "), restored " << esc(show("restore_time_ns"))
-          << " after it ended.</p>\n";
+          << " after it ended";
+        if (w.contains("data_plane_restore_time_ns") && w["data_plane_restore_time_ns"].is_number())
+          h << " (data plane: frames delivered to " << esc(str(w, "port")) << " again after "
+            << esc(show("data_plane_restore_time_ns")) << ")";
+        h << ".</p>\n";
       }
     }
 

@@ -554,7 +554,7 @@ Scores score(const RunResult& run, const Playbook& pb) {
       const double stalled = ts.job.baseline ? ss.stallFraction * *ts.job.baseline : 0;
       for (const auto& e : run.fabric.events) {
         if (e.what != "pfc_rx_start" || e.tNs < t.startNs || e.tNs >= t.endNs) continue;
-        WatchdogEpisode ep{e.port, e.priority, e.tNs, {}, {}, {}, {}};
+        WatchdogEpisode ep{e.port, e.priority, e.tNs, {}, {}, {}, {}, {}};
         for (const auto& x : run.fabric.events) {
           if (x.port != e.port || x.priority != e.priority || x.tNs < e.tNs) continue;
           if (x.what == "pfc_rx_end" && !ep.stormEndNs) ep.stormEndNs = x.tNs;
@@ -563,11 +563,14 @@ Scores score(const RunResult& run, const Playbook& pb) {
         }
         // The data plane: the job's longest stall that begins while the storm is on (a bursty
         // job's short gaps between iterations are stalls too; the storm's spread is the long
-        // one), and the instant its traffic moves again.
+        // one), and the instant its traffic moves again. Only stalls that begin before the
+        // watchdog acted count: one that begins after it (a busy host, another fault) is not
+        // the storm's spread, whatever its length.
         if (stalled > 0) {
           int64_t stormEnd = ep.stormEndNs.value_or(t.endNs);
+          int64_t beganBy = ep.detectNs ? std::min(*ep.detectNs, stormEnd) : stormEnd;
           size_t bestEnd = 0, bestLen = 0;
-          for (size_t i = binFrom(jobGrid, e.tNs); i < jobGrid.size() && jobGrid.timeOf(i) < stormEnd;) {
+          for (size_t i = binFrom(jobGrid, e.tNs); i < jobGrid.size() && jobGrid.timeOf(i) < beganBy;) {
             if (jobGrid.rate(i) >= stalled) {
               i++;
               continue;
@@ -581,6 +584,18 @@ Scores score(const RunResult& run, const Playbook& pb) {
             i = j;
           }
           if (bestLen > 0) ep.dataPlaneMovingNs = jobGrid.timeOf(bestEnd);
+        }
+        if (ep.stormEndNs) {
+          bool flowing = false;
+          for (const auto& x : run.fabric.events) {
+            if (x.port != e.port || (x.what != "flow_start" && x.what != "flow_end")) continue;
+            if (x.tNs < *ep.stormEndNs) {
+              flowing = x.what == "flow_start";
+            } else if (x.what == "flow_start" && !flowing && x.tNs < t.endNs) {
+              ep.dataPlaneDeliveredNs = x.tNs;
+              break;
+            }
+          }
         }
         ts.fabric.watchdog.push_back(ep);
       }

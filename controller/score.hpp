@@ -163,6 +163,10 @@ struct WatchdogEpisode {
   int priority = 0;
   int64_t stormStartNs = 0;
   std::optional<int64_t> stormEndNs, detectNs, restoreNs, dataPlaneMovingNs;
+  // Restoration seen in the data plane: the first metered frame delivered to the stormed port
+  // after the storm ended (the traffic towards the stuck host, held or dropped until the queue
+  // is restored); empty without a meter on the port or when that traffic was never held.
+  std::optional<int64_t> dataPlaneDeliveredNs;
 };
 
 struct FabricScore {

@@ -80,12 +80,15 @@ bound = "1s"
 )";
 
 // Bytes per 100 ms bin as a function of the bin index (bins 100..119 are the fault).
-enum class Shape { cleanStep, slowRamp, neverRecovers, noisyBaseline, noEffect };
+enum class Shape { cleanStep, slowRamp, neverRecovers, noisyBaseline, noEffect, spreadThenBusy };
 
 inline double shapeBytes(Shape s, int i) {
   switch (s) {
     case Shape::cleanStep:  // out for the fault and 500 ms more
       return i >= 100 && i < 125 ? 0 : 1000;
+    case Shape::spreadThenBusy:  // stalled by a storm's spread until the watchdog acts (10-10.2 s),
+                                 // then a longer stall of a busy host (10.5-11.5 s)
+      return (i >= 100 && i < 102) || (i >= 105 && i < 115) ? 0 : 1000;
     case Shape::slowRamp:  // out for the fault, then 10 % more per bin
       if (i >= 100 && i < 120) return 0;
       if (i >= 120 && i < 130) return 100.0 * (i - 119);

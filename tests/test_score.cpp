@@ -376,6 +376,32 @@ TEST_CASE("fabric evidence: deltas per queue, fabric metrics, and the watchdog's
   CHECK(ep.restoreNs == 12200 * kMs);
   // The data plane: cleanStep's traffic is out from 10 s to 12.5 s and moves again at 12.5 s.
   CHECK(ep.dataPlaneMovingNs == 12500 * kMs);
+  // Restoration from the data plane needs metered traffic towards the stormed port: none here.
+  CHECK(ep.dataPlaneDeliveredNs == std::nullopt);
+  // With it: frames for n2 flowed, stopped when the storm held (then the watchdog dropped)
+  // them, and the first one delivered after the storm marks PFC honoured again.
+  run.fabric.events.push_back({9 * kSec, "flow_start", "n2", 0, 7490});
+  run.fabric.events.push_back({10050 * kMs, "flow_end", "n2", 0, 7490});
+  run.fabric.events.push_back({12100 * kMs, "flow_start", "n1", 0, 7490});  // another port
+  run.fabric.events.push_back({12201 * kMs, "flow_start", "n2", 0, 7490});
+  Scores withFlow = score(run, pb);
+  CHECK(withFlow.trials[0].fabric.watchdog.at(0).dataPlaneDeliveredNs == 12201 * kMs);
+  // Traffic that never stopped (nothing was held) cannot show restoration: no figure.
+  run.fabric.events.erase(run.fabric.events.end() - 3);
+  Scores flowing = score(run, pb);
+  CHECK(flowing.trials[0].fabric.watchdog.at(0).dataPlaneDeliveredNs == std::nullopt);
+}
+
+TEST_CASE("the data plane's detection is the stall the storm caused, not a longer one after the watchdog acted") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::spreadThenBusy);
+  rc::test::addStormEvidence(run);  // storm 10-12 s, the watchdog detects it at 10.2 s
+  Scores s = score(run, pb);
+  CHECK(s.trials[0].fabric.watchdog.at(0).dataPlaneMovingNs == 10200 * kMs);
+  // A watchdog that never fired: the storm's longest stall is the one it caused.
+  run.fabric.events.erase(run.fabric.events.begin() + 1);
+  Scores off = score(run, pb);
+  CHECK(off.trials[0].fabric.watchdog.at(0).dataPlaneMovingNs == 11500 * kMs);
 }
 
 TEST_CASE("fabric metrics are missing, with a reason, where there is no evidence or the watchdog never fired") {
