@@ -33,6 +33,41 @@ Result<void> mkdirs(const std::string& path, mode_t mode) {
   return {};
 }
 
+Result<void> trustedDir(const std::string& dir) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT) return makeError(errnoText("cannot inspect the lab directory", dir), errno);
+    std::error_code ec;
+    fs::create_directories(fs::path(dir).parent_path(), ec);
+    if (ec)
+      return makeError("cannot create the parents of the lab directory '" + dir + "': " + ec.message(),
+                       ec.value());
+    // Private from the start: no window in which another user could plant a file in it.
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+      return makeError(errnoText("cannot create the lab directory", dir), errno);
+    if (::lstat(dir.c_str(), &st) != 0)
+      return makeError(errnoText("cannot inspect the lab directory", dir), errno);
+  }
+  // The lab acts as root on what it finds here (lab.json names namespaces, links and processes;
+  // agents read their configuration and keys), so only a directory this user made and nobody
+  // else can write is trusted.
+  if (S_ISLNK(st.st_mode))
+    return makeError("the lab directory '" + dir +
+                     "' is a symbolic link; the lab does not follow links: pass the real path with --dir");
+  if (!S_ISDIR(st.st_mode)) return makeError("'" + dir + "' exists and is not a directory; pick another --dir");
+  if (st.st_uid != ::geteuid())
+    return makeError("the lab directory '" + dir + "' belongs to uid " + std::to_string(st.st_uid) +
+                     ", not to this user (uid " + std::to_string(::geteuid()) +
+                     "); the lab trusts only a directory it made: remove it or pick another --dir");
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+    return makeError("the lab directory '" + dir + "' is writable by other users (mode " + mode +
+                     "); run `chmod go-w " + dir + "` or pick another --dir");
+  }
+  return {};
+}
+
 Result<void> writeFile(const std::string& path, const std::string& text) {
   return writeFileAtomic(path, text);
 }
@@ -88,7 +123,7 @@ Result<std::string> resolveBinary(const std::string& name) {
 }
 
 Result<FileLock> FileLock::acquire(const std::string& path, bool wait) {
-  UniqueFD fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  UniqueFD fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd.isValid()) return makeError(errnoText("cannot open lock file", path), errno);
   while (::flock(fd.get(), LOCK_EX | (wait ? 0 : LOCK_NB)) != 0) {
     if (errno == EINTR) continue;

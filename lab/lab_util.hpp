@@ -13,6 +13,10 @@ namespace rc::lab {
 // "WHAT 'PATH': strerror(errno)".
 std::string errnoText(const std::string& what, const std::string& path);
 Result<void> mkdirs(const std::string& path, mode_t mode);
+// Creates the lab directory DIR private to this user (0700), or checks that an existing one
+// can be trusted: a real directory (no symlink), owned by this user, writable by nobody else.
+// The error names the problem and the fix.
+Result<void> trustedDir(const std::string& dir);
 // Atomic: temp file, fsync, rename.
 Result<void> writeFile(const std::string& path, const std::string& text);
 // The whole file, or "" if it cannot be read.

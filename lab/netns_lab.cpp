@@ -461,6 +461,43 @@ bool netnsExists(const std::string& name) {
   return ::access(("/run/netns/" + name).c_str(), F_OK) == 0;
 }
 
+// lab.json is only acted on when every name in it is one this lab makes for its slot:
+// `lab down` deletes namespaces and links and stops processes as root, and must never be led
+// to delete the host's own interfaces or another lab's, whatever the file says.
+Result<void> onlyOwnNames(const LabState& s, const std::string& dir) {
+  auto refuse = [&](const std::string& what) -> Result<void> {
+    return makeError("'" + statePath(dir) + "' names " + what +
+                     ", which no lab in this directory makes; refusing to act on it (check the "
+                     "file, and `ip netns list` / `ip link` for rc" +
+                     std::to_string(s.slot) + "-* objects)");
+  };
+  if (s.slot < 1 || s.slot > kMaxSlots) return refuse("slot " + std::to_string(s.slot));
+  if (s.dir != dir) return refuse("the directory '" + s.dir + "'");
+  if (!s.slotFile.empty() && s.slotFile != slotPath(s.slot)) return refuse("the slot file '" + s.slotFile + "'");
+  if (s.nodes.size() > size_t(kMaxNodes)) return refuse(std::to_string(s.nodes.size()) + " nodes");
+  Names names{s.slot};
+  auto ownNs = [&](const std::string& n) {
+    if (n == names.fabricNs()) return true;
+    for (int i = 1; i <= kMaxNodes; i++)
+      if (n == names.nodeNs(i)) return true;
+    return false;
+  };
+  auto ownLink = [&](const std::string& n) {
+    if (n == names.mgmtBridge()) return true;
+    for (int i = 1; i <= kMaxNodes; i++)
+      if (n == names.mgmtVeth(i)) return true;
+    return false;
+  };
+  for (const auto& ns : s.namespaces)
+    if (!ownNs(ns)) return refuse("the namespace '" + ns + "'");
+  for (const auto& l : s.rootLinks)
+    if (!ownLink(l)) return refuse("the link '" + l + "'");
+  for (const auto& n : s.nodes)
+    if (!n.config.empty() && n.config != dir + "/nodes/" + n.name + "/agent.toml")
+      return refuse("the agent configuration '" + n.config + "'");
+  return {};
+}
+
 // down() without the DIR lock (up() calls it while holding the lock).
 Result<void> downLocked(const std::string& dir) {
   auto loaded = loadState(dir);
@@ -469,7 +506,11 @@ Result<void> downLocked(const std::string& dir) {
     return loaded.error();
   }
   LabState s = std::move(loaded).value();
+  if (s.dir != dir)
+    return makeError("'" + statePath(dir) + "' was written for the directory '" + s.dir +
+                     "'; refusing to act on it (was the directory copied or moved?)");
   if (s.kind == "vm") return vm::downLocked(s);
+  if (auto r = onlyOwnNames(s, dir); !r) return r.error();
   std::vector<std::string> problems;
 
   // The supervisor first: it stops the agents itself (SIGTERM, so they revert their faults)
@@ -630,7 +671,7 @@ Result<std::string> up(const UpOptions& options) {
                      std::to_string(n) + "): the lab supervisor is forked from it");
 
   std::string dir = absoluteDir(options.dir);
-  if (auto r = mkdirs(dir, 0755); !r) return r.error();
+  if (auto r = trustedDir(dir); !r) return r.error();
   auto dirLock = FileLock::acquire(dir + "/.lab.lock", false);
   if (!dirLock)
     return makeError("another `rdmachaos lab` command is working on " + dir + "; try again");
@@ -667,6 +708,7 @@ Result<void> down(const std::string& dirArg) {
     log::info("no lab in {} (nothing to remove)", dir);
     return {};
   }
+  if (auto r = trustedDir(dir); !r) return r.error();
   if (auto s = loadState(dir); s && s->kind == "vm") {
     // The soft-RoCE lab needs no root, and leaves nothing in DIR, not even its lock file.
     auto dirLock = FileLock::acquire(dir + "/.lab.lock", true);

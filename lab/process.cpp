@@ -58,7 +58,7 @@ std::string describeCommand(const std::vector<std::string>& argv) {
   return s + "`";
 }
 
-Result<std::string> runCommand(const std::vector<std::string>& argv) {
+Result<std::string> runCommand(const std::vector<std::string>& argv, int timeoutMs) {
   int outPipe[2], errPipe[2];
   if (::pipe2(outPipe, O_CLOEXEC) != 0)
     return makeError("pipe: " + std::string(strerror(errno)), errno);
@@ -87,25 +87,52 @@ Result<std::string> runCommand(const std::vector<std::string>& argv) {
   outW.reset();
   errW.reset();
 
+  // The child's exit is watched through a pidfd beside its pipes, so a command that closes its
+  // output and hangs (or one that hangs with it open) is killed at the deadline, not waited on.
+  UniqueFD pidfd(pidfdOpen(pid));
+  const int64_t deadline = monoNs() + int64_t(timeoutMs) * 1'000'000;
   std::string out, err;
-  pollfd fds[2] = {{outR.get(), POLLIN, 0}, {errR.get(), POLLIN, 0}};
+  pollfd fds[3] = {{outR.get(), POLLIN, 0}, {errR.get(), POLLIN, 0}, {pidfd.get(), POLLIN, 0}};
   int open = 2;
+  bool exited = !pidfd.isValid();  // without pidfds (old kernel): wait for the pipes only
+  bool timedOut = false;
   char buf[4096];
-  while (open > 0) {
-    if (::poll(fds, 2, -1) < 0) {
+  while (open > 0 || !exited) {
+    int64_t left = (deadline - monoNs()) / 1'000'000;
+    if (left <= 0) {
+      timedOut = true;
+      break;
+    }
+    int n = ::poll(fds, 3, int(std::min<int64_t>(left, INT_MAX)));
+    if (n < 0) {
       if (errno == EINTR) continue;
       break;
     }
+    if (fds[2].fd >= 0 && fds[2].revents) {
+      exited = true;
+      fds[2].fd = -1;
+    }
     for (int i = 0; i < 2; i++) {
       if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        (i == 0 ? out : err).append(buf, size_t(n));
-      } else if (n == 0 || errno != EINTR) {
+      ssize_t r = ::read(fds[i].fd, buf, sizeof buf);
+      if (r > 0) {
+        (i == 0 ? out : err).append(buf, size_t(r));
+      } else if (r == 0 || errno != EINTR) {
         fds[i].fd = -1;
         open--;
       }
     }
+    // An exited command whose pipes a grandchild still holds: what it wrote is read; done.
+    if (exited && open > 0 && n > 0 && fds[0].revents == 0 && fds[1].revents == 0) break;
+  }
+  if (timedOut) {
+    // Our own child, still unreaped, so its pid cannot have been reused.
+    ::kill(pid, SIGKILL);
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    return makeError(describeCommand(argv) + " did not finish within " +
+                         std::to_string(timeoutMs / 1000.0).substr(0, 4) + " s; killed it",
+                     ETIMEDOUT);
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -25,8 +25,9 @@ struct ProcRecord {
 std::string describeCommand(const std::vector<std::string>& argv);
 
 // Runs argv (PATH lookup, no shell) and returns its stdout; a non-zero exit becomes an error
-// naming the command and quoting its stderr.
-Result<std::string> runCommand(const std::vector<std::string>& argv);
+// naming the command and quoting its stderr. A command still running after TIMEOUT_MS is
+// killed and reported (error code ETIMEDOUT): a wedged `ip` must not wedge `lab up`/`down`.
+Result<std::string> runCommand(const std::vector<std::string>& argv, int timeoutMs = 30'000);
 
 // Start time and command line of a live (non-zombie) process; startTime 0 if it is gone.
 ProcRecord identify(pid_t pid);

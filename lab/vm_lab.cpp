@@ -714,7 +714,7 @@ Result<std::string> up(const UpOptions& o) {
     return makeError("lab up --soft-roce: lab directory '" + dir +
                      "' may hold only letters, digits and / . _ -");
   bool createdDir = ::access(dir.c_str(), F_OK) != 0;
-  if (auto r = mkdirs(dir, 0755); !r) return r.error();
+  if (auto r = trustedDir(dir); !r) return r.error();
   auto dirLock = FileLock::acquire(dir + "/.lab.lock", false);
   if (!dirLock)
     return makeError("another `rdmachaos lab` command is working on " + dir + "; try again");

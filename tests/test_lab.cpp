@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <toml++/toml.h>
 #include <unistd.h>
@@ -414,4 +415,101 @@ TEST_CASE("the real agent accepts on its management address in every node") {
   for (auto& n : state["nodes"]) CHECK(n["restarts"].get<int>() == 0);
   REQUIRE(rc::lab::down(dir.path).ok());
   CHECK_FALSE(labObjectsExist(k));
+}
+
+TEST_CASE("lab up trusts only a private directory it made; lab down acts only on names a lab makes") {
+  LabDir parent;
+  auto at = [&](const std::string& dir) {
+    rc::lab::UpOptions o;
+    o.nodes = 1;
+    o.dir = dir;
+    o.agentBinary = standInAgent();
+    return o;
+  };
+  auto refused = [&](const std::string& dir, const std::string& why) {
+    auto r = rc::lab::up(at(dir));
+    INFO(dir << ": " << show(r));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find(why) != std::string::npos);
+    CHECK(r.error().message.find("--dir") != std::string::npos);  // names the fix
+    CHECK_FALSE(fs::exists(dir + "/lab.json"));
+    CHECK_FALSE(fs::exists(dir + "/.lab.lock"));
+  };
+  // A directory another user made (an attacker can pre-create /tmp/rdmachaos-demo).
+  std::string foreign = parent.path + "/foreign";
+  REQUIRE(::mkdir(foreign.c_str(), 0755) == 0);
+  REQUIRE(::chown(foreign.c_str(), 65534, 65534) == 0);
+  refused(foreign, "belongs to uid 65534");
+  // One anybody can write to.
+  std::string open = parent.path + "/open";
+  REQUIRE(::mkdir(open.c_str(), 0700) == 0);
+  REQUIRE(::chmod(open.c_str(), 0777) == 0);
+  refused(open, "writable by other users (mode 0777)");
+  // A symbolic link, even to a good directory: nothing is created through it.
+  std::string target = parent.path + "/target", link = parent.path + "/link";
+  REQUIRE(::mkdir(target.c_str(), 0700) == 0);
+  REQUIRE(::symlink(target.c_str(), link.c_str()) == 0);
+  refused(link, "symbolic link");
+  CHECK(fs::is_empty(target));
+  // `lab down` does not act on a lab.json in a directory it cannot trust (anyone could have
+  // written it).
+  std::ofstream(open + "/lab.json") << json{{"dir", open}, {"slot", 7}, {"namespaces", {"rc7-n1"}}}.dump();
+  auto downOpen = rc::lab::down(open);
+  REQUIRE_FALSE(downOpen.ok());
+  CHECK(downOpen.error().message.find("writable by other users") != std::string::npos);
+  fs::remove(open + "/lab.json");
+
+  // A new lab directory is private to its user.
+  std::string fresh = parent.path + "/fresh";
+  auto up = rc::lab::up(at(fresh));
+  INFO(show(up));
+  REQUIRE(up.ok());
+  struct stat st {};
+  REQUIRE(::stat(fresh.c_str(), &st) == 0);
+  CHECK((st.st_mode & 077) == 0);
+  REQUIRE(rc::lab::down(fresh).ok());
+
+  // lab.json that names objects no lab makes (here a namespace of this test's own, and the
+  // loopback link): lab down refuses, and they survive.
+  std::string victim = "rcvictim" + std::to_string(::getpid());
+  run({"ip", "netns", "add", victim});
+  struct Remove {
+    std::string ns;
+    ~Remove() { (void)rc::lab::runCommand({"ip", "netns", "del", ns}); }
+  } removeVictim{victim};
+  std::string forged = parent.path + "/forged";
+  REQUIRE(::mkdir(forged.c_str(), 0700) == 0);
+  for (const json& names : {json{{"namespaces", {victim}}}, json{{"root_links", {"lo"}}}}) {
+    json state = {{"dir", forged}, {"slot", 7}, {"kind", "netns"}, {"fabric", "bridge"}};
+    state.update(names);
+    std::ofstream(forged + "/lab.json") << state.dump();
+    auto r = rc::lab::down(forged);
+    INFO(state.dump());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("no lab in this directory makes") != std::string::npos);
+  }
+  CHECK(fs::exists("/run/netns/" + victim));
+  // ... and one written for another directory (copied or moved) is refused too.
+  std::ofstream(forged + "/lab.json") << json{{"dir", "/"}, {"slot", 7}, {"kind", "vm"}}.dump();
+  auto moved = rc::lab::down(forged);
+  REQUIRE_FALSE(moved.ok());
+  CHECK(moved.error().message.find("written for the directory '/'") != std::string::npos);
+  fs::remove(forged + "/lab.json");
+}
+
+TEST_CASE("lab helper commands have a deadline") {
+  // A command that hangs is killed at its deadline and reported, with its output pipes open...
+  auto r = rc::lab::runCommand({"sleep", "30"}, 300);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == ETIMEDOUT);
+  CHECK(r.error().message.find("`sleep 30` did not finish") != std::string::npos);
+  // ... or after closing them.
+  auto closed = rc::lab::runCommand({"sh", "-c", "exec >&- 2>&-; sleep 30"}, 300);
+  REQUIRE_FALSE(closed.ok());
+  CHECK(closed.error().code == ETIMEDOUT);
+  // A command that finishes in time still returns its output, also when a child it left
+  // behind holds the pipes.
+  auto ok = rc::lab::runCommand({"sh", "-c", "echo hello; sleep 3 &"}, 10'000);
+  REQUIRE(ok.ok());
+  CHECK(*ok == "hello\n");
 }
