@@ -66,7 +66,10 @@ struct IncastParams {
   bool udp = false;
   std::string interface;  // the data interface the traffic uses
   in_addr localAddr{};
+  std::vector<in_addr> from;  // the sink accepts flows only from these (empty = any)
 };
+
+bool sameAddr(in_addr a, in_addr b) { return a.s_addr == b.s_addr; }
 
 std::string errnoText(int e) { return std::strerror(e); }
 
@@ -169,6 +172,17 @@ class Incast final : public Fault {
   }
 
   // ------------------------------------------------------------ the receiver's sink
+  static std::string refusals(size_t strangers, size_t extra, size_t starved) {
+    std::string r;
+    auto add = [&](size_t n, const std::string& why) {
+      if (n) r += (r.empty() ? " (" : ", ") + std::to_string(n) + " refused: " + why;
+    };
+    add(strangers, "not from a sender");
+    add(extra, "more than fan_in");
+    add(starved, "out of descriptors");
+    return r.empty() ? r : r + ")";
+  }
+
   Result<void> sink(std::stop_token& stop, int wakeFd, Clock::time_point end, EventLog& events) {
     UniqueFD listener(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!listener.isValid()) return makeError("incast sink: cannot open a socket: " + errnoText(errno), errno);
@@ -186,28 +200,49 @@ class Incast final : public Fault {
     std::vector<UniqueFD> conns;
     std::vector<uint8_t> buf(kChunk);
     uint64_t bytes = 0;
-    size_t accepted = 0, refused = 0;
+    size_t accepted = 0, strangers = 0, extra = 0, starved = 0;
+    // Out of descriptors: the listener stays readable, so it is left out of the poll for a
+    // while instead of spinning on accept (and logging) at full speed.
+    Clock::time_point listenAgain{};
     std::vector<pollfd> pfds;
     while (!stop.stop_requested() && Clock::now() < end) {
+      const bool listen = Clock::now() >= listenAgain;
       pfds.clear();
       pfds.push_back({wakeFd, POLLIN, 0});
-      pfds.push_back({listener.get(), POLLIN, 0});
+      pfds.push_back({listen ? listener.get() : -1, POLLIN, 0});
       for (auto& c : conns) pfds.push_back({c.get(), POLLIN, 0});
-      int n = ::poll(pfds.data(), pfds.size(), msUntil(end));
+      int wait = msUntil(end);
+      if (!listen) wait = std::min(wait, int(std::chrono::ceil<std::chrono::milliseconds>(listenAgain - Clock::now()).count()));
+      int n = ::poll(pfds.data(), pfds.size(), wait);
       if (n < 0) {
         if (errno == EINTR) continue;
         return makeError("incast sink: poll failed: " + errnoText(errno), errno);
       }
       if (pfds[1].revents & POLLIN) {
         for (;;) {
-          int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (fd < 0) break;
-          if (conns.size() >= size_t(kMaxSinkConnections)) {
-            ::close(fd);
-            refused++;
+          sockaddr_in peer{};
+          socklen_t len = sizeof peer;
+          int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+              starved++;
+              listenAgain = Clock::now() + std::chrono::milliseconds(100);
+            }
+            break;
+          }
+          UniqueFD conn(fd);
+          // Only the senders the controller bound, and no more flows than fan_in: anyone else
+          // on the fabric could otherwise hold the root agent's descriptors.
+          if (!p_.from.empty() && std::none_of(p_.from.begin(), p_.from.end(),
+                                               [&](in_addr a) { return sameAddr(a, peer.sin_addr); })) {
+            strangers++;
             continue;
           }
-          conns.emplace_back(fd);
+          if (conns.size() >= size_t(std::min(p_.fanIn, kMaxSinkConnections))) {
+            extra++;
+            continue;
+          }
+          conns.push_back(std::move(conn));
           accepted++;
         }
       }
@@ -230,8 +265,7 @@ class Incast final : public Fault {
     }
     events.add(Event{wallNs(), "received",
                      std::to_string(bytes) + " B (" + formatSize(bytes) + ") on " + std::to_string(accepted) +
-                         " flows" +
-                         (refused ? " (" + std::to_string(refused) + " refused: too many)" : ""),
+                         " flows" + refusals(strangers, extra, starved),
                      false});
     {
       std::lock_guard lock(m_);
@@ -254,7 +288,7 @@ class Incast final : public Fault {
                        errno);
     events.add(Event{wallNs(), "listening", p_.receiver + ":" + std::to_string(p_.port) + "/udp", false});
     std::vector<uint8_t> buf(65536);
-    uint64_t bytes = 0, datagrams = 0;
+    uint64_t bytes = 0, datagrams = 0, strangers = 0;
     std::vector<uint16_t> sources;  // distinct source ports seen (bounded by fan_in)
     while (!stop.stop_requested() && Clock::now() < end) {
       pollfd pfds[2] = {{wakeFd, POLLIN, 0}, {sock.get(), POLLIN, 0}};
@@ -270,6 +304,11 @@ class Incast final : public Fault {
         ssize_t r = ::recvfrom(sock.get(), buf.data(), buf.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from),
                                &len);
         if (r < 0) break;
+        if (!p_.from.empty() &&
+            std::none_of(p_.from.begin(), p_.from.end(), [&](in_addr a) { return sameAddr(a, from.sin_addr); })) {
+          strangers++;
+          continue;
+        }
         bytes += uint64_t(r);
         datagrams++;
         uint16_t port = ntohs(from.sin_port);
@@ -279,7 +318,8 @@ class Incast final : public Fault {
     }
     events.add(Event{wallNs(), "received",
                      std::to_string(bytes) + " B (" + formatSize(bytes) + ") in " + std::to_string(datagrams) +
-                         " datagrams from " + std::to_string(sources.size()) + " flows",
+                         " datagrams from " + std::to_string(sources.size()) + " flows" +
+                         (strangers ? " (" + std::to_string(strangers) + " datagrams ignored: not from a sender)" : ""),
                      false});
     {
       std::lock_guard lock(m_);
@@ -474,14 +514,25 @@ Result<std::vector<BoundTarget>> bindIncast(const json& params, const std::vecto
   if (fanIn % want != 0)
     return makeError("incast fan_in " + std::to_string(fanIn) + " must be a multiple of the " + std::to_string(want) +
                      " senders (each sender opens fan_in / senders flows)");
+  // All of the pool needs no draw (and consumes none of the seeded sequence).
+  auto picked = pickInOrder(pool, size_t(want), size_t(want) < pool.size() ? below : nullptr);
   json wire = params;
   wire["receiver"] = rx->dataAddresses[0];
   wire["senders"] = want;
+  // The sink accepts flows only from the picked senders' data addresses; a sender the
+  // inventory gives none for leaves the sink open to any (it cannot be told apart).
+  std::string from;
+  bool everySenderKnown = true;
+  for (const auto& name : picked) {
+    auto n = std::find_if(nodes.begin(), nodes.end(), [&](const BindNode& b) { return b.name == name; });
+    if (n == nodes.end() || n->dataAddresses.empty()) everySenderKnown = false;
+    if (n != nodes.end())
+      for (const auto& a : n->dataAddresses) from += (from.empty() ? "" : ",") + a;
+  }
+  if (everySenderKnown && params.value("from", std::string()).empty()) wire["from"] = from;
   std::vector<BoundTarget> out;
   out.push_back({receiver, wire, "sink"});
-  // All of the pool needs no draw (and consumes none of the seeded sequence).
-  for (const auto& n : pickInOrder(pool, size_t(want), size_t(want) < pool.size() ? below : nullptr))
-    out.push_back({n, wire, "sender"});
+  for (const auto& n : picked) out.push_back({n, wire, "sender"});
   return out;
 }
 
@@ -506,6 +557,10 @@ const FaultKind kIncast{
          json(), 1e6, 3600e9, true},
         {"dscp", ParamType::integer, "DSCP of the flows (26 = the usual RoCE class)", 26, 0, 63},
         {"port", ParamType::integer, "TCP or UDP port of the receiver's sink", 7490, 1024, 65535},
+        {"from", ParamType::string,
+         "data addresses the sink accepts flows from, comma-separated (the controller sets the senders'; "
+         "empty = any)",
+         "", 0, 0, false},
         {"transport", ParamType::string,
          "tcp (flows back off under congestion) or udp (datagrams at the burst schedule that never back "
          "off, like RoCEv2 without DCQCN)",
@@ -533,6 +588,21 @@ const FaultKind kIncast{
       if (tr != params.end() && (!tr->is_string() || (*tr != "tcp" && *tr != "udp")))
         return makeError("incast parameter 'transport' must be \"tcp\" or \"udp\"");
       p.udp = tr != params.end() && *tr == "udp";
+      if (auto f = params.find("from"); f != params.end() && f->is_string()) {
+        std::string list = f->get<std::string>();
+        size_t start = 0;
+        while (start < list.size()) {
+          size_t comma = list.find(',', start);
+          std::string one = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+          in_addr a{};
+          if (::inet_pton(AF_INET, one.c_str(), &a) != 1)
+            return makeError("incast parameter 'from': '" + one + "' is not an IPv4 address (a comma-separated list)");
+          if (p.from.size() >= 4096) return makeError("incast parameter 'from' lists more than 4096 addresses");
+          p.from.push_back(a);
+          if (comma == std::string::npos) break;
+          start = comma + 1;
+        }
+      }
       if (auto d = params.find("duration"); d != params.end() && d->is_number_integer()) p.durationNs = d->get<int64_t>();
       if (p.senders < 1 || p.senders > 4096)
         return makeError("incast: senders must be resolved to 1..4096 by the controller before it reaches an agent");

@@ -230,6 +230,61 @@ TEST_CASE("incast: an interval paces synchronised bursts on the common clock", "
   requireJournalsEmpty();
 }
 
+// What a TCP connection from namespace NS to ADDRESS:PORT meets: no listener, a sink that
+// closes it at once, or one that accepts and holds it.
+enum class Probe { noListener, closed, held, error };
+Probe probe(const std::string& ns, const std::string& address, int port) {
+  std::string py = "import socket,sys\n"
+                   "s=socket.socket(); s.settimeout(1.5)\n"
+                   "try: s.connect(('" + address + "'," + std::to_string(port) + "))\n"
+                   "except ConnectionRefusedError: sys.exit(3)\n"
+                   "try: d=s.recv(1)\n"
+                   "except socket.timeout: sys.exit(4)\n"
+                   "except ConnectionResetError: sys.exit(5)\n"
+                   "sys.exit(5 if d==b'' else 6)\n";
+  std::string cmd = "ip netns exec " + ns + " python3 -c \"" + py + "\"";
+  int st = std::system(cmd.c_str());
+  int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return code == 3 ? Probe::noListener : code == 4 ? Probe::held : code == 5 ? Probe::closed : Probe::error;
+}
+
+TEST_CASE("incast: the sink accepts only its senders", "[incast]") {
+  auto& L = lab();
+  const auto& rx = L.state.nodes[0];        // n1
+  const auto& stranger = L.state.nodes[3];  // n4: on the fabric, not a sender
+  Cli r;
+  std::thread inject([&] {
+    r = cli({"inject", "incast", "--inventory", L.inventory, "--node", "n2,n3", "--set", "receiver=n1", "--set",
+             "fan_in=2", "--set", "size=64KiB", "--set", "interval=100ms", "--set", "port=7495", "--for", "5s",
+             "--json"});
+  });
+  // Until the sink listens a connection meets no listener; then the sink must close it at once
+  // (before the fix it accepted anyone, up to 4096 flows, and held them).
+  Probe seen = Probe::noListener;
+  for (int i = 0; i < 40 && seen == Probe::noListener; i++) {
+    seen = probe(stranger.netns, rx.dataAddress, 7495);
+    if (seen == Probe::noListener) std::this_thread::sleep_for(100ms);
+  }
+  inject.join();
+  CHECK(seen == Probe::closed);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  json report = json::parse(r.out);
+  bool sawSink = false;
+  for (const auto& n : report["nodes"]) {
+    if (n["node"] != "n1") continue;
+    sawSink = true;
+    const json* got = event(n["fault"], "received");
+    REQUIRE(got);
+    std::string d = (*got)["detail"];
+    CAPTURE(d);
+    CHECK_THAT(d, Catch::Contains("on 2 flows"));
+    CHECK_THAT(d, Catch::Contains("refused: not from a sender"));
+  }
+  CHECK(sawSink);
+  requireJournalsEmpty();
+}
+
 TEST_CASE("incast over UDP: datagrams that never back off reach the sink in the RoCE class", "[incast]") {
   auto& L = lab();
   const auto& rx = L.state.nodes[0];  // n1
