@@ -1,5 +1,6 @@
 // rdmachaos-agent: the per-node daemon. Reverts anything journaled, then serves controllers.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
@@ -25,6 +26,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (verbose) rc::log::setLevel(rc::log::Level::debug);
   ::signal(SIGPIPE, SIG_IGN);
+  // Sessions, incast flows and workload connections all take descriptors; the soft limit
+  // (1024 by default) is raised to the hard one, so that a busy node does not run out while
+  // the fabric is changed.
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
 
   auto config = rc::agent::loadConfig(configPath);
   if (!config) {

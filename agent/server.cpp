@@ -4,6 +4,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
 #include <deque>
 #include <set>
 
@@ -20,6 +22,10 @@ using namespace std::chrono_literals;
 using json = nlohmann::json;
 
 namespace {
+
+// Replies and telemetry queued for one controller: far above what a reading peer leaves queued
+// (telemetry is sent in pages of at most a frame), small beside the agent's memory.
+constexpr size_t kMaxOutboxBytes = 16u << 20;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -42,6 +48,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writerDone_ = false;
   int64_t receivedNs_ = 0;
   std::deque<std::string> outbox_;
+  size_t outboxBytes_ = 0;
   asio::steady_timer wake_;  // signals the writer: outbox has data or closing
 };
 
@@ -56,6 +63,8 @@ struct Server::Impl {
   tcp::acceptor acceptor;
   std::set<std::shared_ptr<Session>> sessions;
   int64_t startedNs = wallNs();
+  uint64_t acceptFailures = 0;  // since the last log line
+  std::chrono::steady_clock::time_point nextAcceptLog{};
 
   Impl(asio::io_context& i, const Config& c, FaultManager& m, WorkloadManager& w,
        asio::ssl::context& t)
@@ -81,7 +90,25 @@ void Session::close() {
 
 void Session::send(const json& message) {
   if (writerDone_) return;
-  outbox_.push_back(proto::encodeFrame(message));
+  // Never a frame the controller refuses (it would drop the connection): long event lists are
+  // cut, and what still does not fit becomes an error reply naming the request.
+  auto frame = proto::encodeBoundedFrame(message);
+  if (!frame) {
+    uint64_t id = message.contains("id") && message["id"].is_number_unsigned() ? message["id"].get<uint64_t>() : 0;
+    log::warn("reply to '{}' not sent: {}", peer_, frame.error().message);
+    frame = proto::encodeFrame(proto::makeError(id, proto::kErrFailed, frame.error().message));
+  }
+  // A peer that does not read its replies must not make the agent hold them without bound:
+  // past the limit it is disconnected (its lease runs on, and expires, as for a lost peer).
+  if (outboxBytes_ + frame->size() > kMaxOutboxBytes) {
+    if (!closing_)
+      log::warn("controller '{}' ({}) does not read: {} bytes queued; disconnecting it", owner_, peer_,
+                outboxBytes_);
+    close();
+    return;
+  }
+  outboxBytes_ += frame->size();
+  outbox_.push_back(std::move(*frame));
   wake_.cancel();
 }
 
@@ -91,6 +118,7 @@ asio::awaitable<void> Session::writer() {
     while (!outbox_.empty()) {
       std::string frame = std::move(outbox_.front());
       outbox_.pop_front();
+      outboxBytes_ -= frame.size();
       Result<void> r;
       {
         OpDeadline d(stream_, 10s);
@@ -99,6 +127,7 @@ asio::awaitable<void> Session::writer() {
       if (!r) {
         closing_ = true;
         outbox_.clear();
+        outboxBytes_ = 0;
         break;
       }
     }
@@ -300,7 +329,22 @@ asio::awaitable<void> Server::Impl::acceptLoop() {
     tcp::socket socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
-      log::warn("accept failed: {}", ec.message());
+      // Out of descriptors (or memory) the listener stays ready: accepting again at once would
+      // spin and log at full speed. Pause, and log once per 10 s with a count.
+      const bool starved = ec == asio::error::no_descriptors || ec.value() == ENFILE ||
+                           ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+      acceptFailures++;
+      auto now = std::chrono::steady_clock::now();
+      if (now >= nextAcceptLog) {
+        log::warn("accept failed: {} ({} time(s) since the last report){}", ec.message(), acceptFailures,
+                  starved ? "; pausing new connections for 100 ms" : "");
+        acceptFailures = 0;
+        nextAcceptLog = now + 10s;
+      }
+      if (starved) {
+        asio::steady_timer pause(io, 100ms);
+        co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      }
       continue;
     }
     if (sessions.size() >= config.maxConnections) {

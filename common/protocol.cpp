@@ -74,6 +74,44 @@ bool validId(std::string_view id) {
   return true;
 }
 
+namespace {
+// Cuts every "events" array deeper than nothing but objects and arrays (at most a few levels:
+// reply -> faults -> fault -> events) to its first and last KEEP entries.
+void capEvents(json& j, size_t keep, int depth) {
+  if (depth > 4) return;
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() == "events" && it->is_array() && it->size() > 2 * keep) {
+        json& ev = *it;
+        size_t omitted = ev.size() - 2 * keep;
+        json cut = json::array();
+        for (size_t i = 0; i < keep; i++) cut.push_back(std::move(ev[i]));
+        for (size_t i = ev.size() - keep; i < ev.size(); i++) cut.push_back(std::move(ev[i]));
+        ev = std::move(cut);
+        j["events_omitted"] = j.value("events_omitted", size_t(0)) + omitted;  // cut again: add up
+        break;  // the iterator is spent after the insertion above
+      }
+    }
+    for (auto& [k, v] : j.items())
+      if (k != "events") capEvents(v, keep, depth + 1);
+  } else if (j.is_array()) {
+    for (auto& v : j) capEvents(v, keep, depth + 1);
+  }
+}
+}  // namespace
+
+Result<std::string> encodeBoundedFrame(json message) {
+  std::string frame = encodeFrame(message);
+  if (frame.size() - 4 <= kMaxFrameBytes) return frame;
+  for (size_t keep : {kKeptEvents, size_t(10), size_t(0)}) {
+    capEvents(message, keep, 0);
+    frame = encodeFrame(message);
+    if (frame.size() - 4 <= kMaxFrameBytes) return frame;
+  }
+  return rc::makeError("the reply would be " + std::to_string(frame.size()) + " bytes, over the " +
+                   std::to_string(kMaxFrameBytes) + "-byte frame limit even without its events");
+}
+
 std::string encodeFrame(const json& message) {
   std::string body = message.dump(-1, ' ', false, json::error_handler_t::replace);
   uint32_t n = uint32_t(body.size());

@@ -39,6 +39,12 @@ inline constexpr std::string_view kErrFailed = "failed";
 
 // ---- framing ----
 std::string encodeFrame(const json& message);
+// A frame the peer will accept (at most kMaxFrameBytes): a message that would be larger has
+// its long "events" lists cut to their first and last kKeptEvents (the count of the others in
+// "events_omitted"), since a fault's events are what can grow without bound (a flap train, a
+// list of many faults). An error when even that does not fit: the caller sends that instead.
+inline constexpr size_t kKeptEvents = 100;
+Result<std::string> encodeBoundedFrame(json message);
 // Incremental decoder for a byte stream. feed() appends bytes; next() yields whole messages.
 class FrameDecoder {
  public:

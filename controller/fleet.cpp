@@ -194,7 +194,14 @@ struct AgentClient::Impl : std::enable_shared_from_this<Impl> {
       if (!open || closing) break;
       auto r = co_await request("heartbeat", json::object(), std::chrono::milliseconds(leaseMs));
       if (!r && open && !closing) {
+        // No reply within a whole lease: the agent has let this controller's lease expire
+        // (and reverted its faults), or the management path is cut without a reset that TCP
+        // would notice. Either way the agent is lost to this run: say so now, not when the
+        // kernel gives up on the connection minutes later.
         log::warn("heartbeat to {} failed: {}", node.name, r.error().message);
+        fail("no heartbeat reply within the lease (" + std::to_string(leaseMs) + " ms): " + r.error().message);
+        if (stream) stream->lowest_layer().close(ec);
+        break;
       }
     }
   }

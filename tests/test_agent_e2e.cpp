@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -306,4 +307,76 @@ TEST_CASE("garbage on the socket does not stop the agent") {
   }
   // Everyone else is still served.
   REQUIRE(runCli({"agents", "--inventory", lab().inventory()}) == 0);
+}
+
+TEST_CASE("a silently cut management path: the lease reverts, and the controller says the agent is lost") {
+  auto n = lab().node("n2");
+  Proc ctl = longDown("n2");
+  // The root side of n2's management veth (rcK-m2 for namespace rcK-n2): down, nothing resets
+  // the TCP connection, both ends just stop hearing each other.
+  std::string veth = n.netns.substr(0, n.netns.find('-') + 1) + "m2";
+  REQUIRE(std::system(("ip link set " + veth + " down").c_str()) == 0);
+  struct Reconnect {
+    std::string veth;
+    ~Reconnect() { (void)std::system(("ip link set " + veth + " up").c_str()); }
+  } reconnect{veth};
+  // The agent's lease (5 s on the lab) expires and it brings the link back on its own...
+  REQUIRE(eventually([&] { return linkUp(n.netns); }, 15s));
+  // ... and the controller, whose heartbeats go unanswered, reports the agent lost instead of
+  // waiting out its 120 s fault (before: it logged a warning per heartbeat and waited).
+  int rc = waitCli(ctl, 30s);
+  CHECK(rc != 0);
+  CHECK_THAT(readFile(ctl.err), Catch::Contains("lost agent n2") && Catch::Contains("no heartbeat reply"));
+  REQUIRE(std::system(("ip link set " + veth + " up").c_str()) == 0);
+  REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
+  CHECK(fs::is_empty(fs::path(n.config).parent_path() / "state" / "journal"));
+}
+
+TEST_CASE("out of descriptors, the agent pauses accepting instead of spinning and flooding its log") {
+  auto n = lab().node("n1");
+  REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
+  pid_t pid = n.agent.pid;
+  auto openFds = [&] {
+    size_t k = 0;
+    for ([[maybe_unused]] auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) k++;
+    return k;
+  };
+  // Its soft limit a few descriptors above what it holds now, so new connections hit EMFILE.
+  rlimit before{};
+  REQUIRE(::prlimit(pid, RLIMIT_NOFILE, nullptr, &before) == 0);
+  rlimit tight = before;
+  tight.rlim_cur = openFds() + 2;
+  REQUIRE(::prlimit(pid, RLIMIT_NOFILE, &tight, nullptr) == 0);
+  struct Restore {
+    pid_t pid;
+    rlimit limit;
+    ~Restore() { ::prlimit(pid, RLIMIT_NOFILE, &limit, nullptr); }
+  } restore{pid, before};
+  size_t logBefore = readFile(n.log).size();
+  // Connections that the kernel completes and the agent cannot accept: the listener stays
+  // readable for as long as they wait in its backlog.
+  std::vector<int> conns;
+  for (int i = 0; i < 8; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(7470);
+    inet_pton(AF_INET, n.mgmtAddress.c_str(), &sa.sin_addr);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) conns.push_back(fd);
+    else close(fd);
+  }
+  CHECK(conns.size() >= 4);
+  std::this_thread::sleep_for(2s);  // long enough for a spinning accept loop to log thousands
+  std::string log = readFile(n.log).substr(logBefore);
+  size_t lines = 0;
+  for (size_t p = log.find("accept failed"); p != std::string::npos; p = log.find("accept failed", p + 1)) lines++;
+  INFO(log.substr(0, 2000));
+  CHECK(lines >= 1);  // it did run out, and said so
+  CHECK(lines <= 2);  // once per 10 s, with a count; not once per attempt
+  for (int fd : conns) close(fd);
+  ::prlimit(pid, RLIMIT_NOFILE, &before, nullptr);
+  // With descriptors back it serves controllers again.
+  std::string out;
+  CHECK(runCli({"agents", "--inventory", lab().inventory()}, &out) == 0);
+  CHECK(lab().node("n1").agent.pid == pid);  // the same agent: it never crashed
 }

@@ -256,3 +256,37 @@ TEST_CASE("random tokens are 64 bits of hex and do not repeat") {
   }
   CHECK(seen.size() == 10000);
 }
+
+TEST_CASE("a reply is never a frame the peer refuses: long event lists are cut, the rest is an error") {
+  // 200 faults, each a long flap train with 2,000 events: tens of MB as one frame.
+  json faults = json::array();
+  for (int f = 0; f < 200; f++) {
+    json events = json::array();
+    for (int e = 0; e < 2000; e++)
+      events.push_back({{"t_ns", int64_t(e) * 1000000}, {"what", e % 2 ? "up" : "down"}, {"detail", "data0"}});
+    faults.push_back({{"id", "f" + std::to_string(f)}, {"events", events}});
+  }
+  json reply = makeReply(7, "list", {{"faults", faults}});
+  REQUIRE(encodeFrame(reply).size() > kMaxFrameBytes);  // as sent before: the controller hung up
+  auto frame = encodeBoundedFrame(reply);
+  REQUIRE(frame);
+  REQUIRE(frame->size() - 4 <= kMaxFrameBytes);
+  FrameDecoder dec;
+  dec.feed(*frame);
+  auto msg = dec.next();
+  REQUIRE(msg);
+  REQUIRE(msg->ok());
+  const json& back = **msg;
+  REQUIRE(back["faults"].size() == 200);
+  const json& first = back["faults"][0];
+  // The first and last events survive (a train's start and its end), and the cut is counted.
+  CHECK(first["events"].front()["t_ns"] == 0);
+  CHECK(first["events"].back()["t_ns"] == int64_t(1999) * 1000000);
+  CHECK(first["events_omitted"].get<size_t>() + first["events"].size() == 2000);
+  // A small reply is untouched.
+  json small = makeReply(8, "get", {{"fault", {{"events", json::array({1, 2, 3})}}}});
+  CHECK(*encodeBoundedFrame(small) == encodeFrame(small));
+  // What cannot fit even without events is an error, not an oversized frame.
+  json huge = makeReply(9, "status", {{"blob", std::string(kMaxFrameBytes + 10, 'x')}});
+  CHECK_FALSE(encodeBoundedFrame(huge));
+}
