@@ -212,10 +212,6 @@ struct FaultCase {
   bool overlap = false;  // a second fault on the same target is tried while the first holds it
 };
 
-json ecnOf(const std::string& port, int queue) {
-  return switchCmd({{"cmd", "get_ecn"}, {"port", port}, {"queue", queue}});
-}
-
 uint64_t pfcRxOf(const std::string& port) {
   json c = switchCmd({{"cmd", "counters"}, {"port", port}});
   uint64_t sum = 0;
@@ -297,6 +293,13 @@ Row runCell(Crash crash, const std::string& crashName, const FaultCase& fc) {
   row.cell = crashName + " x " + fc.name;
   INFO("cell: " << row.cell);
   REQUIRE(eventually(agentsReady, 30s, 50ms));
+  // A settled lab: IPv6 duplicate address detection over (it runs after every link up).
+  REQUIRE(eventually(
+      [] {
+        return observe(true).parts.at("n1 addresses").find("tentative") == std::string::npos &&
+               observe(true).parts.at("n2 addresses").find("tentative") == std::string::npos;
+      },
+      20s, 100ms));
   const Fabric before = observe(true);
   const Fabric beforeData = observe(false);
   std::vector<std::string> args = {"inject"};
