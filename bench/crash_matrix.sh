@@ -14,6 +14,6 @@ done
 export RDMACHAOS_AGENT=$PWD/$builddir/agent/rdmachaos-agent
 export RDMACHAOS_CLI=$PWD/$builddir/controller/rdmachaos
 export RDMACHAOS_LABSWITCH=$PWD/$builddir/lab/rdmachaos-labswitch
-export RDMACHAOS_CRASH_CELLS=${1:-}
+export RDMACHAOS_CRASH_CELLS=${1:-all}
 # Exit 77 (skip) and 1 (a failed cell) still print the table.
 "$bin"
