@@ -302,8 +302,8 @@ Row runCell(Crash crash, const std::string& crashName, const FaultCase& fc) {
   // A settled lab: IPv6 duplicate address detection over (it runs after every link up).
   REQUIRE(eventually(
       [] {
-        return observe(true).parts.at("n1 addresses").find("tentative") == std::string::npos &&
-               observe(true).parts.at("n2 addresses").find("tentative") == std::string::npos;
+        return observe(true).parts.at("n1 ip").find("tentative") == std::string::npos &&
+               observe(true).parts.at("n2 ip").find("tentative") == std::string::npos;
       },
       20s, 100ms));
   const Fabric before = observe(true);
