@@ -343,7 +343,7 @@ std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::mil
     << "node = " << tomlString(n.name) << "\n"
     << "listen = " << tomlString(n.mgmtAddress + ":" + std::to_string(kAgentPort)) << "\n"
     << "state_dir = " << tomlString(nodeDir + "/state") << "\n"
-    << "lease_timeout = \"" << lease.count() << "ms\"\n"
+    << "lease_timeout = \"" << durationText(lease) << "\"\n"
     << "max_fault_lifetime = \"10m\"\n"
     << "[tls]\n"
     << "ca = " << tomlString(pki + "ca.pem") << "\n"
