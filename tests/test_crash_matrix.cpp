@@ -345,6 +345,8 @@ Row runCell(Crash crash, const std::string& crashName, const FaultCase& fc) {
   }
 
   pid_t agent = lab().node("n1").agent.pid;
+  // Never 0 (a pending restart): kill(0, ...) would signal this test's own process group.
+  if (agent <= 0) return fail("n1's agent is not running before the crash");
   uint64_t lastPfc = observe(false).pfcRx;
   auto t0 = Clock::now();
   switch (crash) {
