@@ -450,6 +450,12 @@ int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOp
   opt.spines = fabric.spines;
   opt.routing = fabric.routing;
   {
+    auto lease = durationArg(fabric.lease, "--lease");
+    if (!lease) return fail("lab up: " + lease.error().message);
+    if (*lease < 200ms || *lease > 1h) return fail("lab up: --lease must be 200ms..1h");
+    opt.leaseTimeout = std::chrono::duration_cast<std::chrono::milliseconds>(*lease);
+  }
+  {
     // "1G", "100M", "25G" or plain bits per second.
     const std::string& r = fabric.rate;
     char* end = nullptr;

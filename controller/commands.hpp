@@ -62,6 +62,7 @@ struct LabFabricOptions {
   int leaves = 0, spines = 0;
   std::string rate = "1G";  // bits per second: 1G, 100M, 25G
   std::string routing = "ecmp";
+  std::string lease = "5s";  // the agents' lease_timeout
 };
 int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOptions& fabric = {});
 int cmdLabDown(const std::string& dir);

@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
   cLabUp->add_option("--spines", labFabric.spines, "spine switches (0: one switch)")->capture_default_str();
   cLabUp->add_option("--rate", labFabric.rate, "port line rate, e.g. 1G, 100M")->capture_default_str();
   cLabUp->add_option("--routing", labFabric.routing, "ecmp or adaptive")->capture_default_str();
+  cLabUp->add_option("--lease", labFabric.lease, "the agents' lease: a silent controller's faults are reverted after it")
+      ->capture_default_str();
   auto* cLabDown = cLab->add_subcommand("down", "remove everything the lab created");
   cLabDown->add_option("--dir", labDir, "lab directory")->capture_default_str();
   auto* cLabStatus = cLab->add_subcommand("status", "show the lab's hosts and agents");

@@ -2,6 +2,7 @@
 // network, all created and removed by rdmachaos itself (rdmachaos lab up/down/status).
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "common/result.hpp"
@@ -21,6 +22,9 @@ struct UpOptions {
   int spines = 0;
   double rateBps = 1e9;      // host ports and inter-switch links
   std::string routing = "ecmp";  // or "adaptive"
+  // Each agent's lease_timeout: faults of a controller silent this long are reverted. Short
+  // leases make crash tests fast; 200 ms..1 h (the agent's own bounds).
+  std::chrono::milliseconds leaseTimeout{5000};
 };
 
 // Brings the lab up and returns the path of DIR/inventory.toml. Refuses if DIR already holds

@@ -80,6 +80,11 @@ std::string readText(const std::string& path) {
 }
 
 // A TOML basic string with everything that needs escaping escaped.
+std::string durationText(std::chrono::milliseconds d) {
+  return d.count() % 1000 == 0 ? std::to_string(d.count() / 1000) + "s"
+                               : std::to_string(d.count()) + "ms";
+}
+
 std::string tomlString(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {

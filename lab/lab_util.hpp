@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
 
 #include "common/result.hpp"
@@ -23,6 +24,8 @@ Result<void> writeFile(const std::string& path, const std::string& text);
 std::string readText(const std::string& path);
 // A TOML basic string with everything that needs escaping escaped.
 std::string tomlString(const std::string& s);
+// A duration for a TOML config: "5s" for whole seconds, else "1500ms".
+std::string durationText(std::chrono::milliseconds d);
 std::string absoluteDir(const std::string& dir);
 // An executable file: a path, or a name looked up in PATH; returns its absolute path.
 Result<std::string> resolveBinary(const std::string& name);

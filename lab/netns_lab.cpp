@@ -333,7 +333,7 @@ Result<std::string> resolveSwitchBinary(const UpOptions& o, const std::string& a
                    "build lab/rdmachaos-labswitch), set RDMACHAOS_LABSWITCH, or use --fabric bridge");
 }
 
-std::string agentConfig(const LabState& s, const NodeRecord& n) {
+std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::milliseconds lease) {
   std::string pki = s.dir + "/pki/";
   std::string nodeDir = s.dir + "/nodes/" + n.name;
   std::ostringstream o;
@@ -343,7 +343,7 @@ std::string agentConfig(const LabState& s, const NodeRecord& n) {
     << "node = " << tomlString(n.name) << "\n"
     << "listen = " << tomlString(n.mgmtAddress + ":" + std::to_string(kAgentPort)) << "\n"
     << "state_dir = " << tomlString(nodeDir + "/state") << "\n"
-    << "lease_timeout = \"5s\"\n"
+    << "lease_timeout = \"" << durationText(lease) << "\"\n"
     << "max_fault_lifetime = \"10m\"\n"
     << "[tls]\n"
     << "ca = " << tomlString(pki + "ca.pem") << "\n"
@@ -636,7 +636,7 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
   for (const auto& n : s.nodes) {
     std::string nodeDir = s.dir + "/nodes/" + n.name;
     if (auto r = mkdirs(nodeDir + "/state", 0700); !r) return r.error();
-    if (auto r = writeFile(n.config, agentConfig(s, n)); !r) return r.error();
+    if (auto r = writeFile(n.config, agentConfig(s, n, options.leaseTimeout)); !r) return r.error();
   }
   std::string inventoryPath = s.dir + "/inventory.toml";
   if (auto r = writeFile(inventoryPath, inventory(s)); !r) return r.error();

@@ -272,7 +272,7 @@ done
   return s;
 }
 
-std::string agentConfig(const LabState& s, const NodeRecord& n) {
+std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::milliseconds lease) {
   std::string pki = s.dir + "/pki/";
   std::ostringstream o;
   o << "# rdmachaos-agent configuration for soft-RoCE lab node " << n.name
@@ -282,7 +282,7 @@ std::string agentConfig(const LabState& s, const NodeRecord& n) {
     << "listen = " << tomlString(std::string(kGuestMgmtAddress) + ":" + std::to_string(kAgentPort))
     << "\n"
     << "state_dir = \"/run/rdmachaos/state\"   # the guest's tmpfs\n"
-    << "lease_timeout = \"5s\"\n"
+    << "lease_timeout = \"" << durationText(lease) << "\"\n"
     << "max_fault_lifetime = \"10m\"\n"
     << "[tls]\n"
     << "ca = " << tomlString(pki + "ca.pem") << "\n"
@@ -612,7 +612,7 @@ Result<std::string> build(const UpOptions& o, LabState& s, const Kernel& k, cons
     return makeError("cannot create the lab's certificates: " + r.error().message);
   for (const auto& n : s.nodes) {
     if (auto r = mkdirs(n.guestDir, 0755); !r) return r.error();
-    if (auto r = writeFile(n.config, agentConfig(s, n)); !r) return r.error();
+    if (auto r = writeFile(n.config, agentConfig(s, n, o.leaseTimeout)); !r) return r.error();
   }
   if (auto r = writeFile(s.sw.config, switchConfig(s, o)); !r) return r.error();
 
