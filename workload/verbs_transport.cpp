@@ -35,8 +35,9 @@ constexpr uint32_t kConnMagic = 0x52435643;   // "RCVC"
 constexpr uint32_t kGrantMagic = 0x52435647;  // "RCVG"
 constexpr uint32_t kByeMagic = 0x52435642;    // "RCVB"
 constexpr uint32_t kFlagChecksum = 1;
-constexpr uint64_t kWrData = 1ull << 63;  // send wr_id: a data write; low bits: its length
-constexpr uint64_t kWrCtrl = 1ull << 62;  // send wr_id: a grant or bye
+constexpr uint64_t kWrData = 1ull << 63;   // send wr_id: a data write; low bits: its length
+constexpr uint64_t kWrCtrl = 1ull << 62;   // send wr_id: a grant or bye
+constexpr uint64_t kWrProbe = 1ull << 61;  // send wr_id: a zero-length write (liveness)
 
 // In the CM private data (56 bytes at most on RoCE): who dials, and where to write.
 struct ConnData {
@@ -542,7 +543,7 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
   auto finished = [](const Qp& q) {
     return (!q.rx || q.rx->got == q.rx->len) && (!q.tx || q.tx->done == q.tx->len);
   };
-  int64_t lastProgress = monoNs();
+  int64_t lastProgress = monoNs(), lastProbe = 0;
   const int64_t progressNs = o_.progressTimeoutMs * 1'000'000;
   ibv_wc wcs[32];
   // Handles one completion; false (with RES set) when the step is lost.
@@ -552,9 +553,11 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
     Qp& q = *it->second;
     if (wc.status != IBV_WC_SUCCESS) {
       // A flush after the peer's bye or disconnect is reported below as that, not as a fault.
+      // The flush may come before the CM event that explains it: read those first.
+      if (wc.status == IBV_WC_WR_FLUSH_ERR && !q.peerBye && !q.disconnected) handleCmEvents();
       if (wc.status == IBV_WC_WR_FLUSH_ERR && (q.peerBye || q.disconnected)) return true;
       qpErrors_++;
-      bool isSend = wc.wr_id & (kWrData | kWrCtrl);
+      bool isSend = wc.wr_id & (kWrData | kWrCtrl | kWrProbe);
       lostWith(q.peer, "QP " + std::to_string(q.index) + " (qpn " + std::to_string(wc.qp_num) +
                            ") in error at " + utcNow() + ": " + ibv_wc_status_str(wc.status) +
                            " (status " + std::to_string(int(wc.status)) + ", vendor error " +
@@ -562,7 +565,8 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
                            (isSend ? "send" : "receive") + ")");
       return false;
     }
-    lastProgress = monoNs();
+    // A probe's ACK shows the peer's QP alive, not that the job moves.
+    if (!(wc.wr_id & kWrProbe)) lastProgress = monoNs();
     if (wc.opcode == IBV_WC_RECV) {
       Ctrl c = q.ring[wc.wr_id];
       if (c.magic == kGrantMagic)
@@ -645,6 +649,26 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
         res.error = "rank " + std::to_string(q->peer) +
                     (q->peerBye ? ": closed the connection" : ": connection lost (disconnected)");
         return res;
+      }
+    }
+    // A rank waiting only to receive has nothing in flight, so a peer that vanished (its
+    // NIC down, its DREQ lost) would go unnoticed: after a second without completions, a
+    // zero-length RDMA WRITE per QP needs an ACK, and ends in IBV_WC_RETRY_EXC_ERR
+    // within timeout x retry_cnt if the peer's QP is gone.
+    if (int64_t now = monoNs();
+        now - lastProgress > 1'000'000'000 && now - lastProbe > 1'000'000'000) {
+      lastProbe = now;
+      for (Qp* q : involved) {
+        if (finished(*q) || q->sendsOut >= o_.sendDepth) continue;
+        ibv_send_wr wr{}, *bad = nullptr;
+        wr.wr_id = kWrProbe;
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma.remote_addr = q->remote.addr;
+        wr.wr.rdma.rkey = q->remote.rkey;
+        if (auto r = checkRet(ibv_post_send(q->id->qp, &wr, &bad), "ibv_post_send (probe)"); !r)
+          return lostWith(q->peer, r.error().message);
+        q->sendsOut++;
       }
     }
     if (monoNs() - lastProgress > progressNs)
