@@ -241,16 +241,19 @@ TEST_CASE("errors name the file, line and column and what to change") {
 }
 
 TEST_CASE("the workload transport is tcp by default; an unknown one is named") {
-  const std::string head = "name = \"t\"\n[[phase]]\nname = \"p\"\nduration = \"1s\"\n";
-  auto pb = parsePlaybook(head + "[workload]\nkind = \"allreduce\"\n", "p.toml");
+  auto with = [](const std::string& lines) {
+    std::string text = kHead;
+    text.replace(text.find("kind = \"allreduce\"\n"), 19, "kind = \"allreduce\"\n" + lines);
+    return parsePlaybook(text, "p.toml");
+  };
+  auto pb = with("");
   REQUIRE(pb);
   CHECK(pb->workload.transport == "tcp");
-  auto bad = parsePlaybook(head + "[workload]\nkind = \"allreduce\"\ntransport = \"udp\"\n", "p.toml");
+  auto bad = with("transport = \"udp\"\n");
   REQUIRE_FALSE(bad);
   CHECK_THAT(bad.error().message,
              Catch::Contains("workload transport 'udp' is unknown (known: tcp, verbs)"));
-  auto many = parsePlaybook(
-      head + "[workload]\nkind = \"allreduce\"\nstreams = 32\ntransport = \"verbs\"\n", "p.toml");
+  auto many = with("streams = 32\ntransport = \"verbs\"\n");
   REQUIRE_FALSE(many);
   CHECK_THAT(many.error().message, Catch::Contains("1 to 16"));
 }
