@@ -4,8 +4,12 @@
 
 #include "common/clock.hpp"
 #include "common/log.hpp"
+#include "rdmachaos_config.h"
 #include "workload/engine.hpp"
 #include "workload/tcp_transport.hpp"
+#if RDMACHAOS_HAVE_VERBS_TRANSPORT
+#include "workload/verbs_transport.hpp"
+#endif
 
 namespace rc::agent {
 
@@ -34,7 +38,8 @@ struct WorkloadManager::Entry {
   std::string id, owner, kind;
   int rank = 0;
   wl::RunSpec spec;
-  std::unique_ptr<wl::TcpTransport> transport;
+  std::unique_ptr<wl::Transport> transport;
+  uint16_t port = 0;  // where the transport listens (TCP, or rdma_cm's port space)
   std::unique_ptr<wl::Telemetry> telemetry;
   Emit emit;
   std::atomic<bool> stop{false};
@@ -85,15 +90,39 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   if (entries_.count(r.workloadId)) return makeError("workload '" + r.workloadId + "' exists");
   if (entries_.size() >= 4) return makeError("4 workloads already run on this agent");
 
-  wl::TcpOptions to;
-  to.rank = r.rank;
-  for (const auto& mb : r.world) to.world.push_back({mb.address, uint16_t(mb.port)});
-  to.streams = r.streams;
-  to.tag = tagOf(r.workloadId);
-  to.userTimeoutMs = r.reconnectTimeoutMs;
-  to.checksum = r.checksum;
-  auto transport = wl::TcpTransport::create(to);
-  if (!transport) return transport.error();
+  std::unique_ptr<wl::Transport> transport;
+  uint16_t port = 0;
+  if (r.transport == "verbs") {
+#if RDMACHAOS_HAVE_VERBS_TRANSPORT
+    wl::VerbsOptions vo;
+    vo.rank = r.rank;
+    for (const auto& mb : r.world) vo.world.push_back({mb.address, uint16_t(mb.port)});
+    vo.qpsPerPeer = r.streams;
+    vo.tag = tagOf(r.workloadId);
+    vo.checksum = r.checksum;
+    vo.progressTimeoutMs = r.reconnectTimeoutMs;
+    auto v = wl::VerbsTransport::create(vo);
+    if (!v)
+      return makeError("cannot run a verbs workload on this node: " + v.error().message);
+    port = (*v)->port();
+    transport = std::move(*v);
+#else
+    return makeError("this agent was built without rdma-core (libibverbs, librdmacm): it cannot "
+                     "run a verbs workload");
+#endif
+  } else {
+    wl::TcpOptions to;
+    to.rank = r.rank;
+    for (const auto& mb : r.world) to.world.push_back({mb.address, uint16_t(mb.port)});
+    to.streams = r.streams;
+    to.tag = tagOf(r.workloadId);
+    to.userTimeoutMs = r.reconnectTimeoutMs;
+    to.checksum = r.checksum;
+    auto t = wl::TcpTransport::create(to);
+    if (!t) return t.error();
+    port = (*t)->port();
+    transport = std::move(*t);
+  }
 
   auto e = std::make_shared<Entry>();
   e->id = r.workloadId;
@@ -101,7 +130,8 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   e->kind = r.kind;
   e->rank = r.rank;
   e->spec = spec;
-  e->transport = std::move(*transport);
+  e->transport = std::move(transport);
+  e->port = port;
   e->telemetry = std::make_unique<wl::Telemetry>(spec.startNs, r.binUs * 1000);
   e->emit = std::move(emit);
   // Lead time before the common start counts against nothing; the run itself is capped.
@@ -153,8 +183,8 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
     }
   });
   e->engine = std::jthread([this, e, send, seq, seqMutex](std::stop_token) {
-    log::info("workload '{}' ({}, rank {} of {}) starting", e->id, e->kind, e->rank,
-              e->spec.shape.world);
+    log::info("workload '{}' ({} over {}, rank {} of {}) starting", e->id, e->kind,
+              e->transport->name(), e->rank, e->spec.shape.world);
     wl::Summary s = wl::runWorkload(e->spec, *e->transport, *e->telemetry, e->stop);
     e->reporter.request_stop();
     e->reporter.join();
@@ -188,7 +218,7 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   generation_++;
   cv_.notify_all();
   return json{{"workload", e->id}, {"rank", e->rank}, {"start_ns", spec.startNs},
-              {"port", e->transport->port()}};
+              {"port", e->port}, {"transport", e->transport->name()}};
 }
 
 Result<void> WorkloadManager::stop(const std::string& id) {

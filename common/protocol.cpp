@@ -271,7 +271,8 @@ Result<Envelope> parseRequest(const json& m) {
   } else if (t == "workload_start") {
     if (auto r = onlyKeys(m, {"workload", "kind", "rank", "world", "size", "iterations",
                               "duration_ms", "streams", "incast_receiver", "fan_in", "bin_us",
-                              "reconnect_timeout_ms", "start_ns", "clock_offset_ns", "checksum"});
+                              "reconnect_timeout_ms", "start_ns", "clock_offset_ns", "checksum",
+                              "transport"});
         !r)
       return r.error();
     WorkloadStart w;
@@ -343,6 +344,11 @@ Result<Envelope> parseRequest(const json& m) {
       if (!c->is_boolean()) return rc::makeError("field 'checksum' must be true or false");
       w.checksum = c->get<bool>();
     }
+    auto tr = getString(m, "transport", 16, false);
+    if (!tr) return tr.error();
+    if (!tr->empty()) w.transport = *tr;
+    if (w.transport != "tcp" && w.transport != "verbs")
+      return rc::makeError("field 'transport' must be \"tcp\" or \"verbs\", not '" + w.transport + "'");
     env.request = std::move(w);
   } else if (t == "workload_stop") {
     if (auto r = onlyKeys(m, {"workload"}); !r) return r.error();

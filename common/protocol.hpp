@@ -116,6 +116,7 @@ struct WorkloadStart {
   int64_t startNs = 0;        // controller clock; 0 = now
   int64_t clockOffsetNs = 0;  // agent - controller
   bool checksum = true;
+  std::string transport = "tcp";  // tcp, verbs (RC QPs; streams = QPs per peer)
 };
 struct WorkloadStop {
   std::string workloadId;

@@ -41,6 +41,7 @@ struct WorkloadOptions {
   uint64_t iterations = 0;
   std::vector<std::string> nodes;    // names, roles or "all"; rank order = this order
   int streams = 1;
+  std::string transport = "tcp";     // tcp, verbs
   std::string receiver;              // incast receiver node
   int fanIn = 0;
   std::string bin = "10ms";

@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   cWorkload->add_option("--for", wl.forDuration, "duration, e.g. 20s");
   cWorkload->add_option("--iterations", wl.iterations, "iteration count (instead of --for)");
   cWorkload->add_option("--node", wl.nodes, "node name, role or 'all' (repeatable; order = rank)");
-  cWorkload->add_option("--streams", wl.streams, "TCP connections per peer (1-64)")->capture_default_str();
+  cWorkload->add_option("--streams", wl.streams, "connections per peer: TCP streams (1-64) or verbs QPs (1-16)")->capture_default_str();
+  cWorkload->add_option("--transport", wl.transport, "tcp, or verbs (RC queue pairs; needs an RDMA device on every node)")->capture_default_str();
   cWorkload->add_option("--receiver", wl.receiver, "incast receiver node (default: the last)");
   cWorkload->add_option("--fan-in", wl.fanIn, "incast senders at a time (0 = all)");
   cWorkload->add_option("--bin", wl.bin, "telemetry bin width")->capture_default_str();

@@ -571,7 +571,7 @@ Playbook Parser::parse(const std::string& text) {
   if (!wl) throw Fail{path_ + ":1:1: the playbook needs a [workload] table (kind, size, streams, nodes)"};
   {
     const auto& t = table(*wl, "workload");
-    checkKeys(t, {"kind", "size", "streams", "nodes"}, "[workload]");
+    checkKeys(t, {"kind", "size", "streams", "nodes", "transport"}, "[workload]");
     auto* k = t.get("kind");
     if (!k) fail(*wl, "[workload] needs kind = \"allreduce\" (or allgather, alltoall, incast, pairwise)");
     auto kind = workloadKindFromString(str(*k, "workload kind", 32));
@@ -581,6 +581,13 @@ Playbook Parser::parse(const std::string& text) {
     pb.workload.kind = *kind;
     if (auto* s = t.get("size")) pb.workload.sizeBytes = size(*s, "workload size", 1, uint64_t(16) << 30);
     if (auto* s = t.get("streams")) pb.workload.streams = int(integer(*s, "workload streams", 1, 1024));
+    if (auto* tr = t.get("transport")) {
+      pb.workload.transport = str(*tr, "workload transport", 16);
+      if (pb.workload.transport != "tcp" && pb.workload.transport != "verbs")
+        fail(*tr, "workload transport '" + pb.workload.transport + "' is unknown (known: tcp, verbs)");
+      if (pb.workload.transport == "verbs" && pb.workload.streams > 16)
+        fail(*tr, "workload streams must be 1 to 16 with transport = \"verbs\" (QPs per peer)");
+    }
     pb.workload.nodes.names = {"all"};
     pb.workload.nodes.pos = pos(*wl);
     if (auto* n = t.get("nodes")) {

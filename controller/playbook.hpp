@@ -44,6 +44,7 @@ struct Workload {
   WorkloadKind kind = WorkloadKind::allreduce;
   uint64_t sizeBytes = 4 << 20;
   int streams = 1;
+  std::string transport = "tcp";  // tcp, verbs
   Selector nodes;  // default: all
 };
 

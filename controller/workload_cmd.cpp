@@ -174,6 +174,11 @@ int cmdWorkload(const WorkloadOptions& o) {
   }
   if (o.streams < 1 || o.streams > 64) return failWith("--streams must be 1 to 64");
   run.spec.streams = o.streams;
+  if (o.transport != "tcp" && o.transport != "verbs")
+    return failWith("--transport must be tcp or verbs, not '" + o.transport + "'");
+  if (o.transport == "verbs" && o.streams > 16)
+    return failWith("--streams must be 1 to 16 with --transport verbs (QPs per peer)");
+  run.spec.transport = o.transport;
   run.spec.incastReceiver = o.receiver;
   run.spec.fanIn = o.fanIn;
   auto bin = positive(o.bin, "--bin");

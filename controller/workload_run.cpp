@@ -103,6 +103,20 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
     co_return makeError("unknown workload kind '" + spec.kind +
                         "' (known: allreduce, allgather, alltoall, incast, pairwise)");
   if (impl->ranks.size() < 2) co_return makeError("a workload needs at least 2 nodes");
+  if (spec.transport == "verbs") {
+    // Refuse before anything starts, from what the agents reported when they connected.
+    for (const auto& c : impl->ranks) {
+      const json& caps = c->hello().value("capabilities", json::object());
+      bool active = false;
+      for (const auto& d : caps.value("rdma_devices", json::array()))
+        for (const auto& p : d.value("ports", json::array()))
+          if (p.value("state", "").find("ACTIVE") != std::string::npos) active = true;
+      if (!active)
+        co_return makeError("node '" + c->node().name + "' has no RDMA device with an ACTIVE port " +
+                            "(its agent reports none): transport \"verbs\" needs one on every " +
+                            "workload node; nothing was started");
+    }
+  }
   int receiver = int(impl->ranks.size()) - 1;
   json world = json::array();
   for (size_t r = 0; r < impl->ranks.size(); r++) {
@@ -143,7 +157,8 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
                  {"reconnect_timeout_ms", ms(spec.reconnectTimeout)},
                  {"start_ns", s.startNs},
                  {"clock_offset_ns", impl->ranks[r]->clock().offsetNs},
-                 {"checksum", spec.checksum}};
+                 {"checksum", spec.checksum},
+                 {"transport", spec.transport}};
     if (spec.iterations)
       body["iterations"] = spec.iterations;
     else

@@ -23,7 +23,8 @@ struct WorkloadSpec {
   uint64_t size = 4u << 20;        // bytes, as nccl-tests counts them (incast: per sender)
   uint64_t iterations = 0;         // 0: run for DURATION
   Duration duration = std::chrono::seconds(10);
-  int streams = 1;                 // TCP connections per peer
+  int streams = 1;                 // TCP connections (verbs: RC QPs) per peer
+  std::string transport = "tcp";   // tcp, verbs
   std::string incastReceiver;      // node name; "" = the last rank
   int fanIn = 0;                   // incast senders at a time; 0 = all
   Duration bin = std::chrono::milliseconds(10);

@@ -63,6 +63,7 @@ kind = "alltoall"
 size = "8MiB"
 streams = 4
 nodes = ["worker"]
+transport = "verbs"
 [guardrails]
 min_baseline = "1Gbps"
 abort_on_agent_loss = false
@@ -126,6 +127,7 @@ bound = 1
   CHECK(pb->workload.kind == WorkloadKind::alltoall);
   CHECK(pb->workload.sizeBytes == 8u << 20);
   CHECK(pb->workload.streams == 4);
+  CHECK(pb->workload.transport == "verbs");
   CHECK(pb->guardrails.minBaselineBytesPerSec == 125e6);
   CHECK_FALSE(pb->guardrails.abortOnAgentLoss);
   CHECK(pb->guardrails.maxStallNs == 5 * kSec);
@@ -226,7 +228,7 @@ TEST_CASE("errors name the file, line and column and what to change") {
       {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = \"n1\"\n[sweep]\nstep = \"step1\"\nparam = \"count\"\nvalues = [1, 5000]\n",
        "p.toml:17:14: link_flap parameter 'count' = 5000 is out of range [1, 1000]"},
       {"[[scenario]]\nname = \"a\"\n", "p.toml:10:1: use either [[scenario]] tables or top-level"},
-      {"[workload.x]\n", "p.toml:10:1: unknown key 'x' in [workload] (known: kind, size, streams, nodes)"},
+      {"[workload.x]\n", "p.toml:10:1: unknown key 'x' in [workload] (known: kind, size, streams, nodes, transport)"},
       {"[[step]]\nkind = \"incast\"\nphase = \"fault\"\ntarget = \"all\"\nparams = { receiver = \"n1\", senders = 2, fan_in = 5 }\n",
        "p.toml:14:51: step 'step1' fan_in 5 must be a multiple of senders 2 (each sender opens fan_in / senders flows)"},
       {"[[step]]\nkind = \"incast\"\nphase = \"fault\"\ntarget = \"all\"\nparams = { senders = 2 }\n",
@@ -236,6 +238,24 @@ TEST_CASE("errors name the file, line and column and what to change") {
   REQUIRE_FALSE(pb);
   INFO(pb.error().message);
   CHECK(pb.error().message.rfind(c.message, 0) == 0);
+}
+
+TEST_CASE("the workload transport is tcp by default; an unknown one is named") {
+  auto with = [](const std::string& lines) {
+    std::string text = kHead;
+    text.replace(text.find("kind = \"allreduce\"\n"), 19, "kind = \"allreduce\"\n" + lines);
+    return parsePlaybook(text, "p.toml");
+  };
+  auto pb = with("");
+  REQUIRE(pb);
+  CHECK(pb->workload.transport == "tcp");
+  auto bad = with("transport = \"udp\"\n");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message,
+             Catch::Contains("workload transport 'udp' is unknown (known: tcp, verbs)"));
+  auto many = with("streams = 32\ntransport = \"verbs\"\n");
+  REQUIRE_FALSE(many);
+  CHECK_THAT(many.error().message, Catch::Contains("1 to 16"));
 }
 
 TEST_CASE("top-level keys are checked too") {

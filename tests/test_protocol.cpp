@@ -150,6 +150,12 @@ TEST_CASE("workload_start and workload_stop parse into typed values") {
   CHECK(w.durationMs == 2000);
   CHECK(w.reconnectTimeoutMs == 10000);  // default
   CHECK(w.checksum);
+  CHECK(w.transport == "tcp");  // default
+  json v = workloadStart();
+  v["transport"] = "verbs";
+  auto ve = parseRequest(v);
+  REQUIRE(ve.ok());
+  CHECK(std::get<WorkloadStart>(ve->request).transport == "verbs");
   auto stop = parseRequest(makeRequest(3, "workload_stop", {{"workload", "wl-1"}}));
   REQUIRE(stop.ok());
   CHECK(std::get<WorkloadStop>(stop->request).workloadId == "wl-1");
@@ -168,6 +174,8 @@ TEST_CASE("malformed workload_start messages are refused with the field named") 
       {"bin_us", 10, "out of range"},
       {"reconnect_timeout_ms", 0, "out of range"},
       {"checksum", "yes", "true or false"},
+      {"transport", "udp", "field 'transport' must be \"tcp\" or \"verbs\""},
+      {"transport", 1, "field 'transport' must be a string"},
       {"workload", "../x", "A-Z a-z 0-9"},
       {"colour", "red", "unknown field 'colour'"},
   }));

@@ -237,6 +237,59 @@ TEST_CASE("the guests' data NICs are ports of the lab switch: a workload crosses
   CHECK(sent2 > 256 * 1024);
 }
 
+TEST_CASE("a verbs workload between the guests: RC QPs, WRITE WITH IMM, verified, via the switch") {
+  auto& lab = sharedLab();
+  std::string control = lab->switchControl();
+  // allreduce is the ring (both directions); alltoall and pairwise use the other plans.
+  auto [kind, size] = GENERATE(table<std::string, std::string>(
+      {{"allreduce", "256KiB"}, {"alltoall", "128KiB"}, {"pairwise", "128KiB"}}));
+  // A count of iterations, not a duration: an agent's first verbs workload spends seconds
+  // opening the device list (below), which would eat a short duration.
+  INFO("kind " << kind);
+  uint64_t before1 = switchTxBytes(control, "n1"), before2 = switchTxBytes(control, "n2");
+  std::string out, err;
+  // --timeout 30s: an agent's first verbs workload opens the RDMA device list, which loads
+  // every rdma-core provider over 9p under TCG (seen: more than 5 s).
+  int rc = runCli(cliDir(),
+                  {"workload", "--inventory", lab->inventory(), "--transport", "verbs", "--kind",
+                   kind, "--size", size, "--streams", "2", "--iterations", "8", "--timeout", "30s", "--json"},
+                  &out, &err);
+  INFO("stdout: " << out << "\nstderr: " << err);
+  REQUIRE(rc == 0);
+  json r = json::parse(out);
+  INFO("summary: " << r["summary"].dump());
+  CHECK(r["summary"]["ok"] == true);
+  CHECK(r["summary"]["iterations"].get<int64_t>() >= 8);
+  CHECK(r["summary"]["busbw_Bps"].get<double>() > 0);
+  uint64_t rx = 0;
+  for (const auto& n : r["nodes"]) {
+    INFO("node " << n["node"] << ": " << n["error"]);
+    CHECK(n["end_reason"] == "completed");
+    CHECK(n["verified"] == true);
+    CHECK(n["counters"]["corruptions"] == 0);
+    CHECK(n["counters"]["verify_failures"] == 0);
+    CHECK(n["counters"]["iterations"].get<int64_t>() == 8);
+    uint64_t nodeRx = n["counters"]["rx_bytes"].get<uint64_t>(), binned = 0;
+    for (const auto& b : n["bins"]) binned += b[1].get<uint64_t>();
+    // The bins hold every byte the node received (pairwise: rank 0 only sends).
+    CHECK((nodeRx > 0 || (kind == "pairwise" && n["rank"] == 0)));
+    CHECK(binned == nodeRx);
+    rx += nodeRx;
+  }
+  // RoCEv2 between the guests crossed the switch both ways.
+  uint64_t sent1 = switchTxBytes(control, "n1") - before1;
+  uint64_t sent2 = switchTxBytes(control, "n2") - before2;
+  std::printf("verbs %s through the switch: %.2f MB to n1, %.2f MB to n2, %.2f MB received, "
+              "busbw %.1f Mb/s (iteration p50 %.0f ms)\n",
+              kind.c_str(), sent1 / 1e6, sent2 / 1e6, rx / 1e6,
+              r["summary"]["busbw_Bps"].get<double>() * 8 / 1e6,
+              r["summary"]["p50_ns"].get<double>() / 1e6);
+  // Every payload byte crossed the switch (plus headers and ACKs), both ways.
+  CHECK(sent1 + sent2 > rx);
+  CHECK(sent1 > 0);
+  CHECK(sent2 > 0);
+}
+
 // What the guest reports in DIR/nodes/NODE/guest/status (key=value lines, every 2 s).
 std::string guestReport(const rc::lab::NodeRecord& n, const std::string& key) {
   std::istringstream in(readFile(n.guestDir + "/status"));
@@ -263,6 +316,51 @@ TEST_CASE("a link flap of a guest's data NIC takes rxe0's port down and back") {
       [&] { return guestReport(n1, "port_state").find("ACTIVE") != std::string::npos; }, 20s,
       100ms);
   CHECK(active);
+}
+
+// Hidden ([.]: run with `test_vm_lab "[qp-error]"`): seen on the lab, the node whose NIC
+// went down reports its QP error ("local QP operation error ... at HH:MM:SS UTC") and
+// reconnects, but its peer, waiting to receive, notices only at its progress timeout, and
+// rdma_cm connections between the guests failed after the flap (TCP still worked): the
+// recovery half does not pass yet (docs/status.md).
+TEST_CASE("a verbs QP in error after a data NIC flap is reported, re-created, and the job completes",
+          "[.][qp-error]") {
+  auto& lab = sharedLab();
+  auto n1 = lab->node("n1"), n2 = lab->node("n2");
+  // 3 s down is six times what timeout 14 x retry_cnt 7 allows (about 0.5 s): the QPs must
+  // end in IBV_WC_RETRY_EXC_ERR, not wait the flap out.
+  Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--transport",
+                                "verbs", "--kind", "allreduce", "--size", "64KiB", "--for", "12s",
+                                "--reconnect-timeout", "10s", "--timeout", "30s", "--json"});
+  std::this_thread::sleep_for(3s);
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(),
+                                    "--node", "n1", "--set", "down=3s", "--for", "30s"});
+  int irc = waitCli(inject);
+  INFO("inject stdout: " << readFile(inject.out) << "\nstderr: " << readFile(inject.err));
+  CHECK(irc == 0);
+  int rc = waitCli(wl);
+  std::string out = readFile(wl.out);
+  INFO("workload stdout: " << out << "\nstderr: " << readFile(wl.err));
+  REQUIRE(rc == 0);
+  json r = json::parse(out);
+  int64_t reconnects = 0;
+  for (const auto& n : r["nodes"]) {
+    INFO("node " << n["node"] << ": " << n["error"]);
+    CHECK(n["end_reason"] == "completed");
+    CHECK(n["verified"] == true);
+    CHECK(n["counters"]["errors"].get<int64_t>() >= 1);
+    reconnects += n["counters"]["reconnects"].get<int64_t>();
+  }
+  CHECK(reconnects >= 1);
+  // The agents logged the QP error with its status string and time.
+  std::string logs = readFile(n1.guestDir + "/agent.log") + readFile(n2.guestDir + "/agent.log");
+  auto at = logs.find("in error at");
+  REQUIRE(at != std::string::npos);
+  std::string line = logs.substr(logs.rfind('\n', at) + 1, logs.find('\n', at) - logs.rfind('\n', at));
+  std::printf("QP error as the agent logged it: %s", line.c_str());
+  // The QP whose NIC went down fails its own sends (rxe: "local QP operation error"); its
+  // peer's QPs get no ACK and exceed their retries.
+  CHECK(logs.find("transport retry counter exceeded") != std::string::npos);
 }
 
 TEST_CASE("link_flap of a guest's lab switch port, injected through the guest's agent") {

@@ -8,7 +8,11 @@
 #include "workload/checksum.hpp"
 #include "workload/engine.hpp"
 #include "workload/inproc_transport.hpp"
+#include "rdmachaos_config.h"
 #include "workload/tcp_transport.hpp"
+#if RDMACHAOS_HAVE_VERBS_TRANSPORT
+#include "workload/verbs_transport.hpp"
+#endif
 
 using namespace rc;
 using namespace rc::workload;
@@ -265,3 +269,19 @@ TEST_CASE("a rank that gives up releases its peers at once") {
     CHECK_THAT(s.error, Catch::Contains("cannot connect"));
   }
 }
+
+#if RDMACHAOS_HAVE_VERBS_TRANSPORT
+TEST_CASE("the verbs transport refuses an address no RDMA device carries, naming it") {
+  // Loopback is never an RDMA device's address (rxe binds to a real netdev; the build
+  // machines have none at all): creating the transport must fail with an error, not crash.
+  VerbsOptions o;
+  o.rank = 0;
+  o.world = {{"127.0.0.1", 0}, {"127.0.0.2", 0}};
+  auto t = VerbsTransport::create(o);
+  REQUIRE_FALSE(t.ok());
+  INFO(t.error().message);
+  bool named = t.error().message.find("127.0.0.1") != std::string::npos ||
+               t.error().message.find("RDMA") != std::string::npos;
+  CHECK(named);
+}
+#endif
