@@ -71,6 +71,12 @@ struct FaultManager::Entry {
   std::string endReason;            // completed, reverted, lease_expired, lifetime, shutdown, error
   std::string error;
   int64_t appliedNs = 0, endedNs = 0;
+  // A revert that failed is retried with backoff; meanwhile the fault stays journaled, holds
+  // its targets and shows in status() with these.
+  int revertAttempts = 0;
+  std::string revertError;
+  int64_t revertFailingSinceNs = 0;
+  Clock::time_point nextRevertAttempt{};
   bool finished = false;
   bool applied = false;  // run() was called: only then is there anything to revert
   faults::EventLog events;
@@ -88,11 +94,12 @@ struct FaultManager::Entry {
 
 FaultManager::FaultManager(faults::Policy policy, Journal journal,
                            std::chrono::milliseconds maxLifetime,
-                           std::chrono::milliseconds leaseTimeout)
+                           std::chrono::milliseconds leaseTimeout, RetryBackoff retry)
     : policy_(std::move(policy)),
       journal_(std::move(journal)),
       maxLifetime_(maxLifetime),
-      leaseTimeout_(leaseTimeout) {
+      leaseTimeout_(leaseTimeout),
+      retry_(retry) {
   watcher_ = std::jthread([this](std::stop_token st) { watch(st); });
 }
 
@@ -127,7 +134,8 @@ FaultManager::Replay FaultManager::replayJournal(Journal& journal, const faults:
       if (!rec.contains("snapshot")) {
         // Journaled when scheduled, never applied: nothing changed, nothing to revert.
         if (auto rm = journal.remove(entry.faultId); !rm)
-          out.lines.push_back("'" + entry.faultId + "' was never applied but " + rm.error().message);
+          out.lines.push_back("'" + entry.faultId + "' was never applied but " +
+                              rm.error().message);
         else
           out.lines.push_back("removed journaled fault '" + entry.faultId + "' (" + kind->name +
                               "), which was never applied");
@@ -144,7 +152,8 @@ FaultManager::Replay FaultManager::replayJournal(Journal& journal, const faults:
       if (auto rm = journal.remove(entry.faultId); !rm)
         out.lines.push_back("reverted '" + entry.faultId + "' but " + rm.error().message);
       else
-        out.lines.push_back("reverted journaled fault '" + entry.faultId + "' (" + kind->name + ")");
+        out.lines.push_back("reverted journaled fault '" + entry.faultId + "' (" + kind->name +
+                            ")");
     } catch (const std::exception& ex) {
       quarantine(entry, std::string("is malformed (") + ex.what() + ")");
     }
@@ -200,9 +209,8 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
   if (onEnd) e->waiters.push_back(std::move(onEnd));
   // Journaled now, so a refusal to journal refuses the fault; the snapshot is added at the
   // instant the fault is applied (a record without one was never applied: nothing to revert).
-  e->journalRecord = {{"kind", kind->name},           {"owner", owner},
-                      {"params", e->fault->params()}, {"targets", e->targets},
-                      {"start_ns", start},            {"lifetime_ms", lifetime}};
+  e->journalRecord = {{"kind", kind->name},    {"owner", owner},    {"params", e->fault->params()},
+                      {"targets", e->targets}, {"start_ns", start}, {"lifetime_ms", lifetime}};
 
   std::vector<std::shared_ptr<Entry>> pruned;
   json out;
@@ -230,13 +238,21 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
       if (start < heldUntilNs && f->startNs < endNs) {
         // A holder scheduled ahead holds from its start: say so, or "until" reads as "now".
         std::string from = f->startNs > nowNs ? " from " + utcTime(f->startNs) : std::string();
-        return makeError(kind->name + " '" + e->id + "' refused: " +
-                             firstShared(e->targets, f->targets) + " is held by fault '" + f->id +
-                             "' (" + f->kind->name + ", controller '" + f->owner + "')" + from +
-                             " until " + utcTime(fEndNs) + ", " +
-                             formatDuration(Nanos(std::max<int64_t>(0, fEndNs - nowNs))) +
-                             " from now; schedule it after that or revert '" + f->id + "' first",
-                         EBUSY);
+        if (!f->revertError.empty())
+          return makeError(
+              kind->name + " '" + e->id + "' refused: " + firstShared(e->targets, f->targets) +
+                  " is held by fault '" + f->id + "' (" + f->kind->name + ", controller '" +
+                  f->owner + "'), whose revert failed and is being retried (attempt " +
+                  std::to_string(f->revertAttempts) + ": " + f->revertError +
+                  "); see 'rdmachaos agents'",
+              EBUSY);
+        return makeError(
+            kind->name + " '" + e->id + "' refused: " + firstShared(e->targets, f->targets) +
+                " is held by fault '" + f->id + "' (" + f->kind->name + ", controller '" +
+                f->owner + "')" + from + " until " + utcTime(fEndNs) + ", " +
+                formatDuration(Nanos(std::max<int64_t>(0, fEndNs - nowNs))) +
+                " from now; schedule it after that or revert '" + f->id + "' first",
+            EBUSY);
       }
     }
     if (auto r = journal_.add(e->id, e->journalRecord); !r)
@@ -290,8 +306,8 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
       if (e->endReason.empty()) e->endReason = "cancelled";
       why = "never applied";
     } else if (auto f = heldBy()) {
-      e->error = firstShared(e->targets, f->targets) + " is still held by fault '" + f->id +
-                 "' (" + f->kind->name + "); not applied";
+      e->error = firstShared(e->targets, f->targets) + " is still held by fault '" + f->id + "' (" +
+                 f->kind->name + "); not applied";
       e->endReason = "error";
       why = "held";
     }
@@ -353,17 +369,59 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
     }
     e->state = "reverting";
   }
-  auto rv = e->fault->revert(e->events);
-  if (!rv) {
-    std::lock_guard lock(m_);
-    e->error += (e->error.empty() ? "" : "; ") + std::string("revert failed: ") + rv.error().message;
-    unrevertable_.push_back(e->id);
-    log::error("fault '{}' could not be reverted and stays in the journal: {}", e->id,
-               rv.error().message);
-  } else if (auto rm = journal_.remove(e->id); !rm) {
-    log::error("fault '{}' reverted but its journal entry remains: {}", e->id, rm.error().message);
+  if (revertUntilDone(e)) {
+    if (auto rm = journal_.remove(e->id); !rm)
+      log::error("fault '{}' reverted but its journal entry remains: {}", e->id,
+                 rm.error().message);
   }
   finish(e);
+}
+
+// Reverts E, retrying with backoff while it fails (an interface renamed or moved away for a
+// while, a switch that does not answer): the fault keeps its journal entry and its targets
+// meanwhile. Gives up only when the agent stops; the entry is then replayed at the next start.
+// Returns whether the revert succeeded.
+bool FaultManager::revertUntilDone(const std::shared_ptr<Entry>& e) {
+  auto delay = retry_.first;
+  for (;;) {
+    bool last;
+    {
+      std::lock_guard lock(m_);
+      last = shuttingDown_;
+    }
+    auto rv = e->fault->revert(e->events);
+    std::unique_lock lock(m_);
+    e->revertAttempts++;
+    if (rv) {
+      if (e->revertAttempts > 1) {
+        log::info("fault '{}' reverted at attempt {}", e->id, e->revertAttempts);
+        e->error += (e->error.empty() ? "" : "; ") + std::string("reverted at attempt ") +
+                    std::to_string(e->revertAttempts) + " after: " + e->revertError;
+      }
+      e->revertError.clear();
+      generation_++;
+      return true;
+    }
+    e->revertError = rv.error().message;
+    if (e->revertAttempts == 1) e->revertFailingSinceNs = wallNs();
+    if (last) {
+      e->error += (e->error.empty() ? "" : "; ") + std::string("revert failed: ") + e->revertError;
+      unrevertable_.push_back(e->id);
+      log::error(
+          "fault '{}' could not be reverted after {} attempt(s) and stays in the journal "
+          "for the next start to replay: {}",
+          e->id, e->revertAttempts, e->revertError);
+      return false;
+    }
+    e->state = "revert_retrying";
+    e->nextRevertAttempt = Clock::now() + delay;
+    generation_++;
+    // Logged at the backoff's pace, which bounds the rate.
+    log::error("fault '{}': revert attempt {} failed, retrying in {} ms: {}", e->id,
+               e->revertAttempts, delay.count(), e->revertError);
+    cv_.wait_until(lock, e->nextRevertAttempt, [&] { return shuttingDown_; });
+    delay = std::min(retry_.max, delay * 2);
+  }
 }
 
 void FaultManager::finish(const std::shared_ptr<Entry>& e) {
@@ -486,7 +544,9 @@ void FaultManager::watch(std::stop_token stop) {
 json FaultManager::recordOf(const Entry& e) const {
   json events = json::array();
   for (const auto& ev : e.events.snapshot())
-    events.push_back({{"t_ns", ev.timeNs}, {"what", ev.what}, {"detail", ev.detail},
+    events.push_back({{"t_ns", ev.timeNs},
+                      {"what", ev.what},
+                      {"detail", ev.detail},
                       {"kernel_time", ev.kernelTime}});
   return json{{"fault", e.id},
               {"kind", e.kind->name},
@@ -500,6 +560,8 @@ json FaultManager::recordOf(const Entry& e) const {
               {"ended_ns", e.endedNs},
               {"end_reason", e.endReason},
               {"error", e.error},
+              {"revert_attempts", e.revertAttempts},
+              {"revert_error", e.revertError},
               {"events", events}};
 }
 
@@ -532,8 +594,27 @@ json FaultManager::status() const {
   auto now = Clock::now();
   for (const auto& [owner, t] : leases_)
     leases[owner] = std::chrono::duration_cast<std::chrono::milliseconds>(t - now).count();
+  // Faults whose revert failed and is being retried: still applied, still journaled.
+  json unreverted = json::array();
+  for (const auto& [id, e] : faults_) {
+    if (e->finished || e->revertError.empty()) continue;
+    unreverted.push_back(
+        {{"fault", id},
+         {"kind", e->kind->name},
+         {"owner", e->owner},
+         {"describe", e->description},
+         {"state", "retrying"},
+         {"attempts", e->revertAttempts},
+         {"last_error", e->revertError},
+         {"failing_since_ns", e->revertFailingSinceNs},
+         {"next_attempt_ms",
+          std::max<int64_t>(
+              0, std::chrono::duration_cast<std::chrono::milliseconds>(e->nextRevertAttempt - now)
+                     .count())}});
+  }
   return json{{"active_faults", active},
               {"lease_remaining_ms", leases},
+              {"unreverted", unreverted},
               {"unrevertable", unrevertable_},
               {"quarantined", quarantined_},
               {"lease_timeout_ms", leaseTimeout_.count()},
@@ -552,6 +633,7 @@ void FaultManager::shutdown() {
       all.push_back(e);
     }
   }
+  cv_.notify_all();  // a revert being retried makes its last attempt now
   for (auto& e : all)
     if (e->thread.joinable()) e->thread.join();
   {

@@ -21,12 +21,18 @@ namespace rc::agent {
 
 using json = nlohmann::json;
 
+// How a failed revert is retried: after FIRST, doubling up to MAX, until it succeeds or the
+// agent stops (then the journal entry is left for the next start to replay).
+struct RetryBackoff {
+  std::chrono::milliseconds first{250}, max{30'000};
+};
+
 class FaultManager {
  public:
   using Done = std::function<void(json record)>;
 
   FaultManager(faults::Policy policy, Journal journal, std::chrono::milliseconds maxLifetime,
-               std::chrono::milliseconds leaseTimeout);
+               std::chrono::milliseconds leaseTimeout, RetryBackoff retry = {});
   ~FaultManager();  // reverts everything still active
   FaultManager(const FaultManager&) = delete;
   FaultManager& operator=(const FaultManager&) = delete;
@@ -47,8 +53,7 @@ class FaultManager {
 
   // Validates, snapshots, journals and starts a fault owned by OWNER. Returns the record.
   // ON_END (optional) is called from the fault's thread with the final record.
-  Result<json> schedule(const std::string& owner, const proto::Schedule& request,
-                        Done onEnd = {});
+  Result<json> schedule(const std::string& owner, const proto::Schedule& request, Done onEnd = {});
   // Stops and reverts a fault; DONE is called (from another thread) once it is reverted.
   Result<void> revert(const std::string& faultId, Done done);
   // Stops and reverts every active fault (of OWNER, or all); DONE gets the list of records.
@@ -72,11 +77,13 @@ class FaultManager {
   void watch(std::stop_token stop);
   json recordOf(const Entry& e) const;
   void finish(const std::shared_ptr<Entry>& e);
+  bool revertUntilDone(const std::shared_ptr<Entry>& e);
 
   faults::Policy policy_;
   Journal journal_;
   std::chrono::milliseconds maxLifetime_;
   std::chrono::milliseconds leaseTimeout_;
+  RetryBackoff retry_;
 
   mutable std::mutex m_;
   std::condition_variable_any cv_;

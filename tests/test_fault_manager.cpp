@@ -454,3 +454,79 @@ TEST_CASE("the agent replays its journal before it loads TLS material") {
   CHECK(adminUp("vethA"));
   CHECK_FALSE(fs::exists(d.path + "/state/journal/crashed.json"));
 }
+
+TEST_CASE("a failed revert is retried with backoff until it succeeds, journaled and shown meanwhile") {
+  privateNamespace();
+  TempDir d;
+  // Puts the interface back under its name and up when the test ends, also after a failure.
+  struct NameBack {
+    ~NameBack() {
+      (void)!std::system("ip link set vethZ name vethA 2>/dev/null; ip link set vethA up");
+    }
+  } nameBack;
+  FaultManager m(policy(), *Journal::open(d.path), 60s, 60s);
+  REQUIRE(m.schedule("ctl", flap("f-retry", "30s")).ok());
+  REQUIRE(eventually([] { return !adminUp("vethA"); }));
+  // While it is down the interface is renamed: its ifindex now names 'vethZ', which revert
+  // refuses to touch, as it would an index reused by another interface.
+  REQUIRE(std::system("ip link set vethA name vethZ") == 0);
+  std::promise<json> done;
+  REQUIRE(m.revert("f-retry", [&](json r) { done.set_value(r); }).ok());
+  auto fut = done.get_future();
+  REQUIRE(eventually(
+      [&] {
+        json st = m.status();
+        return st.contains("unreverted") && st["unreverted"].size() == 1 &&
+               st["unreverted"][0].value("attempts", 0) >= 3;
+      },
+      10s));
+  json st = m.status();
+  CHECK(st["unreverted"][0]["fault"] == "f-retry");
+  CHECK(st["unreverted"][0]["state"] == "retrying");
+  CHECK_THAT(st["unreverted"][0]["last_error"].get<std::string>(), Catch::Contains("vethZ"));
+  CHECK(st["active_faults"] == 1);
+  CHECK(fs::exists(d.path + "/journal/f-retry.json"));  // still journaled while it is applied
+  CHECK(m.get("f-retry")->at("state") == "revert_retrying");
+  CHECK(fut.wait_for(0s) != std::future_status::ready);
+  // The interface comes back: the next attempt restores it and only then is the fault done.
+  REQUIRE(std::system("ip link set vethZ name vethA") == 0);
+  REQUIRE(fut.wait_for(15s) == std::future_status::ready);
+  json r = fut.get();
+  CHECK(r["end_reason"] == "reverted");
+  CHECK(r["revert_attempts"].get<int>() >= 4);
+  CHECK(adminUp("vethA"));
+  CHECK_FALSE(fs::exists(d.path + "/journal/f-retry.json"));
+  CHECK(m.status()["unreverted"].empty());
+  CHECK(m.status()["unrevertable"].empty());
+}
+
+TEST_CASE("a revert still failing when the agent stops stays journaled for the next start") {
+  privateNamespace();
+  TempDir d;
+  struct NameBack {
+    ~NameBack() {
+      (void)!std::system("ip link set vethZ name vethA 2>/dev/null; ip link set vethA up");
+    }
+  } nameBack;
+  auto j = Journal::open(d.path);
+  REQUIRE(j.ok());
+  {
+    FaultManager m(policy(), *j, 60s, 60s);
+    REQUIRE(m.schedule("ctl", flap("f-left", "30s")).ok());
+    REQUIRE(eventually([] { return !adminUp("vethA"); }));
+    REQUIRE(std::system("ip link set vethA name vethZ") == 0);
+    REQUIRE(m.revert("f-left", [](json) {}).ok());
+    REQUIRE(eventually([&] { return m.status().value("unreverted", json::array()).size() == 1; }));
+    auto t0 = std::chrono::steady_clock::now();
+    m.shutdown();  // gives up after one last attempt, without waiting out the backoff
+    CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+    CHECK(m.status()["unrevertable"] == json::array({"f-left"}));
+  }
+  CHECK(fs::exists(d.path + "/journal/f-left.json"));
+  REQUIRE(std::system("ip link set vethZ name vethA") == 0);
+  // The next start's replay restores it.
+  auto replay = FaultManager::replayJournal(*j, policy());
+  CHECK(replay.unrevertable.empty());
+  CHECK(adminUp("vethA"));
+  CHECK_FALSE(fs::exists(d.path + "/journal/f-left.json"));
+}
