@@ -142,11 +142,24 @@ FaultManager::Replay FaultManager::replayJournal(Journal& journal, const faults:
         continue;
       }
       auto params = rec.value("params", json::object());
-      auto r = kind->revertRecord(params, rec["snapshot"], policy);
+      Result<void> r;
+      // A revert that throws is a revert that failed: the entry stays and is retried, it is
+      // not quarantined (that would forget a fault that may still be applied).
+      try {
+        r = kind->revertRecord(params, rec["snapshot"], policy);
+      } catch (const std::exception& ex) {
+        r = makeError(std::string("exception: ") + ex.what());
+      }
       if (!r) {
         out.lines.push_back("could not revert journaled fault '" + entry.faultId + "' (" +
-                            kind->name + "): " + r.error().message);
+                            kind->name + "): " + r.error().message +
+                            "; retrying while the agent runs");
         out.unrevertable.push_back(entry.faultId);
+        Replay::Pending p{entry.faultId, r.error().message, kind, params, rec["snapshot"], {}};
+        if (rec.contains("targets") && rec["targets"].is_array())
+          for (const auto& t : rec["targets"])
+            if (t.is_string()) p.targets.push_back(t.get<std::string>());
+        out.pending.push_back(std::move(p));
         continue;
       }
       if (auto rm = journal.remove(entry.faultId); !rm)
@@ -169,8 +182,60 @@ std::vector<std::string> FaultManager::recoverJournal() {
 
 void FaultManager::adoptReplay(const Replay& replay) {
   std::lock_guard lock(m_);
-  for (const auto& id : replay.unrevertable) unrevertable_.push_back(id);
   for (const auto& id : replay.quarantined) quarantined_.push_back(id);
+  for (const auto& p : replay.pending) {
+    Leftover l{p, 1, wallNs(), retry_.first, Clock::now() + retry_.first};
+    leftovers_.push_back(std::move(l));
+  }
+  if (!leftovers_.empty() && !leftoverThread_.joinable() && !shuttingDown_)
+    leftoverThread_ = std::jthread([this](std::stop_token st) { retryLeftovers(st); });
+}
+
+// Retries what the replay could not revert, with the same backoff as a live fault's revert.
+void FaultManager::retryLeftovers(std::stop_token stop) {
+  std::unique_lock lock(m_);
+  while (!stop.stop_requested() && !leftovers_.empty()) {
+    auto next = Clock::time_point::max();
+    for (const auto& l : leftovers_) next = std::min(next, l.next);
+    cv_.wait_until(lock, stop, next, [] { return false; });
+    if (stop.stop_requested()) break;
+    for (size_t i = 0; i < leftovers_.size();) {
+      if (leftovers_[i].next > Clock::now()) {
+        ++i;
+        continue;
+      }
+      Replay::Pending p = leftovers_[i].entry;
+      lock.unlock();
+      Result<void> r;
+      try {
+        r = p.kind->revertRecord(p.params, p.snapshot, policy_);
+      } catch (const std::exception& ex) {
+        r = makeError(std::string("exception: ") + ex.what());
+      }
+      if (r) {
+        if (auto rm = journal_.remove(p.id); !rm)
+          log::error("journaled fault '{}' reverted but its entry remains: {}", p.id,
+                     rm.error().message);
+      }
+      lock.lock();
+      // The list only changes on this thread and in adoptReplay (appends), so I is still it.
+      auto& l = leftovers_[i];
+      l.attempts++;
+      if (r) {
+        log::info("journaled fault '{}' ({}) reverted at attempt {}", p.id, p.kind->name,
+                  l.attempts);
+        leftovers_.erase(leftovers_.begin() + ptrdiff_t(i));
+        generation_++;
+        continue;
+      }
+      l.entry.error = r.error().message;
+      log::error("journaled fault '{}' ({}): revert attempt {} failed, retrying in {} ms: {}", p.id,
+                 p.kind->name, l.attempts, l.delay.count(), l.entry.error);
+      l.next = Clock::now() + l.delay;
+      l.delay = std::min(retry_.max, l.delay * 2);
+      ++i;
+    }
+  }
 }
 
 Result<json> FaultManager::schedule(const std::string& owner, const proto::Schedule& req,
@@ -231,6 +296,15 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     // of a playbook scheduled ahead) share a target one after the other.
     // Compared in agent wall-clock nanoseconds: exact, so back-to-back windows never overlap.
     const int64_t nowNs = wallNs(), endNs = start + lifetime * 1'000'000;
+    for (const auto& l : leftovers_)
+      if (shareTarget(e->targets, l.entry.targets))
+        return makeError(
+            kind->name + " '" + e->id + "' refused: " + firstShared(e->targets, l.entry.targets) +
+                " is held by journaled fault '" + l.entry.id + "' (" + l.entry.kind->name +
+                ") of an earlier run, whose revert failed and is being retried ("
+                "attempt " +
+                std::to_string(l.attempts) + ": " + l.entry.error + "); see 'rdmachaos agents'",
+            EBUSY);
     for (auto& [id, f] : faults_) {
       if (f->finished || !shareTarget(e->targets, f->targets)) continue;
       int64_t fEndNs = f->startNs + f->lifetimeMs * 1'000'000;
@@ -612,6 +686,19 @@ json FaultManager::status() const {
               0, std::chrono::duration_cast<std::chrono::milliseconds>(e->nextRevertAttempt - now)
                      .count())}});
   }
+  for (const auto& l : leftovers_)
+    unreverted.push_back(
+        {{"fault", l.entry.id},
+         {"kind", l.entry.kind->name},
+         {"owner", ""},
+         {"describe", l.entry.kind->name + " journaled by an earlier run"},
+         {"state", "retrying"},
+         {"attempts", l.attempts},
+         {"last_error", l.entry.error},
+         {"failing_since_ns", l.sinceNs},
+         {"next_attempt_ms",
+          std::max<int64_t>(
+              0, std::chrono::duration_cast<std::chrono::milliseconds>(l.next - now).count())}});
   return json{{"active_faults", active},
               {"lease_remaining_ms", leases},
               {"unreverted", unreverted},
@@ -640,6 +727,9 @@ void FaultManager::shutdown() {
     std::lock_guard lock(m_);
     faults_.clear();
   }
+  // Leftovers of an earlier run stay journaled for the next start.
+  leftoverThread_.request_stop();
+  if (leftoverThread_.joinable()) leftoverThread_.join();
   watcher_.request_stop();
   if (watcher_.joinable()) watcher_.join();
 }

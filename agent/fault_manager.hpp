@@ -41,12 +41,21 @@ class FaultManager {
   // failed (still journaled) and those moved to quarantine (unreadable, unknown, malformed).
   struct Replay {
     std::vector<std::string> lines, unrevertable, quarantined;
+    // What a manager needs to keep retrying the unrevertable ones (adoptReplay()).
+    struct Pending {
+      std::string id, error;
+      const faults::FaultKind* kind = nullptr;
+      json params, snapshot;
+      std::vector<std::string> targets;
+    };
+    std::vector<Pending> pending;
   };
   // Reverts every fault recorded in JOURNAL (after a crash). Needs nothing but the journal and
   // the configured policy (configuredPolicy(): no system calls), so the agent runs it before
   // loading anything that could fail (TLS, the interface policy's netlink dump).
   static Replay replayJournal(Journal& journal, const faults::Policy& policy);
-  // Reports a replay's leftovers in status().
+  // Keeps retrying a replay's unrevertable entries (with backoff, until they succeed; they hold
+  // their targets meanwhile) and reports them and the quarantined ones in status().
   void adoptReplay(const Replay& replay);
   // replayJournal() on this manager's journal, adopted; returns the lines.
   std::vector<std::string> recoverJournal();
@@ -78,6 +87,7 @@ class FaultManager {
   json recordOf(const Entry& e) const;
   void finish(const std::shared_ptr<Entry>& e);
   bool revertUntilDone(const std::shared_ptr<Entry>& e);
+  void retryLeftovers(std::stop_token stop);
 
   faults::Policy policy_;
   Journal journal_;
@@ -90,6 +100,16 @@ class FaultManager {
   std::map<std::string, std::shared_ptr<Entry>> faults_;  // active and recently finished
   std::map<std::string, std::chrono::steady_clock::time_point> leases_;
   std::vector<std::string> unrevertable_, quarantined_;
+  // Journal entries an earlier run left applied and the replay could not revert.
+  struct Leftover {
+    Replay::Pending entry;
+    int attempts = 1;  // the replay's
+    int64_t sinceNs = 0;
+    std::chrono::milliseconds delay{};
+    std::chrono::steady_clock::time_point next;
+  };
+  std::vector<Leftover> leftovers_;
+  std::jthread leftoverThread_;
   bool shuttingDown_ = false;
   uint64_t generation_ = 0;  // bumped on every change the watcher must see
   std::jthread watcher_;

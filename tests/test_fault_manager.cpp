@@ -461,7 +461,9 @@ TEST_CASE("a failed revert is retried with backoff until it succeeds, journaled 
   // Puts the interface back under its name and up when the test ends, also after a failure.
   struct NameBack {
     ~NameBack() {
-      (void)!std::system("ip link set vethZ name vethA 2>/dev/null; ip link set vethA up");
+      (void)!std::system(
+          "ip link show vethZ >/dev/null 2>&1 && { ip link del vethA 2>/dev/null; "
+          "ip link set vethZ name vethA; }; ip link set vethA up");
     }
   } nameBack;
   FaultManager m(policy(), *Journal::open(d.path), 60s, 60s);
@@ -500,12 +502,14 @@ TEST_CASE("a failed revert is retried with backoff until it succeeds, journaled 
   CHECK(m.status()["unrevertable"].empty());
 }
 
-TEST_CASE("a revert still failing when the agent stops stays journaled for the next start") {
+TEST_CASE("a revert still failing when the agent stops is journaled; the next start retries it") {
   privateNamespace();
   TempDir d;
   struct NameBack {
     ~NameBack() {
-      (void)!std::system("ip link set vethZ name vethA 2>/dev/null; ip link set vethA up");
+      (void)!std::system(
+          "ip link show vethZ >/dev/null 2>&1 && { ip link del vethA 2>/dev/null; "
+          "ip link set vethZ name vethA; }; ip link set vethA up");
     }
   } nameBack;
   auto j = Journal::open(d.path);
@@ -523,10 +527,25 @@ TEST_CASE("a revert still failing when the agent stops stays journaled for the n
     CHECK(m.status()["unrevertable"] == json::array({"f-left"}));
   }
   CHECK(fs::exists(d.path + "/journal/f-left.json"));
-  REQUIRE(std::system("ip link set vethZ name vethA") == 0);
-  // The next start's replay restores it.
+  // The next start's replay cannot revert it either (still renamed): the new manager keeps
+  // retrying it, shows it, and lets no other fault take the interface meanwhile (a new
+  // interface under the old name is not the one the snapshot names).
   auto replay = FaultManager::replayJournal(*j, policy());
-  CHECK(replay.unrevertable.empty());
-  CHECK(adminUp("vethA"));
+  REQUIRE(replay.unrevertable == std::vector<std::string>{"f-left"});
+  FaultManager next(policy(), *j, 60s, 60s);
+  next.adoptReplay(replay);
+  REQUIRE(eventually([&] {
+    json u = next.status().value("unreverted", json::array());
+    return u.size() == 1 && u[0].value("attempts", 0) >= 2;
+  }));
+  CHECK(next.status()["unreverted"][0]["fault"] == "f-left");
+  REQUIRE(std::system("ip link add vethA type veth peer name vethC") == 0);
+  auto refused = next.schedule("ctl", flap("f-new", "1s"));
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.error().message, Catch::Contains("journaled fault 'f-left'"));
+  CHECK(fs::exists(d.path + "/journal/f-left.json"));
+  REQUIRE(std::system("ip link del vethA && ip link set vethZ name vethA") == 0);
+  REQUIRE(eventually([] { return adminUp("vethA"); }, 15s));
+  REQUIRE(eventually([&] { return next.status()["unreverted"].empty(); }));
   CHECK_FALSE(fs::exists(d.path + "/journal/f-left.json"));
 }
