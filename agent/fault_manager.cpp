@@ -338,7 +338,7 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     faults_[e->id] = e;
     leases_[owner] = Clock::now() + leaseTimeout_;
     generation_++;
-    e->thread = std::jthread([this, e](std::stop_token st) { runFault(e, st); });
+    e->thread = std::jthread([this, e](std::stop_token st) { runFaultBarrier(e, st); });
     out = recordOf(*e);
     // Keep a bounded history of ended faults.
     size_t finished = 0;
@@ -360,6 +360,48 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
   cv_.notify_all();
   log::info("scheduled {} '{}' for {}: {}", kind->name, e->id, owner, e->description);
   return out;
+}
+
+// One step of a fault (snapshot, run, revert) behind an exception barrier: what it throws
+// becomes its error, so the manager's usual path (revert if applied, report) handles it.
+template <typename F>
+auto FaultManager::step(const char* name, const Entry& e, F f) -> decltype(f()) {
+  try {
+    if (stepHook_) stepHook_(name, e.id);
+    return f();
+  } catch (const std::exception& ex) {
+    return makeError(std::string(name) + " threw: " + ex.what());
+  } catch (...) {
+    return makeError(std::string(name) + " threw an unknown exception");
+  }
+}
+
+// The last barrier of a fault's thread: an exception that escapes everything else (an
+// allocation failure in bookkeeping) must not reach std::terminate with the fault applied.
+void FaultManager::runFaultBarrier(std::shared_ptr<Entry> e, std::stop_token stop) {
+  try {
+    runFault(e, stop);
+    return;
+  } catch (const std::exception& ex) {
+    log::error("fault '{}': exception on its thread: {}; reverting", e->id, ex.what());
+  } catch (...) {
+    log::error("fault '{}': unknown exception on its thread; reverting", e->id);
+  }
+  try {
+    bool applied, finished;
+    {
+      std::lock_guard lock(m_);
+      applied = e->applied;
+      finished = e->finished;
+      if (e->endReason.empty()) e->endReason = "error";
+      if (e->error.empty()) e->error = "exception on the fault's thread";
+    }
+    if (finished) return;
+    if (!applied || revertUntilDone(e)) (void)journal_.remove(e->id);
+    finish(e);
+  } catch (...) {
+    // Nothing more can be done here; the journal entry (if any) is replayed at the next start.
+  }
 }
 
 void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
@@ -389,7 +431,7 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
   // The snapshot holds what is there when the fault is applied, not when it was scheduled;
   // it is journaled (fsynced) before anything changes.
   if (why.empty()) {
-    auto snap = e->fault->snapshot();
+    auto snap = step("snapshot", *e, [&] { return e->fault->snapshot(); });
     json record = e->journalRecord;
     if (snap) {
       record["snapshot"] = *snap;
@@ -431,7 +473,7 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
     finish(e);
     return;
   }
-  auto r = e->fault->run(stop, e->events);
+  auto r = step("run", *e, [&] { return e->fault->run(stop, e->events); });
   {
     std::lock_guard lock(m_);
     if (!r) {
@@ -463,7 +505,7 @@ bool FaultManager::revertUntilDone(const std::shared_ptr<Entry>& e) {
       std::lock_guard lock(m_);
       last = shuttingDown_;
     }
-    auto rv = e->fault->revert(e->events);
+    auto rv = step("revert", *e, [&] { return e->fault->revert(e->events); });
     std::unique_lock lock(m_);
     e->revertAttempts++;
     if (rv) {
@@ -513,7 +555,14 @@ void FaultManager::finish(const std::shared_ptr<Entry>& e) {
   cv_.notify_all();
   log::info("fault '{}' ended ({}){}", e->id, rec["end_reason"].get<std::string>(),
             e->error.empty() ? "" : ": " + e->error);
-  for (auto& w : waiters) w(rec);
+  for (auto& w : waiters) {
+    // A waiter that throws (it only posts to the network loop) must not stop the others.
+    try {
+      w(rec);
+    } catch (const std::exception& ex) {
+      log::error("fault '{}': reporting its end failed: {}", e->id, ex.what());
+    }
+  }
 }
 
 Result<void> FaultManager::revert(const std::string& faultId, Done done) {

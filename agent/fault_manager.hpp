@@ -11,6 +11,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "common/journal.hpp"
@@ -80,9 +81,18 @@ class FaultManager {
   // Reverts everything and waits for every fault thread to finish.
   void shutdown();
 
+  // Called on a fault's thread before each step it takes ("snapshot", "run", "revert") with
+  // the fault's id; what it throws is what that step would have thrown. For the tests of the
+  // exception barriers; the agent sets none. Set it before scheduling.
+  using StepHook = std::function<void(std::string_view step, const std::string& faultId)>;
+  void setStepHook(StepHook hook) { stepHook_ = std::move(hook); }
+
  private:
   struct Entry;
   void runFault(std::shared_ptr<Entry> e, std::stop_token stop);
+  void runFaultBarrier(std::shared_ptr<Entry> e, std::stop_token stop);
+  template <typename F>
+  auto step(const char* name, const Entry& e, F f) -> decltype(f());
   void watch(std::stop_token stop);
   json recordOf(const Entry& e) const;
   void finish(const std::shared_ptr<Entry>& e);
@@ -94,6 +104,7 @@ class FaultManager {
   std::chrono::milliseconds maxLifetime_;
   std::chrono::milliseconds leaseTimeout_;
   RetryBackoff retry_;
+  StepHook stepHook_;
 
   mutable std::mutex m_;
   std::condition_variable_any cv_;

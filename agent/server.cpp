@@ -175,7 +175,19 @@ void Session::handle(const json& message) {
     close();
     return;
   }
-  dispatch(*env);
+  // Exception barrier: a handler that throws (an allocation, a thread that cannot be created,
+  // a reply that cannot be encoded) answers with an error; the session and every fault go on.
+  try {
+    dispatch(*env);
+  } catch (const std::exception& ex) {
+    log::error("handling '{}' from {} failed: {}", env->type, peer_, ex.what());
+    try {
+      send(proto::makeError(env->id, proto::kErrFailed,
+                            "the agent failed handling '" + env->type + "': " + ex.what()));
+    } catch (const std::exception&) {
+      close();  // not even an error reply can be sent: end this session, nothing else
+    }
+  }
 }
 
 void Session::dispatch(const proto::Envelope& env) {
@@ -310,7 +322,19 @@ asio::awaitable<void> Server::Impl::acceptLoop() {
     }
     auto s = std::make_shared<Session>(*this, std::move(socket), tls);
     sessions.insert(s);
-    asio::co_spawn(io, s->run(), asio::detached);
+    // A session that ends by an exception is logged and its slot freed; the others go on.
+    asio::co_spawn(io, s->run(), [this, s](std::exception_ptr p) {
+      if (!p) return;
+      try {
+        std::rethrow_exception(p);
+      } catch (const std::exception& ex) {
+        log::error("session ended by an exception: {}", ex.what());
+      } catch (...) {
+        log::error("session ended by an unknown exception");
+      }
+      s->close();
+      sessions.erase(s);
+    });
   }
 }
 

@@ -307,3 +307,50 @@ TEST_CASE("garbage on the socket does not stop the agent") {
   // Everyone else is still served.
   REQUIRE(runCli({"agents", "--inventory", lab().inventory()}) == 0);
 }
+
+TEST_CASE("a revert that fails is retried, and agents shows it, until it succeeds") {
+  auto n = lab().node("n1");
+  REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
+  // Puts the name back and the link up when the test ends, also after a failed assertion.
+  struct NameBack {
+    std::string ns;
+    ~NameBack() {
+      std::string cmd = "ip -n " + ns + " link set data9 name data0 2>/dev/null; ip -n " + ns +
+                        " link set data0 up";
+      (void)!std::system(cmd.c_str());
+    }
+  } back{n.netns};
+  Proc ctl = spawnCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1",
+                       "--set", "down=60s", "--for", "3s"});
+  REQUIRE(eventually([&] { return !linkUp(n.netns); }, 15s));
+  // While it is down the interface is renamed: the snapshot's ifindex now names 'data9', which
+  // the revert at the end of --for refuses to touch until the name is back.
+  REQUIRE(std::system(("ip -n " + n.netns + " link set data0 name data9").c_str()) == 0);
+  json mine;
+  REQUIRE(eventually(
+      [&] {
+        std::string out;
+        if (runCli({"agents", "--inventory", lab().inventory(), "--json"}, &out) != 0) return false;
+        for (const auto& a : json::parse(out, nullptr, false))
+          if (a.is_object() && a.value("node", "") == "n1" &&
+              a.value("unreverted", json::array()).size() == 1)
+            mine = a["unreverted"][0];
+        return mine.is_object() && mine.value("attempts", 0) >= 2;
+      },
+      30s, 500ms));
+  CHECK(mine["state"] == "retrying");
+  CHECK_THAT(mine["fault"].get<std::string>(), Catch::StartsWith("inj-"));
+  CHECK_THAT(mine["last_error"].get<std::string>(), Catch::Contains("data9"));
+  std::string text;
+  REQUIRE(runCli({"agents", "--inventory", lab().inventory()}, &text) == 0);
+  CHECK_THAT(text, Catch::Contains("n1: fault 'inj-") && Catch::Contains("is NOT reverted"));
+  CHECK_FALSE(fs::is_empty(fs::path(n.config).parent_path() / "state" / "journal"));
+  REQUIRE(std::system(("ip -n " + n.netns + " link set data9 name data0").c_str()) == 0);
+  REQUIRE(eventually([&] { return linkUp(n.netns); }, 40s, 50ms));
+  CHECK(eventually(
+      [&] { return fs::is_empty(fs::path(n.config).parent_path() / "state" / "journal"); }, 5s));
+  std::string out;
+  REQUIRE(runCli({"agents", "--inventory", lab().inventory(), "--json"}, &out) == 0);
+  for (const auto& a : json::parse(out)) CHECK(a["unreverted"].empty());
+  waitCli(ctl, 60s);
+}

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -548,4 +549,59 @@ TEST_CASE("a revert still failing when the agent stops is journaled; the next st
   REQUIRE(eventually([] { return adminUp("vethA"); }, 15s));
   REQUIRE(eventually([&] { return next.status()["unreverted"].empty(); }));
   CHECK_FALSE(fs::exists(d.path + "/journal/f-left.json"));
+}
+
+TEST_CASE("an exception in a fault's step reverts and reports; it never ends the agent") {
+  privateNamespace();
+  TempDir d;
+  UpAtEnd up;
+  FaultManager m(policy(), *Journal::open(d.path), 60s, 60s);
+  std::atomic<int> revertThrows{2};
+  m.setStepHook([&](std::string_view step, const std::string& id) {
+    if (id == "x-snapshot" && step == "snapshot") throw std::runtime_error("boom in snapshot");
+    if (id == "x-run" && step == "run") {
+      // Halfway through applying: the link is already down when the exception comes.
+      setAdmin("vethA", false);
+      throw std::runtime_error("boom in run");
+    }
+    if (id == "x-revert" && step == "revert" && revertThrows-- > 0)
+      throw std::runtime_error("boom in revert");
+  });
+  auto ended = [&](const std::string& id) {
+    REQUIRE(eventually([&] { return m.get(id)->at("state") == "ended"; }, 15s));
+    return *m.get(id);
+  };
+
+  SECTION("in snapshot: never applied, nothing to revert, reported") {
+    REQUIRE(m.schedule("ctl", flap("x-snapshot", "30s")).ok());
+    json r = ended("x-snapshot");
+    CHECK(r["end_reason"] == "error");
+    CHECK_THAT(r["error"].get<std::string>(), Catch::Contains("boom in snapshot"));
+    CHECK(r["applied_ns"] == 0);
+  }
+  SECTION("in run, with the link already down: reverted and reported") {
+    REQUIRE(m.schedule("ctl", flap("x-run", "30s")).ok());
+    json r = ended("x-run");
+    CHECK(r["end_reason"] == "error");
+    CHECK_THAT(r["error"].get<std::string>(), Catch::Contains("run threw: boom in run"));
+    CHECK(adminUp("vethA"));
+  }
+  SECTION("in revert: a failed revert, retried until it succeeds") {
+    REQUIRE(m.schedule("ctl", flap("x-revert", "30s")).ok());
+    REQUIRE(eventually([] { return !adminUp("vethA"); }));
+    REQUIRE(m.revert("x-revert", [](json) {}).ok());
+    json r = ended("x-revert");
+    CHECK(r["end_reason"] == "reverted");
+    CHECK(r["revert_attempts"] == 3);
+    CHECK_THAT(r["error"].get<std::string>(), Catch::Contains("revert threw: boom in revert"));
+    CHECK(adminUp("vethA"));
+  }
+  // Whatever happened, the agent lives on, nothing is left journaled and it still works.
+  CHECK(fs::is_empty(d.path + "/journal"));
+  REQUIRE(m.schedule("ctl", flap("after", "30s")).ok());
+  REQUIRE(eventually([] { return !adminUp("vethA"); }));
+  std::promise<json> done;
+  REQUIRE(m.revert("after", [&](json rec) { done.set_value(rec); }).ok());
+  REQUIRE(done.get_future().wait_for(10s) == std::future_status::ready);
+  CHECK(adminUp("vethA"));
 }
