@@ -143,10 +143,12 @@ FaultManager::Replay FaultManager::replayJournal(Journal& journal, const faults:
       }
       auto params = rec.value("params", json::object());
       Result<void> r;
-      // A revert that throws is a revert that failed: the entry stays and is retried, it is
-      // not quarantined (that would forget a fault that may still be applied).
+      // A revert that throws (other than on a malformed field) is a revert that failed: the
+      // entry stays and is retried, not quarantined (that would forget an applied fault).
       try {
         r = kind->revertRecord(params, rec["snapshot"], policy);
+      } catch (const json::exception&) {
+        throw;  // a field of the wrong type: the entry is malformed, quarantined below
       } catch (const std::exception& ex) {
         r = makeError(std::string("exception: ") + ex.what());
       }
@@ -584,6 +586,15 @@ Result<void> FaultManager::revert(const std::string& faultId, Done done) {
   return {};
 }
 
+namespace {
+// OWNER is "<controller id>@<principal>" for a session, or an exact name in tests.
+bool ownedBy(const std::string& owner, const std::string& who) {
+  if (owner == who) return true;
+  auto at = owner.rfind('@');
+  return at != std::string::npos && owner.compare(at + 1, std::string::npos, who) == 0;
+}
+}  // namespace
+
 void FaultManager::revertAll(const std::string* owner, std::string reason, Done done) {
   struct Gather {
     std::mutex m;
@@ -596,10 +607,10 @@ void FaultManager::revertAll(const std::string* owner, std::string reason, Done 
   {
     std::lock_guard lock(m_);
     for (auto& [id, e] : faults_)
-      if (!e->finished && (!owner || e->owner == *owner)) g->remaining++;
+      if (!e->finished && (!owner || ownedBy(e->owner, *owner))) g->remaining++;
     if (g->remaining > 0) {
       for (auto& [id, e] : faults_) {
-        if (e->finished || (owner && e->owner != *owner)) continue;
+        if (e->finished || (owner && !ownedBy(e->owner, *owner))) continue;
         e->waiters.push_back([g](json rec) {
           std::unique_lock gl(g->m);
           g->records.push_back(std::move(rec));

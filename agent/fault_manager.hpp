@@ -67,6 +67,7 @@ class FaultManager {
   // Stops and reverts a fault; DONE is called (from another thread) once it is reverted.
   Result<void> revert(const std::string& faultId, Done done);
   // Stops and reverts every active fault (of OWNER, or all); DONE gets the list of records.
+  // OWNER matches an owner exactly or its principal (what follows its last '@').
   void revertAll(const std::string* owner, std::string reason, Done done);
   // Refreshes OWNER's lease. Faults of an owner whose lease runs out are reverted.
   void heartbeat(const std::string& owner);

@@ -423,7 +423,7 @@ int cmdInject(const InjectOptions& o) {
 }
 
 // ---------------------------------------------------------------- recover
-int cmdRecover(const std::string& inventory, const std::string& timeoutText) {
+int cmdRecover(const std::string& inventory, const std::string& timeoutText, bool all) {
   auto timeout = durationArg(timeoutText, "--timeout");
   if (!timeout) return fail(timeout.error().message);
   auto loaded = loadAll(inventory);
@@ -436,14 +436,17 @@ int cmdRecover(const std::string& inventory, const std::string& timeoutText) {
     std::vector<std::function<asio::awaitable<void>()>> tasks;
     for (auto& c : fleet.clients()) {
       tasks.push_back([&, c]() -> asio::awaitable<void> {
-        auto r = co_await c->request("revert_all", json::object(), 30s);
+        json body = json::object();
+        body["all"] = all;
+        auto r = co_await c->request("revert_all", std::move(body), 30s);
         if (!r) {
           ok = false;
           std::fprintf(stderr, "rdmachaos: %s\n", r.error().message.c_str());
           co_return;
         }
         size_t n = r->value("faults", json::array()).size();
-        std::printf("%s: reverted %zu fault(s)\n", c->node().name.c_str(), n);
+        std::string scope = all ? " of every controller" : " of this controller certificate";
+        std::printf("%s: reverted %zu fault(s)%s\n", c->node().name.c_str(), n, scope.c_str());
       });
     }
     co_await whenAll(io, std::move(tasks));

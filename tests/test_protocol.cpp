@@ -256,3 +256,14 @@ TEST_CASE("random tokens are 64 bits of hex and do not repeat") {
   }
   CHECK(seen.size() == 10000);
 }
+
+TEST_CASE("revert_all reverts the caller's faults unless it says all") {
+  auto mine = parseRequest(makeRequest(1, "revert_all", json::object()));
+  REQUIRE(mine.ok());
+  CHECK_FALSE(std::get<RevertAll>(mine->request).all);
+  auto every = parseRequest(makeRequest(2, "revert_all", {{"all", true}}));
+  REQUIRE(every.ok());
+  CHECK(std::get<RevertAll>(every->request).all);
+  CHECK_FALSE(parseRequest(makeRequest(3, "revert_all", {{"all", "yes"}})).ok());
+  CHECK_FALSE(parseRequest(makeRequest(4, "revert_all", {{"everything", true}})).ok());
+}
