@@ -71,6 +71,12 @@ struct FaultManager::Entry {
   std::string endReason;            // completed, reverted, lease_expired, lifetime, shutdown, error
   std::string error;
   int64_t appliedNs = 0, endedNs = 0;
+  // A revert that failed is retried with backoff; meanwhile the fault stays journaled, holds
+  // its targets and shows in status() with these.
+  int revertAttempts = 0;
+  std::string revertError;
+  int64_t revertFailingSinceNs = 0;
+  Clock::time_point nextRevertAttempt{};
   bool finished = false;
   bool applied = false;  // run() was called: only then is there anything to revert
   faults::EventLog events;
@@ -88,11 +94,12 @@ struct FaultManager::Entry {
 
 FaultManager::FaultManager(faults::Policy policy, Journal journal,
                            std::chrono::milliseconds maxLifetime,
-                           std::chrono::milliseconds leaseTimeout)
+                           std::chrono::milliseconds leaseTimeout, RetryBackoff retry)
     : policy_(std::move(policy)),
       journal_(std::move(journal)),
       maxLifetime_(maxLifetime),
-      leaseTimeout_(leaseTimeout) {
+      leaseTimeout_(leaseTimeout),
+      retry_(retry) {
   watcher_ = std::jthread([this](std::stop_token st) { watch(st); });
 }
 
@@ -127,24 +134,41 @@ FaultManager::Replay FaultManager::replayJournal(Journal& journal, const faults:
       if (!rec.contains("snapshot")) {
         // Journaled when scheduled, never applied: nothing changed, nothing to revert.
         if (auto rm = journal.remove(entry.faultId); !rm)
-          out.lines.push_back("'" + entry.faultId + "' was never applied but " + rm.error().message);
+          out.lines.push_back("'" + entry.faultId + "' was never applied but " +
+                              rm.error().message);
         else
           out.lines.push_back("removed journaled fault '" + entry.faultId + "' (" + kind->name +
                               "), which was never applied");
         continue;
       }
       auto params = rec.value("params", json::object());
-      auto r = kind->revertRecord(params, rec["snapshot"], policy);
+      Result<void> r;
+      // A revert that throws (other than on a malformed field) is a revert that failed: the
+      // entry stays and is retried, not quarantined (that would forget an applied fault).
+      try {
+        r = kind->revertRecord(params, rec["snapshot"], policy);
+      } catch (const json::exception&) {
+        throw;  // a field of the wrong type: the entry is malformed, quarantined below
+      } catch (const std::exception& ex) {
+        r = makeError(std::string("exception: ") + ex.what());
+      }
       if (!r) {
         out.lines.push_back("could not revert journaled fault '" + entry.faultId + "' (" +
-                            kind->name + "): " + r.error().message);
+                            kind->name + "): " + r.error().message +
+                            "; retrying while the agent runs");
         out.unrevertable.push_back(entry.faultId);
+        Replay::Pending p{entry.faultId, r.error().message, kind, params, rec["snapshot"], {}};
+        if (rec.contains("targets") && rec["targets"].is_array())
+          for (const auto& t : rec["targets"])
+            if (t.is_string()) p.targets.push_back(t.get<std::string>());
+        out.pending.push_back(std::move(p));
         continue;
       }
       if (auto rm = journal.remove(entry.faultId); !rm)
         out.lines.push_back("reverted '" + entry.faultId + "' but " + rm.error().message);
       else
-        out.lines.push_back("reverted journaled fault '" + entry.faultId + "' (" + kind->name + ")");
+        out.lines.push_back("reverted journaled fault '" + entry.faultId + "' (" + kind->name +
+                            ")");
     } catch (const std::exception& ex) {
       quarantine(entry, std::string("is malformed (") + ex.what() + ")");
     }
@@ -160,8 +184,60 @@ std::vector<std::string> FaultManager::recoverJournal() {
 
 void FaultManager::adoptReplay(const Replay& replay) {
   std::lock_guard lock(m_);
-  for (const auto& id : replay.unrevertable) unrevertable_.push_back(id);
   for (const auto& id : replay.quarantined) quarantined_.push_back(id);
+  for (const auto& p : replay.pending) {
+    Leftover l{p, 1, wallNs(), retry_.first, Clock::now() + retry_.first};
+    leftovers_.push_back(std::move(l));
+  }
+  if (!leftovers_.empty() && !leftoverThread_.joinable() && !shuttingDown_)
+    leftoverThread_ = std::jthread([this](std::stop_token st) { retryLeftovers(st); });
+}
+
+// Retries what the replay could not revert, with the same backoff as a live fault's revert.
+void FaultManager::retryLeftovers(std::stop_token stop) {
+  std::unique_lock lock(m_);
+  while (!stop.stop_requested() && !leftovers_.empty()) {
+    auto next = Clock::time_point::max();
+    for (const auto& l : leftovers_) next = std::min(next, l.next);
+    cv_.wait_until(lock, stop, next, [] { return false; });
+    if (stop.stop_requested()) break;
+    for (size_t i = 0; i < leftovers_.size();) {
+      if (leftovers_[i].next > Clock::now()) {
+        ++i;
+        continue;
+      }
+      Replay::Pending p = leftovers_[i].entry;
+      lock.unlock();
+      Result<void> r;
+      try {
+        r = p.kind->revertRecord(p.params, p.snapshot, policy_);
+      } catch (const std::exception& ex) {
+        r = makeError(std::string("exception: ") + ex.what());
+      }
+      if (r) {
+        if (auto rm = journal_.remove(p.id); !rm)
+          log::error("journaled fault '{}' reverted but its entry remains: {}", p.id,
+                     rm.error().message);
+      }
+      lock.lock();
+      // The list only changes on this thread and in adoptReplay (appends), so I is still it.
+      auto& l = leftovers_[i];
+      l.attempts++;
+      if (r) {
+        log::info("journaled fault '{}' ({}) reverted at attempt {}", p.id, p.kind->name,
+                  l.attempts);
+        leftovers_.erase(leftovers_.begin() + ptrdiff_t(i));
+        generation_++;
+        continue;
+      }
+      l.entry.error = r.error().message;
+      log::error("journaled fault '{}' ({}): revert attempt {} failed, retrying in {} ms: {}", p.id,
+                 p.kind->name, l.attempts, l.delay.count(), l.entry.error);
+      l.next = Clock::now() + l.delay;
+      l.delay = std::min(retry_.max, l.delay * 2);
+      ++i;
+    }
+  }
 }
 
 Result<json> FaultManager::schedule(const std::string& owner, const proto::Schedule& req,
@@ -200,9 +276,8 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
   if (onEnd) e->waiters.push_back(std::move(onEnd));
   // Journaled now, so a refusal to journal refuses the fault; the snapshot is added at the
   // instant the fault is applied (a record without one was never applied: nothing to revert).
-  e->journalRecord = {{"kind", kind->name},           {"owner", owner},
-                      {"params", e->fault->params()}, {"targets", e->targets},
-                      {"start_ns", start},            {"lifetime_ms", lifetime}};
+  e->journalRecord = {{"kind", kind->name},    {"owner", owner},    {"params", e->fault->params()},
+                      {"targets", e->targets}, {"start_ns", start}, {"lifetime_ms", lifetime}};
 
   std::vector<std::shared_ptr<Entry>> pruned;
   json out;
@@ -223,6 +298,15 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     // of a playbook scheduled ahead) share a target one after the other.
     // Compared in agent wall-clock nanoseconds: exact, so back-to-back windows never overlap.
     const int64_t nowNs = wallNs(), endNs = start + lifetime * 1'000'000;
+    for (const auto& l : leftovers_)
+      if (shareTarget(e->targets, l.entry.targets))
+        return makeError(
+            kind->name + " '" + e->id + "' refused: " + firstShared(e->targets, l.entry.targets) +
+                " is held by journaled fault '" + l.entry.id + "' (" + l.entry.kind->name +
+                ") of an earlier run, whose revert failed and is being retried ("
+                "attempt " +
+                std::to_string(l.attempts) + ": " + l.entry.error + "); see 'rdmachaos agents'",
+            EBUSY);
     for (auto& [id, f] : faults_) {
       if (f->finished || !shareTarget(e->targets, f->targets)) continue;
       int64_t fEndNs = f->startNs + f->lifetimeMs * 1'000'000;
@@ -230,13 +314,21 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
       if (start < heldUntilNs && f->startNs < endNs) {
         // A holder scheduled ahead holds from its start: say so, or "until" reads as "now".
         std::string from = f->startNs > nowNs ? " from " + utcTime(f->startNs) : std::string();
-        return makeError(kind->name + " '" + e->id + "' refused: " +
-                             firstShared(e->targets, f->targets) + " is held by fault '" + f->id +
-                             "' (" + f->kind->name + ", controller '" + f->owner + "')" + from +
-                             " until " + utcTime(fEndNs) + ", " +
-                             formatDuration(Nanos(std::max<int64_t>(0, fEndNs - nowNs))) +
-                             " from now; schedule it after that or revert '" + f->id + "' first",
-                         EBUSY);
+        if (!f->revertError.empty())
+          return makeError(
+              kind->name + " '" + e->id + "' refused: " + firstShared(e->targets, f->targets) +
+                  " is held by fault '" + f->id + "' (" + f->kind->name + ", controller '" +
+                  f->owner + "'), whose revert failed and is being retried (attempt " +
+                  std::to_string(f->revertAttempts) + ": " + f->revertError +
+                  "); see 'rdmachaos agents'",
+              EBUSY);
+        return makeError(
+            kind->name + " '" + e->id + "' refused: " + firstShared(e->targets, f->targets) +
+                " is held by fault '" + f->id + "' (" + f->kind->name + ", controller '" +
+                f->owner + "')" + from + " until " + utcTime(fEndNs) + ", " +
+                formatDuration(Nanos(std::max<int64_t>(0, fEndNs - nowNs))) +
+                " from now; schedule it after that or revert '" + f->id + "' first",
+            EBUSY);
       }
     }
     if (auto r = journal_.add(e->id, e->journalRecord); !r)
@@ -248,7 +340,7 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     faults_[e->id] = e;
     leases_[owner] = Clock::now() + leaseTimeout_;
     generation_++;
-    e->thread = std::jthread([this, e](std::stop_token st) { runFault(e, st); });
+    e->thread = std::jthread([this, e](std::stop_token st) { runFaultBarrier(e, st); });
     out = recordOf(*e);
     // Keep a bounded history of ended faults.
     size_t finished = 0;
@@ -272,6 +364,48 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
   return out;
 }
 
+// One step of a fault (snapshot, run, revert) behind an exception barrier: what it throws
+// becomes its error, so the manager's usual path (revert if applied, report) handles it.
+template <typename F>
+auto FaultManager::step(const char* name, const Entry& e, F f) -> decltype(f()) {
+  try {
+    if (stepHook_) stepHook_(name, e.id);
+    return f();
+  } catch (const std::exception& ex) {
+    return makeError(std::string(name) + " threw: " + ex.what());
+  } catch (...) {
+    return makeError(std::string(name) + " threw an unknown exception");
+  }
+}
+
+// The last barrier of a fault's thread: an exception that escapes everything else (an
+// allocation failure in bookkeeping) must not reach std::terminate with the fault applied.
+void FaultManager::runFaultBarrier(std::shared_ptr<Entry> e, std::stop_token stop) {
+  try {
+    runFault(e, stop);
+    return;
+  } catch (const std::exception& ex) {
+    log::error("fault '{}': exception on its thread: {}; reverting", e->id, ex.what());
+  } catch (...) {
+    log::error("fault '{}': unknown exception on its thread; reverting", e->id);
+  }
+  try {
+    bool applied, finished;
+    {
+      std::lock_guard lock(m_);
+      applied = e->applied;
+      finished = e->finished;
+      if (e->endReason.empty()) e->endReason = "error";
+      if (e->error.empty()) e->error = "exception on the fault's thread";
+    }
+    if (finished) return;
+    if (!applied || revertUntilDone(e)) (void)journal_.remove(e->id);
+    finish(e);
+  } catch (...) {
+    // Nothing more can be done here; the journal entry (if any) is replayed at the next start.
+  }
+}
+
 void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
   std::string why;
   {
@@ -290,8 +424,8 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
       if (e->endReason.empty()) e->endReason = "cancelled";
       why = "never applied";
     } else if (auto f = heldBy()) {
-      e->error = firstShared(e->targets, f->targets) + " is still held by fault '" + f->id +
-                 "' (" + f->kind->name + "); not applied";
+      e->error = firstShared(e->targets, f->targets) + " is still held by fault '" + f->id + "' (" +
+                 f->kind->name + "); not applied";
       e->endReason = "error";
       why = "held";
     }
@@ -299,7 +433,7 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
   // The snapshot holds what is there when the fault is applied, not when it was scheduled;
   // it is journaled (fsynced) before anything changes.
   if (why.empty()) {
-    auto snap = e->fault->snapshot();
+    auto snap = step("snapshot", *e, [&] { return e->fault->snapshot(); });
     json record = e->journalRecord;
     if (snap) {
       record["snapshot"] = *snap;
@@ -341,7 +475,7 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
     finish(e);
     return;
   }
-  auto r = e->fault->run(stop, e->events);
+  auto r = step("run", *e, [&] { return e->fault->run(stop, e->events); });
   {
     std::lock_guard lock(m_);
     if (!r) {
@@ -353,17 +487,59 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
     }
     e->state = "reverting";
   }
-  auto rv = e->fault->revert(e->events);
-  if (!rv) {
-    std::lock_guard lock(m_);
-    e->error += (e->error.empty() ? "" : "; ") + std::string("revert failed: ") + rv.error().message;
-    unrevertable_.push_back(e->id);
-    log::error("fault '{}' could not be reverted and stays in the journal: {}", e->id,
-               rv.error().message);
-  } else if (auto rm = journal_.remove(e->id); !rm) {
-    log::error("fault '{}' reverted but its journal entry remains: {}", e->id, rm.error().message);
+  if (revertUntilDone(e)) {
+    if (auto rm = journal_.remove(e->id); !rm)
+      log::error("fault '{}' reverted but its journal entry remains: {}", e->id,
+                 rm.error().message);
   }
   finish(e);
+}
+
+// Reverts E, retrying with backoff while it fails (an interface renamed or moved away for a
+// while, a switch that does not answer): the fault keeps its journal entry and its targets
+// meanwhile. Gives up only when the agent stops; the entry is then replayed at the next start.
+// Returns whether the revert succeeded.
+bool FaultManager::revertUntilDone(const std::shared_ptr<Entry>& e) {
+  auto delay = retry_.first;
+  for (;;) {
+    bool last;
+    {
+      std::lock_guard lock(m_);
+      last = shuttingDown_;
+    }
+    auto rv = step("revert", *e, [&] { return e->fault->revert(e->events); });
+    std::unique_lock lock(m_);
+    e->revertAttempts++;
+    if (rv) {
+      if (e->revertAttempts > 1) {
+        log::info("fault '{}' reverted at attempt {}", e->id, e->revertAttempts);
+        e->error += (e->error.empty() ? "" : "; ") + std::string("reverted at attempt ") +
+                    std::to_string(e->revertAttempts) + " after: " + e->revertError;
+      }
+      e->revertError.clear();
+      generation_++;
+      return true;
+    }
+    e->revertError = rv.error().message;
+    if (e->revertAttempts == 1) e->revertFailingSinceNs = wallNs();
+    if (last) {
+      e->error += (e->error.empty() ? "" : "; ") + std::string("revert failed: ") + e->revertError;
+      unrevertable_.push_back(e->id);
+      log::error(
+          "fault '{}' could not be reverted after {} attempt(s) and stays in the journal "
+          "for the next start to replay: {}",
+          e->id, e->revertAttempts, e->revertError);
+      return false;
+    }
+    e->state = "revert_retrying";
+    e->nextRevertAttempt = Clock::now() + delay;
+    generation_++;
+    // Logged at the backoff's pace, which bounds the rate.
+    log::error("fault '{}': revert attempt {} failed, retrying in {} ms: {}", e->id,
+               e->revertAttempts, delay.count(), e->revertError);
+    cv_.wait_until(lock, e->nextRevertAttempt, [&] { return shuttingDown_; });
+    delay = std::min(retry_.max, delay * 2);
+  }
 }
 
 void FaultManager::finish(const std::shared_ptr<Entry>& e) {
@@ -381,7 +557,14 @@ void FaultManager::finish(const std::shared_ptr<Entry>& e) {
   cv_.notify_all();
   log::info("fault '{}' ended ({}){}", e->id, rec["end_reason"].get<std::string>(),
             e->error.empty() ? "" : ": " + e->error);
-  for (auto& w : waiters) w(rec);
+  for (auto& w : waiters) {
+    // A waiter that throws (it only posts to the network loop) must not stop the others.
+    try {
+      w(rec);
+    } catch (const std::exception& ex) {
+      log::error("fault '{}': reporting its end failed: {}", e->id, ex.what());
+    }
+  }
 }
 
 Result<void> FaultManager::revert(const std::string& faultId, Done done) {
@@ -403,6 +586,15 @@ Result<void> FaultManager::revert(const std::string& faultId, Done done) {
   return {};
 }
 
+namespace {
+// OWNER is "<controller id>@<principal>" for a session, or an exact name in tests.
+bool ownedBy(const std::string& owner, const std::string& who) {
+  if (owner == who) return true;
+  auto at = owner.rfind('@');
+  return at != std::string::npos && owner.compare(at + 1, std::string::npos, who) == 0;
+}
+}  // namespace
+
 void FaultManager::revertAll(const std::string* owner, std::string reason, Done done) {
   struct Gather {
     std::mutex m;
@@ -415,10 +607,10 @@ void FaultManager::revertAll(const std::string* owner, std::string reason, Done 
   {
     std::lock_guard lock(m_);
     for (auto& [id, e] : faults_)
-      if (!e->finished && (!owner || e->owner == *owner)) g->remaining++;
+      if (!e->finished && (!owner || ownedBy(e->owner, *owner))) g->remaining++;
     if (g->remaining > 0) {
       for (auto& [id, e] : faults_) {
-        if (e->finished || (owner && e->owner != *owner)) continue;
+        if (e->finished || (owner && !ownedBy(e->owner, *owner))) continue;
         e->waiters.push_back([g](json rec) {
           std::unique_lock gl(g->m);
           g->records.push_back(std::move(rec));
@@ -486,7 +678,9 @@ void FaultManager::watch(std::stop_token stop) {
 json FaultManager::recordOf(const Entry& e) const {
   json events = json::array();
   for (const auto& ev : e.events.snapshot())
-    events.push_back({{"t_ns", ev.timeNs}, {"what", ev.what}, {"detail", ev.detail},
+    events.push_back({{"t_ns", ev.timeNs},
+                      {"what", ev.what},
+                      {"detail", ev.detail},
                       {"kernel_time", ev.kernelTime}});
   return json{{"fault", e.id},
               {"kind", e.kind->name},
@@ -500,6 +694,8 @@ json FaultManager::recordOf(const Entry& e) const {
               {"ended_ns", e.endedNs},
               {"end_reason", e.endReason},
               {"error", e.error},
+              {"revert_attempts", e.revertAttempts},
+              {"revert_error", e.revertError},
               {"events", events}};
 }
 
@@ -532,8 +728,40 @@ json FaultManager::status() const {
   auto now = Clock::now();
   for (const auto& [owner, t] : leases_)
     leases[owner] = std::chrono::duration_cast<std::chrono::milliseconds>(t - now).count();
+  // Faults whose revert failed and is being retried: still applied, still journaled.
+  json unreverted = json::array();
+  for (const auto& [id, e] : faults_) {
+    if (e->finished || e->revertError.empty()) continue;
+    unreverted.push_back(
+        {{"fault", id},
+         {"kind", e->kind->name},
+         {"owner", e->owner},
+         {"describe", e->description},
+         {"state", "retrying"},
+         {"attempts", e->revertAttempts},
+         {"last_error", e->revertError},
+         {"failing_since_ns", e->revertFailingSinceNs},
+         {"next_attempt_ms",
+          std::max<int64_t>(
+              0, std::chrono::duration_cast<std::chrono::milliseconds>(e->nextRevertAttempt - now)
+                     .count())}});
+  }
+  for (const auto& l : leftovers_)
+    unreverted.push_back(
+        {{"fault", l.entry.id},
+         {"kind", l.entry.kind->name},
+         {"owner", ""},
+         {"describe", l.entry.kind->name + " journaled by an earlier run"},
+         {"state", "retrying"},
+         {"attempts", l.attempts},
+         {"last_error", l.entry.error},
+         {"failing_since_ns", l.sinceNs},
+         {"next_attempt_ms",
+          std::max<int64_t>(
+              0, std::chrono::duration_cast<std::chrono::milliseconds>(l.next - now).count())}});
   return json{{"active_faults", active},
               {"lease_remaining_ms", leases},
+              {"unreverted", unreverted},
               {"unrevertable", unrevertable_},
               {"quarantined", quarantined_},
               {"lease_timeout_ms", leaseTimeout_.count()},
@@ -552,12 +780,16 @@ void FaultManager::shutdown() {
       all.push_back(e);
     }
   }
+  cv_.notify_all();  // a revert being retried makes its last attempt now
   for (auto& e : all)
     if (e->thread.joinable()) e->thread.join();
   {
     std::lock_guard lock(m_);
     faults_.clear();
   }
+  // Leftovers of an earlier run stay journaled for the next start.
+  leftoverThread_.request_stop();
+  if (leftoverThread_.joinable()) leftoverThread_.join();
   watcher_.request_stop();
   if (watcher_.joinable()) watcher_.join();
 }

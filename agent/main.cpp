@@ -88,7 +88,17 @@ int main(int argc, char** argv) {
   });
   rc::log::info("ready: node {}, lease {} ms, {} fault kinds", config->node,
                 config->leaseTimeout.count(), rc::faults::registry().size());
-  io.run();
+  // Exception barrier of the event loop (completions posted from fault and workload threads run
+  // here): an exception is logged and the loop goes on, rather than std::terminate with faults
+  // applied.
+  for (;;) {
+    try {
+      io.run();
+      break;
+    } catch (const std::exception& ex) {
+      rc::log::error("event loop: {}; continuing", ex.what());
+    }
+  }
   manager.shutdown();
   workloads.shutdown();
   rc::log::info("stopped; no fault left applied");

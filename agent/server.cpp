@@ -42,7 +42,10 @@ class Session : public std::enable_shared_from_this<Session> {
   Server::Impl& server_;
   SslStream stream_;
   std::string peer_;
-  std::string owner_;  // controller id from hello
+  // The verified client certificate's fingerprint: who the peer is. Leases and fault ownership
+  // are bound to it; the controller id a peer claims in hello only tells its runs apart.
+  std::string principal_;
+  std::string owner_;  // "<controller id from hello>@<principal_>"
   bool greeted_ = false;
   bool closing_ = false;
   bool writerDone_ = false;
@@ -162,7 +165,17 @@ asio::awaitable<void> Session::run() {
     server_.sessions.erase(self);
     co_return;
   }
-  log::info("controller connected from {} ({})", peer_, tls::peerCommonName(stream_.native_handle()));
+  principal_ = tls::peerFingerprint(stream_.native_handle());
+  if (principal_.empty()) {
+    // The handshake verified a certificate, so this cannot happen; never serve without one.
+    log::warn("closing {}: no verified client certificate", peer_);
+    boost::system::error_code ignored;
+    stream_.lowest_layer().close(ignored);
+    server_.sessions.erase(self);
+    co_return;
+  }
+  log::info("controller connected from {} (certificate '{}', {})", peer_,
+            tls::peerCommonName(stream_.native_handle()), principal_);
   asio::co_spawn(server_.io, writer(), asio::detached);
 
   // A silent controller is dropped after a few lease periods; its lease expires sooner.
@@ -204,7 +217,19 @@ void Session::handle(const json& message) {
     close();
     return;
   }
-  dispatch(*env);
+  // Exception barrier: a handler that throws (an allocation, a thread that cannot be created,
+  // a reply that cannot be encoded) answers with an error; the session and every fault go on.
+  try {
+    dispatch(*env);
+  } catch (const std::exception& ex) {
+    log::error("handling '{}' from {} failed: {}", env->type, peer_, ex.what());
+    try {
+      send(proto::makeError(env->id, proto::kErrFailed,
+                            "the agent failed handling '" + env->type + "': " + ex.what()));
+    } catch (const std::exception&) {
+      close();  // not even an error reply can be sent: end this session, nothing else
+    }
+  }
 }
 
 void Session::dispatch(const proto::Envelope& env) {
@@ -238,7 +263,8 @@ void Session::dispatch(const proto::Envelope& env) {
             return;
           }
           greeted_ = true;
-          owner_ = r.controllerId;
+          // Bound to the certificate: another certificate claiming this id gets another lease.
+          owner_ = r.controllerId + "@" + principal_;
           mgr.heartbeat(owner_);
           server_.workloads.heartbeat(owner_);
           send(proto::makeReply(id, "hello",
@@ -275,8 +301,12 @@ void Session::dispatch(const proto::Envelope& env) {
           if (!res) send(proto::makeError(id, proto::kErrNotFound, res.error().message));
         } else if constexpr (std::is_same_v<T, proto::RevertAll>) {
           auto done = later("revert_all");
-          log::info("controller '{}' asked to revert everything", owner_);
-          mgr.revertAll(nullptr, "reverted", [done](json recs) { done(json{{"faults", recs}}); });
+          // Only the faults of the caller's certificate, unless it asks for every controller's.
+          log::info("controller '{}' asked to revert {}", owner_,
+                    r.all ? "every controller's faults" : "its certificate's faults");
+          mgr.revertAll(r.all ? nullptr : &principal_, "reverted", [done](json recs) {
+            done(json{{"faults", recs}});
+          });
         } else if constexpr (std::is_same_v<T, proto::ListFaults>) {
           send(proto::makeReply(id, "list", {{"faults", mgr.list()}}));
         } else if constexpr (std::is_same_v<T, proto::GetFault>) {
@@ -354,7 +384,19 @@ asio::awaitable<void> Server::Impl::acceptLoop() {
     }
     auto s = std::make_shared<Session>(*this, std::move(socket), tls);
     sessions.insert(s);
-    asio::co_spawn(io, s->run(), asio::detached);
+    // A session that ends by an exception is logged and its slot freed; the others go on.
+    asio::co_spawn(io, s->run(), [this, s](std::exception_ptr p) {
+      if (!p) return;
+      try {
+        std::rethrow_exception(p);
+      } catch (const std::exception& ex) {
+        log::error("session ended by an exception: {}", ex.what());
+      } catch (...) {
+        log::error("session ended by an unknown exception");
+      }
+      s->close();
+      sessions.erase(s);
+    });
   }
 }
 

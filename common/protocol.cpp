@@ -262,9 +262,16 @@ Result<Envelope> parseRequest(const json& m) {
       env.request = Revert{*f};
     else
       env.request = GetFault{*f};
-  } else if (t == "revert_all" || t == "list" || t == "status" || t == "capabilities") {
+  } else if (t == "revert_all") {
+    if (auto r = onlyKeys(m, {"all"}); !r) return r.error();
+    RevertAll ra;
+    if (m.contains("all")) {
+      if (!m["all"].is_boolean()) return rc::makeError("field 'all' must be a boolean");
+      ra.all = m["all"].get<bool>();
+    }
+    env.request = ra;
+  } else if (t == "list" || t == "status" || t == "capabilities") {
     if (auto r = onlyKeys(m, {}); !r) return r.error();
-    if (t == "revert_all") env.request = RevertAll{};
     if (t == "list") env.request = ListFaults{};
     if (t == "status") env.request = Status{};
     if (t == "capabilities") env.request = Capabilities{};

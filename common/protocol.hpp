@@ -85,7 +85,10 @@ struct Schedule {
 struct Revert {
   std::string faultId;
 };
-struct RevertAll {};
+struct RevertAll {
+  // false: only the faults of the caller's certificate; true: every controller's.
+  bool all = false;
+};
 struct ListFaults {};
 struct GetFault {
   std::string faultId;

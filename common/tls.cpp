@@ -206,3 +206,23 @@ std::string peerCommonName(SSL* ssl) {
 }
 
 }  // namespace rc::tls
+
+namespace rc::tls {
+
+std::string peerFingerprint(SSL* ssl) {
+  if (ssl == nullptr) return {};
+  X509* cert = SSL_get0_peer_certificate(ssl);
+  if (cert == nullptr || SSL_get_verify_result(ssl) != X509_V_OK) return {};
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (X509_digest(cert, EVP_sha256(), md, &len) != 1) return {};
+  static const char* hex = "0123456789abcdef";
+  std::string out = "sha256:";
+  for (unsigned int i = 0; i < len; i++) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace rc::tls

@@ -25,5 +25,8 @@ Result<boost::asio::ssl::context> makeClientContext(const Material& m);
 Result<void> expectPeerName(SSL* ssl, const std::string& name);
 // The common name of the verified peer certificate ("" if none).
 std::string peerCommonName(SSL* ssl);
+// "sha256:<64 hex>" of the verified peer certificate's DER encoding ("" if none): the identity
+// the agent binds leases and fault ownership to.
+std::string peerFingerprint(SSL* ssl);
 
 }  // namespace rc::tls

@@ -150,6 +150,9 @@ int cmdAgents(const AgentsOptions& o) {
       }
       if (rdma.empty()) rdma = "none";
       const auto& clk = c->clock();
+      // What the agent could not undo matters more than anything else it reports.
+      auto st = co_await c->request("status", json::object(), *timeout);
+      json status = st ? *st : json::object();
       if (o.json) {
         out.push_back({{"node", node.name},
                        {"address", node.address},
@@ -157,7 +160,11 @@ int cmdAgents(const AgentsOptions& o) {
                        {"rtt_ns", clk.rttNs},
                        {"clock_offset_ns", clk.offsetNs},
                        {"clock_uncertainty_ns", clk.uncertaintyNs},
-                       {"capabilities", caps}});
+                       {"capabilities", caps},
+                       {"active_faults", status.value("active_faults", json())},
+                       {"unreverted", status.value("unreverted", json::array())},
+                       {"unrevertable", status.value("unrevertable", json::array())},
+                       {"quarantined", status.value("quarantined", json::array())}});
       } else {
         char off[48];
         std::snprintf(off, sizeof off, "%+.3f±%.3f ms", clk.offsetNs / 1e6, clk.uncertaintyNs / 1e6);
@@ -165,6 +172,27 @@ int cmdAgents(const AgentsOptions& o) {
                     (node.address + ":" + std::to_string(node.port)).c_str(),
                     c->hello().value("agent_version", std::string("?")).c_str(),
                     ms(clk.rttNs).c_str(), off, ifs.c_str(), rdma.c_str(), kinds.c_str());
+        if (!st)
+          std::printf("  %s: status unavailable: %s\n", node.name.c_str(),
+                      st.error().message.c_str());
+        for (const auto& u : status.value("unreverted", json::array()))
+          std::printf(
+              "  %s: fault '%s' (%s) is NOT reverted; retrying (attempt %d, next in %s): "
+              "%s\n",
+              node.name.c_str(), u.value("fault", std::string()).c_str(),
+              u.value("describe", std::string()).c_str(), u.value("attempts", 0),
+              ms(u.value("next_attempt_ms", int64_t(0)) * 1'000'000).c_str(),
+              u.value("last_error", std::string()).c_str());
+        for (const auto& id : status.value("unrevertable", json::array()))
+          std::printf(
+              "  %s: fault '%s' could not be reverted before the agent stopped; its "
+              "journal entry is replayed at the next start\n",
+              node.name.c_str(), id.is_string() ? id.get<std::string>().c_str() : "?");
+        for (const auto& id : status.value("quarantined", json::array()))
+          std::printf(
+              "  %s: journal entry '%s' was unreadable and is quarantined; check it by "
+              "hand\n",
+              node.name.c_str(), id.is_string() ? id.get<std::string>().c_str() : "?");
       }
       c->close();
     }
@@ -395,7 +423,7 @@ int cmdInject(const InjectOptions& o) {
 }
 
 // ---------------------------------------------------------------- recover
-int cmdRecover(const std::string& inventory, const std::string& timeoutText) {
+int cmdRecover(const std::string& inventory, const std::string& timeoutText, bool all) {
   auto timeout = durationArg(timeoutText, "--timeout");
   if (!timeout) return fail(timeout.error().message);
   auto loaded = loadAll(inventory);
@@ -408,14 +436,17 @@ int cmdRecover(const std::string& inventory, const std::string& timeoutText) {
     std::vector<std::function<asio::awaitable<void>()>> tasks;
     for (auto& c : fleet.clients()) {
       tasks.push_back([&, c]() -> asio::awaitable<void> {
-        auto r = co_await c->request("revert_all", json::object(), 30s);
+        json body = json::object();
+        body["all"] = all;
+        auto r = co_await c->request("revert_all", std::move(body), 30s);
         if (!r) {
           ok = false;
           std::fprintf(stderr, "rdmachaos: %s\n", r.error().message.c_str());
           co_return;
         }
         size_t n = r->value("faults", json::array()).size();
-        std::printf("%s: reverted %zu fault(s)\n", c->node().name.c_str(), n);
+        std::string scope = all ? " of every controller" : " of this controller certificate";
+        std::printf("%s: reverted %zu fault(s)%s\n", c->node().name.c_str(), n, scope.c_str());
       });
     }
     co_await whenAll(io, std::move(tasks));

@@ -53,7 +53,8 @@ struct WorkloadOptions {
 };
 int cmdWorkload(const WorkloadOptions& o);
 
-int cmdRecover(const std::string& inventory, const std::string& timeout);
+// ALL: every controller's faults; otherwise those scheduled with this controller certificate.
+int cmdRecover(const std::string& inventory, const std::string& timeout, bool all);
 
 int cmdCertsInit(const std::string& dir, const std::vector<std::string>& agents, bool overwrite);
 

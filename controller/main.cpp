@@ -54,7 +54,13 @@ int main(int argc, char** argv) {
   cWorkload->add_flag("--json", wl.json, "print the summary and the whole series as JSON");
 
   std::string recoverInventory, recoverTimeout = "5s";
-  auto* cRecover = app.add_subcommand("recover", "every agent reverts everything now");
+  bool recoverAll = false;
+  auto* cRecover = app.add_subcommand(
+      "recover",
+      "every agent reverts the faults of this controller certificate now (--all: of "
+      "every controller)");
+  cRecover->add_flag("--all", recoverAll,
+                     "revert every controller's faults, not only this certificate's");
   cRecover->add_option("--inventory", recoverInventory, "inventory TOML")->required();
   cRecover->add_option("--timeout", recoverTimeout, "per-agent timeout")->capture_default_str();
 
@@ -122,7 +128,7 @@ int main(int argc, char** argv) {
   if (*cAgents) return cmdAgents(agents);
   if (*cInject) return cmdInject(inject);
   if (*cWorkload) return cmdWorkload(wl);
-  if (*cRecover) return cmdRecover(recoverInventory, recoverTimeout);
+  if (*cRecover) return cmdRecover(recoverInventory, recoverTimeout, recoverAll);
   if (*cCertsInit) return cmdCertsInit(certsDir, certsAgents, certsOverwrite);
   if (*cLabUp) return cmdLabUp(labNodes, labDir, softRoce, labFabric);
   if (*cLabDown) return cmdLabDown(labDir);

@@ -1,15 +1,20 @@
 // End to end on the namespace lab: real agents under the lab supervisor, the real CLI, real
 // links. Link flap timing, kill -9 of controller and agent, SIGTERM, refusals, and peers
 // that are unauthenticated or send garbage.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <arpa/inet.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -20,6 +25,9 @@
 #include <thread>
 
 #include "common/certs.hpp"
+#include "common/tls.hpp"
+#include "controller/fleet.hpp"
+#include "controller/inventory.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -379,4 +387,142 @@ TEST_CASE("out of descriptors, the agent pauses accepting instead of spinning an
   std::string out;
   CHECK(runCli({"agents", "--inventory", lab().inventory()}, &out) == 0);
   CHECK(lab().node("n1").agent.pid == pid);  // the same agent: it never crashed
+
+TEST_CASE("a revert that fails is retried, and agents shows it, until it succeeds") {
+  auto n = lab().node("n1");
+  REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
+  // Puts the name back and the link up when the test ends, also after a failed assertion.
+  struct NameBack {
+    std::string ns;
+    ~NameBack() {
+      std::string cmd = "ip -n " + ns + " link set data9 name data0 2>/dev/null; ip -n " + ns +
+                        " link set data0 up";
+      (void)!std::system(cmd.c_str());
+    }
+  } back{n.netns};
+  Proc ctl = spawnCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1",
+                       "--set", "down=60s", "--for", "3s"});
+  REQUIRE(eventually([&] { return !linkUp(n.netns); }, 15s));
+  // While it is down the interface is renamed: the snapshot's ifindex now names 'data9', which
+  // the revert at the end of --for refuses to touch until the name is back.
+  REQUIRE(std::system(("ip -n " + n.netns + " link set data0 name data9").c_str()) == 0);
+  json mine;
+  REQUIRE(eventually(
+      [&] {
+        std::string out;
+        if (runCli({"agents", "--inventory", lab().inventory(), "--json"}, &out) != 0) return false;
+        for (const auto& a : json::parse(out, nullptr, false))
+          if (a.is_object() && a.value("node", "") == "n1" &&
+              a.value("unreverted", json::array()).size() == 1)
+            mine = a["unreverted"][0];
+        return mine.is_object() && mine.value("attempts", 0) >= 2;
+      },
+      30s, 500ms));
+  CHECK(mine["state"] == "retrying");
+  CHECK_THAT(mine["fault"].get<std::string>(), Catch::StartsWith("inj-"));
+  CHECK_THAT(mine["last_error"].get<std::string>(), Catch::Contains("data9"));
+  std::string text;
+  REQUIRE(runCli({"agents", "--inventory", lab().inventory()}, &text) == 0);
+  CHECK_THAT(text, Catch::Contains("n1: fault 'inj-") && Catch::Contains("is NOT reverted"));
+  CHECK_FALSE(fs::is_empty(fs::path(n.config).parent_path() / "state" / "journal"));
+  REQUIRE(std::system(("ip -n " + n.netns + " link set data9 name data0").c_str()) == 0);
+  REQUIRE(eventually([&] { return linkUp(n.netns); }, 40s, 50ms));
+  CHECK(eventually(
+      [&] { return fs::is_empty(fs::path(n.config).parent_path() / "state" / "journal"); }, 5s));
+  std::string out;
+  REQUIRE(runCli({"agents", "--inventory", lab().inventory(), "--json"}, &out) == 0);
+  for (const auto& a : json::parse(out)) CHECK(a["unreverted"].empty());
+  waitCli(ctl, 60s);
+}
+
+TEST_CASE("leases and revert_all belong to the certificate, not to the id a peer claims") {
+  namespace asio = boost::asio;
+  auto n = lab().node("n2");
+  REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
+  // A second controller: its own certificate from the lab's CA.
+  std::string pki = lab().dir() + "/pki/", other = lab().dir() + "/other";
+  fs::create_directories(other);
+  REQUIRE(rc::certs::issue(pki + "ca.pem", pki + "ca.key", "rdmachaos-controller-b", true,
+                           other + "/ctl.pem", other + "/ctl.key")
+              .ok());
+  std::string inv = readFile(lab().inventory());
+  for (auto [from, to] :
+       {std::pair<std::string, std::string>{"\"pki/controller.pem\"", "\"" + other + "/ctl.pem\""},
+        {"\"pki/controller.key\"", "\"" + other + "/ctl.key\""},
+        {"\"pki/ca.pem\"", "\"" + pki + "ca.pem\""}}) {
+    auto p = inv.find(from);
+    REQUIRE(p != std::string::npos);
+    inv.replace(p, from.size(), to);
+  }
+  std::string invB = other + "/inventory.toml";
+  std::ofstream(invB) << inv;
+  auto loaded = rc::controller::loadInventory(invB);
+  REQUIRE(loaded.ok());
+  rc::controller::Node node;
+  for (const auto& x : loaded->nodes)
+    if (x.name == "n2") node = x;
+  auto tlsB = rc::tls::makeClientContext(loaded->tls);
+  REQUIRE(tlsB.ok());
+
+  Proc ctl = longDown("n2");  // controller A, the lab's certificate
+  // Controller B reads A's controller id, claims it in hello, heartbeats, and asks revert_all.
+  asio::io_context io;
+  auto work = asio::make_work_guard(io);
+  std::shared_ptr<rc::controller::AgentClient> impostor;
+  std::string victimId;
+  json reverted;
+  std::atomic<bool> ready{false};
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto look = std::make_shared<rc::controller::AgentClient>(io, *tlsB, node, "ctl-b-look");
+        if (!co_await look->connect(10s)) co_return;
+        auto l = co_await look->request("list", json::object(), 10s);
+        look->close();
+        if (!l) co_return;
+        for (const auto& f : (*l)["faults"])
+          if (f["state"] == "active") {
+            std::string owner = f["owner"];
+            victimId = owner.substr(0, owner.rfind('@'));
+          }
+        impostor = std::make_shared<rc::controller::AgentClient>(io, *tlsB, node, victimId);
+        if (!co_await impostor->connect(10s)) co_return;
+        impostor->startHeartbeats();
+        auto ra = co_await impostor->request("revert_all", json::object(), 10s);
+        if (ra) reverted = *ra;
+        ready = true;
+      },
+      asio::detached);
+  std::thread loop([&] { io.run(); });
+  struct Join {
+    asio::io_context& io;
+    std::thread& t;
+    std::shared_ptr<rc::controller::AgentClient>& c;
+    ~Join() {
+      asio::post(io, [this] {
+        if (c) c->close();
+      });
+      io.stop();
+      t.join();
+    }
+  } join{io, loop, impostor};
+  REQUIRE(eventually([&] { return ready.load(); }, 30s));
+  INFO("claimed id " << victimId);
+  CHECK_THAT(victimId, Catch::StartsWith("ctl-"));
+  // revert_all without "all" is B's own faults: none. A's link stays down.
+  CHECK(reverted["faults"].empty());
+  CHECK_FALSE(linkUp(n.netns));
+  // A dies; B's heartbeats under A's id do not keep A's lease: the link is back within it.
+  kill(ctl.pid, SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  waitCli(ctl);
+  REQUIRE(eventually([&] { return linkUp(n.netns); }, 10s));
+  CHECK(std::chrono::steady_clock::now() - t0 <= 6s);
+  // Asked explicitly, B reverts every controller's faults.
+  Proc ctl2 = longDown("n2");
+  std::string out;
+  REQUIRE(runCli({"recover", "--inventory", invB, "--all"}, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("n2: reverted 1 fault(s) of every controller"));
+  CHECK(linkUp(n.netns));
+  CHECK(waitCli(ctl2, 20s) == 0);
 }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -453,4 +454,154 @@ TEST_CASE("the agent replays its journal before it loads TLS material") {
   CHECK(WEXITSTATUS(status) == 2);
   CHECK(adminUp("vethA"));
   CHECK_FALSE(fs::exists(d.path + "/state/journal/crashed.json"));
+}
+
+TEST_CASE("a failed revert is retried with backoff until it succeeds, journaled and shown meanwhile") {
+  privateNamespace();
+  TempDir d;
+  // Puts the interface back under its name and up when the test ends, also after a failure.
+  struct NameBack {
+    ~NameBack() {
+      (void)!std::system(
+          "ip link show vethZ >/dev/null 2>&1 && { ip link del vethA 2>/dev/null; "
+          "ip link set vethZ name vethA; }; ip link set vethA up");
+    }
+  } nameBack;
+  FaultManager m(policy(), *Journal::open(d.path), 60s, 60s);
+  REQUIRE(m.schedule("ctl", flap("f-retry", "30s")).ok());
+  REQUIRE(eventually([] { return !adminUp("vethA"); }));
+  // While it is down the interface is renamed: its ifindex now names 'vethZ', which revert
+  // refuses to touch, as it would an index reused by another interface.
+  REQUIRE(std::system("ip link set vethA name vethZ") == 0);
+  std::promise<json> done;
+  REQUIRE(m.revert("f-retry", [&](json r) { done.set_value(r); }).ok());
+  auto fut = done.get_future();
+  REQUIRE(eventually(
+      [&] {
+        json st = m.status();
+        return st.contains("unreverted") && st["unreverted"].size() == 1 &&
+               st["unreverted"][0].value("attempts", 0) >= 3;
+      },
+      10s));
+  json st = m.status();
+  CHECK(st["unreverted"][0]["fault"] == "f-retry");
+  CHECK(st["unreverted"][0]["state"] == "retrying");
+  CHECK_THAT(st["unreverted"][0]["last_error"].get<std::string>(), Catch::Contains("vethZ"));
+  CHECK(st["active_faults"] == 1);
+  CHECK(fs::exists(d.path + "/journal/f-retry.json"));  // still journaled while it is applied
+  CHECK(m.get("f-retry")->at("state") == "revert_retrying");
+  CHECK(fut.wait_for(0s) != std::future_status::ready);
+  // The interface comes back: the next attempt restores it and only then is the fault done.
+  REQUIRE(std::system("ip link set vethZ name vethA") == 0);
+  REQUIRE(fut.wait_for(15s) == std::future_status::ready);
+  json r = fut.get();
+  CHECK(r["end_reason"] == "reverted");
+  CHECK(r["revert_attempts"].get<int>() >= 4);
+  CHECK(adminUp("vethA"));
+  CHECK_FALSE(fs::exists(d.path + "/journal/f-retry.json"));
+  CHECK(m.status()["unreverted"].empty());
+  CHECK(m.status()["unrevertable"].empty());
+}
+
+TEST_CASE("a revert still failing when the agent stops is journaled; the next start retries it") {
+  privateNamespace();
+  TempDir d;
+  struct NameBack {
+    ~NameBack() {
+      (void)!std::system(
+          "ip link show vethZ >/dev/null 2>&1 && { ip link del vethA 2>/dev/null; "
+          "ip link set vethZ name vethA; }; ip link set vethA up");
+    }
+  } nameBack;
+  auto j = Journal::open(d.path);
+  REQUIRE(j.ok());
+  {
+    FaultManager m(policy(), *j, 60s, 60s);
+    REQUIRE(m.schedule("ctl", flap("f-left", "30s")).ok());
+    REQUIRE(eventually([] { return !adminUp("vethA"); }));
+    REQUIRE(std::system("ip link set vethA name vethZ") == 0);
+    REQUIRE(m.revert("f-left", [](json) {}).ok());
+    REQUIRE(eventually([&] { return m.status().value("unreverted", json::array()).size() == 1; }));
+    auto t0 = std::chrono::steady_clock::now();
+    m.shutdown();  // gives up after one last attempt, without waiting out the backoff
+    CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+    CHECK(m.status()["unrevertable"] == json::array({"f-left"}));
+  }
+  CHECK(fs::exists(d.path + "/journal/f-left.json"));
+  // The next start's replay cannot revert it either (still renamed): the new manager keeps
+  // retrying it, shows it, and lets no other fault take the interface meanwhile (a new
+  // interface under the old name is not the one the snapshot names).
+  auto replay = FaultManager::replayJournal(*j, policy());
+  REQUIRE(replay.unrevertable == std::vector<std::string>{"f-left"});
+  FaultManager next(policy(), *j, 60s, 60s);
+  next.adoptReplay(replay);
+  REQUIRE(eventually([&] {
+    json u = next.status().value("unreverted", json::array());
+    return u.size() == 1 && u[0].value("attempts", 0) >= 2;
+  }));
+  CHECK(next.status()["unreverted"][0]["fault"] == "f-left");
+  REQUIRE(std::system("ip link add vethA type veth peer name vethC") == 0);
+  auto refused = next.schedule("ctl", flap("f-new", "1s"));
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.error().message, Catch::Contains("journaled fault 'f-left'"));
+  CHECK(fs::exists(d.path + "/journal/f-left.json"));
+  REQUIRE(std::system("ip link del vethA && ip link set vethZ name vethA") == 0);
+  REQUIRE(eventually([] { return adminUp("vethA"); }, 15s));
+  REQUIRE(eventually([&] { return next.status()["unreverted"].empty(); }));
+  CHECK_FALSE(fs::exists(d.path + "/journal/f-left.json"));
+}
+
+TEST_CASE("an exception in a fault's step reverts and reports; it never ends the agent") {
+  privateNamespace();
+  TempDir d;
+  UpAtEnd up;
+  FaultManager m(policy(), *Journal::open(d.path), 60s, 60s);
+  std::atomic<int> revertThrows{2};
+  m.setStepHook([&](std::string_view step, const std::string& id) {
+    if (id == "x-snapshot" && step == "snapshot") throw std::runtime_error("boom in snapshot");
+    if (id == "x-run" && step == "run") {
+      // Halfway through applying: the link is already down when the exception comes.
+      setAdmin("vethA", false);
+      throw std::runtime_error("boom in run");
+    }
+    if (id == "x-revert" && step == "revert" && revertThrows-- > 0)
+      throw std::runtime_error("boom in revert");
+  });
+  auto ended = [&](const std::string& id) {
+    REQUIRE(eventually([&] { return m.get(id)->at("state") == "ended"; }, 15s));
+    return *m.get(id);
+  };
+
+  SECTION("in snapshot: never applied, nothing to revert, reported") {
+    REQUIRE(m.schedule("ctl", flap("x-snapshot", "30s")).ok());
+    json r = ended("x-snapshot");
+    CHECK(r["end_reason"] == "error");
+    CHECK_THAT(r["error"].get<std::string>(), Catch::Contains("boom in snapshot"));
+    CHECK(r["applied_ns"] == 0);
+  }
+  SECTION("in run, with the link already down: reverted and reported") {
+    REQUIRE(m.schedule("ctl", flap("x-run", "30s")).ok());
+    json r = ended("x-run");
+    CHECK(r["end_reason"] == "error");
+    CHECK_THAT(r["error"].get<std::string>(), Catch::Contains("run threw: boom in run"));
+    CHECK(adminUp("vethA"));
+  }
+  SECTION("in revert: a failed revert, retried until it succeeds") {
+    REQUIRE(m.schedule("ctl", flap("x-revert", "30s")).ok());
+    REQUIRE(eventually([] { return !adminUp("vethA"); }));
+    REQUIRE(m.revert("x-revert", [](json) {}).ok());
+    json r = ended("x-revert");
+    CHECK(r["end_reason"] == "reverted");
+    CHECK(r["revert_attempts"] == 3);
+    CHECK_THAT(r["error"].get<std::string>(), Catch::Contains("revert threw: boom in revert"));
+    CHECK(adminUp("vethA"));
+  }
+  // Whatever happened, the agent lives on, nothing is left journaled and it still works.
+  CHECK(fs::is_empty(d.path + "/journal"));
+  REQUIRE(m.schedule("ctl", flap("after", "30s")).ok());
+  REQUIRE(eventually([] { return !adminUp("vethA"); }));
+  std::promise<json> done;
+  REQUIRE(m.revert("after", [&](json rec) { done.set_value(rec); }).ok());
+  REQUIRE(done.get_future().wait_for(10s) == std::future_status::ready);
+  CHECK(adminUp("vethA"));
 }
