@@ -54,6 +54,10 @@ struct WorkloadManager::Entry {
   }
 };
 
+Result<int64_t> workloadStartNs(const proto::WorkloadStart& r, int64_t nowNs) {
+  return r.startNs ? r.startNs + r.clockOffsetNs : nowNs;
+}
+
 WorkloadManager::WorkloadManager(std::chrono::milliseconds leaseTimeout,
                                  std::chrono::milliseconds maxDuration)
     : leaseTimeout_(leaseTimeout), maxDuration_(maxDuration) {
@@ -77,7 +81,9 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   spec.iterations = uint64_t(r.iterations);
   spec.durationNs = r.durationMs * 1'000'000;
   spec.reconnectTimeoutNs = r.reconnectTimeoutMs * 1'000'000;
-  spec.startNs = r.startNs ? r.startNs + r.clockOffsetNs : wallNs();
+  auto start = workloadStartNs(r, wallNs());
+  if (!start) return start.error();
+  spec.startNs = *start;
 
   std::lock_guard guard(m_);
   if (shuttingDown_) return makeError("the agent is shutting down");
