@@ -4,6 +4,7 @@
 
 #include "common/clock.hpp"
 #include "common/log.hpp"
+#include "common/units.hpp"
 #include "workload/engine.hpp"
 #include "workload/tcp_transport.hpp"
 
@@ -55,7 +56,19 @@ struct WorkloadManager::Entry {
 };
 
 Result<int64_t> workloadStartNs(const proto::WorkloadStart& r, int64_t nowNs) {
-  return r.startNs ? r.startNs + r.clockOffsetNs : nowNs;
+  // Telemetry bins count from the start: one far in the past (start_ns = 1 is a valid field)
+  // made the first byte allocate a bin for every bin_us since then and the agent abort.
+  // The same bounds as a fault's start.
+  constexpr int64_t kMaxLateNs = 5'000'000'000;
+  constexpr int64_t kMaxAheadNs = 86'400'000'000'000;
+  if (r.startNs == 0) return nowNs;
+  const int64_t start = r.startNs + r.clockOffsetNs;
+  if (start < nowNs - kMaxLateNs)
+    return makeError("start time is " + formatDuration(Nanos(nowNs - start)) +
+                     " in the past on this agent: the controller's clock offset is stale or the "
+                     "message was delayed; start the workload again");
+  if (start > nowNs + kMaxAheadNs) return makeError("start time is more than a day ahead");
+  return start;
 }
 
 WorkloadManager::WorkloadManager(std::chrono::milliseconds leaseTimeout,
