@@ -4,6 +4,7 @@
 
 #include "common/clock.hpp"
 #include "common/log.hpp"
+#include "common/units.hpp"
 #include "rdmachaos_config.h"
 #include "workload/engine.hpp"
 #include "workload/tcp_transport.hpp"
@@ -59,6 +60,22 @@ struct WorkloadManager::Entry {
   }
 };
 
+Result<int64_t> workloadStartNs(const proto::WorkloadStart& r, int64_t nowNs) {
+  // Telemetry bins count from the start: one far in the past (start_ns = 1 is a valid field)
+  // made the first byte allocate a bin for every bin_us since then and the agent abort.
+  // The same bounds as a fault's start.
+  constexpr int64_t kMaxLateNs = 5'000'000'000;
+  constexpr int64_t kMaxAheadNs = 86'400'000'000'000;
+  if (r.startNs == 0) return nowNs;
+  const int64_t start = r.startNs + r.clockOffsetNs;
+  if (start < nowNs - kMaxLateNs)
+    return makeError("start time is " + formatDuration(Nanos(nowNs - start)) +
+                     " in the past on this agent: the controller's clock offset is stale or the "
+                     "message was delayed; start the workload again");
+  if (start > nowNs + kMaxAheadNs) return makeError("start time is more than a day ahead");
+  return start;
+}
+
 WorkloadManager::WorkloadManager(std::chrono::milliseconds leaseTimeout,
                                  std::chrono::milliseconds maxDuration)
     : leaseTimeout_(leaseTimeout), maxDuration_(maxDuration) {
@@ -82,7 +99,9 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   spec.iterations = uint64_t(r.iterations);
   spec.durationNs = r.durationMs * 1'000'000;
   spec.reconnectTimeoutNs = r.reconnectTimeoutMs * 1'000'000;
-  spec.startNs = r.startNs ? r.startNs + r.clockOffsetNs : wallNs();
+  auto start = workloadStartNs(r, wallNs());
+  if (!start) return start.error();
+  spec.startNs = *start;
 
   std::lock_guard guard(m_);
   if (shuttingDown_) return makeError("the agent is shutting down");

@@ -17,6 +17,10 @@
 
 namespace rc::agent {
 
+// The common start of a workload on this agent's clock (NOW_NS): its telemetry bins count from
+// there.
+Result<int64_t> workloadStartNs(const proto::WorkloadStart& request, int64_t nowNs);
+
 class WorkloadManager {
  public:
   // Called from workload threads with a message for the session that started it.

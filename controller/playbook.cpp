@@ -93,7 +93,9 @@ class Parser {
   void checkKeys(const toml::table& t, std::initializer_list<const char*> known,
                  const std::string& what) const {
     for (auto&& [k, v] : t) {
-      bool ok = std::any_of(known.begin(), known.end(), [&](const char* n) { return k.str() == n; });
+      // A copy: clang 14 cannot capture a structured binding.
+      const std::string_view key = k.str();
+      bool ok = std::any_of(known.begin(), known.end(), [&](const char* n) { return key == n; });
       if (!ok) {
         std::vector<std::string> names(known.begin(), known.end());
         fail(v, "unknown key '" + std::string(k.str()) + "' in " + what + " (known: " +

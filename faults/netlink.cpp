@@ -299,8 +299,12 @@ Result<void> LinkMonitor::readOnce(std::chrono::steady_clock::time_point deadlin
   }
 
   int len = int(n);
+  // The kernel's NLMSG_OK compares the int length with the __u32 nlmsg_len: clang warns.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-compare"
   for (auto* h = reinterpret_cast<nlmsghdr*>(buf_.data()); NLMSG_OK(h, len);
        h = NLMSG_NEXT(h, len)) {
+#pragma GCC diagnostic pop
     if (h->nlmsg_type != RTM_NEWLINK && h->nlmsg_type != RTM_DELLINK) continue;
     if (h->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) continue;
     const auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(h));
