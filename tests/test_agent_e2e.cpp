@@ -387,6 +387,7 @@ TEST_CASE("out of descriptors, the agent pauses accepting instead of spinning an
   std::string out;
   CHECK(runCli({"agents", "--inventory", lab().inventory()}, &out) == 0);
   CHECK(lab().node("n1").agent.pid == pid);  // the same agent: it never crashed
+}
 
 TEST_CASE("a revert that fails is retried, and agents shows it, until it succeeds") {
   auto n = lab().node("n1");

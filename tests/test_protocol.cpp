@@ -297,6 +297,7 @@ TEST_CASE("a reply is never a frame the peer refuses: long event lists are cut, 
   // What cannot fit even without events is an error, not an oversized frame.
   json huge = makeReply(9, "status", {{"blob", std::string(kMaxFrameBytes + 10, 'x')}});
   CHECK_FALSE(encodeBoundedFrame(huge));
+}
 
 TEST_CASE("revert_all reverts the caller's faults unless it says all") {
   auto mine = parseRequest(makeRequest(1, "revert_all", json::object()));
