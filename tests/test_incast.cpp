@@ -48,7 +48,10 @@ struct Lab {
     o.dir = dir;
     o.agentBinary = env("RDMACHAOS_AGENT");
     auto r = rc::lab::up(o);
-    if (!r) FAIL("lab up failed: " << r.error().message);
+    if (!r) {
+      fs::remove_all(dir);  // the destructor does not run when the constructor fails
+      FAIL("lab up failed: " << r.error().message);
+    }
     inventory = *r;
     auto st = rc::lab::loadState(dir);
     if (!st) FAIL("lab state: " << st.error().message);
