@@ -49,6 +49,8 @@ static_assert(sizeof(Hello) == 24 && sizeof(ChunkHeader) == 24 && sizeof(ChunkTr
 
 std::string errnoText() { return std::strerror(errno); }
 
+}  // namespace
+
 Result<sockaddr_in> toAddr(const Endpoint& e) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -57,8 +59,6 @@ Result<sockaddr_in> toAddr(const Endpoint& e) {
     return makeError("'" + e.address + "' is not an IPv4 address");
   return sa;
 }
-
-}  // namespace
 
 struct TcpTransport::Conn {
   UniqueFD fd;

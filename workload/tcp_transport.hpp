@@ -2,6 +2,8 @@
 // striped across them, poll-driven, sending from and receiving into the registered buffer.
 #pragma once
 
+#include <netinet/in.h>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -16,6 +18,8 @@ struct Endpoint {
   std::string address;  // IPv4 literal on the rank's data interface
   uint16_t port = 0;
 };
+// ENDPOINT as a socket address (both transports bind and dial these), or why it is not one.
+Result<sockaddr_in> toAddr(const Endpoint& e);
 
 struct TcpOptions {
   int rank = 0;

@@ -83,15 +83,6 @@ std::string utcNow() {
   return b;
 }
 
-Result<sockaddr_in> toAddr(const Endpoint& e) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(e.port);
-  if (::inet_pton(AF_INET, e.address.c_str(), &sa.sin_addr) != 1)
-    return makeError("'" + e.address + "' is not an IPv4 address");
-  return sa;
-}
-
 }  // namespace
 
 struct VerbsTransport::Qp {
