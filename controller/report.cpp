@@ -29,7 +29,12 @@ json iterJson(const std::optional<IterationStats>& s) {
 json scopeJson(const ScopeScore& s) {
   json j = {{"scope", s.scope},
             {"baseline_Bps", optNum(s.baseline)},
-            {"baseline_band", s.band ? json{{"floor_Bps", s.band->floor}, {"hold_floor_Bps", s.band->holdFloor}}
+            {"baseline_band", s.band ? json{{"floor_Bps", s.band->floor},
+                                            {"hold_floor_Bps", s.band->holdFloor},
+                                            {"lowest_Bps", s.band->lowest},
+                                            {"lowest_at_ns", s.band->lowestAtNs},
+                                            {"capped", s.band->capped},
+                                            {"pooled_over_trials", s.band->pooledOver}}
                                      : json()},
             {"iterations", {{"baseline", iterJson(s.baselineIterations)},
                             {"window", iterJson(s.windowIterations)}}},
@@ -478,10 +483,23 @@ std::string renderText(const json& doc) {
     auto floor = job.contains("baseline_band") && job["baseline_band"].is_object()
                      ? num(job["baseline_band"], "floor_Bps")
                      : std::nullopt;
-    if (base && floor && *base > 0)
+    const json noBand;
+    const json& band = job.contains("baseline_band") && job["baseline_band"].is_object() ? job["baseline_band"] : noBand;
+    if (base && floor && *base > 0) {
       o << "; its own band reaches down to " << rateText(floor) << " ("
-        << fmt("%.1f", (1 - *floor / *base) * 100) << "% below: smaller dips are noise)";
+        << fmt("%.1f", (1 - *floor / *base) * 100) << "% below: smaller dips are noise";
+      if (auto n = num(band, "pooled_over_trials"); n && *n > 0)
+        o << "; widened to the median of this job's " << fmt("%.0f", *n) << " trials";
+      o << ")";
+    }
     o << "\n";
+    if (band.value("capped", false) && base && *base > 0) {
+      auto low = num(band, "lowest_Bps");
+      o << "  warning         the baseline fell to " << rateText(low) << " (" << fmt("%.0f", (1 - low.value_or(0) / *base) * 100)
+        << "% below) at " << dur(i64(band, "lowest_at_ns") - i64(t, "start_ns"))
+        << " into the trial: a disturbance, not the job's noise; the band is capped at "
+        << fmt("%.0f", kBandMaxDepth * 100) << "% below, so a smaller impact can go unseen (re-run on a quieter fabric/host)\n";
+    }
     if (job["impact"].is_object()) {
       const json& im = job["impact"];
       auto tti = num(im, "time_to_impact_ns");

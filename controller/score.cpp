@@ -111,12 +111,17 @@ std::optional<BaselineBand> baselineBand(const Grid& g, int64_t fromNs, int64_t 
   while (hi < g.size() && g.timeOf(hi) + g.binNs <= toNs) hi++;
   std::vector<double> x = smoothRates(g, smoothNs, lo, hi);
   const size_t half = g.binNs > 0 ? size_t(std::max<int64_t>(0, smoothNs) / g.binNs) / 2 : 0;
-  if (x.size() > 2 * half) x = std::vector<double>(x.begin() + std::ptrdiff_t(half), x.end() - std::ptrdiff_t(half));
+  size_t first = lo;  // the bin of x[0]
+  if (x.size() > 2 * half) {
+    x = std::vector<double>(x.begin() + std::ptrdiff_t(half), x.end() - std::ptrdiff_t(half));
+    first += half;
+  }
   if (x.empty()) return std::nullopt;
   // The band's depth below B: the deeper of kBandSigmas robust standard deviations (median
   // absolute deviation x 1.4826, so a rare outlier does not widen it) and the lowest value
   // seen, pushed a quarter further (an extreme-value margin: the next stretch of the same
   // noise reaches a little beyond the lowest of the last one).
+  BaselineBand band;
   auto floorOf = [&](const std::vector<double>& v) {
     std::vector<double> dev;
     dev.reserve(v.size());
@@ -124,10 +129,18 @@ std::optional<BaselineBand> baselineBand(const Grid& g, int64_t fromNs, int64_t 
     double sigma = 1.4826 * median(dev).value_or(0);
     double lowest = *std::min_element(v.begin(), v.end());
     double depth = std::max(kBandSigmas * sigma, kBandMargin * std::max(0.0, baseline - lowest));
+    if (depth > kBandMaxDepth * baseline) {
+      depth = kBandMaxDepth * baseline;
+      band.capped = true;
+    }
     return std::max(0.0, baseline - depth);
   };
-  BaselineBand band;
   band.floor = floorOf(x);
+  {
+    auto it = std::min_element(x.begin(), x.end());
+    band.lowest = *it;
+    band.lowestAtNs = g.timeOf(first + size_t(it - x.begin()));
+  }
   const size_t hold = std::max<size_t>(1, size_t((holdNs + g.binNs - 1) / std::max<int64_t>(1, g.binNs)));
   if (x.size() < hold) {
     band.holdFloor = band.floor;
@@ -141,6 +154,26 @@ std::optional<BaselineBand> baselineBand(const Grid& g, int64_t fromNs, int64_t 
     if (i + 1 >= hold) means.push_back(sum / double(hold));
   }
   band.holdFloor = floorOf(means);
+  return band;
+}
+
+std::pair<double, double> bandDepth(const BaselineBand& band, double baseline) {
+  if (baseline <= 0) return {0, 0};
+  return {1 - band.floor / baseline, 1 - band.holdFloor / baseline};
+}
+
+BaselineBand widenBand(BaselineBand band, double baseline, const std::vector<std::pair<double, double>>& depths) {
+  if (depths.size() < 3 || baseline <= 0) return band;
+  std::vector<double> f, h;
+  for (const auto& [a, b] : depths) {
+    f.push_back(a);
+    h.push_back(b);
+  }
+  double typical = std::min(kBandMaxDepth, *median(f)), typicalHold = std::min(kBandMaxDepth, *median(h));
+  auto [own, ownHold] = bandDepth(band, baseline);
+  if (typical > own) band.floor = baseline * (1 - typical);
+  if (typicalHold > ownHold) band.holdFloor = baseline * (1 - typicalHold);
+  if (typical > own || typicalHold > ownHold) band.pooledOver = depths.size();
   return band;
 }
 
@@ -437,6 +470,35 @@ Scores score(const RunResult& run, const Playbook& pb) {
   Scores out;
   const ScoringSettings& ss = pb.scoring;
   const int64_t w = run.binNs > 0 ? run.binNs : ss.binNs;
+  // Per node, then the job as the bin-wise sum.
+  auto trialGrids = [&](const Trial& t) {
+    std::vector<Grid> grids;
+    for (const auto& name : run.plan.workloadNodes) {
+      auto it = run.series.find(name);
+      static const std::vector<Bin> none;
+      grids.push_back(toGrid(it == run.series.end() ? none : it->second, w, t.startNs, t.endNs));
+    }
+    Grid job = sumGrids(grids);
+    job.startNs = t.startNs;
+    job.binNs = w;
+    return std::pair{std::move(grids), std::move(job)};
+  };
+  // Each scope's band depth in every completed trial: a trial's band is widened to the run's
+  // typical depth (widenBand).
+  std::map<std::string, std::vector<std::pair<double, double>>> depths;
+  for (const auto& t : run.plan.trials) {
+    if (run.endedNs < t.endNs) continue;
+    auto [grids, jobGrid] = trialGrids(t);
+    auto add = [&](const std::string& scope, const Grid& g) {
+      auto b = baselineRate(g, t.baselineFromNs, t.baselineToNs, ss.smoothNs);
+      if (!b || *b <= 0) return;
+      if (auto band = baselineBand(g, t.baselineFromNs, t.baselineToNs, ss.smoothNs, ss.holdNs, *b))
+        depths[scope].push_back(bandDepth(*band, *b));
+    };
+    for (size_t k = 0; k < grids.size(); k++) add(run.plan.workloadNodes[k], grids[k]);
+    add("job", jobGrid);
+  }
+
   for (const auto& t : run.plan.trials) {
     TrialScore ts;
     ts.trial = t.index;
@@ -468,26 +530,18 @@ Scores score(const RunResult& run, const Playbook& pb) {
       ts.faultEndNs = std::max(ts.faultEndNs.value_or(end), end);
     }
 
-    // Per node, then the job as the bin-wise sum.
-    std::vector<Grid> grids;
-    std::vector<std::string> nodes;
-    for (const auto& name : run.plan.workloadNodes) {
-      auto it = run.series.find(name);
-      static const std::vector<Bin> none;
-      grids.push_back(toGrid(it == run.series.end() ? none : it->second, w, t.startNs, t.endNs));
-      nodes.push_back(name);
-    }
-    Grid jobGrid = sumGrids(grids);
-    jobGrid.startNs = t.startNs;
-    jobGrid.binNs = w;
+    auto [grids, jobGrid] = trialGrids(t);
+    const std::vector<std::string>& nodes = run.plan.workloadNodes;
 
     auto scoreScope = [&](const std::string& scope, const Grid& g, std::vector<double> baseIter,
                           auto windowIter) {
       ScopeScore sc;
       sc.scope = scope;
       sc.baseline = baselineRate(g, t.baselineFromNs, t.baselineToNs, ss.smoothNs);
-      if (sc.baseline)
+      if (sc.baseline) {
         sc.band = baselineBand(g, t.baselineFromNs, t.baselineToNs, ss.smoothNs, ss.holdNs, *sc.baseline);
+        if (sc.band) sc.band = widenBand(*sc.band, *sc.baseline, depths[scope]);
+      }
       sc.baselineIterations = iterationStats(baseIter);
       if (sc.baseline && *sc.baseline > 0 && ts.faultStartNs) {
         sc.impact = scoreImpact(g, *sc.baseline, *ts.faultStartNs, *ts.faultEndNs, ss, sc.band);

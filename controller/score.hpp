@@ -56,14 +56,32 @@ std::optional<double> baselineRate(const Grid& g, int64_t fromNs, int64_t toNs, 
 // - holdFloor: the same for the mean over a hold period (every hold-long stretch of the
 //   baseline).
 // A rate or mean at or above these is not evidence of a fault (docs/scoring.md).
+// - the depth is capped at kBandMaxDepth x B: a baseline that dipped deeper (a stall from a
+//   disturbance outside the job, such as a loaded host) shows an incident, not the job's noise;
+//   CAPPED is set, with the lowest rate and its instant, and the report warns.
+// - widenBand then widens a trial's band to the run's typical depth for the same scope.
 struct BaselineBand {
   double floor = 0;
   double holdFloor = 0;
+  bool capped = false;
+  double lowest = 0;       // lowest smoothed baseline rate (bytes/s)
+  int64_t lowestAtNs = 0;  // where it was (the start of its bin)
+  size_t pooledOver = 0;   // > 0: widened to the median depth over this many trials
 };
 constexpr double kBandSigmas = 3.5;
 constexpr double kBandMargin = 1.25;
+constexpr double kBandMaxDepth = 0.5;
 std::optional<BaselineBand> baselineBand(const Grid& g, int64_t fromNs, int64_t toNs, int64_t smoothNs,
                                          int64_t holdNs, double baseline);
+
+// A band's depth below B relative to B: {floor, hold floor}.
+std::pair<double, double> bandDepth(const BaselineBand& band, double baseline);
+// BAND widened to the median relative depth of DEPTHS ({floor, hold floor} per trial of the run,
+// this one included) where that is deeper; never narrowed, never past kBandMaxDepth. The
+// lowest point of one short calm baseline underestimates how far the same job's noise
+// reaches (seen: 10.6 % in one trial, 18-32 % in the same run's others); the trials of a run
+// are repeated samples of that noise. Fewer than 3 trials: BAND unchanged.
+BaselineBand widenBand(BaselineBand band, double baseline, const std::vector<std::pair<double, double>>& depths);
 
 // How far an instant read off a series may be from the true one: one bin, plus half the
 // smoothing window (a step in x moves the smoothed series over that span).

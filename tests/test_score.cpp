@@ -345,6 +345,56 @@ TEST_CASE("a fault that does nothing reports no impact and recovery 0 in nearly 
   CHECK(late <= 1);
 }
 
+TEST_CASE("a baseline that stalls on its own (a disturbance) caps the band, so a fault still shows") {
+  // The demo beside a build: the job's baseline stalled for 300 ms at 5 s; before the cap the
+  // band's floor was 0 and a 2 s link-down read as "no impact".
+  for (uint32_t seed = 1; seed <= 10; seed++) {
+    CAPTURE(seed);
+    Grid g = noisySeries(seed, 0.05, 10 * kSec, 12 * kSec, 0.0);
+    for (int64_t t = 5 * kSec; t < 5300 * kMs; t += g.binNs) g.bytes[size_t(t / g.binNs)] = 0;
+    ScoringSettings s = judgement(250 * kMs);
+    double B = *baselineRate(g, 1 * kSec, 10 * kSec, s.smoothNs);
+    auto band = baselineBand(g, 1 * kSec, 10 * kSec, s.smoothNs, s.holdNs, B);
+    REQUIRE(band);
+    CHECK(band->capped);
+    CHECK(band->floor == Approx((1 - kBandMaxDepth) * B));
+    CHECK(band->lowestAtNs >= 5 * kSec);
+    CHECK(band->lowestAtNs < 5300 * kMs);
+    CHECK(band->lowest < 0.3 * B);
+    Impact im = judge(g, s, 10 * kSec, 12 * kSec);
+    REQUIRE(im.timeToImpactNs);
+    CHECK(*im.timeToImpactNs <= im.uncertaintyNs);
+    REQUIRE(im.recovered);
+    CHECK(*im.recoveryTimeNs <= im.uncertaintyNs);
+  }
+  // A calm baseline is not capped.
+  Grid calm = noisySeries(1, 0.05, 0, 0, 1.0);
+  double B = *baselineRate(calm, 1 * kSec, 10 * kSec, 250 * kMs);
+  CHECK_FALSE(baselineBand(calm, 1 * kSec, 10 * kSec, 250 * kMs, 1 * kSec, B)->capped);
+}
+
+TEST_CASE("a trial's band is widened to the run's typical depth, never narrowed") {
+  BaselineBand calm{.floor = 894, .holdFloor = 950};  // 10.6 % and 5 % below B = 1000
+  // The same job's depths in the run's trials (this one included): median 21.5 % and 10 %.
+  std::vector<std::pair<double, double>> depths{{0.106, 0.05}, {0.18, 0.08}, {0.25, 0.12}, {0.32, 0.2}};
+  BaselineBand w = widenBand(calm, 1000, depths);
+  CHECK(w.floor == Approx(785));
+  CHECK(w.holdFloor == Approx(900));
+  CHECK(w.pooledOver == 4);
+  // A trial that is noisier than the run's typical keeps its own band.
+  BaselineBand noisy{.floor = 600, .holdFloor = 800};
+  BaselineBand n = widenBand(noisy, 1000, depths);
+  CHECK(n.floor == 600);
+  CHECK(n.holdFloor == 800);
+  CHECK(n.pooledOver == 0);
+  // Fewer than three trials are no estimate of the typical: unchanged.
+  depths.resize(2);
+  CHECK(widenBand(calm, 1000, depths).floor == 894);
+  // Never past the cap.
+  std::vector<std::pair<double, double>> wild{{0.9, 0.9}, {0.8, 0.8}, {0.7, 0.7}};
+  CHECK(widenBand(calm, 1000, wild).floor == Approx(1000 * (1 - kBandMaxDepth)));
+}
+
 TEST_CASE("fabric evidence: deltas per queue, fabric metrics, and the watchdog's timing next to the data plane's") {
   Playbook pb = rc::test::syntheticPlaybook();
   RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
