@@ -1,7 +1,8 @@
 // The shipped lab playbooks run from the repository on the namespace lab, each to a verdict
 // for every expectation, with every fault applied and reverted, an effect on the job, and
-// nothing left behind (links up, journals empty). The verdict is printed, not required: the
-// expectations are time bounds and this machine is noisy. Where a playbook is about a
+// nothing left behind (links up, journals empty). The verdict is printed, and required only of
+// incast and acceptance-suite (with one re-run: this machine is noisy, and their bounds are
+// time bounds). Where a playbook is about a
 // mechanism, the test compares it on and off in the same run: adaptive routing against ECMP,
 // the PFC watchdog against none.
 #include <catch2/catch.hpp>
@@ -423,22 +424,34 @@ std::string incastAgreement(json doc) {
 TEST_CASE("incast runs on the lab, and its recovery agrees with the switch's ground truth", "[playbooks][one-switch]") {
   Run r = runs(kOneSwitch, "incast", 30);
   CHECK(maxImpact(r.doc, "loss_bytes") > 0);  // 8 flows into n1 take bandwidth from the job
-  std::string why = incastAgreement(r.doc);
+  auto verdict = [](const Run& run) {
+    std::string why = incastAgreement(run.doc);
+    if (why.empty() && run.code != 0) why = "the playbook failed on a quiet lab";
+    return why;
+  };
+  std::string why = verdict(r);
   // A job can stall after the incast for reasons of this shared 2-core machine (a build next
   // door); such a stall is a real stall the scorer must report. One run more tells that noise
-  // from a scorer that reads the incast wrongly: it must agree then.
+  // from a scorer that reads the incast wrongly: it must agree, and pass, then.
   if (!why.empty()) {
     std::printf("[lab-playbooks] incast: %s; once more\n", why.c_str());
     Run again = runs(kOneSwitch, "incast", 30, "incast-again");
-    why = incastAgreement(again.doc);
+    why = verdict(again);
   }
   INFO(why);
   CHECK(why.empty());
 }
 
-TEST_CASE("acceptance-suite runs on the lab", "[playbooks][one-switch]") {
+TEST_CASE("acceptance-suite runs on the lab, and passes", "[playbooks][one-switch]") {
   Run r = runs(kOneSwitch, "acceptance-suite", 96);
   CHECK(r.doc["trials"].size() == 4);
+  // The shipped acceptance playbook passes on a quiet lab (issue 13): once more if this shared
+  // machine disturbed one run, as for incast above.
+  if (r.code != 0) {
+    std::printf("[lab-playbooks] acceptance-suite failed; once more\n");
+    r = runs(kOneSwitch, "acceptance-suite", 96, "acceptance-suite-again");
+  }
+  CHECK(r.code == 0);
 }
 
 TEST_CASE("adaptive-routing: adaptive routing loses less than ECMP", "[playbooks][leaf-spine]") {
