@@ -9,6 +9,8 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "common/toml_text.hpp"
+
 #include "common/units.hpp"
 
 namespace rc::agent {
@@ -144,7 +146,7 @@ struct Reader {
 Result<Config> parseConfig(const std::string& text, const std::string& src) {
   toml::table root;
   try {
-    root = toml::parse(text, src);
+    root = rc::parseToml(text, src);
   } catch (const toml::parse_error& e) {
     return makeError(src + ":" + std::to_string(e.source().begin.line) + ":" +
                      std::to_string(e.source().begin.column) + ": " + std::string(e.description()));

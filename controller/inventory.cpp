@@ -6,6 +6,8 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "common/toml_text.hpp"
+
 #include "common/protocol.hpp"
 
 namespace rc::controller {
@@ -55,7 +57,7 @@ Result<std::vector<const Node*>> Inventory::select(const std::string& selector) 
 Result<Inventory> parseInventory(const std::string& text, const std::string& path) {
   toml::table root;
   try {
-    root = toml::parse(text, path);
+    root = rc::parseToml(text, path);
   } catch (const toml::parse_error& e) {
     return makeError(path + ":" + std::to_string(e.source().begin.line) + ":" +
                      std::to_string(e.source().begin.column) + ": " + std::string(e.description()));

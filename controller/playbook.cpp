@@ -8,6 +8,8 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "common/toml_text.hpp"
+
 #include "common/units.hpp"
 #include "faults/fault.hpp"
 
@@ -551,7 +553,7 @@ Scenario Parser::scenario(const toml::table& t, const std::string& nm, const Sou
 Playbook Parser::parse(const std::string& text) {
   toml::table root;
   try {
-    root = toml::parse(text, path_);
+    root = rc::parseToml(text, path_);
   } catch (const toml::parse_error& e) {
     throw Fail{at(e.source()) + ": " + std::string(e.description())};
   }

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <set>
 
+#include "common/toml_text.hpp"
 #include "controller/playbook.hpp"
 #include "synthetic_run.hpp"
 
@@ -533,4 +534,56 @@ params = { down = "500ms")" + params + R"( }
   // Back to back (the first window ends as the second starts), or another interface: fine.
   CHECK(plan("5s", ""));
   CHECK(plan("3s", ", interface = \"data1\""));
+}
+
+TEST_CASE("non-ASCII text parses as written, without toml++ 3.3's undefined behaviour") {
+  // The code points toml++'s whitespace test cannot handle (tests/fuzz/*/crashes/toml-unicode-*).
+  CHECK(rc::tomlWhitespaceHazard(U'\u0149'));  // ŉ
+  CHECK(rc::tomlWhitespaceHazard(U'\u00E9'));  // é
+  CHECK(rc::tomlWhitespaceHazard(U'\uFEFB'));
+  CHECK_FALSE(rc::tomlWhitespaceHazard(U'\u00A0'));  // whitespace it knows
+  CHECK_FALSE(rc::tomlWhitespaceHazard(U'\u3000'));
+  CHECK_FALSE(rc::tomlWhitespaceHazard(U'\uFEFF'));
+  CHECK_FALSE(rc::tomlWhitespaceHazard(U'\u2000'));  // blocks 5 and 7 are handled
+  CHECK_FALSE(rc::tomlWhitespaceHazard(U'\u4E00'));
+  CHECK_FALSE(rc::tomlWhitespaceHazard(U'a'));
+  // Every hazard has its own stand-in, which is no hazard, and comes back.
+  std::set<char32_t> standIns;
+  size_t hazards = 0;
+  for (char32_t c = 0x80; c < 0x10000; c++) {
+    if (!rc::tomlWhitespaceHazard(c)) continue;
+    hazards++;
+    char32_t p = rc::tomlHazardStandIn(c);
+    INFO(unsigned(c));
+    CHECK_FALSE(rc::tomlWhitespaceHazard(p));
+    CHECK(rc::tomlHazardFromStandIn(p) == c);
+    standIns.insert(p);
+  }
+  CHECK(hazards == standIns.size());
+  CHECK(hazards > 3000);
+  CHECK(rc::tomlHazardFromStandIn(U'a') == 0);
+
+  // Strings in values keep every character; a quoted key too.
+  auto pb = parsePlaybook(std::string("description = \"caf\u00e9 \u0149 \u0416 \u30c6\"\n") + kHead, "p.toml");
+  REQUIRE(pb);
+  CHECK(pb->description == "caf\u00e9 \u0149 \u0416 \u30c6");
+  auto key = parsePlaybook(std::string("\"r\u00e9gion\" = 1\n") + kHead, "p.toml");
+  REQUIRE_FALSE(key);
+  INFO(key.error().message);
+  CHECK(key.error().message.find("r\u00e9gion") != std::string::npos);  // named as written
+  // Outside strings: a parse error with its place, never undefined behaviour.
+  for (std::string text : {std::string("\u0149"), std::string("\xef\xbb\xbb = 1")}) {
+    auto r = parsePlaybook(text + "\n" + kHead, "p.toml");
+    REQUIRE_FALSE(r);
+    CHECK(r.error().message.rfind("p.toml:1:1", 0) == 0);
+  }
+  // After a multi-line string's line-ending backslash (toml++ asks "whitespace?" of the first
+  // character after the skipped indentation).
+  auto ml = parsePlaybook(std::string("description = \"\"\"a \\\n  \u0480 b\"\"\"\n") + kHead, "p.toml");
+  REQUIRE(ml);
+  CHECK(ml->description == "a \u0480 b");
+  // The stand-ins themselves are refused, with their place.
+  auto pua = parsePlaybook(std::string("description = \"\ue001\"\n") + kHead, "p.toml");
+  REQUIRE_FALSE(pua);
+  CHECK(pua.error().message.find("p.toml:1:16") != std::string::npos);
 }
