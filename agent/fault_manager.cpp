@@ -14,11 +14,11 @@ namespace rc::agent {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-constexpr size_t kMaxActive = 64;
+constexpr size_t kMaxActive = proto::kMaxActiveFaults;
 constexpr size_t kMaxFinishedKept = 128;
 // A start more than this far in the past means a clock or scheduling problem, not jitter.
 constexpr int64_t kMaxLateNs = 5'000'000'000;
-constexpr int64_t kMaxAheadNs = 86'400'000'000'000;
+constexpr int64_t kMaxAheadNs = proto::kMaxScheduleAheadNs;
 constexpr std::chrono::microseconds kSpinWindow{1500};
 
 // How long a fault due to start waits for the previous owner of its target to finish its

@@ -28,6 +28,11 @@ inline constexpr size_t kMaxParams = 64;
 // Deepest nesting of arrays and objects a message may have: real messages stay below 8, and
 // the JSON library copies, compares and prints recursively.
 inline constexpr size_t kMaxDepth = 32;
+// What an agent accepts of one controller's plan: faults scheduled or running at once, and how
+// far ahead a fault may be scheduled (a run schedules every fault at its start, so a playbook
+// is checked against both before anything is sent: controller/playbook.cpp, planning).
+inline constexpr size_t kMaxActiveFaults = 64;
+inline constexpr int64_t kMaxScheduleAheadNs = 86'400'000'000'000;  // 24 h
 
 // Error codes sent in "error" replies.
 inline constexpr std::string_view kErrBadMessage = "bad_message";

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "common/protocol.hpp"
 #include "common/toml_text.hpp"
 
 #include "common/units.hpp"
@@ -998,6 +999,33 @@ Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
           plan.trials.push_back(std::move(t));
         }
       }
+    }
+    // What the agents accept: a run schedules every fault at its start, and an agent holds at
+    // most kMaxActiveFaults scheduled or running, none more than kMaxScheduleAheadNs ahead.
+    // Found here, so that validate and --dry-run say it, and a run never aborts at its start.
+    std::map<std::string, std::map<std::string, size_t>> perNode;  // node -> step -> faults
+    for (const auto& t : plan.trials)
+      for (const auto& f : t.faults) {
+        perNode[f.node][f.step]++;
+        if (f.atNs > proto::kMaxScheduleAheadNs)
+          p.fail(pb.scenarios.front().pos,
+                 "trial " + t.label() + ": step '" + f.step + "' starts " + fmtDur(f.atNs) +
+                     " into the run; an agent accepts faults at most 24h ahead and a run schedules "
+                     "every fault at its start: split the playbook into runs shorter than a day");
+      }
+    for (const auto& [node, steps] : perNode) {
+      size_t n = 0;
+      std::string which;
+      for (const auto& [step, k] : steps) {
+        n += k;
+        which += (which.empty() ? "" : ", ") + step + " x" + std::to_string(k);
+      }
+      if (n > proto::kMaxActiveFaults)
+        p.fail(pb.scenarios.front().pos,
+               "the plan gives node " + node + " " + std::to_string(n) + " faults (" + which +
+                   "); an agent holds at most " + std::to_string(proto::kMaxActiveFaults) +
+                   " scheduled or running faults and a run schedules every fault at its start: "
+                   "lower repeat, narrow the targets, or split the playbook");
     }
     plan.durationNs = cursor;
     return plan;

@@ -587,3 +587,33 @@ TEST_CASE("non-ASCII text parses as written, without toml++ 3.3's undefined beha
   REQUIRE_FALSE(pua);
   CHECK(pua.error().message.find("p.toml:1:16") != std::string::npos);
 }
+
+TEST_CASE("a plan an agent would refuse at the run's start is refused when planned (validate, --dry-run)") {
+  // A run schedules every fault at its start; an agent holds at most 64 at once.
+  const std::string step = R"([[step]]
+kind = "link_flap"
+phase = "fault"
+at = "1s"
+for = "1s"
+target = "n1"
+)";
+  auto ok = parsePlaybook("repeat = 64\n" + kHead + step, "p.toml");
+  REQUIRE(ok);
+  CHECK(resolvePlan(*ok, inventory()));
+  auto many = parsePlaybook("repeat = 65\n" + kHead + step, "p.toml");
+  REQUIRE(many);
+  auto plan = resolvePlan(*many, inventory());
+  REQUIRE_FALSE(plan);
+  INFO(plan.error().message);
+  CHECK(plan.error().message.find("node n1 65 faults (step1 x65)") != std::string::npos);
+  CHECK(plan.error().message.find("at most 64") != std::string::npos);
+  // Faults are scheduled at most a day ahead.
+  std::string head = kHead;
+  head.replace(head.find("duration = \"10s\"\n[[phase]]"), 16, "duration = \"13h\"");
+  auto late = parsePlaybook("repeat = 2\n" + head + step, "p.toml");  // the second trial's fault: 26h in
+  INFO((late ? std::string() : late.error().message));
+  REQUIRE(late);
+  auto latePlan = resolvePlan(*late, inventory());
+  REQUIRE_FALSE(latePlan);
+  CHECK(latePlan.error().message.find("at most 24h ahead") != std::string::npos);
+}
