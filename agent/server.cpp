@@ -7,6 +7,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <deque>
+#include <map>
 #include <set>
 
 #include "agent/capabilities.hpp"
@@ -26,12 +27,36 @@ namespace {
 // Replies and telemetry queued for one controller: far above what a reading peer leaves queued
 // (telemetry is sent in pages of at most a frame), small beside the agent's memory.
 constexpr size_t kMaxOutboxBytes = 16u << 20;
+// Connections from one address still in their TLS handshake: a peer without a certificate that
+// opens connections and sends nothing holds each for the handshake's 10 s; from one address it
+// takes at most this many of the max_connections slots, so controllers still get in.
+constexpr size_t kMaxHandshakesPerAddress = 4;
+
+// A log line that may repeat at the peer's will (failed handshakes, refused connections): at
+// most one per 10 s, with how many were held back.
+struct ThrottledLog {
+  std::chrono::steady_clock::time_point next{};
+  uint64_t held = 0;
+  // Whether a line may go out now; HELD_BACK is then how many did not since the last one.
+  bool allow(uint64_t& heldBack) {
+    auto now = std::chrono::steady_clock::now();
+    if (now < next) {
+      held++;
+      return false;
+    }
+    heldBack = held;
+    held = 0;
+    next = now + std::chrono::seconds(10);
+    return true;
+  }
+};
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(Server::Impl& server, tcp::socket socket, asio::ssl::context& tls);
   asio::awaitable<void> run();
   void close();
+  void endHandshake();  // frees its address's handshake slot (once)
 
  private:
   asio::awaitable<void> writer();
@@ -42,6 +67,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Server::Impl& server_;
   SslStream stream_;
   std::string peer_;
+  std::string peerAddress_;   // without the port: handshake slots are per address
+  bool handshaking_ = false;  // holds one of its address's handshake slots
   // The verified client certificate's fingerprint: who the peer is. Leases and fault ownership
   // are bound to it; the controller id a peer claims in hello only tells its runs apart.
   std::string principal_;
@@ -68,6 +95,8 @@ struct Server::Impl {
   int64_t startedNs = wallNs();
   uint64_t acceptFailures = 0;  // since the last log line
   std::chrono::steady_clock::time_point nextAcceptLog{};
+  std::map<std::string, size_t> handshakes;  // per peer address, connections in their handshake
+  ThrottledLog handshakeFailedLog, refusedLog;
 
   Impl(asio::io_context& i, const Config& c, FaultManager& m, WorkloadManager& w,
        asio::ssl::context& t)
@@ -82,8 +111,18 @@ Session::Session(Server::Impl& server, tcp::socket socket, asio::ssl::context& t
     : server_(server), stream_(std::move(socket), tls), wake_(server.io) {
   boost::system::error_code ec;
   auto ep = stream_.lowest_layer().remote_endpoint(ec);
-  peer_ = ec ? "unknown peer" : ep.address().to_string() + ":" + std::to_string(ep.port());
+  peerAddress_ = ec ? "unknown peer" : ep.address().to_string();
+  peer_ = ec ? peerAddress_ : peerAddress_ + ":" + std::to_string(ep.port());
   wake_.expires_at(std::chrono::steady_clock::time_point::max());
+  server_.handshakes[peerAddress_]++;
+  handshaking_ = true;
+}
+
+void Session::endHandshake() {
+  if (!handshaking_) return;
+  handshaking_ = false;
+  auto it = server_.handshakes.find(peerAddress_);
+  if (it != server_.handshakes.end() && --it->second == 0) server_.handshakes.erase(it);
 }
 
 void Session::close() {
@@ -157,9 +196,12 @@ asio::awaitable<void> Session::run() {
     co_await stream_.async_handshake(asio::ssl::stream_base::server,
                                      asio::redirect_error(asio::use_awaitable, ec));
   }
+  endHandshake();
   if (ec) {
-    // Unauthenticated peers get nothing: no reply, just a closed socket.
-    log::warn("TLS handshake with {} failed: {}", peer_, ec.message());
+    // Unauthenticated peers get nothing: no reply, just a closed socket (and no log flood).
+    if (uint64_t held = 0; server_.handshakeFailedLog.allow(held))
+      log::warn("TLS handshake with {} failed: {}{}", peer_, ec.message(),
+                held ? fmt::format(" ({} more failed handshakes since the last report)", held) : "");
     boost::system::error_code ignored;
     stream_.lowest_layer().close(ignored);
     server_.sessions.erase(self);
@@ -378,9 +420,22 @@ asio::awaitable<void> Server::Impl::acceptLoop() {
       continue;
     }
     if (sessions.size() >= config.maxConnections) {
-      log::warn("refusing a connection: {} sessions open (max_connections)", sessions.size());
+      if (uint64_t held = 0; refusedLog.allow(held))
+        log::warn("refusing a connection: {} sessions open (max_connections){}", sessions.size(),
+                  held ? fmt::format("; {} more refused since the last report", held) : "");
       socket.close(ec);
       continue;
+    }
+    if (auto ep = socket.remote_endpoint(ec); !ec) {
+      auto it = handshakes.find(ep.address().to_string());
+      if (it != handshakes.end() && it->second >= kMaxHandshakesPerAddress) {
+        if (uint64_t held = 0; refusedLog.allow(held))
+          log::warn("refusing a connection from {}: {} of its connections are still in their TLS "
+                    "handshake{}", ep.address().to_string(), it->second,
+                    held ? fmt::format("; {} more refused since the last report", held) : "");
+        socket.close(ec);
+        continue;
+      }
     }
     auto s = std::make_shared<Session>(*this, std::move(socket), tls);
     sessions.insert(s);
@@ -394,6 +449,7 @@ asio::awaitable<void> Server::Impl::acceptLoop() {
       } catch (...) {
         log::error("session ended by an unknown exception");
       }
+      s->endHandshake();
       s->close();
       sessions.erase(s);
     });

@@ -389,6 +389,57 @@ TEST_CASE("out of descriptors, the agent pauses accepting instead of spinning an
   CHECK(lab().node("n1").agent.pid == pid);  // the same agent: it never crashed
 }
 
+TEST_CASE("a peer that floods the agent with silent connections takes a few slots, not all, and no log flood") {
+  auto n1 = lab().node("n1"), n2 = lab().node("n2");
+  REQUIRE(eventually([&] { return portAccepts(n1.mgmtAddress, 7470); }, 20s));
+  size_t logBefore = readFile(n1.log).size();
+  // From n2's namespace (another address than the controller's): 100 connections to n1's agent
+  // that never start TLS, more than its 64 max_connections, held for 8 s (the handshake deadline
+  // is 10 s).
+  std::string script =
+      "import socket, time\n"
+      "s = []\n"
+      "for i in range(100):\n"
+      "    c = socket.socket()\n"
+      "    try:\n"
+      "        c.connect(('" + n1.mgmtAddress + "', 7470)); s.append(c)\n"
+      "    except OSError:\n"
+      "        c.close()\n"
+      "print(len(s), flush=True)\n"
+      "time.sleep(8)\n";
+  std::string py = lab().dir() + "/flood.py";
+  std::ofstream(py) << script;
+  std::string floodOut = lab().dir() + "/flood.out";
+  std::thread flood([&] {
+    (void)std::system(("timeout 30 ip netns exec " + n2.netns + " python3 " + py + " > " + floodOut).c_str());
+  });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{flood};
+  REQUIRE(eventually([&] { return !readFile(floodOut).empty(); }, 20s));
+  INFO("connections made: " << readFile(floodOut));
+  // The controller still gets in, at once.
+  std::string out, err;
+  int rc = runCli({"agents", "--inventory", lab().inventory(), "--json"}, &out, &err);
+  INFO(out << err);
+  CHECK(rc == 0);
+  flood.join();
+  flood = std::thread();
+  std::string log = readFile(n1.log).substr(logBefore);
+  auto count = [&](const char* what) {
+    size_t k = 0;
+    for (size_t p = log.find(what); p != std::string::npos; p = log.find(what, p + 1)) k++;
+    return k;
+  };
+  INFO(log.substr(0, 3000));
+  CHECK(count(("refusing a connection from " + n2.mgmtAddress).c_str()) >= 1);  // it did refuse, and said so
+  CHECK(count("refusing a connection") <= 2);  // once per 10 s with a count, not once per connection
+  CHECK(count("TLS handshake with") <= 2);
+}
+
 TEST_CASE("a revert that fails is retried, and agents shows it, until it succeeds") {
   auto n = lab().node("n1");
   REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
