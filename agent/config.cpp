@@ -169,7 +169,7 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
   };
   const auto& a = section("agent");
   r.checkKeys(a, "agent", {"node", "listen", "state_dir", "lease_timeout", "max_fault_lifetime",
-                           "max_connections"});
+                           "max_connections", "max_workload_memory"});
   c.node = r.str(a, "node", "agent", true);
   if (!c.node.empty() && c.node.size() > 63) r.fail(src, "[agent] node name is longer than 63 characters");
   std::string listen = r.str(a, "listen", "agent", true);
@@ -184,6 +184,14 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
       r.fail(at(src, mc->source()), "'max_connections' must be an integer in [1, 100000]");
     else
       c.maxConnections = size_t(*v);
+  }
+  if (auto* mm = a.get("max_workload_memory")) {
+    auto sizeText = mm->value<std::string>();
+    auto v = sizeText ? parseSize(*sizeText) : Result<uint64_t>(makeError("not a string"));
+    if (!v || *v < (uint64_t(1) << 20))
+      r.fail(at(src, mm->source()), "'max_workload_memory' must be a size of at least 1MiB, e.g. \"8GiB\"");
+    else
+      c.maxWorkloadMemory = *v;
   }
   if (!listen.empty()) {
     // "ADDR:PORT" or "[V6]:PORT"

@@ -29,6 +29,8 @@ struct Config {
   // [ecn_commands.NAME]: switch command templates for ecn_shift's command backend (off if none)
   std::map<std::string, faults::CommandTemplate> ecnCommands;
   size_t maxConnections = 64;
+  // [agent] max_workload_memory: bytes of workload buffers at once (0: a quarter of the RAM)
+  uint64_t maxWorkloadMemory = 0;
 };
 
 // Parses FILE. Errors read "FILE:LINE:COL: message" (or "FILE: message") and name the fix.

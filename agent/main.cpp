@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   manager.adoptReplay(replay);
 
   // Workloads share the faults' lease and lifetime bounds.
-  rc::agent::WorkloadManager workloads(config->leaseTimeout, config->maxFaultLifetime);
+  rc::agent::WorkloadManager workloads(config->leaseTimeout, config->maxFaultLifetime, config->maxWorkloadMemory);
   boost::asio::io_context io;
   rc::agent::Server server(io, *config, manager, workloads, *tls);
   if (auto r = server.start(); !r) {

@@ -2,10 +2,13 @@
 // reporter threads, stop on request / lease expiry / maximum duration / shutdown.
 #include "agent/workload_manager.hpp"
 
+#include <unistd.h>
+
 #include "common/clock.hpp"
 #include "common/log.hpp"
 #include "common/units.hpp"
 #include "rdmachaos_config.h"
+#include "workload/collectives.hpp"
 #include "workload/engine.hpp"
 #include "workload/tcp_transport.hpp"
 #if RDMACHAOS_HAVE_VERBS_TRANSPORT
@@ -49,6 +52,7 @@ struct WorkloadManager::Entry {
   bool finished = false;   // guarded by WorkloadManager::m_
   Clock::time_point deadline;
   std::jthread engine, reporter;
+  uint64_t memory = 0;  // bytes of buffers its collective holds
 
   void requestStop(const std::string& reason) {
     {
@@ -77,8 +81,12 @@ Result<int64_t> workloadStartNs(const proto::WorkloadStart& r, int64_t nowNs) {
 }
 
 WorkloadManager::WorkloadManager(std::chrono::milliseconds leaseTimeout,
-                                 std::chrono::milliseconds maxDuration)
-    : leaseTimeout_(leaseTimeout), maxDuration_(maxDuration) {
+                                 std::chrono::milliseconds maxDuration, uint64_t memoryBudget)
+    : leaseTimeout_(leaseTimeout), maxDuration_(maxDuration), memoryBudget_(memoryBudget) {
+  if (memoryBudget_ == 0) {
+    long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    memoryBudget_ = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) / 4 : (uint64_t(1) << 30);
+  }
   watcher_ = std::jthread([this](std::stop_token st) { watch(st); });
 }
 
@@ -93,6 +101,9 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   wl::RunSpec spec;
   spec.shape = {*kind, r.rank, int(r.world.size()), uint64_t(r.size), r.incastReceiver, r.fanIn};
   if (auto v = wl::validateShape(spec.shape); !v) return v.error();
+  // Buffers are allocated when it starts: a peer must not make the agent allocate without
+  // bound (an incast receiver holds size x fan_in: up to 256 GiB as the protocol allows).
+  const uint64_t memory = wl::makeCollective(spec.shape)->bufferBytes();
   if (r.durationMs > maxDuration_.count())
     return makeError("duration of " + std::to_string(r.durationMs) + " ms exceeds this agent's " +
                      "maximum of " + std::to_string(maxDuration_.count()) + " ms");
@@ -108,6 +119,15 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   reapLocked();
   if (entries_.count(r.workloadId)) return makeError("workload '" + r.workloadId + "' exists");
   if (entries_.size() >= 4) return makeError("4 workloads already run on this agent");
+  uint64_t held = 0;
+  for (const auto& [id, x] : entries_) held += x->finished ? 0 : x->memory;
+  if (held + memory > memoryBudget_)
+    return makeError("this workload needs " + formatSize(memory) + " of buffers (" + r.kind +
+                     ", size " + formatSize(uint64_t(r.size)) +
+                     (r.kind == "incast" ? " x fan_in on the receiver" : "") + ") and this agent holds " +
+                     formatSize(held) + " for others, beyond its budget of " + formatSize(memoryBudget_) +
+                     " ([agent] max_workload_memory, default a quarter of the host's memory): lower "
+                     "size or fan_in");
 
   std::unique_ptr<wl::Transport> transport;
   uint16_t port = 0;
@@ -149,6 +169,7 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   e->kind = r.kind;
   e->rank = r.rank;
   e->spec = spec;
+  e->memory = memory;
   e->transport = std::move(transport);
   e->port = port;
   e->telemetry = std::make_unique<wl::Telemetry>(spec.startNs, r.binUs * 1000);

@@ -26,7 +26,10 @@ class WorkloadManager {
   // Called from workload threads with a message for the session that started it.
   using Emit = std::function<void(nlohmann::json message)>;
 
-  WorkloadManager(std::chrono::milliseconds leaseTimeout, std::chrono::milliseconds maxDuration);
+  // MEMORY_BUDGET: bytes of workload buffers this agent holds at once, over all its
+  // workloads (0: a quarter of the host's physical memory).
+  WorkloadManager(std::chrono::milliseconds leaseTimeout, std::chrono::milliseconds maxDuration,
+                  uint64_t memoryBudget = 0);
   ~WorkloadManager();  // stops everything and waits
   WorkloadManager(const WorkloadManager&) = delete;
   WorkloadManager& operator=(const WorkloadManager&) = delete;
@@ -47,6 +50,7 @@ class WorkloadManager {
   void reapLocked();
 
   std::chrono::milliseconds leaseTimeout_, maxDuration_;
+  uint64_t memoryBudget_ = 0;
   mutable std::mutex m_;
   std::condition_variable_any cv_;
   std::map<std::string, std::shared_ptr<Entry>> entries_;

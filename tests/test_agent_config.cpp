@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent/config.hpp"
+#include "agent/workload_manager.hpp"
 
 using namespace rc::agent;
 
@@ -51,6 +52,8 @@ TEST_CASE("bad configs name the place and the fix") {
       {"[tls]", "[tlz]", "unknown key 'tlz'"},
       {"allow_default_route = false", "allow_default_route = \"no\"", "must be true or false"},
       {"[agent]", "[agent", "agent.toml:2"},
+      {"lease_timeout = \"3s\"", "max_workload_memory = \"lots\"", "agent.toml:6:23: 'max_workload_memory' must be a size"},
+      {"lease_timeout = \"3s\"", "max_workload_memory = \"1KiB\"", "at least 1MiB"},
   }));
   std::string text = kGood;
   auto pos = text.find(from);
@@ -106,4 +109,35 @@ revert = ["/usr/local/sbin/ecn-profile", "restore", "{snapshot}"]
   bad("[ecn_commands.x]\nsnapshot = [\"/bin/true\"]\napply = [\"/bin/true\"]\n", "missing 'revert'");
   bad("[ecn_commands.\"a b\"]\nsnapshot = [\"/bin/true\"]\napply = [\"/bin/true\"]\nrevert = [\"/bin/true\"]\n",
       "1-32 characters");
+}
+
+TEST_CASE("a workload is refused when its buffers would pass the agent's memory budget") {
+  std::string text = kGood;
+  text.replace(text.find("lease_timeout"), 0, "max_workload_memory = \"64MiB\"\n");
+  auto c = parseConfig(text, "agent.toml");
+  REQUIRE(c.ok());
+  CHECK(c->maxWorkloadMemory == 64u << 20);
+  CHECK(parseConfig(kGood, "agent.toml")->maxWorkloadMemory == 0);  // a quarter of the RAM
+
+  WorkloadManager m(std::chrono::seconds(5), std::chrono::minutes(1), c->maxWorkloadMemory);
+  // An incast receiver holds size x fan_in: 16 MiB from each of 8 senders is 128 MiB.
+  rc::proto::WorkloadStart w;
+  w.workloadId = "wl-big";
+  w.kind = "incast";
+  for (int i = 0; i < 9; i++) w.world.push_back({i, "127.0.0.1", 40000 + i});
+  w.rank = 0;
+  w.incastReceiver = 0;
+  w.fanIn = 8;
+  w.size = 16 << 20;
+  w.durationMs = 1000;
+  auto r = m.start("ctl", w, [](nlohmann::json) {});
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("needs 128.0MiB of buffers") &&
+                                    Catch::Contains("budget of 64.0MiB") && Catch::Contains("max_workload_memory"));
+  CHECK(m.activeCount() == 0);  // nothing was started or bound
+  // A sender of the same incast holds one message: within the budget (whatever else it meets).
+  w.rank = 1;
+  auto s = m.start("ctl", w, [](nlohmann::json) {});
+  if (!s.ok()) CHECK_THAT(s.error().message, !Catch::Contains("budget"));
+  m.shutdown();
 }
