@@ -5,6 +5,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <cerrno>
 #include <deque>
 #include <map>
@@ -97,6 +98,11 @@ struct Server::Impl {
   std::chrono::steady_clock::time_point nextAcceptLog{};
   std::map<std::string, size_t> handshakes;  // per peer address, connections in their handshake
   ThrottledLog handshakeFailedLog, refusedLog;
+  // Work that can block (a schedule's journal fsync and netlink checks, the capabilities
+  // request's scan, binding a workload's transport or opening an RDMA device) runs here, off the event loop:
+  // heartbeats, clock probes and reverts of every session go on meanwhile. Declared last, so
+  // it is joined first when the server goes.
+  asio::thread_pool blocking{2};
 
   Impl(asio::io_context& i, const Config& c, FaultManager& m, WorkloadManager& w,
        asio::ssl::context& t)
@@ -287,6 +293,23 @@ void Session::dispatch(const proto::Envelope& env) {
     };
   };
 
+  // Runs WORK (returning the reply or error to send) on the blocking pool, then sends its result
+  // from the loop if this session is still there.
+  auto offLoop = [weak, id, type = env.type, &io = server_.io, &pool = server_.blocking](auto work) {
+    asio::post(pool, [weak, id, type, &io, work = std::move(work)]() mutable {
+      json reply;
+      try {  // the exception barrier of the pool: an error reply, never std::terminate
+        reply = work();
+      } catch (const std::exception& ex) {
+        log::error("handling '{}' failed: {}", type, ex.what());
+        reply = proto::makeError(id, proto::kErrFailed, "the agent failed handling '" + type + "': " + ex.what());
+      }
+      asio::post(io, [weak, reply = std::move(reply)]() {
+        if (auto s = weak.lock()) s->send(reply);
+      });
+    });
+  };
+
   std::visit(
       [&](const auto& r) {
         using T = std::decay_t<decltype(r)>;
@@ -309,6 +332,7 @@ void Session::dispatch(const proto::Envelope& env) {
           owner_ = r.controllerId + "@" + principal_;
           mgr.heartbeat(owner_);
           server_.workloads.heartbeat(owner_);
+          // Answered in order (a client may pipeline its first requests behind hello).
           send(proto::makeReply(id, "hello",
                                 {{"version", proto::kVersion},
                                  {"node", server_.config.node},
@@ -330,13 +354,14 @@ void Session::dispatch(const proto::Envelope& env) {
                              {"fault", record}});
             });
           };
-          auto rec = mgr.schedule(owner_, r, ended);
-          if (!rec) {
-            log::warn("refused {} from '{}': {}", r.kind, owner_, rec.error().message);
-            send(proto::makeError(id, proto::kErrRefused, rec.error().message));
-          } else {
-            send(proto::makeReply(id, "schedule", {{"fault", *rec}}));
-          }
+          offLoop([id, r, ended, owner = owner_, &mgr] {
+            auto rec = mgr.schedule(owner, r, ended);
+            if (!rec) {
+              log::warn("refused {} from '{}': {}", r.kind, owner, rec.error().message);
+              return proto::makeError(id, proto::kErrRefused, rec.error().message);
+            }
+            return proto::makeReply(id, "schedule", {{"fault", *rec}});
+          });
         } else if constexpr (std::is_same_v<T, proto::Revert>) {
           auto done = later("revert");
           auto res = mgr.revert(r.faultId, [done](json rec) { done(json{{"fault", rec}}); });
@@ -371,14 +396,14 @@ void Session::dispatch(const proto::Envelope& env) {
               if (auto s = weak.lock()) s->send(m);
             });
           };
-          auto rec = server_.workloads.start(owner_, r, emit);
-          if (!rec) {
-            log::warn("refused workload '{}' from '{}': {}", r.workloadId, owner_,
-                      rec.error().message);
-            send(proto::makeError(id, proto::kErrRefused, rec.error().message));
-          } else {
-            send(proto::makeReply(id, "workload_start", *rec));
-          }
+          offLoop([id, r, emit, owner = owner_, &workloads = server_.workloads] {
+            auto rec = workloads.start(owner, r, emit);
+            if (!rec) {
+              log::warn("refused workload '{}' from '{}': {}", r.workloadId, owner, rec.error().message);
+              return proto::makeError(id, proto::kErrRefused, rec.error().message);
+            }
+            return proto::makeReply(id, "workload_start", *rec);
+          });
         } else if constexpr (std::is_same_v<T, proto::WorkloadStop>) {
           auto res = server_.workloads.stop(r.workloadId);
           if (!res)
@@ -386,8 +411,9 @@ void Session::dispatch(const proto::Envelope& env) {
           else
             send(proto::makeReply(id, "workload_stop", {{"workload", r.workloadId}}));
         } else if constexpr (std::is_same_v<T, proto::Capabilities>) {
-          send(proto::makeReply(id, "capabilities",
-                                {{"capabilities", capabilities(server_.config, mgr.policy())}}));
+          offLoop([id, &cfg = server_.config, &mgr] {
+            return proto::makeReply(id, "capabilities", {{"capabilities", capabilities(cfg, mgr.policy())}});
+          });
         }
       },
       env.request);
