@@ -450,6 +450,17 @@ Result<void> checkEvent(const json& m, const char* type) {
 
 }  // namespace
 
+int64_t lifetimeMsFor(int64_t forNs) { return std::max<int64_t>(1, (forNs + 999'999) / 1'000'000); }
+
+json toJson(const Schedule& s) {
+  return json{{"fault", s.faultId},
+              {"kind", s.kind},
+              {"params", s.params},
+              {"start_ns", s.startNs},
+              {"clock_offset_ns", s.clockOffsetNs},
+              {"lifetime_ms", s.lifetimeMs}};
+}
+
 json toJson(const TelemetryMsg& t) {
   json its = json::array();
   for (const auto& i : t.iterations)

@@ -87,6 +87,11 @@ struct Schedule {
   int64_t clockOffsetNs = 0;     // agent - controller as the controller measured it
   int64_t lifetimeMs = 0;        // the agent caps this at its own maximum
 };
+// A fault's lifetime on the wire: whole milliseconds rounded up (never shorter than the step
+// asks), at least 1. `inject` and `run` both send it so.
+int64_t lifetimeMsFor(int64_t forNs);
+// The body of a schedule request (what parseRequest reads back as a Schedule).
+json toJson(const Schedule& s);
 struct Revert {
   std::string faultId;
 };

@@ -17,6 +17,7 @@
 
 #include "common/certs.hpp"
 #include "common/log.hpp"
+#include "common/protocol.hpp"
 #include "common/tls.hpp"
 #include "common/units.hpp"
 #include "controller/fleet.hpp"
@@ -309,7 +310,7 @@ int cmdInject(const InjectOptions& o) {
     for (auto& c : fleet.clients()) maxRtt = std::max(maxRtt, c->clock().rttNs);
     Duration leadTime = lead ? *lead : std::max<Duration>(300ms, std::chrono::nanoseconds(maxRtt * 20));
     int64_t startNs = wallNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(leadTime).count();
-    int64_t lifetimeMs = std::chrono::duration_cast<std::chrono::milliseconds>(*forD).count();
+    int64_t lifetimeMs = proto::lifetimeMsFor(std::chrono::duration_cast<std::chrono::nanoseconds>(*forD).count());
 
     std::map<std::string, json> ended;  // node -> final record
     std::map<std::string, std::string> faultIds;
@@ -343,12 +344,8 @@ int cmdInject(const InjectOptions& o) {
         std::string id = "inj-" + ctl.substr(ctl.size() - 16) + "-" + c->node().name.substr(0, 40);
         faultIds[c->node().name] = id;
         // (Built outside co_await: GCC 12 miscompiles braced initialisers there.)
-        json body = {{"fault", id},
-                     {"kind", kind->name},
-                     {"params", wire[c->node().name]},
-                     {"start_ns", startNs},
-                     {"clock_offset_ns", c->clock().offsetNs},
-                     {"lifetime_ms", lifetimeMs}};
+        json body = proto::toJson(
+            proto::Schedule{id, kind->name, wire[c->node().name], startNs, c->clock().offsetNs, lifetimeMs});
         auto r = co_await c->request("schedule", std::move(body), *timeout);
         if (!r) refused[c->node().name] = r.error().message;
       });

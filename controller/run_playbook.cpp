@@ -202,12 +202,8 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
       Scheduled s{run.faults.size() - 1, faultId(ctl.substr(ctl.size() - 16), trial.index, f.step, f.node), client};
       const faults::FaultKind* kind = faults::findKind(f.kind);
       json params = kind ? faults::wireParams(kind->params, f.params) : f.params;
-      json body = {{"fault", s.id},
-                   {"kind", f.kind},
-                   {"params", params},
-                   {"start_ns", t0 + f.atNs},
-                   {"clock_offset_ns", client->clock().offsetNs},
-                   {"lifetime_ms", std::max<int64_t>(1, (f.forNs + 999'999) / 1'000'000)}};
+      json body = proto::toJson(proto::Schedule{s.id, f.kind, params, t0 + f.atNs, client->clock().offsetNs,
+                                                proto::lifetimeMsFor(f.forNs)});
       auto r = co_await client->request("schedule", std::move(body), options.connectTimeout);
       if (!r) {
         run.faults.back().error = r.error().message;

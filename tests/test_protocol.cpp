@@ -309,3 +309,27 @@ TEST_CASE("revert_all reverts the caller's faults unless it says all") {
   CHECK_FALSE(parseRequest(makeRequest(3, "revert_all", {{"all", "yes"}})).ok());
   CHECK_FALSE(parseRequest(makeRequest(4, "revert_all", {{"everything", true}})).ok());
 }
+
+TEST_CASE("a schedule body from toJson reads back as the same Schedule; lifetimes round up") {
+  using namespace rc::proto;
+  CHECK(lifetimeMsFor(0) == 1);
+  CHECK(lifetimeMsFor(1) == 1);
+  CHECK(lifetimeMsFor(1'000'000) == 1);
+  CHECK(lifetimeMsFor(1'000'001) == 2);  // never shorter than asked (inject truncated to 1 ms)
+  CHECK(lifetimeMsFor(2'500'000'000) == 2500);
+  Schedule s{"ctl-x-1", "link_flap", json{{"down", "1s"}}, 123456789, -42, lifetimeMsFor(1'500'000)};
+  json body = toJson(s);
+  body["v"] = kVersion;
+  body["id"] = 9;
+  body["type"] = "schedule";
+  auto env = parseRequest(body);
+  REQUIRE(env);
+  auto* back = std::get_if<Schedule>(&env->request);
+  REQUIRE(back);
+  CHECK(back->faultId == s.faultId);
+  CHECK(back->kind == s.kind);
+  CHECK(back->params == s.params);
+  CHECK(back->startNs == s.startNs);
+  CHECK(back->clockOffsetNs == s.clockOffsetNs);
+  CHECK(back->lifetimeMs == 2);
+}
