@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/protocol.hpp"
 
@@ -21,12 +22,21 @@ namespace rc::agent {
 // there.
 Result<int64_t> workloadStartNs(const proto::WorkloadStart& request, int64_t nowNs);
 
+// The NIC and RDMA counters that ride along with the telemetry (counters/nic_counters.hpp).
+struct CounterOptions {
+  std::vector<std::string> interfaces;  // the node's data interfaces; none: no counters
+  std::chrono::milliseconds interval{100};
+  std::string sysRoot = "/sys";
+  bool ethtool = true;
+};
+
 class WorkloadManager {
  public:
   // Called from workload threads with a message for the session that started it.
   using Emit = std::function<void(nlohmann::json message)>;
 
-  WorkloadManager(std::chrono::milliseconds leaseTimeout, std::chrono::milliseconds maxDuration);
+  WorkloadManager(std::chrono::milliseconds leaseTimeout, std::chrono::milliseconds maxDuration,
+                  CounterOptions counters = {});
   ~WorkloadManager();  // stops everything and waits
   WorkloadManager(const WorkloadManager&) = delete;
   WorkloadManager& operator=(const WorkloadManager&) = delete;
@@ -47,6 +57,7 @@ class WorkloadManager {
   void reapLocked();
 
   std::chrono::milliseconds leaseTimeout_, maxDuration_;
+  CounterOptions counters_;
   mutable std::mutex m_;
   std::condition_variable_any cv_;
   std::map<std::string, std::shared_ptr<Entry>> entries_;
