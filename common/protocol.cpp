@@ -456,11 +456,11 @@ json toJson(const TelemetryMsg& t) {
     its.push_back(json{{"i", i.index}, {"start_ns", i.startNs}, {"end_ns", i.endNs},
                        {"rx_bytes", i.rxBytes}, {"ok", i.ok}});
   json j{{"v", kVersion},          {"id", 0},
-              {"type", "telemetry"},    {"workload", t.workloadId},
-              {"rank", t.rank},         {"seq", t.seq},
-              {"first_bin_ns", t.firstBinNs}, {"bin_ns", t.binNs},
-              {"bins", t.bins},         {"iterations", its},
-              {"counters", countersJson(t.counters)}};
+         {"type", "telemetry"},    {"workload", t.workloadId},
+         {"rank", t.rank},         {"seq", t.seq},
+         {"first_bin_ns", t.firstBinNs}, {"bin_ns", t.binNs},
+         {"bins", t.bins},         {"iterations", its},
+         {"counters", countersJson(t.counters)}};
   if (t.nic) j["nic"] = json{{"t_ns", t.nic->tNs}, {"values", t.nic->values}};
   return j;
 }
