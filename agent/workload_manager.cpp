@@ -176,7 +176,10 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   entries_[e->id] = e;
   auto send = [this, e](bool final, int64_t& seq) {
     auto b = e->telemetry->drain(wallNs(), final);
-    if (b.bins.empty() && b.iterations.empty() && !final) return;
+    // Counters go out before the common start too: the controller's first snapshot is taken
+    // there, and a counter it has no value for then has no delta for the trial.
+    const bool counterDue = !e->samplers.empty() && Clock::now() >= e->nextCounterSample;
+    if (b.bins.empty() && b.iterations.empty() && !final && !counterDue) return;
     proto::TelemetryMsg t;
     t.workloadId = e->id;
     t.rank = e->rank;

@@ -366,6 +366,12 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
   if (fabric) run.fabric = fabric->finish();
   for (auto& cs : run.counters)
     if (cs.after.empty()) cs.after = countersNow(cs.node);
+  // A NIC counter that had not arrived when a trial's first snapshot was taken starts from the
+  // node's first sample (the agent sends every value in it), within ~100 ms of the start.
+  for (auto& cs : run.counters)
+    for (const auto& ns : workload.series().nodes)
+      if (ns.node == cs.node && !ns.nicSamples.empty())
+        for (const auto& [name, v] : ns.nicSamples.front().second) cs.before.emplace(name, v);
 
   // ---- the series on the run's timeline
   const auto& ws = workload.series();
