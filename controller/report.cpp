@@ -514,7 +514,7 @@ std::string renderText(const json& doc) {
     auto floor = job.contains("baseline_band") && job["baseline_band"].is_object()
                      ? num(job["baseline_band"], "floor_Bps")
                      : std::nullopt;
-    const json noBand;
+    const json noBand = json::object();  // value() on a null json throws
     const json& band = job.contains("baseline_band") && job["baseline_band"].is_object() ? job["baseline_band"] : noBand;
     if (base && floor && *base > 0) {
       o << "; its own band reaches down to " << rateText(floor) << " ("

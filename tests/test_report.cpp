@@ -200,3 +200,19 @@ TEST_CASE("NIC counters: the highlighted sums, their series in the result, the t
   doc.erase("nic");
   CHECK(renderHtml(doc).find("NIC counters") == std::string::npos);
 }
+
+TEST_CASE("an aborted run with NIC counters renders: text, HTML, JUnit") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  run.abortReason = "baseline below the floor";
+  run.endedNs = 3'000'000'000;
+  run.nic["n1"].push_back({0, 1, 2, 3, 4});
+  run.nic["n1"].push_back({1'000'000'000, 5, 6, 7, 8});
+  json doc = makeResultDocument(run, pb, score(run, pb));
+  REQUIRE(checkResultDocument(doc));
+  CHECK_NOTHROW(renderText(doc));
+  CHECK_NOTHROW(renderHtml(doc));
+  CHECK_NOTHROW(renderJunit(doc));
+  doc.erase("nic");
+  CHECK_NOTHROW(renderText(doc));
+}
