@@ -227,7 +227,10 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
   c.tls.certFile = r.str(t, "cert", "tls", true);
   c.tls.keyFile = r.str(t, "key", "tls", true);
   const auto& i = section("interfaces");
-  r.checkKeys(i, "interfaces", {"data", "allow", "protected", "allow_default_route"});
+  r.checkKeys(i, "interfaces", {"data", "allow", "protected", "allow_default_route",
+                                 "counter_interval"});
+  c.counterInterval = r.dur(i, "counter_interval", c.counterInterval,
+                            std::chrono::milliseconds(50), std::chrono::minutes(1));
   c.dataInterfaces = r.strList(i, "data", "interfaces");
   c.allowInterfaces = r.strList(i, "allow", "interfaces");
   c.protectedInterfaces = r.strList(i, "protected", "interfaces");

@@ -24,6 +24,9 @@ struct Config {
   std::vector<std::string> allowInterfaces;
   std::vector<std::string> protectedInterfaces;
   bool allowDefaultRoute = false;
+  // How often the data interfaces' NIC and RDMA counters go into the workload telemetry
+  // ([interfaces] counter_interval); the telemetry's 50 ms tick is the finest it gets.
+  std::chrono::milliseconds counterInterval{100};
   std::string labswitchSocket;  // [lab] switch_socket: the only lab switch faults may drive
   std::string labswitchPort;    // [lab] switch_port: the switch port facing this host
   // [ecn_commands.NAME]: switch command templates for ecn_shift's command backend (off if none)

@@ -65,7 +65,11 @@ int main(int argc, char** argv) {
   manager.adoptReplay(replay);
 
   // Workloads share the faults' lease and lifetime bounds.
-  rc::agent::WorkloadManager workloads(config->leaseTimeout, config->maxFaultLifetime, config->maxWorkloadMemory);
+  rc::agent::CounterOptions counterOptions;
+  counterOptions.interfaces = config->dataInterfaces;
+  counterOptions.interval = config->counterInterval;
+  rc::agent::WorkloadManager workloads(config->leaseTimeout, config->maxFaultLifetime, counterOptions,
+                                       config->maxWorkloadMemory);
   boost::asio::io_context io;
   rc::agent::Server server(io, *config, manager, workloads, *tls);
   if (auto r = server.start(); !r) {

@@ -7,6 +7,7 @@
 #include "common/clock.hpp"
 #include "common/log.hpp"
 #include "common/units.hpp"
+#include "counters/nic_counters.hpp"
 #include "rdmachaos_config.h"
 #include "workload/collectives.hpp"
 #include "workload/engine.hpp"
@@ -51,6 +52,11 @@ struct WorkloadManager::Entry {
   std::string stopReason;  // guarded by m
   bool finished = false;   // guarded by WorkloadManager::m_
   Clock::time_point deadline;
+  // NIC counters, used under the telemetry's sequence mutex only.
+  std::vector<counters::NicSampler> samplers;
+  std::map<std::string, uint64_t> countersSent;
+  Clock::time_point nextCounterSample;
+  std::vector<bool> samplerFailed;
   std::jthread engine, reporter;
   uint64_t memory = 0;  // bytes of buffers its collective holds
 
@@ -81,8 +87,10 @@ Result<int64_t> workloadStartNs(const proto::WorkloadStart& r, int64_t nowNs) {
 }
 
 WorkloadManager::WorkloadManager(std::chrono::milliseconds leaseTimeout,
-                                 std::chrono::milliseconds maxDuration, uint64_t memoryBudget)
-    : leaseTimeout_(leaseTimeout), maxDuration_(maxDuration), memoryBudget_(memoryBudget) {
+                                 std::chrono::milliseconds maxDuration, CounterOptions counters,
+                                 uint64_t memoryBudget)
+    : leaseTimeout_(leaseTimeout), maxDuration_(maxDuration), counters_(std::move(counters)),
+      memoryBudget_(memoryBudget) {
   if (memoryBudget_ == 0) {
     long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
     memoryBudget_ = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) / 4 : (uint64_t(1) << 30);
@@ -174,15 +182,27 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   e->port = port;
   e->telemetry = std::make_unique<wl::Telemetry>(spec.startNs, r.binUs * 1000);
   e->emit = std::move(emit);
+  for (const auto& ifname : counters_.interfaces) {
+    auto sampler = counters::NicSampler::create(ifname, {counters_.sysRoot, counters_.ethtool});
+    if (!sampler) {
+      log::warn("workload '{}': no counters from '{}': {}", e->id, ifname, sampler.error().message);
+      continue;
+    }
+    e->samplers.push_back(std::move(*sampler));
+  }
+  e->samplerFailed.assign(e->samplers.size(), false);
   // Lead time before the common start counts against nothing; the run itself is capped.
   int64_t leadMs = std::max<int64_t>(0, (spec.startNs - wallNs()) / 1'000'000);
   e->deadline = Clock::now() + std::chrono::milliseconds(leadMs) + maxDuration_;
   leases_[owner] = Clock::now() + leaseTimeout_;
 
   entries_[e->id] = e;
-  auto send = [e](bool final, int64_t& seq) {
+  auto send = [this, e](bool final, int64_t& seq) {
     auto b = e->telemetry->drain(wallNs(), final);
-    if (b.bins.empty() && b.iterations.empty() && !final) return;
+    // Counters go out before the common start too: the controller's first snapshot is taken
+    // there, and a counter it has no value for then has no delta for the trial.
+    const bool counterDue = !e->samplers.empty() && Clock::now() >= e->nextCounterSample;
+    if (b.bins.empty() && b.iterations.empty() && !final && !counterDue) return;
     proto::TelemetryMsg t;
     t.workloadId = e->id;
     t.rank = e->rank;
@@ -191,6 +211,34 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
     t.binNs = b.binNs;
     // Bounded messages: a huge backlog (a reporter that fell behind) goes in several.
     t.counters = toProto(b.counters);
+    if (!e->samplers.empty() && (final || Clock::now() >= e->nextCounterSample)) {
+      e->nextCounterSample = Clock::now() + counters_.interval;
+      proto::NicSample ns;
+      ns.tNs = wallNs();
+      const bool several = e->samplers.size() > 1;
+      for (size_t k = 0; k < e->samplers.size(); k++) {
+        const auto& sampler = e->samplers[k];
+        auto c = sampler.sample();
+        if (!c) {
+          if (!e->samplerFailed[k])
+            log::warn("workload '{}': counters of '{}': {}", e->id, sampler.ifname(), c.error().message);
+          e->samplerFailed[k] = true;
+          continue;
+        }
+        // Only what changed since the last sample sent: the controller keeps the rest.
+        for (const auto& [name, v] : *c) {
+          std::string key = several ? sampler.ifname() + "/" + name : name;
+          if (key.size() > proto::kMaxNicCounterName) continue;
+          auto [it, added] = e->countersSent.try_emplace(key, v);
+          if (added || it->second != v) {
+            it->second = v;
+            if (ns.values.size() < proto::kMaxNicCounters) ns.values[key] = v;
+          }
+        }
+      }
+      ns.tNs = (ns.tNs + wallNs()) / 2;  // the middle of the reads
+      t.nic = std::move(ns);
+    }
     size_t bi = 0, ii = 0;
     do {
       size_t nb = std::min(b.bins.size() - bi, proto::kMaxTelemetryBins);
@@ -203,6 +251,7 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
       }
       t.firstBinNs = b.firstBinNs + int64_t(bi) * b.binNs;
       e->emit(proto::toJson(t));
+      t.nic.reset();  // once, in the first of several messages
       t.seq = seq++;
       bi += nb;
       ii += ni;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/protocol.hpp"
 
@@ -21,15 +22,24 @@ namespace rc::agent {
 // there.
 Result<int64_t> workloadStartNs(const proto::WorkloadStart& request, int64_t nowNs);
 
+// The NIC and RDMA counters that ride along with the telemetry (counters/nic_counters.hpp).
+struct CounterOptions {
+  std::vector<std::string> interfaces;  // the node's data interfaces; none: no counters
+  std::chrono::milliseconds interval{100};
+  std::string sysRoot = "/sys";
+  bool ethtool = true;
+};
+
 class WorkloadManager {
  public:
   // Called from workload threads with a message for the session that started it.
   using Emit = std::function<void(nlohmann::json message)>;
 
-  // MEMORY_BUDGET: bytes of workload buffers this agent holds at once, over all its
-  // workloads (0: a quarter of the host's physical memory).
+  // COUNTERS: NIC counters sampled with the telemetry. MEMORY_BUDGET: bytes of workload
+  // buffers this agent holds at once, over all its workloads (0: a quarter of the host's
+  // physical memory).
   WorkloadManager(std::chrono::milliseconds leaseTimeout, std::chrono::milliseconds maxDuration,
-                  uint64_t memoryBudget = 0);
+                  CounterOptions counters = {}, uint64_t memoryBudget = 0);
   ~WorkloadManager();  // stops everything and waits
   WorkloadManager(const WorkloadManager&) = delete;
   WorkloadManager& operator=(const WorkloadManager&) = delete;
@@ -50,6 +60,7 @@ class WorkloadManager {
   void reapLocked();
 
   std::chrono::milliseconds leaseTimeout_, maxDuration_;
+  CounterOptions counters_;
   uint64_t memoryBudget_ = 0;
   mutable std::mutex m_;
   std::condition_variable_any cv_;

@@ -466,12 +466,14 @@ json toJson(const TelemetryMsg& t) {
   for (const auto& i : t.iterations)
     its.push_back(json{{"i", i.index}, {"start_ns", i.startNs}, {"end_ns", i.endNs},
                        {"rx_bytes", i.rxBytes}, {"ok", i.ok}});
-  return json{{"v", kVersion},          {"id", 0},
-              {"type", "telemetry"},    {"workload", t.workloadId},
-              {"rank", t.rank},         {"seq", t.seq},
-              {"first_bin_ns", t.firstBinNs}, {"bin_ns", t.binNs},
-              {"bins", t.bins},         {"iterations", its},
-              {"counters", countersJson(t.counters)}};
+  json j{{"v", kVersion},          {"id", 0},
+         {"type", "telemetry"},    {"workload", t.workloadId},
+         {"rank", t.rank},         {"seq", t.seq},
+         {"first_bin_ns", t.firstBinNs}, {"bin_ns", t.binNs},
+         {"bins", t.bins},         {"iterations", its},
+         {"counters", countersJson(t.counters)}};
+  if (t.nic) j["nic"] = json{{"t_ns", t.nic->tNs}, {"values", t.nic->values}};
+  return j;
 }
 
 json toJson(const WorkloadEnded& e) {
@@ -485,7 +487,7 @@ json toJson(const WorkloadEnded& e) {
 Result<TelemetryMsg> parseTelemetry(const json& m) {
   if (auto r = checkEvent(m, "telemetry"); !r) return r.error();
   if (auto r = onlyKeys(m, {"workload", "rank", "seq", "first_bin_ns", "bin_ns", "bins",
-                            "iterations", "counters"});
+                            "iterations", "counters", "nic"});
       !r)
     return r.error();
   TelemetryMsg t;
@@ -542,6 +544,27 @@ Result<TelemetryMsg> parseTelemetry(const json& m) {
   auto c = parseCounters(m);
   if (!c) return c.error();
   t.counters = *c;
+  if (auto n = m.find("nic"); n != m.end()) {
+    if (!n->is_object()) return rc::makeError("field 'nic' must be an object");
+    if (auto r = onlyKeys(*n, {"t_ns", "values"}); !r) return r.error();
+    NicSample ns;
+    auto tn = getInt(*n, "t_ns", 0, INT64_MAX / 2, true);
+    if (!tn) return tn.error();
+    ns.tNs = *tn;
+    auto v = n->find("values");
+    if (v == n->end() || !v->is_object() || v->size() > kMaxNicCounters)
+      return rc::makeError("field 'nic.values' must be an object of at most " +
+                           std::to_string(kMaxNicCounters) + " counters");
+    for (const auto& [name, val] : v->items()) {
+      if (name.empty() || name.size() > kMaxNicCounterName)
+        return rc::makeError("a NIC counter name must have 1 to " +
+                             std::to_string(kMaxNicCounterName) + " characters");
+      if (!val.is_number_unsigned() && !(val.is_number_integer() && val.get<int64_t>() >= 0))
+        return rc::makeError("NIC counter '" + name + "' must be a non-negative integer");
+      ns.values[name] = val.get<uint64_t>();
+    }
+    t.nic = std::move(ns);
+  }
   return t;
 }
 

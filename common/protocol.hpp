@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -168,6 +169,14 @@ struct TelemetryCounters {
   int64_t iterations = 0, failedIterations = 0, verifyFailures = 0, errors = 0,
           corruptions = 0, reconnects = 0, rxBytes = 0;
 };
+// NIC and RDMA counters of the node's data interfaces, sampled by the agent (counters/): the
+// values that changed since the previous sample sent (all of them in the first).
+struct NicSample {
+  int64_t tNs = 0;  // agent clock
+  std::map<std::string, uint64_t> values;
+};
+inline constexpr size_t kMaxNicCounters = 8192;
+inline constexpr size_t kMaxNicCounterName = 96;
 inline constexpr size_t kMaxTelemetryBins = 20'000;
 inline constexpr size_t kMaxTelemetryIterations = 20'000;
 struct TelemetryMsg {
@@ -179,6 +188,7 @@ struct TelemetryMsg {
   std::vector<int64_t> bins;  // received bytes per bin
   std::vector<TelemetryIteration> iterations;
   TelemetryCounters counters;
+  std::optional<NicSample> nic;
 };
 struct WorkloadEnded {
   std::string workloadId;

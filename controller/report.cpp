@@ -126,6 +126,21 @@ std::string utc(int64_t unixNs) {
   return buf;
 }
 
+// How much a node's cumulative NIC counter (doc.nic.NODE.KEY) grew between T0 and T1: the last
+// samples at or before each instant (the first sample stands in before it).
+uint64_t nicGrowth(const json& series, const char* key, int64_t t0, int64_t t1) {
+  if (!series.is_object() || !series.contains("t_ns") || !series.contains(key)) return 0;
+  const json& ts = series["t_ns"];
+  const json& vs = series[key];
+  auto at = [&](int64_t t) -> uint64_t {
+    uint64_t v = vs.empty() ? 0 : vs[0].get<uint64_t>();
+    for (size_t i = 0; i < ts.size() && i < vs.size() && ts[i].get<int64_t>() <= t; i++) v = vs[i].get<uint64_t>();
+    return v;
+  };
+  uint64_t a = at(t0), b = at(t1);
+  return b > a ? b - a : 0;
+}
+
 }  // namespace
 
 json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& scores) {
@@ -242,6 +257,22 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
   }
   fabric["series"] = fseries;
   doc["fabric"] = fabric;
+
+  // The nodes' own NIC and RDMA counters (sampled by the agents), cumulative, per node.
+  json nic = json::object();
+  for (const auto& [node, points] : run.nic) {
+    json n = {{"t_ns", json::array()}, {"pause_frames", json::array()}, {"ecn_marked", json::array()},
+              {"cnp_sent", json::array()}, {"cnp_handled", json::array()}};
+    for (const auto& p : points) {
+      n["t_ns"].push_back(p.tNs);
+      n["pause_frames"].push_back(p.pauseFrames);
+      n["ecn_marked"].push_back(p.ecnMarked);
+      n["cnp_sent"].push_back(p.cnpSent);
+      n["cnp_handled"].push_back(p.cnpHandled);
+    }
+    nic[node] = n;
+  }
+  doc["nic"] = nic;
 
   json trials = json::array();
   for (const auto& ts : scores.trials) {
@@ -483,7 +514,7 @@ std::string renderText(const json& doc) {
     auto floor = job.contains("baseline_band") && job["baseline_band"].is_object()
                      ? num(job["baseline_band"], "floor_Bps")
                      : std::nullopt;
-    const json noBand = json::object();
+    const json noBand = json::object();  // value() on a null json throws
     const json& band = job.contains("baseline_band") && job["baseline_band"].is_object() ? job["baseline_band"] : noBand;
     if (base && floor && *base > 0) {
       o << "; its own band reaches down to " << rateText(floor) << " ("
@@ -519,6 +550,17 @@ std::string renderText(const json& doc) {
       o << "  extrapolated    " << fmt("%.3g", *g) << " GPU-hours per incident ("
         << fmt("%.2f", num(job, "cost").value_or(0)) << " " << str(pb["cost"], "currency") << "), "
         << fmt("%.4g", num(job, "gpu_hours_per_period").value_or(0)) << " GPU-hours per period\n";
+    if (doc.contains("nic") && doc["nic"].is_object()) {
+      const int64_t from = i64(t, "start_ns"), to = i64(t, "end_ns");
+      for (auto it = doc["nic"].begin(); it != doc["nic"].end(); ++it) {
+        uint64_t pause = nicGrowth(*it, "pause_frames", from, to), ecn = nicGrowth(*it, "ecn_marked", from, to),
+                 cnp = nicGrowth(*it, "cnp_sent", from, to), handled = nicGrowth(*it, "cnp_handled", from, to);
+        if (pause + ecn + cnp + handled == 0) continue;
+        o << "  NIC " << it.key() << std::string(it.key().size() < 11 ? 11 - it.key().size() : 1, ' ') << pause
+          << " pause frames, " << ecn << " ECN-marked packets, " << cnp << " CNPs sent, " << handled
+          << " CNPs handled\n";
+      }
+    }
     if (t.contains("fabric") && t["fabric"].is_object() && !str(t["fabric"], "source").empty()) {
       const json& fb = t["fabric"];
       uint64_t pfcRx = 0, ecn = 0, drops = 0, gaps = 0;
@@ -841,7 +883,7 @@ svg.chart{display:block;margin:6px 0;max-width:1120px}
 svg .ctitle{font-size:13px;font-weight:600;fill:var(--fg)}svg .tick{font-size:11px;fill:var(--muted)}
 svg .grid{stroke:#eaeef2;stroke-width:1}svg .xtick{stroke:var(--muted)}svg .frame{fill:none;stroke:var(--line)}
 svg .series{fill:none;stroke:var(--blue);stroke-width:1.4}
-svg .counter{fill:none;stroke-width:1.4}svg .counter.pfc{stroke:#cf222e}svg .counter.ecn{stroke:#9a6700}svg .counter.drops{stroke:#6e7781}
+svg .counter{fill:none;stroke-width:1.4}svg .counter.pfc{stroke:#cf222e}svg .counter.ecn{stroke:#9a6700}svg .counter.drops{stroke:#6e7781}svg .counter.cnp{stroke:#8250df}
 svg .legend{font-size:11px}svg .legend.pfc{fill:#cf222e}svg .legend.ecn{fill:#9a6700}svg .legend.drops{fill:#6e7781}svg .area{fill:var(--blue);opacity:.08}
 svg .fault-window{fill:#cf222e;opacity:.12}svg .fault-window.target{opacity:.22}
 svg .phase{stroke:#8c959f;stroke-dasharray:3 3}svg .phasename{font-size:11px;fill:var(--muted)}
@@ -998,6 +1040,38 @@ std::string renderHtml(const json& doc) {
       h << chart(c);
     }
 
+    // The nodes' NIC counters beside the throughput: pause frames, ECN-marked packets and CNPs
+    // per second for every node whose counters moved in this trial.
+    if (doc.contains("nic") && doc["nic"].is_object()) {
+      std::vector<CounterLine> lines;
+      for (auto it = doc["nic"].begin(); it != doc["nic"].end(); ++it) {
+        const json& q = *it;
+        auto rates = [&](const char* counter) {
+          std::vector<std::pair<int64_t, double>> pts;
+          const json& ts = q["t_ns"];
+          const json& vs = q[counter];
+          for (size_t i = 1; i < ts.size() && i < vs.size(); i++) {
+            int64_t dt = ts[i].get<int64_t>() - ts[i - 1].get<int64_t>();
+            double dv = vs[i].get<double>() - vs[i - 1].get<double>();
+            if (dt > 0) pts.push_back({ts[i].get<int64_t>(), std::max(0.0, dv) * 1e9 / double(dt)});
+          }
+          return pts;
+        };
+        const std::string& node = it.key();
+        if (nicGrowth(q, "pause_frames", t0, t1) > 0)
+          lines.push_back({"pfc", node + " pause frames (NIC)", rates("pause_frames")});
+        if (nicGrowth(q, "ecn_marked", t0, t1) > 0)
+          lines.push_back({"ecn", node + " ECN-marked packets received (NIC)", rates("ecn_marked")});
+        if (nicGrowth(q, "cnp_sent", t0, t1) > 0)
+          lines.push_back({"cnp", node + " CNPs sent (NIC)", rates("cnp_sent")});
+      }
+      if (!lines.empty()) {
+        h << "<h3>NIC counters</h3>\n";
+        h << counterChart("nic-" + std::to_string(idx), "Pause frames, ECN marks and CNPs per second, by node (NIC counters)",
+                          t0, t1, shadesFor(""), lines);
+      }
+    }
+
     // The fabric's own view beside the throughput: pause frames and ECN marks per second for
     // every switch queue that moved in this trial, and the deltas per queue.
     if (t.contains("fabric") && t["fabric"].is_object() && !str(t["fabric"], "source").empty() &&
@@ -1107,9 +1181,10 @@ std::string renderHtml(const json& doc) {
     for (const auto& c : doc["counters"])
       if (i64(c, "trial", -1) == idx)
         for (auto it = c["delta"].begin(); it != c["delta"].end(); ++it)
-          if (std::find(names.begin(), names.end(), it.key()) == names.end()) names.push_back(it.key());
+          if (*it != 0 && std::find(names.begin(), names.end(), it.key()) == names.end())
+            names.push_back(it.key());
     if (!names.empty()) {
-      h << "<h3>Counter deltas over the trial</h3>\n<table class=\"counters\"><tr><th>node</th>";
+      h << "<h3>Counter deltas over the trial (the counters that moved)</h3>\n<table class=\"counters\"><tr><th>node</th>";
       for (const auto& n : names) h << "<th>" << esc(n) << "</th>";
       h << "</tr>\n";
       for (const auto& c : doc["counters"]) {

@@ -55,6 +55,24 @@ struct Scheduled {
 
 }  // namespace
 
+NicPoint nicHighlights(const std::map<std::string, uint64_t>& values) {
+  NicPoint p;
+  for (const auto& [key, v] : values) {
+    auto slash = key.find('/');
+    std::string_view name = slash == std::string::npos ? std::string_view(key)
+                                                       : std::string_view(key).substr(slash + 1);
+    // mlx5: rx_prio3_pause / tx_prio3_pause (PFC), rx_pause_ctrl_phy / tx_pause_ctrl_phy
+    // (global pause). Durations and storm events are counters of their own, not frames.
+    bool prioPause = name.size() == 14 && (name.substr(0, 7) == "rx_prio" || name.substr(0, 7) == "tx_prio") &&
+                     name[7] >= '0' && name[7] <= '7' && name.substr(8) == "_pause";
+    if (prioPause || name == "rx_pause_ctrl_phy" || name == "tx_pause_ctrl_phy") p.pauseFrames += v;
+    else if (name == "rdma.np_ecn_marked_roce_packets") p.ecnMarked += v;
+    else if (name == "rdma.np_cnp_sent") p.cnpSent += v;
+    else if (name == "rdma.rp_cnp_handled") p.cnpHandled += v;
+  }
+  return p;
+}
+
 std::vector<Bin> rebin(const std::vector<std::pair<int64_t, double>>& samples, int64_t sampleNs,
                        int64_t origin, int64_t binNs, int64_t endNs) {
   int64_t n = endNs > 0 ? (endNs + binNs - 1) / binNs : 0;
@@ -235,6 +253,8 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
       m["workload_corruptions"] = uint64_t(ns.counters.corruptions);
       m["workload_failed_iterations"] = uint64_t(ns.counters.failedIterations);
       m["workload_rx_bytes"] = uint64_t(ns.counters.rxBytes);
+      // The NIC's own counters as the agent last sampled them (absent names stay absent).
+      for (const auto& [name, v] : ns.nic) m.emplace(name, v);
     }
     return m;
   };
@@ -342,6 +362,12 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
   if (fabric) run.fabric = fabric->finish();
   for (auto& cs : run.counters)
     if (cs.after.empty()) cs.after = countersNow(cs.node);
+  // A NIC counter that had not arrived when a trial's first snapshot was taken starts from the
+  // node's first sample (the agent sends every value in it), within ~100 ms of the start.
+  for (auto& cs : run.counters)
+    for (const auto& ns : workload.series().nodes)
+      if (ns.node == cs.node && !ns.nicSamples.empty())
+        for (const auto& [name, v] : ns.nicSamples.front().second) cs.before.emplace(name, v);
 
   // ---- the series on the run's timeline
   const auto& ws = workload.series();
@@ -349,6 +375,13 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
     std::vector<std::pair<int64_t, double>> samples;
     for (const auto& b : ns.bins) samples.emplace_back(b.tNs, double(b.bytes));
     run.series[ns.node] = rebin(samples, ws.binNs, t0, run.binNs, run.endedNs);
+    std::map<std::string, uint64_t> nicNow;
+    for (const auto& [tNs, changed] : ns.nicSamples) {
+      for (const auto& [name, v] : changed) nicNow[name] = v;
+      NicPoint p = nicHighlights(nicNow);
+      p.tNs = tNs - t0;
+      run.nic[ns.node].push_back(p);
+    }
     for (const auto& it : ns.iterations)
       if (it.ok) run.iterations.push_back({ns.node, int64_t(it.index), it.startNs - t0, it.endNs - t0});
     if (!ns.error.empty() && run.abortReason.empty() && ns.endReason == "error")

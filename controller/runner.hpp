@@ -111,6 +111,19 @@ struct FabricEvidence {
   std::string error;  // why collection stopped early, if it did
 };
 
+// A node's NIC and RDMA counters over the run, as the agent sampled them (~100 ms): the sums
+// the report draws next to throughput. Cumulative; times on the run timeline.
+struct NicPoint {
+  int64_t tNs = 0;
+  uint64_t pauseFrames = 0;  // PFC and global pause frames, received and sent (ethtool)
+  uint64_t ecnMarked = 0;    // rdma.np_ecn_marked_roce_packets
+  uint64_t cnpSent = 0;      // rdma.np_cnp_sent
+  uint64_t cnpHandled = 0;   // rdma.rp_cnp_handled
+};
+// Sums the highlighted counters of one sample (names as in counters/nic_counters.hpp, with an
+// "IFNAME/" prefix on nodes with several data interfaces).
+NicPoint nicHighlights(const std::map<std::string, uint64_t>& values);
+
 struct RunResult {
   Plan plan;
   std::string inventoryPath;
@@ -124,6 +137,7 @@ struct RunResult {
   std::vector<CounterSnapshot> counters;
   std::vector<ClockInfo> clocks;
   FabricEvidence fabric;
+  std::map<std::string, std::vector<NicPoint>> nic;  // per workload node that sent counters
   std::string abortReason;  // empty = ran to the end
 };
 

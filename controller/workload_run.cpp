@@ -45,6 +45,10 @@ struct WorkloadRun::Impl {
         ns.iterations.push_back({uint64_t(it.index), it.startNs - off, it.endNs - off,
                                  uint64_t(it.rxBytes), it.ok});
       ns.counters = t->counters;
+      if (t->nic) {
+        for (const auto& [name, v] : t->nic->values) ns.nic[name] = v;
+        ns.nicSamples.emplace_back(t->nic->tNs - off, t->nic->values);
+      }
     } else if (type == "workload_ended") {
       auto e = proto::parseWorkloadEnded(m);
       if (!e) {

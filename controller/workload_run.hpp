@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -54,6 +55,10 @@ struct NodeSeries {
   std::vector<BinSample> bins;
   std::vector<IterationSample> iterations;
   proto::TelemetryCounters counters;
+  // The node's NIC and RDMA counters (counters/nic_counters.hpp), latest values; and when each
+  // sample was taken (controller clock).
+  std::map<std::string, uint64_t> nic;
+  std::vector<std::pair<int64_t, std::map<std::string, uint64_t>>> nicSamples;  // what changed
   bool ended = false;
   std::string endReason, error;
   bool verified = true;

@@ -37,6 +37,23 @@ TEST_CASE("a complete config parses") {
   CHECK(c->allowInterfaces == std::vector<std::string>{"data0"});
   CHECK(c->protectedInterfaces == std::vector<std::string>{"mgmt0"});
   CHECK(c->tls.caFile == "/p/ca.pem");
+  CHECK(c->counterInterval.count() == 100);  // the default
+}
+
+TEST_CASE("the NIC counter interval is a bounded duration") {
+  std::string text = kGood;
+  text.replace(text.find("allow_default_route = false"), 27,
+               "allow_default_route = false\ncounter_interval = \"250ms\"");
+  auto c = parseConfig(text, "agent.toml");
+  REQUIRE(c.ok());
+  CHECK(c->counterInterval.count() == 250);
+  for (const char* bad : {"\"10ms\"", "\"2m\"", "100"}) {
+    std::string t = kGood;
+    t.replace(t.find("allow_default_route = false"), 27,
+              std::string("allow_default_route = false\ncounter_interval = ") + bad);
+    INFO(bad);
+    CHECK_FALSE(parseConfig(t, "agent.toml").ok());
+  }
 }
 
 TEST_CASE("bad configs name the place and the fix") {
@@ -119,7 +136,7 @@ TEST_CASE("a workload is refused when its buffers would pass the agent's memory 
   CHECK(c->maxWorkloadMemory == 64u << 20);
   CHECK(parseConfig(kGood, "agent.toml")->maxWorkloadMemory == 0);  // a quarter of the RAM
 
-  WorkloadManager m(std::chrono::seconds(5), std::chrono::minutes(1), c->maxWorkloadMemory);
+  WorkloadManager m(std::chrono::seconds(5), std::chrono::minutes(1), {}, c->maxWorkloadMemory);
   // An incast receiver holds size x fan_in: 16 MiB from each of 8 senders is 128 MiB.
   rc::proto::WorkloadStart w;
   w.workloadId = "wl-big";

@@ -333,3 +333,43 @@ TEST_CASE("a schedule body from toJson reads back as the same Schedule; lifetime
   CHECK(back->clockOffsetNs == s.clockOffsetNs);
   CHECK(back->lifetimeMs == 2);
 }
+
+TEST_CASE("telemetry carries the NIC counters that changed, bounded and validated") {
+  TelemetryMsg t;
+  t.workloadId = "wl-1";
+  t.binNs = 10'000'000;
+  NicSample ns;
+  ns.tNs = 123;
+  ns.values = {{"rx_prio3_pause", 18446744073709551615ull}, {"rdma.np_cnp_sent", 7}, {"net.rx_bytes", 0}};
+  t.nic = ns;
+  auto back = parseTelemetry(toJson(t));
+  REQUIRE(back.ok());
+  REQUIRE(back->nic);
+  CHECK(back->nic->tNs == 123);
+  CHECK(back->nic->values == ns.values);
+
+  t.nic.reset();
+  auto none = parseTelemetry(toJson(t));
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->nic);
+
+  t.nic = ns;
+  json bad = toJson(t);
+  bad["nic"]["values"]["rx_prio3_pause"] = -1;
+  CHECK_THAT(parseTelemetry(bad).error().message, Catch::Contains("'rx_prio3_pause'"));
+  bad = toJson(t);
+  bad["nic"]["values"]["x"] = "12";
+  CHECK_FALSE(parseTelemetry(bad).ok());
+  bad = toJson(t);
+  bad["nic"]["values"][std::string(kMaxNicCounterName + 1, 'a')] = 1;
+  CHECK_FALSE(parseTelemetry(bad).ok());
+  bad = toJson(t);
+  bad["nic"]["extra"] = 1;
+  CHECK_FALSE(parseTelemetry(bad).ok());
+  bad = toJson(t);
+  bad["nic"] = json::array();
+  CHECK_FALSE(parseTelemetry(bad).ok());
+  bad = toJson(t);
+  for (size_t i = 0; i <= kMaxNicCounters; i++) bad["nic"]["values"]["c" + std::to_string(i)] = 1;
+  CHECK_FALSE(parseTelemetry(bad).ok());
+}

@@ -1,6 +1,7 @@
 // Reports: the result document round-trips and every rendering shows what was measured.
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -149,4 +150,69 @@ TEST_CASE("rdmachaos report re-renders a saved result; its exit code is the outc
   CHECK(cmdReport({d + "/missing.json", "", ""}) == kExitError);
   for (const char* f : {"/result.json", "/report.html", "/junit.xml", "/ok.json"}) std::remove((d + f).c_str());
   ::rmdir(dir);
+}
+
+TEST_CASE("NIC counters: the highlighted sums, their series in the result, the text and the HTML") {
+  // mlx5's names; a node with two data interfaces prefixes them with the interface.
+  NicPoint p = nicHighlights({{"rx_prio3_pause", 10},
+                              {"tx_prio3_pause", 5},
+                              {"ens1f1np1/rx_prio0_pause", 1},
+                              {"rx_pause_ctrl_phy", 2},
+                              {"rx_prio3_pause_duration", 999},
+                              {"tx_pause_storm_warning_events", 999},
+                              {"rx_prio8_pause", 999},
+                              {"rdma.np_ecn_marked_roce_packets", 40},
+                              {"rdma.np_cnp_sent", 30},
+                              {"rdma.rp_cnp_handled", 20},
+                              {"net.rx_bytes", 999}});
+  CHECK(p.pauseFrames == 18);
+  CHECK(p.ecnMarked == 40);
+  CHECK(p.cnpSent == 30);
+  CHECK(p.cnpHandled == 20);
+
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  // n1's NIC: pause frames and ECN marks during the fault (10 s to 12 s), flat otherwise.
+  for (int s = 0; s < 30; s++) {
+    int64_t moving = std::clamp(s - 10, 0, 2);
+    run.nic["n1"].push_back({int64_t(s) * 1'000'000'000, uint64_t(1000 + 3000 * moving),
+                             uint64_t(500 + 400 * moving), 0, 0});
+  }
+  run.nic["n2"].push_back({0, 0, 0, 0, 0});  // a node whose NIC has none of these
+  json doc = makeResultDocument(run, pb, score(run, pb));
+  REQUIRE(checkResultDocument(doc));
+  CHECK(doc["nic"]["n1"]["t_ns"].size() == 30);
+  CHECK(doc["nic"]["n1"]["pause_frames"][29] == 7000);
+  CHECK(doc["nic"]["n1"]["ecn_marked"][12] == 1300);
+
+  std::string text = renderText(doc);
+  CHECK(text.find("NIC n1") != std::string::npos);
+  CHECK(text.find("6000 pause frames, 800 ECN-marked packets") != std::string::npos);
+  CHECK(text.find("NIC n2") == std::string::npos);
+
+  std::string h = renderHtml(doc);
+  CHECK(h.find("<h3>NIC counters</h3>") != std::string::npos);
+  CHECK(count(h, "<svg class=\"chart fabric\" id=\"nic-0\"") == 1);
+  CHECK(count(h, "<path class=\"counter pfc\"") == 1);  // n1's pause frames
+  CHECK(count(h, "<path class=\"counter ecn\"") == 1);  // n1's ECN marks
+  CHECK(h.find("n1 pause frames (NIC)") != std::string::npos);
+  // A document from before NIC counters renders as it did.
+  doc.erase("nic");
+  CHECK(renderHtml(doc).find("NIC counters") == std::string::npos);
+}
+
+TEST_CASE("an aborted run with NIC counters renders: text, HTML, JUnit") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  run.abortReason = "baseline below the floor";
+  run.endedNs = 3'000'000'000;
+  run.nic["n1"].push_back({0, 1, 2, 3, 4});
+  run.nic["n1"].push_back({1'000'000'000, 5, 6, 7, 8});
+  json doc = makeResultDocument(run, pb, score(run, pb));
+  REQUIRE(checkResultDocument(doc));
+  CHECK_NOTHROW(renderText(doc));
+  CHECK_NOTHROW(renderHtml(doc));
+  CHECK_NOTHROW(renderJunit(doc));
+  doc.erase("nic");
+  CHECK_NOTHROW(renderText(doc));
 }

@@ -126,6 +126,27 @@ TEST_CASE("quickstart: reported impact and recovery agree with the link's real d
   CHECK(impact["stall_ns"].get<int64_t>() >= (up - down) - bin - uncertainty);
   REQUIRE(impact["recovered"] == true);
   CHECK(impact["recovered_at_ns"].get<int64_t>() >= up - smoothHalf - bin);
+  // The agents' NIC counters of their data interface (the lab's TAP: sysfs statistics only):
+  // per trial, the wire bytes received cover at least the workload's payload.
+  REQUIRE(doc["counters"].size() >= 2);
+  for (const auto& c : doc["counters"]) {
+    INFO("node " << c["node"]);
+    const json& d = c["delta"];
+    REQUIRE(d.contains("net.rx_bytes"));
+    REQUIRE(d.contains("workload_rx_bytes"));
+    CHECK(d["workload_rx_bytes"].get<int64_t>() > 0);
+    CHECK(d["net.rx_bytes"].get<int64_t>() >= d["workload_rx_bytes"].get<int64_t>());
+    CHECK(d["net.rx_packets"].get<int64_t>() > 0);
+    // a TAP has no ethtool table and no RDMA port: nothing but net.* from the NIC
+    for (auto it = c["after"].begin(); it != c["after"].end(); ++it)
+      CHECK((it.key().rfind("net.", 0) == 0 || it.key().rfind("workload_", 0) == 0));
+  }
+  // and their samples, about every 100 ms over the run
+  REQUIRE(doc["nic"].is_object());
+  for (auto it = doc["nic"].begin(); it != doc["nic"].end(); ++it) {
+    INFO("node " << it.key());
+    CHECK((*it)["t_ns"].size() > size_t(doc["series"]["job"].size() * bin / 200'000'000));
+  }
   CHECK(fs::exists(report + "/report.html"));
   CHECK(fs::exists(report + "/junit.xml"));
   requireEverythingReverted();
