@@ -318,21 +318,35 @@ TEST_CASE("a link flap of a guest's data NIC takes rxe0's port down and back") {
   CHECK(active);
 }
 
-// Hidden ([.]: run with `test_vm_lab "[qp-error]"`): seen on the lab, the node whose NIC
-// went down reports its QP error ("local QP operation error ... at HH:MM:SS UTC") and
-// reconnects, but its peer, waiting to receive, notices only at its progress timeout, and
-// rdma_cm connections between the guests failed after the flap (TCP still worked): the
-// recovery half does not pass yet (docs/status.md).
+// The node whose NIC goes down fails its sends while its RoCEv2 GID is gone ("local QP
+// operation error ... at HH:MM:SS UTC"); its peer, waiting in a step, must notice before its
+// progress timeout, and the QPs must come back although rxe on the flapped guest answers no
+// CM MAD after such a flap (the transport sets QPs up over TCP: docs/workloads.md).
 TEST_CASE("a verbs QP in error after a data NIC flap is reported, re-created, and the job completes",
-          "[.][qp-error]") {
+          "[qp-error]") {
   auto& lab = sharedLab();
   auto n1 = lab->node("n1"), n2 = lab->node("n2");
-  // 3 s down is six times what timeout 14 x retry_cnt 7 allows (about 0.5 s): the QPs must
-  // end in IBV_WC_RETRY_EXC_ERR, not wait the flap out.
+  // 3 s down is six times what timeout 14 x retry_cnt 7 should allow (about 0.5 s), but
+  // rxe in the lab's 6.1 kernel keeps retrying: ib_write_bw between two guests rode out the
+  // same flap with retry_exceeded_err 0 (completer_retry_err rising). So the peer is not
+  // expected to see IBV_WC_RETRY_EXC_ERR; it learns from the flapped node's control
+  // connection, which that node closes when it drops its QPs.
+  auto connects = [&] {
+    std::string log = readFile(n1.guestDir + "/agent.log");
+    size_t k = 0;
+    for (size_t at = log.find("verbs: rank"); at != std::string::npos;
+         at = log.find("verbs: rank", at + 1))
+      k++;
+    return k;
+  };
+  const size_t connectsBefore = connects();
   Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--transport",
                                 "verbs", "--kind", "allreduce", "--size", "64KiB", "--for", "12s",
                                 "--reconnect-timeout", "10s", "--timeout", "30s", "--json"});
-  std::this_thread::sleep_for(3s);
+  // Flap once the QPs carry traffic (a fresh guest's first verbs use takes seconds): a flap
+  // before the connection would only delay it.
+  CHECK(eventually([&] { return connects() > connectsBefore; }, 20s, 100ms));
+  std::this_thread::sleep_for(1s);
   Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(),
                                     "--node", "n1", "--set", "down=3s", "--for", "30s"});
   int irc = waitCli(inject);
@@ -354,13 +368,30 @@ TEST_CASE("a verbs QP in error after a data NIC flap is reported, re-created, an
   CHECK(reconnects >= 1);
   // The agents logged the QP error with its status string and time.
   std::string logs = readFile(n1.guestDir + "/agent.log") + readFile(n2.guestDir + "/agent.log");
+  {
+    // What each rank saw, for the record (and for a failure below).
+    std::istringstream in(logs);
+    std::string l;
+    while (std::getline(in, l))
+      if (l.find("lost a connection") != std::string::npos) std::printf("%s\n", l.c_str());
+  }
   auto at = logs.find("in error at");
   REQUIRE(at != std::string::npos);
   std::string line = logs.substr(logs.rfind('\n', at) + 1, logs.find('\n', at) - logs.rfind('\n', at));
   std::printf("QP error as the agent logged it: %s", line.c_str());
-  // The QP whose NIC went down fails its own sends (rxe: "local QP operation error"); its
-  // peer's QPs get no ACK and exceed their retries.
-  CHECK(logs.find("transport retry counter exceeded") != std::string::npos);
+  // The status string and number, and the time.
+  CHECK(line.find("(status ") != std::string::npos);
+  CHECK(line.find(" UTC: ") != std::string::npos);
+  bool rxeStatus = line.find("local QP operation error") != std::string::npos ||
+                   line.find("transport retry counter exceeded") != std::string::npos;
+  CHECK(rxeStatus);
+  // The peer noticed before its progress timeout (10 s here): from its QP or from the
+  // flapped node's control connection, not from "no completion for ... ms".
+  std::string log2 = readFile(n2.guestDir + "/agent.log");
+  auto lost = log2.rfind("lost a connection");
+  REQUIRE(lost != std::string::npos);
+  std::string line2 = log2.substr(lost, log2.find('\n', lost) - lost);
+  CHECK(line2.find("no completion for") == std::string::npos);
 }
 
 TEST_CASE("link_flap of a guest's lab switch port, injected through the guest's agent") {

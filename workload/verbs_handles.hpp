@@ -51,6 +51,7 @@ inline void destroyPd(ibv_pd* p) { ibv_dealloc_pd(p); }
 inline void destroyMr(ibv_mr* m) { ibv_dereg_mr(m); }
 inline void destroyCq(ibv_cq* c) { ibv_destroy_cq(c); }
 inline void destroyCompChannel(ibv_comp_channel* c) { ibv_destroy_comp_channel(c); }
+inline void destroyQp(ibv_qp* q) { ibv_destroy_qp(q); }
 
 using EventChannel = Handle<rdma_event_channel, destroyChannel>;
 using CmId = Handle<rdma_cm_id, destroyId>;  // owns its QP too
@@ -58,6 +59,7 @@ using Pd = Handle<ibv_pd, destroyPd>;
 using Mr = Handle<ibv_mr, destroyMr>;
 using Cq = Handle<ibv_cq, destroyCq>;
 using CompChannel = Handle<ibv_comp_channel, destroyCompChannel>;
+using QpHandle = Handle<ibv_qp, destroyQp>;  // created with ibv_create_qp
 
 // "-1 + errno" and "NULL + errno" calls: ERR is errno right after the call.
 inline Error sysError(const std::string& what, int err) {

@@ -1,24 +1,29 @@
-// Verbs transport: rdma_cm connection set-up (the higher rank dials, buffer address and rkey
-// in the CM private data), grants as SENDs, data as RDMA WRITE WITH IMM, all completions on
-// one CQ waited for through its completion channel.
+// Verbs transport: RC QPs set up over TCP between the ranks' data addresses (the higher rank
+// dials; QP number, PSN, GID, buffer address and rkey exchanged there; INIT/RTR/RTS by hand),
+// grants as SENDs, data as RDMA WRITE WITH IMM, all completions on one CQ waited for through
+// its completion channel.
 //
-// Why rdma_cm rather than raw ibverbs with an exchange over the agents' channel: the ranks
-// already know each other's data IP addresses (the TCP transport dials the same ones), and
-// rdma_cm turns an IP address into the right RoCEv2 GID, path MTU and QP transitions
-// (INIT/RTR/RTS) the way every RDMA application on a RoCE fabric does; an out-of-band
-// exchange would need GID-index selection by hand and a second round trip through the
-// controller on every reconnect.
+// Why not rdma_cm's connection manager: on the soft-RoCE lab, after a guest's data NIC went
+// down and up while its QPs carried traffic, rxe on that guest dropped every CM MAD that
+// arrived for it (its rcvd_pkts stayed still while the UDP datagrams arrived, data QPs set up
+// without the CM worked), so rdma_connect between the two guests timed out for good while TCP
+// between them worked. The set-up here needs only TCP and the data QPs. rdma_cm is still used
+// to find the RDMA device and port behind the data address (rdma_bind_addr: no MADs).
 #include "workload/verbs_transport.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstring>
 #include <ctime>
 #include <optional>
+#include <random>
 
 #include "common/clock.hpp"
 #include "common/log.hpp"
@@ -34,20 +39,26 @@ namespace {
 constexpr uint32_t kConnMagic = 0x52435643;   // "RCVC"
 constexpr uint32_t kGrantMagic = 0x52435647;  // "RCVG"
 constexpr uint32_t kByeMagic = 0x52435642;    // "RCVB"
+constexpr uint8_t kReady = 'R';               // the dialer's QP is in RTS: the last set-up byte
 constexpr uint32_t kFlagChecksum = 1;
 constexpr uint64_t kWrData = 1ull << 63;   // send wr_id: a data write; low bits: its length
 constexpr uint64_t kWrCtrl = 1ull << 62;   // send wr_id: a grant or bye
 constexpr uint64_t kWrProbe = 1ull << 61;  // send wr_id: a zero-length write (liveness)
+// A set-up connection whose first record does not arrive within this is dropped.
+constexpr int64_t kRecordNs = 2'000'000'000;
 
-// In the CM private data (56 bytes at most on RoCE): who dials, and where to write.
+// What each side of a set-up connection sends (the dialer first): who it is, its QP, and
+// where to write. Both ends are x86-64 guests/hosts of one lab or cluster: host byte order.
 struct ConnData {
   uint32_t magic, rank;
   uint64_t tag;
   uint32_t index, flags;
   uint64_t addr;
-  uint32_t rkey, reserved;
+  uint32_t rkey, qpn;
+  uint32_t psn, reserved;
+  uint8_t gid[16];
 };
-static_assert(sizeof(ConnData) == 40);
+static_assert(sizeof(ConnData) == 64);
 
 // A receive slot: a grant (the peer may write LENGTH bytes at OFFSET) or a bye (orderly end).
 struct Ctrl {
@@ -83,19 +94,26 @@ std::string utcNow() {
   return b;
 }
 
+uint32_t randomPsn() {
+  static thread_local std::mt19937 rng{std::random_device{}()};
+  return rng() & 0xffffff;
+}
+
 }  // namespace
 
 struct VerbsTransport::Qp {
-  // Declaration order is destruction order reversed: the id (and its QP) goes before the
-  // control MR its receive WRs point into.
+  // Declaration order is destruction order reversed: the QP goes before the control MR its
+  // receive WRs point into.
   Mr ctrlMr;
   std::vector<Ctrl> ring;
-  CmId id;
+  QpHandle qp;
+  UniqueFD ctl;  // the set-up connection, kept open: its end tells the peer we are gone
   int peer = -1, index = 0;
   bool dialer = false;
-  enum class State { resolving, connecting, established, failed } state = State::resolving;
+  enum class State { idle, established, failed } state = State::idle;
   int64_t retryNs = 0;
   std::string lastError;
+  uint32_t psn = 0;
   ConnData remote{};
   std::deque<Ctrl> grants;  // received, not yet used: the peer's credits
   int sendsOut = 0;
@@ -131,7 +149,7 @@ void VerbsTransport::interrupt() {
 }
 
 std::string VerbsTransport::deviceName() const {
-  return listener_ && listener_->verbs ? ibv_get_device_name(listener_->verbs->device) : "";
+  return bound_ && bound_->verbs ? ibv_get_device_name(bound_->verbs->device) : "";
 }
 
 Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(VerbsOptions o) {
@@ -150,32 +168,72 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(VerbsOptions o) {
         "cannot open the RDMA connection manager (rdma_create_event_channel; is "
         "rdma_ucm loaded and an RDMA device present?)",
         errno);
-  int fl = ::fcntl(t->channel_->fd, F_GETFL);
-  ::fcntl(t->channel_->fd, F_SETFL, fl | O_NONBLOCK);
   rdma_cm_id* id = nullptr;
   if (rdma_create_id(t->channel_.get(), &id, nullptr, RDMA_PS_TCP) != 0)
     return sysError("rdma_create_id", errno);
-  t->listener_.reset(id);
+  t->bound_.reset(id);
   const Endpoint& me = op.world[size_t(op.rank)];
-  auto sa = toAddr(me);
+  auto sa = toAddr(Endpoint{me.address, 0});
   if (!sa) return sa.error();
   if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&*sa)) != 0)
-    return sysError("cannot bind the verbs listener to " + me.address + ":" +
-                        std::to_string(me.port) + " (is that this node's data address?)",
+    return sysError("cannot find the RDMA device of " + me.address +
+                        " (rdma_bind_addr; is that this node's data address?)",
                     errno);
   if (!id->verbs)
     return makeError("no RDMA device carries the data address " + me.address +
                      ": the verbs transport needs an RDMA device (RoCE: one bound to the data "
                      "interface, e.g. 'rdma link add rxe0 type rxe netdev data0')");
-  if (auto r = checkMinus1(rdma_listen(id, 64), "rdma_listen"); !r) return r.error();
-  t->port_ = ntohs(rdma_get_src_port(id));
-  uint8_t tos = op.tos;
-  (void)rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof tos);
+  if (auto r = t->findGid(); !r) return r.error();
   t->pd_.reset(ibv_alloc_pd(id->verbs));
   if (!t->pd_) return sysError("ibv_alloc_pd on " + t->deviceName(), errno);
-  ibv_port_attr pa{};
-  if (ibv_query_port(id->verbs, id->port_num, &pa) == 0) t->activeMtu_ = mtuBytes(pa.active_mtu);
+  auto lsa = toAddr(me);
+  if (!lsa) return lsa.error();
+  t->listen_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!t->listen_.isValid()) return sysError("socket", errno);
+  int one = 1;
+  ::setsockopt(t->listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(t->listen_.get(), reinterpret_cast<sockaddr*>(&*lsa), sizeof *lsa) != 0)
+    return sysError("cannot bind the verbs set-up listener to " + me.address + ":" +
+                        std::to_string(me.port) + " (is the port free?)",
+                    errno);
+  if (::listen(t->listen_.get(), 64) != 0) return sysError("listen", errno);
+  sockaddr_in bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(t->listen_.get(), reinterpret_cast<sockaddr*>(&bound), &len);
+  t->port_ = ntohs(bound.sin_port);
   return t;
+}
+
+Result<void> VerbsTransport::findGid() {
+  ibv_context* ctx = bound_->verbs;
+  const uint8_t port = bound_->port_num;
+  ibv_port_attr pa{};
+  if (ibv_query_port(ctx, port, &pa) != 0)
+    return sysError("ibv_query_port on " + deviceName(), errno);
+  activeMtu_ = mtuBytes(pa.active_mtu);
+  pathMtu_ = pa.active_mtu;
+  auto sa = toAddr(Endpoint{o_.world[size_t(o_.rank)].address, 0});
+  if (!sa) return sa.error();
+  ibv_gid want{};  // RoCEv2's GID of an IPv4 address: ::ffff:a.b.c.d
+  want.raw[10] = want.raw[11] = 0xff;
+  std::memcpy(&want.raw[12], &sa->sin_addr, 4);
+  // Entry by entry from 0 (the kernel fills the lowest free slot, so an address's GID sits
+  // among the first few): a whole-table query may read sysfs per entry, slow under TCG.
+  for (int i = 0, empty = 0; i < pa.gid_tbl_len && empty < 8; i++) {
+    ibv_gid_entry e{};
+    if (ibv_query_gid_ex(ctx, port, uint32_t(i), &e, 0) != 0) {
+      empty++;
+      continue;
+    }
+    empty = 0;
+    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && std::memcmp(e.gid.raw, want.raw, 16) == 0) {
+      gidIndex_ = i;
+      gid_ = want;
+      return {};
+    }
+  }
+  return makeError(deviceName() + " port " + std::to_string(port) + " has no RoCEv2 GID for " +
+                   o_.world[size_t(o_.rank)].address + " (is its port active?)");
 }
 
 Result<void> VerbsTransport::registerBuffer(std::span<std::byte> b) {
@@ -210,20 +268,11 @@ Result<void> VerbsTransport::postRecv(Qp& q, uint32_t slot) {
   wr.wr_id = slot;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  return checkRet(ibv_post_recv(q.id->qp, &wr, &bad), "ibv_post_recv");
+  return checkRet(ibv_post_recv(q.qp.get(), &wr, &bad), "ibv_post_recv");
 }
 
-Result<void> VerbsTransport::setupQp(Qp& q) {
-  if (q.id->verbs != pd_->context)
-    return makeError("rank " + std::to_string(q.peer) +
-                     " is reached through another RDMA "
-                     "device than the one on this node's data address");
-  uint8_t timeout = o_.timeout;
-  if (auto r = checkMinus1(rdma_set_option(q.id.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
-                                           &timeout, sizeof timeout),
-                           "rdma_set_option(ACK_TIMEOUT)");
-      !r)
-    return r.error();
+// A QP in INIT with its receives posted: what the peer needs to know of it is its number.
+Result<void> VerbsTransport::createQp(Qp& q) {
   q.ring.assign(size_t(o_.recvDepth), Ctrl{});
   q.ctrlMr.reset(
       ibv_reg_mr(pd_.get(), q.ring.data(), q.ring.size() * sizeof(Ctrl), IBV_ACCESS_LOCAL_WRITE));
@@ -237,113 +286,206 @@ Result<void> VerbsTransport::setupQp(Qp& q) {
   a.cap.max_send_sge = 1;
   a.cap.max_recv_sge = 1;
   a.cap.max_inline_data = sizeof(Ctrl);
-  if (auto r = checkMinus1(rdma_create_qp(q.id.get(), pd_.get(), &a), "rdma_create_qp"); !r)
+  q.qp.reset(ibv_create_qp(pd_.get(), &a));
+  if (!q.qp) return sysError("ibv_create_qp on " + deviceName(), errno);
+  ibv_qp_attr m{};
+  m.qp_state = IBV_QPS_INIT;
+  m.pkey_index = 0;
+  m.port_num = bound_->port_num;
+  m.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  if (auto r = checkRet(ibv_modify_qp(q.qp.get(), &m,
+                                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                          IBV_QP_ACCESS_FLAGS),
+                        "ibv_modify_qp (INIT)");
+      !r)
     return r.error();
+  q.psn = randomPsn();
   for (uint32_t s = 0; s < uint32_t(o_.recvDepth); s++)
     if (auto r = postRecv(q, s); !r) return r.error();
   return {};
 }
 
-void VerbsTransport::handleCmEvents() {
-  for (;;) {
-    rdma_cm_event* ev = nullptr;
-    if (rdma_get_cm_event(channel_.get(), &ev) != 0) return;  // EAGAIN: none left
-    // Copy what is needed and ack at once: rdma_destroy_id waits for unacked events.
-    rdma_cm_event_type type = ev->event;
-    int status = ev->status;
-    rdma_cm_id* id = ev->id;
-    ConnData pd{};
-    bool hasPd = ev->param.conn.private_data && ev->param.conn.private_data_len >= sizeof pd;
-    if (hasPd) std::memcpy(&pd, ev->param.conn.private_data, sizeof pd);
-    rdma_ack_cm_event(ev);
+// RTR towards q.remote (the kernel resolves the peer's MAC from its GID), then RTS with
+// NCCL's timeout and retry counts.
+Result<void> VerbsTransport::toRts(Qp& q) {
+  ibv_qp_attr m{};
+  m.qp_state = IBV_QPS_RTR;
+  m.path_mtu = pathMtu_;
+  m.dest_qp_num = q.remote.qpn;
+  m.rq_psn = q.remote.psn & 0xffffff;
+  m.max_dest_rd_atomic = 1;
+  m.min_rnr_timer = 12;
+  m.ah_attr.is_global = 1;
+  std::memcpy(m.ah_attr.grh.dgid.raw, q.remote.gid, 16);
+  m.ah_attr.grh.sgid_index = uint8_t(gidIndex_);
+  m.ah_attr.grh.hop_limit = 64;
+  m.ah_attr.grh.traffic_class = o_.tos;
+  m.ah_attr.port_num = bound_->port_num;
+  if (auto r = checkRet(
+          ibv_modify_qp(q.qp.get(), &m,
+                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+          "ibv_modify_qp (RTR)");
+      !r)
+    return r.error();
+  ibv_qp_attr t{};
+  t.qp_state = IBV_QPS_RTS;
+  t.timeout = o_.timeout;
+  t.retry_cnt = o_.retryCount;
+  t.rnr_retry = o_.rnrRetry;
+  t.sq_psn = q.psn;
+  t.max_rd_atomic = 1;
+  return checkRet(ibv_modify_qp(q.qp.get(), &t,
+                                IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+                  "ibv_modify_qp (RTS)");
+}
 
-    if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-      auto q = std::make_unique<Qp>();
-      q->id.reset(id);
-      q->remote = pd;
-      bool ok = hasPd && pd.magic == kConnMagic && pd.tag == o_.tag && int(pd.rank) > o_.rank &&
-                pd.rank < o_.world.size() && pd.index < uint32_t(o_.qpsPerPeer);
-      if (!ok) {
-        rdma_reject(id, nullptr, 0);
-        continue;  // q's destructor destroys the id
-      }
-      q->peer = int(pd.rank);
-      q->index = int(pd.index);
-      id->context = q.get();
-      // Requests of a peer that reconnects while we are still in a step wait for connect().
-      pendingRequests_.push_back(std::move(q));
+Result<void> VerbsTransport::waitFd(int fd, short events, int64_t deadline, const char* what) {
+  for (;;) {
+    int64_t now = monoNs();
+    if (now >= deadline) return makeError(std::string("timed out ") + what, ETIMEDOUT);
+    pollfd pf[2] = {{fd, events, 0}, {wake_.get(), POLLIN, 0}};
+    int ms = int(std::clamp<int64_t>((deadline - now) / 1'000'000 + 1, 1, 100));
+    int n = ::poll(pf, 2, ms);
+    if (n < 0 && errno != EINTR) return sysError("poll", errno);
+    if (pf[1].revents) return makeError("interrupted", EINTR);
+    if (n > 0 && pf[0].revents) return {};
+  }
+}
+
+Result<void> VerbsTransport::sendAll(int fd, const void* p, size_t n, int64_t deadline) {
+  auto* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t k = ::send(fd, c, n, MSG_NOSIGNAL);
+    if (k > 0) {
+      c += k;
+      n -= size_t(k);
       continue;
     }
-    auto* q = static_cast<Qp*>(id ? id->context : nullptr);
-    if (!q) continue;
-    auto fail = [&](std::string why) {
-      q->state = Qp::State::failed;
-      q->lastError = std::move(why);
-      q->retryNs = monoNs() + 100'000'000;
-    };
-    switch (type) {
-      case RDMA_CM_EVENT_ADDR_RESOLVED:
-        if (rdma_resolve_route(id, 2000) != 0)
-          fail(std::string("rdma_resolve_route: ") + std::strerror(errno));
-        break;
-      case RDMA_CM_EVENT_ROUTE_RESOLVED: {
-        if (auto r = setupQp(*q); !r) {
-          fail(r.error().message);
-          break;
-        }
-        ConnData mine{kConnMagic,
-                      uint32_t(o_.rank),
-                      o_.tag,
-                      uint32_t(q->index),
-                      o_.checksum ? kFlagChecksum : 0,
-                      reinterpret_cast<uint64_t>(buf_.data()),
-                      mr_->rkey,
-                      0};
-        rdma_conn_param cp{};
-        cp.private_data = &mine;
-        cp.private_data_len = sizeof mine;
-        cp.responder_resources = 1;
-        cp.initiator_depth = 1;
-        cp.retry_count = o_.retryCount;
-        cp.rnr_retry_count = o_.rnrRetry;
-        if (rdma_connect(id, &cp) != 0)
-          fail(std::string("rdma_connect: ") + std::strerror(errno));
-        else
-          q->state = Qp::State::connecting;
-        break;
-      }
-      case RDMA_CM_EVENT_ESTABLISHED:
-        if (q->dialer) {
-          if (!hasPd || pd.magic != kConnMagic || pd.tag != o_.tag) {
-            fail("the accepting side sent no valid buffer description");
-            break;
-          }
-          q->remote = pd;
-        }
-        q->state = Qp::State::established;
-        break;
-      case RDMA_CM_EVENT_DISCONNECTED:
-        q->disconnected = true;
-        if (q->state != Qp::State::established) fail("disconnected during set-up");
-        break;
-      case RDMA_CM_EVENT_ADDR_ERROR:
-      case RDMA_CM_EVENT_ROUTE_ERROR:
-      case RDMA_CM_EVENT_CONNECT_ERROR:
-      case RDMA_CM_EVENT_UNREACHABLE:
-      case RDMA_CM_EVENT_REJECTED:
-      case RDMA_CM_EVENT_DEVICE_REMOVAL:
-        fail(std::string(rdma_event_str(type)) + " (status " + std::to_string(status) + ")");
-        if (q->state == Qp::State::established || type == RDMA_CM_EVENT_DEVICE_REMOVAL)
-          q->disconnected = true;
-        break;
-      default:
-        break;
+    if (k < 0 && errno != EAGAIN && errno != EINTR) return sysError("send (set-up)", errno);
+    if (auto r = waitFd(fd, POLLOUT, deadline, "sending the QP description"); !r) return r;
+  }
+  return {};
+}
+
+Result<void> VerbsTransport::recvAll(int fd, void* p, size_t n, int64_t deadline) {
+  auto* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t k = ::recv(fd, c, n, 0);
+    if (k > 0) {
+      c += k;
+      n -= size_t(k);
+      continue;
     }
+    if (k == 0) return makeError("the peer closed the set-up connection", ECONNRESET);
+    if (errno != EAGAIN && errno != EINTR) return sysError("recv (set-up)", errno);
+    if (auto r = waitFd(fd, POLLIN, deadline, "waiting for the peer's QP description"); !r)
+      return r;
+  }
+  return {};
+}
+
+// The dialer: TCP to the peer's listener, our record, its record (it answers once it is in
+// connect(), with its QP in RTR), our QP to RTS, then the ready byte.
+Result<void> VerbsTransport::dial(Qp& q, int64_t deadline) {
+  auto dst = toAddr(o_.world[size_t(q.peer)]);
+  if (!dst) return dst.error();
+  auto src = toAddr(Endpoint{o_.world[size_t(o_.rank)].address, 0});
+  if (!src) return src.error();
+  q.ctl.reset(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!q.ctl.isValid()) return sysError("socket", errno);
+  int one = 1;
+  ::setsockopt(q.ctl.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  // From the data address: the set-up takes the path the QPs take.
+  if (::bind(q.ctl.get(), reinterpret_cast<sockaddr*>(&*src), sizeof *src) != 0)
+    return sysError("bind (set-up)", errno);
+  if (::connect(q.ctl.get(), reinterpret_cast<sockaddr*>(&*dst), sizeof *dst) != 0 &&
+      errno != EINPROGRESS)
+    return sysError("connect to " + o_.world[size_t(q.peer)].address, errno);
+  if (auto r = waitFd(q.ctl.get(), POLLOUT, std::min(deadline, monoNs() + kRecordNs),
+                      "connecting the set-up connection");
+      !r)
+    return r;
+  int err = 0;
+  socklen_t len = sizeof err;
+  ::getsockopt(q.ctl.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) return sysError("connect to " + o_.world[size_t(q.peer)].address, err);
+  if (auto r = createQp(q); !r) return r;
+  ConnData mine{kConnMagic, uint32_t(o_.rank), o_.tag, uint32_t(q.index),
+                o_.checksum ? kFlagChecksum : 0, reinterpret_cast<uint64_t>(buf_.data()),
+                mr_->rkey, q.qp->qp_num, q.psn, 0, {}};
+  std::memcpy(mine.gid, gid_.raw, 16);
+  if (auto r = sendAll(q.ctl.get(), &mine, sizeof mine, deadline); !r) return r;
+  if (auto r = recvAll(q.ctl.get(), &q.remote, sizeof q.remote, deadline); !r) return r;
+  if (q.remote.magic != kConnMagic || q.remote.tag != o_.tag ||
+      q.remote.rank != uint32_t(q.peer) || q.remote.index != uint32_t(q.index))
+    return makeError("the accepting side sent no valid QP description");
+  if (auto r = toRts(q); !r) return r;
+  return sendAll(q.ctl.get(), &kReady, 1, deadline);
+}
+
+// The accepting side of a request taken by takeRequests(): our QP to RTR and RTS, our record,
+// then the ready byte (the dialer's QP is in RTS: our first send can be answered).
+Result<void> VerbsTransport::accept(Qp& q, int64_t deadline) {
+  if (auto r = createQp(q); !r) return r;
+  if (auto r = toRts(q); !r) return r;
+  ConnData mine{kConnMagic, uint32_t(o_.rank), o_.tag, uint32_t(q.index),
+                o_.checksum ? kFlagChecksum : 0, reinterpret_cast<uint64_t>(buf_.data()),
+                mr_->rkey, q.qp->qp_num, q.psn, 0, {}};
+  std::memcpy(mine.gid, gid_.raw, 16);
+  if (auto r = sendAll(q.ctl.get(), &mine, sizeof mine, deadline); !r) return r;
+  uint8_t ready = 0;
+  if (auto r = recvAll(q.ctl.get(), &ready, 1, deadline); !r) return r;
+  if (ready != kReady) return makeError("the dialer sent no ready byte");
+  return {};
+}
+
+int VerbsTransport::takeRequests() {
+  int valid = 0;
+  for (;;) {
+    UniqueFD fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.isValid()) return valid;  // EAGAIN: none left
+    int one = 1;
+    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto q = std::make_unique<Qp>();
+    q->ctl = std::move(fd);
+    if (!recvAll(q->ctl.get(), &q->remote, sizeof q->remote, monoNs() + kRecordNs)) continue;
+    const ConnData& pd = q->remote;
+    if (pd.magic != kConnMagic || pd.tag != o_.tag || int(pd.rank) <= o_.rank ||
+        pd.rank >= o_.world.size() || pd.index >= uint32_t(o_.qpsPerPeer))
+      continue;  // another workload's or a stray connection: closed
+    q->peer = int(pd.rank);
+    q->index = int(pd.index);
+    pendingRequests_.push_back(std::move(q));
+    valid++;
+  }
+}
+
+void VerbsTransport::checkControl() {
+  for (auto& [k, q] : qps_) {
+    if (q->disconnected || !q->ctl.isValid()) continue;
+    pollfd p{q->ctl.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) continue;
+    // After the ready byte the peer sends nothing: readable means closed or reset.
+    char c;
+    ssize_t n = ::recv(q->ctl.get(), &c, 1, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    q->disconnected = true;
   }
 }
 
 Result<void> VerbsTransport::connect(const std::vector<int>& peers, int64_t deadline) {
   if (!mr_) return makeError("connect() before registerBuffer()");
+  // A flap of the NIC removes the address's GID while the link is down and adds it back
+  // (maybe at another index) when it is up: look it up afresh, waiting for it.
+  for (;;) {
+    auto r = findGid();
+    if (r) break;
+    if (monoNs() >= deadline) return r.error();
+    pollfd p{wake_.get(), POLLIN, 0};
+    if (::poll(&p, 1, 100) > 0) return makeError("interrupted");
+  }
   if (!cq_)
     if (auto r = createCq(); !r) return r.error();
   const int Q = o_.qpsPerPeer;
@@ -353,38 +495,6 @@ Result<void> VerbsTransport::connect(const std::vector<int>& peers, int64_t dead
     if (p == o_.rank || p < 0 || size_t(p) >= o_.world.size()) continue;
     for (int k = 0; k < Q; k++) slots.push_back({p, k});
   }
-  auto mySa = toAddr(Endpoint{o_.world[size_t(o_.rank)].address, 0});
-  if (!mySa) return mySa.error();
-  auto acceptPending = [&]() -> Result<void> {
-    for (auto& pq : pendingRequests_) {
-      auto key = std::make_pair(pq->peer, pq->index);
-      if (std::find(slots.begin(), slots.end(), key) == slots.end()) {
-        rdma_reject(pq->id.get(), nullptr, 0);
-        continue;
-      }
-      Qp& q = *pq;
-      if (auto r = setupQp(q); !r) return r.error();
-      ConnData mine{kConnMagic,
-                    uint32_t(o_.rank),
-                    o_.tag,
-                    uint32_t(q.index),
-                    o_.checksum ? kFlagChecksum : 0,
-                    reinterpret_cast<uint64_t>(buf_.data()),
-                    mr_->rkey,
-                    0};
-      rdma_conn_param cp{};
-      cp.private_data = &mine;
-      cp.private_data_len = sizeof mine;
-      cp.responder_resources = 1;
-      cp.initiator_depth = 1;
-      cp.rnr_retry_count = o_.rnrRetry;
-      if (rdma_accept(q.id.get(), &cp) != 0) continue;  // the requester gave up: drop it
-      q.state = Qp::State::connecting;
-      fresh[key] = std::move(pq);  // the newest request wins
-    }
-    pendingRequests_.clear();
-    return {};
-  };
   auto established = [&] {
     size_t n = 0;
     for (auto& s : slots) {
@@ -393,75 +503,84 @@ Result<void> VerbsTransport::connect(const std::vector<int>& peers, int64_t dead
     }
     return n;
   };
+  std::string lastError;
   while (established() < slots.size()) {
     if (interrupted()) return makeError("interrupted");
-    if (auto r = acceptPending(); !r) return r.error();
     int64_t now = monoNs();
-    if (now >= deadline) {
-      std::string why;
-      for (auto& [k, q] : fresh)
-        if (q->state != Qp::State::established && !q->lastError.empty()) {
-          why = " (rank " + std::to_string(k.first) + ": " + q->lastError + ")";
-          break;
-        }
+    if (now >= deadline)
       return makeError("connected " + std::to_string(established()) + " of " +
-                       std::to_string(slots.size()) + " queue pairs before the deadline" + why);
-    }
-    // Dial what is due: lower ranks are dialled, higher ranks dial us.
+                       std::to_string(slots.size()) + " queue pairs before the deadline" +
+                       (lastError.empty() ? "" : " (" + lastError + ")"));
+    // Dial lower ranks first: a rank dials only ranks below it, so the lowest answers at
+    // once and every dial ends (within the deadline) without waiting on a cycle.
     for (auto& s : slots) {
       if (s.first > o_.rank) continue;
       auto& q = fresh[s];
-      if (q && q->state != Qp::State::failed) continue;
-      if (q && q->retryNs > now) continue;
-      std::string last = q ? q->lastError : "";
+      if (q && (q->state == Qp::State::established || q->retryNs > monoNs())) continue;
       q = std::make_unique<Qp>();
       q->peer = s.first;
       q->index = s.second;
       q->dialer = true;
-      q->lastError = last;
-      rdma_cm_id* id = nullptr;
-      if (rdma_create_id(channel_.get(), &id, q.get(), RDMA_PS_TCP) != 0)
-        return sysError("rdma_create_id", errno);
-      q->id.reset(id);
-      uint8_t tos = o_.tos;
-      (void)rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof tos);
-      auto dst = toAddr(o_.world[size_t(s.first)]);
-      if (!dst) return dst.error();
-      sockaddr_in src = *mySa;
-      if (rdma_resolve_addr(id, reinterpret_cast<sockaddr*>(&src),
-                            reinterpret_cast<sockaddr*>(&*dst), 2000) != 0) {
+      if (auto r = dial(*q, deadline); !r) {
+        if (interrupted()) return makeError("interrupted");
         q->state = Qp::State::failed;
-        q->lastError = std::string("rdma_resolve_addr: ") + std::strerror(errno);
-        q->retryNs = now + 100'000'000;
+        q->lastError = "rank " + std::to_string(s.first) + ": " + r.error().message;
+        lastError = q->lastError;
+        q->retryNs = monoNs() + 100'000'000;
+        q->qp.reset();
+        q->ctl.reset();
+        (void)findGid();  // a failed RTR may mean the GID moved
+      } else {
+        q->state = Qp::State::established;
       }
     }
-    pollfd pf[2] = {{wake_.get(), POLLIN, 0}, {channel_->fd, POLLIN, 0}};
-    int timeoutMs = int(std::clamp<int64_t>((deadline - now) / 1'000'000 + 1, 1, 50));
-    ::poll(pf, 2, timeoutMs);
-    handleCmEvents();
-    // Our own accepted requests that failed (the requester gave up) leave the slot open.
-    for (auto it = fresh.begin(); it != fresh.end();)
-      if (!it->second->dialer && it->second->state == Qp::State::failed)
-        it = fresh.erase(it);
-      else
-        ++it;
+    // Then answer higher ranks: requests that came while we were in a step, and new ones.
+    pollfd pf[2] = {{wake_.get(), POLLIN, 0}, {listen_.get(), POLLIN, 0}};
+    bool waitingForHigher = false;
+    for (auto& s : slots)
+      if (s.first > o_.rank && (!fresh.count(s) || fresh[s]->state != Qp::State::established))
+        waitingForHigher = true;
+    if (pendingRequests_.empty() && waitingForHigher) {
+      int ms = int(std::clamp<int64_t>((deadline - monoNs()) / 1'000'000 + 1, 1, 50));
+      ::poll(pf, 2, ms);
+    }
+    takeRequests();
+    auto pending = std::move(pendingRequests_);
+    pendingRequests_.clear();
+    for (auto& pq : pending) {
+      auto key = std::make_pair(pq->peer, pq->index);
+      if (std::find(slots.begin(), slots.end(), key) == slots.end()) continue;  // closed
+      if (auto r = accept(*pq, deadline); !r) {
+        if (interrupted()) return makeError("interrupted");
+        lastError = "rank " + std::to_string(pq->peer) + ": " + r.error().message;
+        (void)findGid();
+        continue;  // the dialer gave up or failed: it dials again
+      }
+      pq->state = Qp::State::established;
+      fresh[key] = std::move(pq);  // the newest request wins
+    }
+    if (!waitingForHigher && established() < slots.size()) {
+      // Only our own dials are missing and they wait for their retry time.
+      timespec ts{0, 20'000'000};
+      ::nanosleep(&ts, nullptr);
+    }
   }
   qps_ = std::move(fresh);
-  // Report what rdma_cm negotiated, once per connect: an operator compares it with NCCL's.
+  // Report the QP attributes once per connect: an operator compares them with NCCL's.
   for (auto& [k, q] : qps_) {
+    if (k.second != 0) continue;
     ibv_qp_attr a{};
     ibv_qp_init_attr ia{};
     if (ibv_query_qp(
-            q->id->qp, &a,
+            q->qp.get(), &a,
             IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_AV,
-            &ia) == 0 &&
-        k.second == 0)
+            &ia) == 0)
       log::info(
-          "verbs: rank {} to rank {} over {}: {} QP(s), qpn {}, path MTU {} (port active "
-          "{}), timeout {}, retry_cnt {}, rnr_retry {}, traffic class {}",
-          o_.rank, k.first, deviceName(), o_.qpsPerPeer, q->id->qp->qp_num, mtuBytes(a.path_mtu),
-          activeMtu_, int(a.timeout), int(a.retry_cnt), int(a.rnr_retry),
-          int(a.ah_attr.grh.traffic_class));
+          "verbs: rank {} to rank {} over {}: {} QP(s), qpn {} to qpn {}, path MTU {} (port "
+          "active {}), timeout {}, retry_cnt {}, rnr_retry {}, traffic class {}, GID index {}",
+          o_.rank, k.first, deviceName(), o_.qpsPerPeer, q->qp->qp_num, q->remote.qpn,
+          mtuBytes(a.path_mtu), activeMtu_, int(a.timeout), int(a.retry_cnt), int(a.rnr_retry),
+          int(a.ah_attr.grh.traffic_class), gidIndex_);
   }
   return {};
 }
@@ -471,13 +590,13 @@ std::vector<VerbsQpInfo> VerbsTransport::qpInfo() const {
   for (auto& [k, q] : qps_) {
     ibv_qp_attr a{};
     ibv_qp_init_attr ia{};
-    if (!q->id || !q->id->qp) continue;
+    if (!q->qp) continue;
     if (ibv_query_qp(
-            q->id->qp, &a,
+            q->qp.get(), &a,
             IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_AV,
             &ia) != 0)
       continue;
-    v.push_back({k.first, k.second, q->id->qp->qp_num, mtuBytes(a.path_mtu), activeMtu_,
+    v.push_back({k.first, k.second, q->qp->qp_num, mtuBytes(a.path_mtu), activeMtu_,
                  int(a.timeout), int(a.retry_cnt), int(a.rnr_retry),
                  int(a.ah_attr.grh.traffic_class)});
   }
@@ -492,7 +611,7 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
   for (auto& [k, q] : qps_) {
     q->rx.reset();
     q->tx.reset();
-    if (q->id && q->id->qp) byNum[q->id->qp->qp_num] = q.get();
+    if (q->qp) byNum[q->qp->qp_num] = q.get();
   }
   auto lostWith = [&](int peer, std::string why) {
     res.status = StepStatus::peerLost;
@@ -507,7 +626,7 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
     wr.num_sge = 1;
     wr.opcode = IBV_WR_SEND;
     wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
-    if (auto r = checkRet(ibv_post_send(q.id->qp, &wr, &bad), "ibv_post_send (grant)"); !r)
+    if (auto r = checkRet(ibv_post_send(q.qp.get(), &wr, &bad), "ibv_post_send (grant)"); !r)
       return r.error();
     q.sendsOut++;
     return {};
@@ -544,8 +663,8 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
     Qp& q = *it->second;
     if (wc.status != IBV_WC_SUCCESS) {
       // A flush after the peer's bye or disconnect is reported below as that, not as a fault.
-      // The flush may come before the CM event that explains it: read those first.
-      if (wc.status == IBV_WC_WR_FLUSH_ERR && !q.peerBye && !q.disconnected) handleCmEvents();
+      // The flush may come before the closed control connection that explains it: look.
+      if (wc.status == IBV_WC_WR_FLUSH_ERR && !q.peerBye && !q.disconnected) checkControl();
       if (wc.status == IBV_WC_WR_FLUSH_ERR && (q.peerBye || q.disconnected)) return true;
       qpErrors_++;
       bool isSend = wc.wr_id & (kWrData | kWrCtrl | kWrProbe);
@@ -614,7 +733,7 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
         wr.imm_data = htonl(o_.checksum ? checksum32(p, n) : 0);
         wr.wr.rdma.remote_addr = tx.raddr + tx.posted;
         wr.wr.rdma.rkey = q->remote.rkey;
-        if (auto r = checkRet(ibv_post_send(q->id->qp, &wr, &bad), "ibv_post_send (write)"); !r)
+        if (auto r = checkRet(ibv_post_send(q->qp.get(), &wr, &bad), "ibv_post_send (write)"); !r)
           return lostWith(q->peer, r.error().message);
         tx.posted += n;
         q->sendsOut++;
@@ -627,7 +746,24 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
     if (n > 0) continue;  // drain before sleeping
     if (std::all_of(involved.begin(), involved.end(), [&](Qp* q) { return finished(*q); }))
       return res;
-    handleCmEvents();
+    // A peer that closed its control connections has dropped its QPs. A completion of its
+    // bye can still be on its way into the CQ: drain once more before judging.
+    {
+      size_t gone = 0, after = 0;
+      for (auto& [k, q] : qps_) gone += q->disconnected;
+      checkControl();
+      for (auto& [k, q] : qps_) after += q->disconnected;
+      if (after > gone) continue;
+    }
+    // A peer that dials us again has dropped its QPs too (its request waits for connect()).
+    if (takeRequests() > 0)
+      for (auto& pq : pendingRequests_)
+        if (qps_.count({pq->peer, pq->index})) {
+          res.status = StepStatus::peerLost;
+          res.error = "rank " + std::to_string(pq->peer) +
+                      ": reconnects (its end of our queue pairs is gone)";
+          return res;
+        }
     for (Qp* q : involved) {
       if (finished(*q)) continue;
       if (q->peerBye || q->disconnected) {
@@ -643,7 +779,8 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
       }
     }
     // A rank waiting only to receive has nothing in flight, so a peer that vanished (its
-    // NIC down, its DREQ lost) would go unnoticed: after a second without completions, a
+    // NIC down, its control connection's end not yet through) would go unnoticed: after a
+    // second without completions, a
     // zero-length RDMA WRITE per QP needs an ACK, and ends in IBV_WC_RETRY_EXC_ERR
     // within timeout x retry_cnt if the peer's QP is gone.
     if (int64_t now = monoNs();
@@ -657,7 +794,7 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
         wr.send_flags = IBV_SEND_SIGNALED;
         wr.wr.rdma.remote_addr = q->remote.addr;
         wr.wr.rdma.rkey = q->remote.rkey;
-        if (auto r = checkRet(ibv_post_send(q->id->qp, &wr, &bad), "ibv_post_send (probe)"); !r)
+        if (auto r = checkRet(ibv_post_send(q->qp.get(), &wr, &bad), "ibv_post_send (probe)"); !r)
           return lostWith(q->peer, r.error().message);
         q->sendsOut++;
       }
@@ -673,8 +810,11 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
       if (!process(wcs[0])) return res;
       continue;
     }
-    pollfd pf[3] = {{wake_.get(), POLLIN, 0}, {comp_->fd, POLLIN, 0}, {channel_->fd, POLLIN, 0}};
-    ::poll(pf, 3, 100);
+    std::vector<pollfd> pf = {
+        {wake_.get(), POLLIN, 0}, {comp_->fd, POLLIN, 0}, {listen_.get(), POLLIN, 0}};
+    for (auto& [k, q] : qps_)
+      if (!q->disconnected && q->ctl.isValid()) pf.push_back({q->ctl.get(), POLLIN, 0});
+    ::poll(pf.data(), nfds_t(pf.size()), 100);
     if (pf[0].revents) {
       res.status = StepStatus::stopped;
       return res;
@@ -702,7 +842,7 @@ void VerbsTransport::destroyAll(bool orderly) {
       wr.num_sge = 1;
       wr.opcode = IBV_WR_SEND;
       wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
-      if (ibv_post_send(q->id->qp, &wr, &bad) == 0) outstanding++;
+      if (ibv_post_send(q->qp.get(), &wr, &bad) == 0) outstanding++;
     }
     int64_t until = monoNs() + 1'000'000'000;
     ibv_wc wcs[16];
@@ -717,8 +857,8 @@ void VerbsTransport::destroyAll(bool orderly) {
       }
     }
   }
-  for (auto& [k, q] : qps_)
-    if (q->id && q->state == Qp::State::established) rdma_disconnect(q->id.get());
+  // Closing the control connections tells the peers at once (also when this process dies);
+  // the QPs go with them.
   qps_.clear();
   cq_.reset();
   comp_.reset();

@@ -1,5 +1,6 @@
-// The verbs transport: RC queue pairs set up with librdmacm on the ranks' data addresses,
-// sends as RDMA WRITE WITH IMMEDIATE into the receiver's registered buffer, where the
+// The verbs transport: RC queue pairs set up over a TCP connection between the ranks' data
+// addresses (QP numbers, PSNs, GIDs exchanged there, QPs moved INIT/RTR/RTS by hand; the TCP
+// connection stays open as the QP's control channel), sends as RDMA WRITE WITH IMMEDIATE into the receiver's registered buffer, where the
 // receiver grants each write (offset, length) first: the grants are the flow-control credits.
 #pragma once
 
@@ -19,7 +20,7 @@ namespace rc::workload {
 
 struct VerbsOptions {
   int rank = 0;
-  std::vector<Endpoint> world;  // by rank; the port is in rdma_cm's TCP port space
+  std::vector<Endpoint> world;  // by rank; the port is the TCP set-up listener's
   int qpsPerPeer = 1;           // each message is striped across them
   uint64_t tag = 0;             // identifies the workload: connections of others are refused
   bool checksum = true;         // a 32-bit sum of each write travels as its immediate
@@ -38,7 +39,7 @@ struct VerbsOptions {
   int64_t progressTimeoutMs = 10'000;  // a step with no completion for this long lost a peer
 };
 
-// What the last connect() saw of one QP (the attributes rdma_cm negotiated).
+// What the last connect() saw of one QP (the attributes it was moved to RTS with).
 struct VerbsQpInfo {
   int peer = 0, index = 0;
   uint32_t qpNum = 0;
@@ -48,8 +49,8 @@ struct VerbsQpInfo {
 
 class VerbsTransport : public Transport {
  public:
-  // Binds an rdma_cm listener on world[rank].address: fails, naming the address, when no
-  // RDMA device carries it.
+  // Finds the RDMA device and RoCEv2 GID of world[rank].address and listens there over TCP
+  // for set-up connections: fails, naming the address, when no RDMA device carries it.
   static Result<std::unique_ptr<VerbsTransport>> create(VerbsOptions options);
   ~VerbsTransport() override;
   std::string name() const override { return "verbs"; }
@@ -70,17 +71,33 @@ class VerbsTransport : public Transport {
   explicit VerbsTransport(VerbsOptions o);
   bool interrupted() const;
   Result<void> createCq();
-  Result<void> setupQp(Qp& q);
+  // This node's RoCEv2 GID for its data address (its index changes when the NIC flaps).
+  Result<void> findGid();
+  Result<void> createQp(Qp& q);
+  Result<void> toRts(Qp& q);
   Result<void> postRecv(Qp& q, uint32_t slot);
-  // Reads every pending CM event: requests are queued for connect(), others update QPs.
-  void handleCmEvents();
+  Result<void> dial(Qp& q, int64_t deadline);
+  Result<void> accept(Qp& q, int64_t deadline);
+  // Takes set-up connections waiting on the listener (their first record read, bounded)
+  // into pendingRequests_; the number of valid ones.
+  int takeRequests();
+  // Marks QPs whose control connection the peer closed (or reset) as disconnected.
+  void checkControl();
+  // Waits until FD is ready for EVENTS, DEADLINE passes or interrupt() is called.
+  Result<void> waitFd(int fd, short events, int64_t deadline, const char* what);
+  Result<void> sendAll(int fd, const void* p, size_t n, int64_t deadline);
+  Result<void> recvAll(int fd, void* p, size_t n, int64_t deadline);
   void destroyAll(bool orderly);
 
   VerbsOptions o_;
   std::span<std::byte> buf_;
   UniqueFD wake_;
   verbs::EventChannel channel_;
-  verbs::CmId listener_;
+  verbs::CmId bound_;  // an rdma_cm id bound to the data address: it names device and port
+  UniqueFD listen_;     // TCP: set-up connections from higher ranks
+  int gidIndex_ = -1;
+  ibv_gid gid_{};
+  ibv_mtu pathMtu_ = IBV_MTU_1024;
   verbs::Pd pd_;
   verbs::Mr mr_;
   // Per connect(): the CQ is recreated with the QPs, so no completion of an old QP can
