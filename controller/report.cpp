@@ -526,10 +526,11 @@ std::string renderText(const json& doc) {
     o << "\n";
     if (band.value("capped", false) && base && *base > 0) {
       auto low = num(band, "lowest_Bps");
-      o << "  warning         the baseline fell to " << rateText(low) << " (" << fmt("%.0f", (1 - low.value_or(0) / *base) * 100)
-        << "% below) at " << dur(i64(band, "lowest_at_ns") - i64(t, "start_ns"))
-        << " into the trial: a disturbance, not the job's noise; the band is capped at "
-        << fmt("%.0f", kBandMaxDepth * 100) << "% below, so a smaller impact can go unseen (re-run on a quieter fabric/host)\n";
+      o << "  warning         the baseline's own swings reach past " << fmt("%.0f", kBandMaxDepth * 100)
+        << "% below B (lowest " << rateText(low) << ", " << fmt("%.0f", (1 - low.value_or(0) / *base) * 100)
+        << "% below, at " << dur(i64(band, "lowest_at_ns") - i64(t, "start_ns"))
+        << " into the trial): the band is capped there, so a smaller impact can go unseen and a slow "
+           "recovery may be noise (a disturbed baseline: re-run on a quieter fabric/host)\n";
     }
     if (job["impact"].is_object()) {
       const json& im = job["impact"];
