@@ -21,6 +21,20 @@ namespace {
 json optNum(const std::optional<double>& v) { return v ? json(*v) : json(); }
 json optInt(const std::optional<int64_t>& v) { return v ? json(*v) : json(); }
 
+// Per-second rates of COUNTER in a sampled series {t_ns: [...], COUNTER: [...]}, at each
+// sample after the first (a counter that went back reads as 0).
+std::vector<std::pair<int64_t, double>> counterRates(const json& q, const char* counter) {
+  std::vector<std::pair<int64_t, double>> pts;
+  const json& ts = q["t_ns"];
+  const json& vs = q[counter];
+  for (size_t i = 1; i < ts.size() && i < vs.size(); i++) {
+    int64_t dt = ts[i].get<int64_t>() - ts[i - 1].get<int64_t>();
+    double dv = vs[i].get<double>() - vs[i - 1].get<double>();
+    if (dt > 0) pts.push_back({ts[i].get<int64_t>(), std::max(0.0, dv) * 1e9 / double(dt)});
+  }
+  return pts;
+}
+
 json iterJson(const std::optional<IterationStats>& s) {
   if (!s) return json();
   return {{"count", s->count}, {"p50_ns", s->p50Ns}, {"p99_ns", s->p99Ns}, {"max_ns", s->maxNs}};
@@ -1047,17 +1061,7 @@ std::string renderHtml(const json& doc) {
       std::vector<CounterLine> lines;
       for (auto it = doc["nic"].begin(); it != doc["nic"].end(); ++it) {
         const json& q = *it;
-        auto rates = [&](const char* counter) {
-          std::vector<std::pair<int64_t, double>> pts;
-          const json& ts = q["t_ns"];
-          const json& vs = q[counter];
-          for (size_t i = 1; i < ts.size() && i < vs.size(); i++) {
-            int64_t dt = ts[i].get<int64_t>() - ts[i - 1].get<int64_t>();
-            double dv = vs[i].get<double>() - vs[i - 1].get<double>();
-            if (dt > 0) pts.push_back({ts[i].get<int64_t>(), std::max(0.0, dv) * 1e9 / double(dt)});
-          }
-          return pts;
-        };
+        auto rates = [&](const char* counter) { return counterRates(q, counter); };
         const std::string& node = it.key();
         if (nicGrowth(q, "pause_frames", t0, t1) > 0)
           lines.push_back({"pfc", node + " pause frames (NIC)", rates("pause_frames")});
@@ -1083,17 +1087,7 @@ std::string renderHtml(const json& doc) {
         std::string key = str(d, "port") + "/" + std::to_string(d.value("queue", 0));
         const json& q = doc["fabric"]["series"].value(key, json());
         if (!q.is_object()) continue;
-        auto rates = [&](const char* counter) {
-          std::vector<std::pair<int64_t, double>> pts;
-          const json& ts = q["t_ns"];
-          const json& vs = q[counter];
-          for (size_t i = 1; i < ts.size() && i < vs.size(); i++) {
-            int64_t dt = ts[i].get<int64_t>() - ts[i - 1].get<int64_t>();
-            double dv = vs[i].get<double>() - vs[i - 1].get<double>();
-            if (dt > 0) pts.push_back({ts[i].get<int64_t>(), std::max(0.0, dv) * 1e9 / double(dt)});
-          }
-          return pts;
-        };
+        auto rates = [&](const char* counter) { return counterRates(q, counter); };
         std::string where = str(d, "port") + " q" + std::to_string(d.value("queue", 0));
         if (d.value("pfc_rx", uint64_t(0)) > 0) lines.push_back({"pfc", where + " PFC frames received", rates("pfc_rx")});
         if (d.value("pfc_tx", uint64_t(0)) > 0) lines.push_back({"pfc", where + " PFC frames sent", rates("pfc_tx")});
