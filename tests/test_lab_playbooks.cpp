@@ -3,7 +3,8 @@
 // nothing left behind (links up, journals empty). The verdict is printed, and required only of
 // incast and acceptance-suite (with one re-run: this machine is noisy, and their bounds are
 // time bounds). Where a playbook is about a
-// mechanism, the test compares it on and off in the same run: adaptive routing against ECMP,
+// mechanism, the test compares it on and off in the same run: adaptive routing against ECMP
+// (by the longest stall: the loss is within the lab's noise),
 // the PFC watchdog against none.
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -454,7 +455,7 @@ TEST_CASE("acceptance-suite runs on the lab, and passes", "[playbooks][one-switc
   CHECK(r.code == 0);
 }
 
-TEST_CASE("adaptive-routing: adaptive routing loses less than ECMP", "[playbooks][leaf-spine]") {
+TEST_CASE("adaptive-routing: adaptive routing stalls less than ECMP", "[playbooks][leaf-spine]") {
   auto& lab = labFor(kLeafSpine);
   REQUIRE(control(lab, {{"cmd", "get_routing"}})["mode"] == "adaptive");
   Run ar = runs(kLeafSpine, "adaptive-routing", 56);
@@ -466,7 +467,13 @@ TEST_CASE("adaptive-routing: adaptive routing loses less than ECMP", "[playbooks
   double stallAr = maxImpact(ar.doc, "longest_stall_ns"), stallEcmp = maxImpact(ecmp.doc, "longest_stall_ns");
   std::printf("[lab-playbooks] uplink down: loss %.2f%% adaptive, %.2f%% ECMP; longest stall %.0f ms, %.0f ms\n",
               lossAr, lossEcmp, stallAr / 1e6, stallEcmp / 1e6);
-  CHECK(lossEcmp > lossAr);
+  // What the mechanism changes is the stall: ECMP blackholes the flows hashed onto the dead
+  // uplink until routing converges (500 ms in the lab), adaptive routing moves them at once.
+  // The longest stall shows that on every run (lab runs: 10-20 ms against 540-710 ms). The
+  // loss is printed, not compared: over the 5 s fault window a 0.6 s stall is ~12% of the
+  // job, less than this 2-core lab's own swing (a CI run measured 17.5% loss with adaptive
+  // routing and no stall over 200 ms, and an ECMP trial with a 620 ms stall measured 0%).
   CHECK(stallEcmp > stallAr);
+  CHECK(failedMetrics(ecmp.doc).count("longest_stall") == 1);
   CHECK(ecmp.code == 1);
 }
