@@ -12,6 +12,7 @@
 #include "common/toml_text.hpp"
 
 #include "common/units.hpp"
+#include "metrics/exporter.hpp"
 
 namespace rc::agent {
 namespace {
@@ -169,7 +170,7 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
   };
   const auto& a = section("agent");
   r.checkKeys(a, "agent", {"node", "listen", "state_dir", "lease_timeout", "max_fault_lifetime",
-                           "max_connections", "max_workload_memory"});
+                           "max_connections", "max_workload_memory", "metrics"});
   c.node = r.str(a, "node", "agent", true);
   if (!c.node.empty() && c.node.size() > 63) r.fail(src, "[agent] node name is longer than 63 characters");
   std::string listen = r.str(a, "listen", "agent", true);
@@ -192,6 +193,15 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
       r.fail(at(src, mm->source()), "'max_workload_memory' must be a size of at least 1MiB, e.g. \"8GiB\"");
     else
       c.maxWorkloadMemory = *v;
+  }
+  if (auto* m = a.get("metrics")) {
+    auto addr = m->value<std::string>();
+    auto ep = addr ? metrics::parseEndpoint(*addr) : Result<metrics::Endpoint>(makeError(
+                         "'metrics' must be a string \"ADDR:PORT\", e.g. \"127.0.0.1:9465\""));
+    if (!ep)
+      r.fail(at(src, m->source()), "[agent] " + ep.error().message);
+    else
+      c.metrics = *addr;
   }
   if (!listen.empty()) {
     // "ADDR:PORT" or "[V6]:PORT"

@@ -34,6 +34,8 @@ struct Config {
   size_t maxConnections = 64;
   // [agent] max_workload_memory: bytes of workload buffers at once (0: a quarter of the RAM)
   uint64_t maxWorkloadMemory = 0;
+  // [agent] metrics: ADDR:PORT where the agent serves its state to Prometheus (empty: off)
+  std::string metrics;
 };
 
 // Parses FILE. Errors read "FILE:LINE:COL: message" (or "FILE: message") and name the fix.

@@ -768,6 +768,12 @@ json FaultManager::status() const {
               {"max_fault_lifetime_ms", maxLifetime_.count()}};
 }
 
+size_t FaultManager::journalEntries() const {
+  std::lock_guard lock(m_);
+  auto entries = journal_.list();
+  return entries ? entries->size() : 0;
+}
+
 void FaultManager::shutdown() {
   std::vector<std::shared_ptr<Entry>> all;
   {

@@ -76,6 +76,7 @@ class FaultManager {
   Result<json> get(const std::string& faultId) const;
   size_t activeCount() const;
   json status() const;
+  size_t journalEntries() const;  // faults on disk, to be reverted at start if the agent died
   const faults::Policy& policy() const { return policy_; }
   std::chrono::milliseconds leaseTimeout() const { return leaseTimeout_; }
 

@@ -5,8 +5,12 @@
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <memory>
 #include <cstdio>
 
+#include "agent/agent_metrics.hpp"
 #include "agent/capabilities.hpp"
 #include "agent/config.hpp"
 #include "agent/fault_manager.hpp"
@@ -14,6 +18,7 @@
 #include "agent/workload_manager.hpp"
 #include "common/log.hpp"
 #include "common/tls.hpp"
+#include "metrics/exporter.hpp"
 #include "rdmachaos_config.h"
 
 int main(int argc, char** argv) {
@@ -72,9 +77,31 @@ int main(int argc, char** argv) {
                                        config->maxWorkloadMemory);
   boost::asio::io_context io;
   rc::agent::Server server(io, *config, manager, workloads, *tls);
+  std::unique_ptr<rc::metrics::Exporter> exporter;
+  if (!config->metrics.empty()) {
+    auto e = rc::metrics::Exporter::start(config->metrics);
+    if (!e) {
+      rc::log::error("[agent] metrics: {}", e.error().message);
+      return 2;
+    }
+    exporter = std::move(*e);
+  }
   if (auto r = server.start(); !r) {
     rc::log::error("{}", r.error().message);
     return 2;
+  }
+  // Prometheus gauges, refreshed every second on the loop (a scrape reads the last values).
+  boost::asio::steady_timer metricsTick(io);
+  std::function<void()> publish = [&] {
+    rc::agent::publishAgentMetrics(*exporter, manager, server, workloads);
+    metricsTick.expires_after(std::chrono::seconds(1));
+    metricsTick.async_wait([&](const boost::system::error_code& ec) {
+      if (!ec) publish();
+    });
+  };
+  if (exporter) {
+    rc::log::info("serving metrics for Prometheus on {} (port {}, path /metrics)", config->metrics, exporter->port());
+    publish();
   }
   // Every signal that would end the agent reverts first (SIGHUP: a closed terminal or a
   // careless reload; SIGQUIT: Ctrl-\\). Faults before workloads: a workload can take a while to
@@ -88,6 +115,7 @@ int main(int argc, char** argv) {
     manager.shutdown();
     workloads.shutdown();
     server.stop();
+    metricsTick.cancel();
     io.stop();
   });
   rc::log::info("ready: node {}, lease {} ms, {} fault kinds", config->node,

@@ -477,6 +477,11 @@ int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOp
   opt.leaves = fabric.leaves;
   opt.spines = fabric.spines;
   opt.routing = fabric.routing;
+  if (fabric.agentMetrics < 0 || fabric.agentMetrics > 65535 || fabric.agentMetrics == 7470)
+    return fail("lab up: --agent-metrics must be a port in 1-65535 other than the agents' 7470");
+  opt.agentMetricsPort = fabric.agentMetrics;
+  if (softRoce && opt.agentMetricsPort)
+    return fail("lab up: --agent-metrics is for the namespace lab; the soft-RoCE guests' agents do not serve it yet");
   {
     auto lease = durationArg(fabric.lease, "--lease");
     if (!lease) return fail("lab up: " + lease.error().message);

@@ -65,6 +65,7 @@ struct LabFabricOptions {
   std::string rate = "1G";  // bits per second: 1G, 100M, 25G
   std::string routing = "ecmp";
   std::string lease = "5s";  // the agents' lease_timeout
+  int agentMetrics = 0;      // port where each agent serves Prometheus on its management address
 };
 int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOptions& fabric = {});
 int cmdLabDown(const std::string& dir);
@@ -81,6 +82,7 @@ struct RunOptions {
   std::string inventory;
   std::string reportDir;
   bool dryRun = false;
+  std::string metrics;  // ADDR:PORT: serve the live run to Prometheus (empty: off)
 };
 // Runs a playbook (or prints its resolved plan with --dry-run); exit 0/1/2 per the contract.
 int cmdRun(const RunOptions& o);

@@ -92,6 +92,8 @@ int main(int argc, char** argv) {
   cLabUp->add_option("--routing", labFabric.routing, "ecmp or adaptive")->capture_default_str();
   cLabUp->add_option("--lease", labFabric.lease, "the agents' lease: a silent controller's faults are reverted after it")
       ->capture_default_str();
+  cLabUp->add_option("--agent-metrics", labFabric.agentMetrics,
+                     "each agent serves Prometheus on its management address at this port (namespace lab)");
   auto* cLabDown = cLab->add_subcommand("down", "remove everything the lab created");
   cLabDown->add_option("--dir", labDir, "lab directory")->capture_default_str();
   auto* cLabStatus = cLab->add_subcommand("status", "show the lab's hosts and agents");
@@ -115,6 +117,7 @@ int main(int argc, char** argv) {
   cRun->add_option("--inventory", run.inventory, "inventory TOML")->required();
   cRun->add_option("--report-dir", run.reportDir, "where result.json, report.html and junit.xml go");
   cRun->add_flag("--dry-run", run.dryRun, "print who gets which fault when, and run nothing");
+  cRun->add_option("--metrics", run.metrics, "serve the live run to Prometheus on ADDR:PORT (e.g. 127.0.0.1:9464)");
 
   ReportOptions report;
   auto* cReport = app.add_subcommand("report", "re-render a result document");

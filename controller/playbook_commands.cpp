@@ -14,6 +14,7 @@
 #include "controller/inventory.hpp"
 #include "controller/playbook.hpp"
 #include "controller/report.hpp"
+#include "metrics/exporter.hpp"
 
 namespace rc::controller {
 namespace {
@@ -80,12 +81,23 @@ int cmdRun(const RunOptions& o) {
   if (!inv) return fail(inv.error().message);
   auto plan = resolvePlan(*pb, *inv);
   if (!plan) return fail(plan.error().message);
+  if (!o.metrics.empty())
+    if (auto ep = metrics::parseEndpoint(o.metrics); !ep) return fail("--metrics: " + ep.error().message);
   if (o.dryRun) {
     std::printf("%s", formatPlan(*pb, *plan).c_str());
     return kExitOk;
   }
   auto tls = tls::makeClientContext(inv->tls);
   if (!tls) return fail(tls.error().message);
+  // Bound before any agent is touched: a port in use stops the run with nothing changed.
+  std::unique_ptr<metrics::Exporter> exporter;
+  if (!o.metrics.empty()) {
+    auto e = metrics::Exporter::start(o.metrics);
+    if (!e) return fail("--metrics: " + e.error().message);
+    exporter = std::move(*e);
+    std::fprintf(stderr, "serving the live run's metrics for Prometheus on port %u (%s, path /metrics)\n",
+                 unsigned(exporter->port()), o.metrics.c_str());
+  }
   std::string dir = o.reportDir;
   if (dir.empty()) {
     char stamp[32];
@@ -106,7 +118,7 @@ int cmdRun(const RunOptions& o) {
                toString(pb->workload.kind), plan->workloadNodes.size(), dir.c_str());
   boost::asio::io_context io;
   RunResult result;
-  boost::asio::co_spawn(io, executePlan(io, *pb, *plan, *inv, *tls, RunnerOptions{}),
+  boost::asio::co_spawn(io, executePlan(io, *pb, *plan, *inv, *tls, RunnerOptions{.metrics = exporter.get()}),
                         [&](std::exception_ptr e, RunResult r) {
                           if (e) {
                             try {

@@ -20,6 +20,7 @@
 #include "controller/score.hpp"
 #include "controller/workload_run.hpp"
 #include "faults/fault.hpp"
+#include "metrics/exporter.hpp"
 
 namespace rc::controller {
 
@@ -297,33 +298,77 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
         }
       }
     }
+    // One instant for every figure: telemetry arrives kTelemetryLagNs late, so the phase,
+    // the faults and the throughput are all those of `at` (said on the progress line).
+    const int64_t at = now - kTelemetryLagNs;
+    std::string phase = "-", label;
+    int trialIndex = -1;
+    for (const auto& trial : plan.trials)
+      for (const auto& p : trial.phases)
+        if (at >= p.startNs && at < p.endNs) {
+          phase = p.name;
+          label = trial.label();
+          trialIndex = trial.index;
+        }
+    // The job's and each node's bytes over the second before `at`, on whole bins.
+    double jobBytes = 0;
+    std::map<std::string, double> nodeBytes;
+    if (at >= 1'000'000'000) {
+      const int64_t to = at / run.binNs * run.binNs;
+      for (const auto& ns : workload.series().nodes) {
+        std::vector<Bin> bins;
+        for (const auto& b : ns.bins) bins.push_back({b.tNs - t0, double(b.bytes)});
+        Grid g = toGrid(bins, run.binNs, to - 1'000'000'000, to);
+        double sum = 0;
+        for (double b : g.bytes) sum += b;
+        nodeBytes[ns.node] = sum;
+        jobBytes += sum;
+      }
+    }
+    std::vector<const FaultRecord*> activeFaults;
+    for (const auto& s : scheduled) {
+      const auto& fr = run.faults[s.record];
+      // On at `at`: applied by then (or due, before the agent's report arrives) and not reverted.
+      bool begun = fr.appliedNs ? *fr.appliedNs <= at : fr.scheduledNs <= at;
+      bool over = fr.revertedNs ? *fr.revertedNs <= at : s.ended;
+      if (begun && !over && fr.error.empty()) activeFaults.push_back(&fr);
+    }
+    if (options.metrics) {
+      metrics::Exporter& m = *options.metrics;
+      m.set("rdmachaos_run_elapsed_seconds", "seconds of the plan behind the run (telemetry's instant)", at / 1e9);
+      m.set("rdmachaos_run_duration_seconds", "the plan's length", plan.durationNs / 1e9);
+      m.set("rdmachaos_run_trial", "the trial running (its index; -1 between trials)", trialIndex);
+      m.set("rdmachaos_run_phase", "1 for the phase running", {{"trial", label}, {"phase", phase}}, 1);
+      m.retain("rdmachaos_run_phase", {{{"trial", label}, {"phase", phase}}});
+      m.set("rdmachaos_job_throughput_bits_per_second", "the job's throughput over the last second", jobBytes * 8);
+      std::vector<std::map<std::string, std::string>> faults;
+      for (const auto& [node, bytes] : nodeBytes) {
+        m.set("rdmachaos_node_throughput_bits_per_second", "a node's workload throughput over the last second",
+              {{"node", node}}, bytes * 8);
+        for (const auto& [name, v] : countersNow(node))
+          m.set("rdmachaos_node_counter", "a node's workload and NIC counters as last reported",
+                {{"node", node}, {"counter", name}}, double(v));
+      }
+      m.set("rdmachaos_faults_active", "faults applied and not yet reverted", double(activeFaults.size()));
+      for (const auto* fr : activeFaults) {
+        faults.push_back({{"step", fr->step}, {"node", fr->node}, {"kind", fr->kind}});
+        m.set("rdmachaos_fault_active", "1 while this fault is on", faults.back(), 1);
+      }
+      m.retain("rdmachaos_fault_active", faults);
+      m.set("rdmachaos_guardrail_max_stall_seconds", "the stall guardrail (0: off)",
+            playbook.guardrails.maxStallNs / 1e9);
+      m.set("rdmachaos_guardrail_min_baseline_bits_per_second", "the baseline floor guardrail (0: off)",
+            playbook.guardrails.minBaselineBytesPerSec * 8);
+      for (const auto& [trial, b] : baselines)
+        m.set("rdmachaos_trial_baseline_bits_per_second", "a trial's measured baseline",
+              {{"trial", std::to_string(trial)}}, b * 8);
+      m.set("rdmachaos_run_aborted", "1 once a guardrail, a lost agent or the operator aborted the run", aborted);
+    }
     if (options.progress && now / 1'000'000'000 != lastProgress && now >= 0 && now < plan.durationNs) {
       lastProgress = now / 1'000'000'000;
-      // One instant for every figure on the line: telemetry arrives kTelemetryLagNs late, so
-      // the phase, the faults and the throughput are all those of `at`, said on the line.
-      const int64_t at = now - kTelemetryLagNs;
-      std::string phase = "-", label;
-      for (const auto& trial : plan.trials)
-        for (const auto& p : trial.phases)
-          if (at >= p.startNs && at < p.endNs) {
-            phase = p.name;
-            label = trial.label();
-          }
       auto st = workloadStats(workload.series(), t0 + at - 1'000'000'000, t0 + at);
-      double jobBytes = 0;
-      if (at >= 1'000'000'000) {
-        const int64_t to = at / run.binNs * run.binNs;
-        Grid g = jobGrid(to - 1'000'000'000, to);
-        for (double b : g.bytes) jobBytes += b;
-      }
       std::string active;
-      for (const auto& s : scheduled) {
-        const auto& fr = run.faults[s.record];
-        // On at `at`: applied by then (or due, before the agent's report arrives) and not reverted.
-        bool begun = fr.appliedNs ? *fr.appliedNs <= at : fr.scheduledNs <= at;
-        bool over = fr.revertedNs ? *fr.revertedNs <= at : s.ended;
-        if (begun && !over && fr.error.empty()) active += (active.empty() ? "" : ", ") + fr.step + "@" + fr.node;
-      }
+      for (const auto* fr : activeFaults) active += (active.empty() ? "" : ", ") + fr->step + "@" + fr->node;
       std::fprintf(stderr,
                    "[%s] %-10s t=%5.1fs/%.1fs (the second to t; telemetry lags %.1fs)  "
                    "job throughput %-11s busbw %-11s iter p50 %-9s faults on: %s\n",
@@ -338,6 +383,7 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
     co_await tick.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
   run.endedNs = std::min<int64_t>(wallNs() - t0, plan.durationNs);
+  if (options.metrics) options.metrics->set("rdmachaos_run_aborted", "1 once a guardrail, a lost agent or the operator aborted the run", aborted);
   if (aborted) {
     std::fprintf(stderr, "aborting: %s — reverting every fault\n", run.abortReason.c_str());
     for (auto& c : fleet.clients()) {

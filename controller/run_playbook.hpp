@@ -11,11 +11,18 @@
 #include "controller/playbook.hpp"
 #include "controller/runner.hpp"
 
+namespace rc::metrics {
+class Exporter;
+}
+
 namespace rc::controller {
 
 struct RunnerOptions {
   std::chrono::milliseconds connectTimeout{5000};
   bool progress = true;  // a live line per second on stderr
+  // `run --metrics`: the live run's gauges (phase, trial, throughput, faults, counters,
+  // guardrails), set every 100 ms tick; null for none.
+  metrics::Exporter* metrics = nullptr;
 };
 
 // Runs PLAN on the inventory's agents. Never throws for run-time problems: an agent that

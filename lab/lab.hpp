@@ -25,6 +25,9 @@ struct UpOptions {
   // Each agent's lease_timeout: faults of a controller silent this long are reverted. Short
   // leases make crash tests fast; 200 ms..1 h (the agent's own bounds).
   std::chrono::milliseconds leaseTimeout{5000};
+  // Each agent serves its state to Prometheus on its management address at this port
+  // ([agent] metrics); 0: off.
+  int agentMetricsPort = 0;
 };
 
 // Brings the lab up and returns the path of DIR/inventory.toml. Refuses if DIR already holds

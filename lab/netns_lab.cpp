@@ -333,7 +333,7 @@ Result<std::string> resolveSwitchBinary(const UpOptions& o, const std::string& a
                    "build lab/rdmachaos-labswitch), set RDMACHAOS_LABSWITCH, or use --fabric bridge");
 }
 
-std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::milliseconds lease) {
+std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::milliseconds lease, int metricsPort) {
   std::string pki = s.dir + "/pki/";
   std::string nodeDir = s.dir + "/nodes/" + n.name;
   std::ostringstream o;
@@ -344,8 +344,9 @@ std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::mil
     << "listen = " << tomlString(n.mgmtAddress + ":" + std::to_string(kAgentPort)) << "\n"
     << "state_dir = " << tomlString(nodeDir + "/state") << "\n"
     << "lease_timeout = \"" << durationText(lease) << "\"\n"
-    << "max_fault_lifetime = \"10m\"\n"
-    << "[tls]\n"
+    << "max_fault_lifetime = \"10m\"\n";
+  if (metricsPort > 0) o << "metrics = " << tomlString(n.mgmtAddress + ":" + std::to_string(metricsPort)) << "\n";
+  o << "[tls]\n"
     << "ca = " << tomlString(pki + "ca.pem") << "\n"
     << "cert = " << tomlString(pki + "agent-" + n.name + ".pem") << "\n"
     << "key = " << tomlString(pki + "agent-" + n.name + ".key") << "\n"
@@ -636,7 +637,7 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
   for (const auto& n : s.nodes) {
     std::string nodeDir = s.dir + "/nodes/" + n.name;
     if (auto r = mkdirs(nodeDir + "/state", 0700); !r) return r.error();
-    if (auto r = writeFile(n.config, agentConfig(s, n, options.leaseTimeout)); !r) return r.error();
+    if (auto r = writeFile(n.config, agentConfig(s, n, options.leaseTimeout, options.agentMetricsPort)); !r) return r.error();
   }
   std::string inventoryPath = s.dir + "/inventory.toml";
   if (auto r = writeFile(inventoryPath, inventory(s)); !r) return r.error();

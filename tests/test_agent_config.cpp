@@ -71,6 +71,11 @@ TEST_CASE("bad configs name the place and the fix") {
       {"[agent]", "[agent", "agent.toml:2"},
       {"lease_timeout = \"3s\"", "max_workload_memory = \"lots\"", "agent.toml:6:23: 'max_workload_memory' must be a size"},
       {"lease_timeout = \"3s\"", "max_workload_memory = \"1KiB\"", "at least 1MiB"},
+      {"lease_timeout = \"3s\"", "metrics = \"9465\"", "agent.toml:6:11: [agent] metrics address '9465': no port"},
+      {"lease_timeout = \"3s\"", "metrics = \"::1:9465\"", "an IPv6 address goes in brackets"},
+      {"lease_timeout = \"3s\"", "metrics = \"host:9465\"", "'host' is not an IPv4 literal"},
+      {"lease_timeout = \"3s\"", "metrics = \"127.0.0.1:70000\"", "'70000' is not a port"},
+      {"lease_timeout = \"3s\"", "metrics = 9465", "'metrics' must be a string \"ADDR:PORT\""},
   }));
   std::string text = kGood;
   auto pos = text.find(from);
@@ -79,6 +84,17 @@ TEST_CASE("bad configs name the place and the fix") {
   auto c = parseConfig(text, "agent.toml");
   REQUIRE_FALSE(c.ok());
   CHECK_THAT(c.error().message, Catch::Contains(fragment));
+}
+
+TEST_CASE("the Prometheus address is off unless configured, and kept as written") {
+  auto off = parseConfig(kGood, "agent.toml");
+  REQUIRE(off.ok());
+  CHECK(off->metrics.empty());
+  std::string text = kGood;
+  text.replace(text.find("lease_timeout"), 0, "metrics = \"[::1]:9465\"\n");
+  auto on = parseConfig(text, "agent.toml");
+  REQUIRE(on.ok());
+  CHECK(on->metrics == "[::1]:9465");
 }
 
 TEST_CASE("a missing config file is named") {
