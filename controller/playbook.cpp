@@ -67,9 +67,9 @@ std::string fmtOffset(int64_t ns) {
   return buf;
 }
 
-std::string joinNames(const std::vector<std::string>& v) {
+std::string joinNames(const std::vector<std::string>& v, const char* sep = ", ") {
   std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
   return out;
 }
 
@@ -474,22 +474,48 @@ Expectation Parser::expectation(const toml::node& n, const std::string& what) co
 
 Sweep Parser::sweep(const toml::node& n, const Scenario& sc) const {
   const auto& t = table(n, "sweep");
-  checkKeys(t, {"step", "param", "values"}, "[sweep]");
+  checkKeys(t, {"step", "param", "values", "over", "per_trial"}, "[sweep]");
   Sweep sw;
   sw.pos = pos(n);
   auto* st = t.get("step");
   auto* pa = t.get("param");
   auto* va = t.get("values");
-  if (!st || !pa || !va)
-    fail(n, "[sweep] needs step = \"<step name>\", param = \"<fault parameter>\" and values = [...]");
-  sw.step = str(*st, "sweep step", 64);
-  sw.param = str(*pa, "sweep param", 64);
-  auto it = std::find_if(sc.steps.begin(), sc.steps.end(), [&](const Step& s) { return s.name == sw.step; });
-  if (it == sc.steps.end()) {
-    std::vector<std::string> names;
-    for (const auto& s : sc.steps) names.push_back(s.name);
-    fail(*st, "[sweep] step '" + sw.step + "' is not a step of this scenario (steps: " + joinNames(names) + ")");
+  auto* ov = t.get("over");
+  auto findStep = [&]() {
+    sw.step = str(*st, "sweep step", 64);
+    auto it = std::find_if(sc.steps.begin(), sc.steps.end(), [&](const Step& s) { return s.name == sw.step; });
+    if (it == sc.steps.end()) {
+      std::vector<std::string> names;
+      for (const auto& s : sc.steps) names.push_back(s.name);
+      fail(*st, "[sweep] step '" + sw.step + "' is not a step of this scenario (steps: " + joinNames(names) + ")");
+    }
+    return it;
+  };
+  if (ov) {
+    // A target sweep: the step runs on each of its targets in turn.
+    if (str(*ov, "sweep over", 16) != "target")
+      fail(*ov, "[sweep] over must be \"target\" (or leave it out and sweep a parameter with param and values)");
+    if (pa || va) fail(pa ? *pa : *va, "[sweep] over = \"target\" takes its values from the step's target: drop param and values");
+    if (!st) fail(n, "[sweep] over = \"target\" needs step = \"<step name>\"");
+    auto it = findStep();
+    if (it->target.random > 0)
+      fail(it->target.pos, "step '" + it->name + "' is swept over its targets, each in turn: drop random = " +
+                               std::to_string(it->target.random) + " from its target");
+    sw.overTargets = true;
+    sw.param = "target";
+    if (auto* k = t.get("per_trial")) {
+      auto v = k->value<int64_t>();
+      if (!v || *v < 1 || *v > 64) fail(*k, "[sweep] per_trial must be an integer in [1, 64]: targets faulted together");
+      sw.perTrial = int(*v);
+    }
+    return sw;
   }
+  if (auto* k = t.get("per_trial")) fail(*k, "[sweep] per_trial goes with over = \"target\"");
+  if (!st || !pa || !va)
+    fail(n, "[sweep] needs step = \"<step name>\", param = \"<fault parameter>\" and values = [...], "
+            "or step and over = \"target\"");
+  sw.param = str(*pa, "sweep param", 64);
+  auto it = findStep();
   const auto* kind = faults::findKind(it->kind);
   bool known = std::any_of(kind->params.begin(), kind->params.end(),
                            [&](const faults::ParamSpec& p) { return p.name == sw.param; });
@@ -666,7 +692,8 @@ Playbook Parser::parse(const std::string& text) {
                                       sc.phases.front().name + "' (" +
                                       fmtDur(sc.phases.front().durationNs) +
                                       "): lengthen it or lower [scoring] warmup");
-    size_t n = (sc.sweep ? sc.sweep->values.size() : 1) * size_t(pb.repeat);
+    // A target sweep's size is known once bound to an inventory: resolvePlan checks it again.
+    size_t n = std::max<size_t>(1, sc.sweep ? sc.sweep->values.size() : 1) * size_t(pb.repeat);
     trials += n;
     total += int64_t(n) * sc.durationNs();
     if (trials > kMaxTrials) fail(sc.pos, "the playbook expands to more than 1000 trials");
@@ -927,6 +954,33 @@ Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
     size_t faults = 0;
     for (const auto& sc : pb.scenarios) {
       std::vector<json> values = sc.sweep ? sc.sweep->values : std::vector<json>{json()};
+      // A target sweep: the swept step's targets, in a seeded order, per_trial at a time; each
+      // value is "n3" (or "n3,n1").
+      std::map<std::string, std::vector<std::string>> groups;
+      if (sc.sweep && sc.sweep->overTargets) {
+        values.clear();
+        const Step* swept = nullptr;
+        for (const auto& s : sc.steps)
+          if (s.name == sc.sweep->step) swept = &s;
+        std::vector<std::string> pool = selectNodes(p, swept->target, inv, nullptr);
+        if (pool.empty())
+          p.fail(swept->target.pos, "step '" + swept->name + "' is swept over its targets, but '" +
+                                        swept->target.describe() + "' matches no node");
+        Rng order = rngFor(pb.seed, SIZE_MAX, 0);
+        for (size_t i = pool.size(); i > 1; i--) std::swap(pool[i - 1], pool[order.below(i)]);
+        for (size_t i = 0; i < pool.size(); i += size_t(sc.sweep->perTrial)) {
+          std::vector<std::string> g(pool.begin() + long(i),
+                                     pool.begin() + long(std::min(pool.size(), i + size_t(sc.sweep->perTrial))));
+          std::string name = joinNames(g, ",");
+          groups[name] = g;
+          values.push_back(name);
+        }
+        if (values.size() * size_t(pb.repeat) > kMaxTrials)
+          p.fail(sc.sweep->pos, "the target sweep expands to " + std::to_string(values.size() * size_t(pb.repeat)) +
+                                    " trials (more than 1000): raise per_trial or narrow the step's target");
+        if (int64_t(values.size()) * pb.repeat * sc.durationNs() > kMaxRunNs)
+          p.fail(sc.sweep->pos, "the target sweep runs for more than 7 days: raise per_trial or narrow the target");
+      }
       for (const auto& value : values) {
         for (int r = 0; r < pb.repeat; r++) {
           Trial t;
@@ -955,14 +1009,16 @@ Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
             int64_t at = s.atNs;
             if (s.atMaxNs > s.atNs) at += int64_t(rng.below(uint64_t(s.atMaxNs - s.atNs) + 1));
             json params = s.params;
-            if (sc.sweep && sc.sweep->step == s.name) {
+            bool sweptTargets = sc.sweep && sc.sweep->overTargets && sc.sweep->step == s.name;
+            if (sc.sweep && !sc.sweep->overTargets && sc.sweep->step == s.name) {
               json raw = s.rawParams;
               raw[sc.sweep->param] = value;
               auto n = faults::normaliseParams(s.kind, faults::findKind(s.kind)->params, raw);
               if (!n) p.fail(sc.sweep->pos, n.error().message);  // checked at parse time
               params = *n;
             }
-            auto bound = bindTargets(s.kind, params, selectNodes(p, s.target, inv, &rng), inv,
+            auto bound = bindTargets(s.kind, params,
+                                     sweptTargets ? groups[value.get<std::string>()] : selectNodes(p, s.target, inv, &rng), inv,
                                      [&rng](uint64_t n) { return rng.below(n); });
             if (!bound) p.fail(s.pos, "step '" + s.name + "': " + bound.error().message);
             for (auto& b : *bound)

@@ -103,10 +103,14 @@ struct Expectation {
 };
 
 // One fault parameter of one step takes each value in turn: one trial (and one score) per value.
+// Or, with over = "target", the step's targets take turns: one trial per target (per_trial at a
+// time, in a seeded order), each scored on its own, so an acceptance run names what failed.
 struct Sweep {
   std::string step;
-  std::string param;
-  std::vector<json> values;  // as written
+  std::string param;         // "target" for a target sweep
+  std::vector<json> values;  // as written; empty for a target sweep (known once bound)
+  bool overTargets = false;
+  int perTrial = 1;          // targets faulted together in one trial of a target sweep
   SourcePos pos;
 };
 

@@ -48,11 +48,13 @@ int cmdValidate(const std::vector<std::string>& playbooks, const std::string& in
       continue;
     }
     size_t steps = 0, expects = 0, requires_ = 0, trials = 0;
+    bool perTarget = false;  // a target sweep's trials are known once bound to an inventory
     for (const auto& sc : pb->scenarios) {
       steps += sc.steps.size();
       expects += sc.expectations.size();
       requires_ += sc.requirements.size();
-      trials += (sc.sweep ? sc.sweep->values.size() : 1) * size_t(pb->repeat);
+      perTarget = perTarget || (sc.sweep && sc.sweep->overTargets);
+      trials += (sc.sweep && !sc.sweep->overTargets ? sc.sweep->values.size() : 1) * size_t(pb->repeat);
     }
     std::string extra;
     if (requires_) extra = ", " + std::to_string(requires_) + " condition(s)";
@@ -65,10 +67,13 @@ int cmdValidate(const std::vector<std::string>& playbooks, const std::string& in
       }
       size_t injections = 0;
       for (const auto& t : plan->trials) injections += t.faults.size();
+      trials = plan->trials.size();
+      perTarget = false;
       extra += ", " + std::to_string(injections) + " injection(s) on " + inventory;
     }
-    std::printf("%s: ok: '%s', %zu scenario(s), %zu trial(s), %zu step(s) [%s], %zu expectation(s)%s\n",
-                path.c_str(), pb->name.c_str(), pb->scenarios.size(), trials, steps,
+    std::printf("%s: ok: '%s', %zu scenario(s), %s trial(s), %zu step(s) [%s], %zu expectation(s)%s\n",
+                path.c_str(), pb->name.c_str(), pb->scenarios.size(),
+                perTarget ? "one per target of its sweep:" : std::to_string(trials).c_str(), steps,
                 joined(pb->faultKinds()).c_str(), expects, extra.c_str());
   }
   return bad ? kExitError : kExitOk;

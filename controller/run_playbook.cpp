@@ -369,10 +369,15 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
       auto st = workloadStats(workload.series(), t0 + at - 1'000'000'000, t0 + at);
       std::string active;
       for (const auto* fr : activeFaults) active += (active.empty() ? "" : ", ") + fr->step + "@" + fr->node;
+      // Long runs (a target sweep over a cluster) say where they are and how long is left.
+      std::string where = label;
+      if (plan.trials.size() > 1 && trialIndex >= 0)
+        where += ", trial " + std::to_string(trialIndex + 1) + "/" + std::to_string(plan.trials.size()) + ", " +
+                 formatDuration(Nanos((plan.durationNs - at) / 1'000'000'000 * 1'000'000'000)) + " left";
       std::fprintf(stderr,
                    "[%s] %-10s t=%5.1fs/%.1fs (the second to t; telemetry lags %.1fs)  "
                    "job throughput %-11s busbw %-11s iter p50 %-9s faults on: %s\n",
-                   label.c_str(), phase.c_str(), at / 1e9, plan.durationNs / 1e9, kTelemetryLagNs / 1e9,
+                   where.c_str(), phase.c_str(), at / 1e9, plan.durationNs / 1e9, kTelemetryLagNs / 1e9,
                    at >= 1'000'000'000 ? formatBitRate(jobBytes * 8).c_str() : "-",
                    st.count ? formatBitRate(st.busbw * 8).c_str() : "-",
                    st.count ? formatDuration(Nanos(int64_t(st.p50Ns))).c_str() : "-",

@@ -368,6 +368,73 @@ values = ["100ms", "2s", "5s"]
   CHECK(text.find("+70.000s    inject link_flap  on n2") != std::string::npos);
 }
 
+TEST_CASE("a target sweep: one trial per target in a seeded order, per_trial at a time") {
+  auto sweep = [](const std::string& extra, uint64_t seed = 1) {
+    auto pb = parsePlaybook("seed = " + std::to_string(seed) + "\n" + kHead + R"([[step]]
+name = "flap"
+kind = "link_flap"
+phase = "fault"
+target = "worker"
+params = { down = "1s" }
+[sweep]
+step = "flap"
+over = "target"
+)" + extra,
+                            "p.toml");
+    INFO((pb ? "" : pb.error().message));
+    REQUIRE(pb);
+    auto plan = resolvePlan(*pb, inventory());
+    INFO((plan ? "" : plan.error().message));
+    REQUIRE(plan);
+    return *plan;
+  };
+  Plan one = sweep("");
+  REQUIRE(one.trials.size() == 4);  // n1..n4 are all workers
+  std::vector<std::string> order;
+  for (const auto& t : one.trials) {
+    REQUIRE(t.faults.size() == 1);
+    CHECK(t.sweepParam == "target");
+    CHECK(t.sweepValue == t.faults[0].node);
+    CHECK(t.label() == "t target=" + t.faults[0].node + " #1");
+    order.push_back(t.faults[0].node);
+  }
+  std::vector<std::string> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == std::vector<std::string>{"n1", "n2", "n3", "n4"});  // each node once
+  // Seeded: the same seed gives the same order; some other seed gives another.
+  std::vector<std::string> again;
+  for (const auto& t : sweep("").trials) again.push_back(t.faults[0].node);
+  CHECK(again == order);
+  bool differs = false;
+  for (uint64_t seed = 2; seed < 12 && !differs; seed++) {
+    std::vector<std::string> other;
+    for (const auto& t : sweep("", seed).trials) other.push_back(t.faults[0].node);
+    differs = other != order;
+  }
+  CHECK(differs);
+  // per_trial = 3: two trials, of 3 nodes and of the last one.
+  Plan three = sweep("per_trial = 3\n");
+  REQUIRE(three.trials.size() == 2);
+  CHECK(three.trials[0].faults.size() == 3);
+  CHECK(three.trials[1].faults.size() == 1);
+  CHECK(three.trials[0].sweepValue.get<std::string>().find(',') != std::string::npos);
+  CHECK(three.durationNs == 40 * kSec);
+
+  auto bad = [](const std::string& step, const std::string& sw, const std::string& want) {
+    auto pb = parsePlaybook(kHead + "[[step]]\nname = \"flap\"\nkind = \"link_flap\"\nphase = \"fault\"\n" + step +
+                                "[sweep]\nstep = \"flap\"\n" + sw,
+                            "p.toml");
+    REQUIRE_FALSE(pb);
+    INFO(pb.error().message);
+    CHECK(pb.error().message.find(want) != std::string::npos);
+  };
+  bad("target = \"all\"\n", "over = \"node\"\n", "p.toml:17:8: [sweep] over must be \"target\"");
+  bad("target = \"all\"\n", "over = \"target\"\nparam = \"down\"\n", "drop param and values");
+  bad("target = \"all\"\n", "over = \"target\"\nper_trial = 0\n", "p.toml:18:13: [sweep] per_trial must be an integer in [1, 64]");
+  bad("target = \"all\"\n", "param = \"down\"\nvalues = [\"1s\"]\nper_trial = 2\n", "per_trial goes with over = \"target\"");
+  bad("target = { random = 2, from = \"worker\" }\n", "over = \"target\"\n", "drop random = 2 from its target");
+}
+
 TEST_CASE("resolvePlan errors point into the playbook") {
   auto check = [](const std::string& body, const std::string& want) {
     auto pb = parsePlaybook(kHead + body, "p.toml");
