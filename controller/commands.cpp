@@ -454,7 +454,16 @@ int cmdRecover(const std::string& inventory, const std::string& timeoutText, boo
 }
 
 // ---------------------------------------------------------------- certs
-int cmdCertsInit(const std::string& dir, const std::vector<std::string>& agents, bool overwrite) {
+int cmdCertsInit(const std::string& dir, std::vector<std::string> agents, bool overwrite,
+                 const std::string& inventoryPath) {
+  // --inventory: a certificate for every node it names (with any --agent), so a cluster's
+  // PKI follows its inventory; read before anything is written.
+  if (!inventoryPath.empty()) {
+    auto inv = loadInventory(inventoryPath);
+    if (!inv) return fail("certs init: " + inv.error().message);
+    for (const auto& n : inv->nodes)
+      if (std::find(agents.begin(), agents.end(), n.name) == agents.end()) agents.push_back(n.name);
+  }
   certs::Options opt;
   opt.dir = dir;
   opt.agentNames = agents;

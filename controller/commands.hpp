@@ -56,7 +56,8 @@ int cmdWorkload(const WorkloadOptions& o);
 // ALL: every controller's faults; otherwise those scheduled with this controller certificate.
 int cmdRecover(const std::string& inventory, const std::string& timeout, bool all);
 
-int cmdCertsInit(const std::string& dir, const std::vector<std::string>& agents, bool overwrite);
+int cmdCertsInit(const std::string& dir, std::vector<std::string> agents, bool overwrite,
+                 const std::string& inventoryPath = "");
 
 // The lab's data fabric (lab up --fabric/--leaves/--spines/--rate/--routing).
 struct LabFabricOptions {

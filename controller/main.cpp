@@ -72,6 +72,8 @@ int main(int argc, char** argv) {
   auto* cCertsInit = cCerts->add_subcommand("init", "create a CA, a controller and agent certificates");
   cCertsInit->add_option("dir", certsDir, "output directory")->required();
   cCertsInit->add_option("--agent", certsAgents, "agent node name (repeatable)");
+  std::string certsInventory;
+  cCertsInit->add_option("--inventory", certsInventory, "issue a certificate for every node of this inventory");
   cCertsInit->add_flag("--overwrite", certsOverwrite, "replace an existing CA");
 
   auto* cLab = app.add_subcommand("lab", "the embedded lab fabric (namespaces, or QEMU guests with --soft-roce)");
@@ -132,7 +134,7 @@ int main(int argc, char** argv) {
   if (*cInject) return cmdInject(inject);
   if (*cWorkload) return cmdWorkload(wl);
   if (*cRecover) return cmdRecover(recoverInventory, recoverTimeout, recoverAll);
-  if (*cCertsInit) return cmdCertsInit(certsDir, certsAgents, certsOverwrite);
+  if (*cCertsInit) return cmdCertsInit(certsDir, certsAgents, certsOverwrite, certsInventory);
   if (*cLabUp) return cmdLabUp(labNodes, labDir, softRoce, labFabric);
   if (*cLabDown) return cmdLabDown(labDir);
   if (*cLabStatus) return cmdLabStatus(labDir);

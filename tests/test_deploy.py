@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # Checks deploy/: the systemd unit (systemd-analyze verify), the Kubernetes manifests (offline), the Slurm script on a real one-node Slurm.
-"""Usage: test_deploy.py systemd|kubernetes|slurm-script|slurm
+"""Usage: test_deploy.py systemd|kubernetes|slurm-script|slurm|certs
 
 Environment (set by tests/meson.build): RDMACHAOS_SOURCE_DIR, RDMACHAOS_AGENT (the built
 agent), RDMACHAOS_CLI (the built controller). Exit 0 = pass, 1 = fail, 77 = skipped (with
@@ -532,11 +532,55 @@ PartitionName=rdmachaos Nodes=rcnode1 Default=YES MaxTime=INFINITE State=UP
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_certs():
+    """docs/deploy.md step 3: `certs init DIR --inventory FILE` issues one certificate per node
+    of the inventory (plus any --agent), reuses the CA when run again after a node was added, and
+    refuses a bad inventory before writing anything."""
+    tmp = tempfile.mkdtemp(prefix="rc-certs-")
+    try:
+        inv = os.path.join(tmp, "inventory.toml")
+        def write_inventory(names):
+            with open(inv, "w") as f:
+                f.write('[tls]\nca = "pki/ca.pem"\ncert = "pki/controller.pem"\nkey = "pki/controller.key"\n')
+                for i, n in enumerate(names):
+                    f.write('[[node]]\nname = "%s"\naddress = "10.0.0.%d"\n' % (n, i + 1))
+        pki = os.path.join(tmp, "pki")
+        write_inventory(["gpu-node-001", "gpu-node-002"])
+        r = subprocess.run([CLI, "certs", "init", pki, "--inventory", inv, "--agent", "spare"],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, "certs init --inventory exits 0 (%s)" % r.stderr.strip())
+        for n in ("gpu-node-001", "gpu-node-002", "spare"):
+            check(os.path.isfile(os.path.join(pki, "agent-%s.pem" % n)), "agent-%s.pem issued" % n)
+            key = os.path.join(pki, "agent-%s.key" % n)
+            check(os.path.isfile(key) and (os.stat(key).st_mode & 0o077) == 0, "agent-%s.key is private (0600)" % n)
+        with open(os.path.join(pki, "ca.pem")) as f:
+            ca = f.read()
+        write_inventory(["gpu-node-001", "gpu-node-002", "gpu-node-003"])
+        r = subprocess.run([CLI, "certs", "init", pki, "--inventory", inv], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, "run again after adding a node: exit 0 (%s)" % r.stderr.strip())
+        check(os.path.isfile(os.path.join(pki, "agent-gpu-node-003.pem")), "the added node gets its certificate")
+        with open(os.path.join(pki, "ca.pem")) as f:
+            check(f.read() == ca, "the CA is reused, not replaced")
+        with open(inv, "a") as f:
+            f.write('[[node]]\nname = "bad name"\naddress = "10.0.0.9"\n')
+        before = sorted(os.listdir(pki))
+        r = subprocess.run([CLI, "certs", "init", pki, "--inventory", inv], capture_output=True, text=True, timeout=60)
+        check(r.returncode != 0 and "inventory.toml" in r.stderr, "a bad inventory is refused, naming it (%s)" % r.stderr.strip())
+        check(sorted(os.listdir(pki)) == before, "and nothing is written")
+        r = subprocess.run([CLI, "certs", "init", pki, "--inventory", os.path.join(tmp, "missing.toml")],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode != 0 and "missing.toml" in r.stderr, "a missing inventory is named (%s)" % r.stderr.strip())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
-    if len(sys.argv) != 2 or sys.argv[1] not in ("systemd", "kubernetes", "slurm-script", "slurm"):
+    parts = {"systemd": test_systemd, "kubernetes": test_kubernetes, "slurm-script": test_slurm_script,
+             "slurm": test_slurm, "certs": test_certs}
+    if len(sys.argv) != 2 or sys.argv[1] not in parts:
         print(__doc__)
         return 2
-    {"systemd": test_systemd, "kubernetes": test_kubernetes, "slurm-script": test_slurm_script, "slurm": test_slurm}[sys.argv[1]]()
+    parts[sys.argv[1]]()
     print("%d check(s) failed" % len(failures) if failures else "all checks passed")
     return 1 if failures else 0
 
