@@ -148,6 +148,10 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
     vo.tag = tagOf(r.workloadId);
     vo.checksum = r.checksum;
     vo.progressTimeoutMs = r.reconnectTimeoutMs;
+    vo.timeout = uint8_t(r.qp.timeout);
+    vo.retryCount = uint8_t(r.qp.retryCount);
+    vo.rnrRetry = uint8_t(r.qp.rnrRetry);
+    vo.tos = uint8_t(r.qp.dscp << 2);
     auto v = wl::VerbsTransport::create(vo);
     if (!v)
       return makeError("cannot run a verbs workload on this node: " + v.error().message);
@@ -165,6 +169,7 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
     to.tag = tagOf(r.workloadId);
     to.userTimeoutMs = r.reconnectTimeoutMs;
     to.checksum = r.checksum;
+    to.dscp = r.qp.dscp;
     auto t = wl::TcpTransport::create(to);
     if (!t) return t.error();
     port = (*t)->port();

@@ -1,6 +1,8 @@
 // Protocol framing and strict request parsing.
 #include "common/protocol.hpp"
 
+#include <tuple>
+
 #include <cstdio>
 #include <random>
 #include <set>
@@ -279,7 +281,7 @@ Result<Envelope> parseRequest(const json& m) {
     if (auto r = onlyKeys(m, {"workload", "kind", "rank", "world", "size", "iterations",
                               "duration_ms", "streams", "incast_receiver", "fan_in", "bin_us",
                               "reconnect_timeout_ms", "start_ns", "clock_offset_ns", "checksum",
-                              "transport"});
+                              "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry"});
         !r)
       return r.error();
     WorkloadStart w;
@@ -356,6 +358,13 @@ Result<Envelope> parseRequest(const json& m) {
     if (!tr->empty()) w.transport = *tr;
     if (w.transport != "tcp" && w.transport != "verbs")
       return rc::makeError("field 'transport' must be \"tcp\" or \"verbs\", not '" + w.transport + "'");
+    for (auto [key, field, hi] : {std::tuple{"dscp", &w.qp.dscp, 63}, std::tuple{"qp_timeout", &w.qp.timeout, 31},
+                                  std::tuple{"qp_retry_cnt", &w.qp.retryCount, 7},
+                                  std::tuple{"qp_rnr_retry", &w.qp.rnrRetry, 7}}) {
+      auto q = getInt(m, key, 0, hi, false, *field);
+      if (!q) return q.error();
+      *field = int(*q);
+    }
     env.request = std::move(w);
   } else if (t == "workload_stop") {
     if (auto r = onlyKeys(m, {"workload"}); !r) return r.error();

@@ -114,6 +114,16 @@ struct WorldMember {
   std::string address;  // IPv4 literal on the member's data interface
   int port = 0;
 };
+// The data plane's traffic class and, for verbs, the RC QP attributes (NCCL's defaults:
+// NCCL_IB_TIMEOUT 14 before 2.14, NCCL_IB_RETRY_CNT 7, rnr_retry 7; DSCP 26, RoCEv2's class).
+struct QpSettings {
+  int dscp = 26;       // 0-63: TCP's IP_TOS and the verbs GRH traffic class (dscp << 2)
+  int timeout = 14;    // 0-31: 4.096 us x 2^timeout per try (0: infinite)
+  int retryCount = 7;  // 0-7
+  int rnrRetry = 7;    // 0-7 (7: retry forever)
+  bool operator==(const QpSettings&) const = default;
+};
+
 struct WorkloadStart {
   std::string workloadId;
   std::string kind;               // allreduce, allgather, alltoall, incast, pairwise
@@ -131,6 +141,7 @@ struct WorkloadStart {
   int64_t clockOffsetNs = 0;  // agent - controller
   bool checksum = true;
   std::string transport = "tcp";  // tcp, verbs (RC QPs; streams = QPs per peer)
+  QpSettings qp;
 };
 struct WorkloadStop {
   std::string workloadId;

@@ -50,6 +50,8 @@ struct WorkloadOptions {
   bool noChecksum = false;
   std::string timeout = "5s";
   bool json = false;                 // the whole series (bins, iterations) as JSON on stdout
+  int dscp = 26;                     // both transports
+  int qpTimeout = 14, qpRetryCnt = 7, qpRnrRetry = 7;  // verbs QP attributes
 };
 int cmdWorkload(const WorkloadOptions& o);
 

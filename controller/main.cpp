@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
   cWorkload->add_option("--reconnect-timeout", wl.reconnectTimeout, "re-establish lost connections within")->capture_default_str();
   cWorkload->add_option("--port", wl.port, "data-plane TCP port")->capture_default_str();
   cWorkload->add_flag("--no-checksum", wl.noChecksum, "skip payload checksums");
+  cWorkload->add_option("--dscp", wl.dscp, "traffic class of the data plane (0-63)")->capture_default_str();
+  cWorkload->add_option("--qp-timeout", wl.qpTimeout, "verbs: QP ACK timeout exponent, 4.096 us x 2^N (0-31)")->capture_default_str();
+  cWorkload->add_option("--qp-retry-cnt", wl.qpRetryCnt, "verbs: QP retry count (0-7)")->capture_default_str();
+  cWorkload->add_option("--qp-rnr-retry", wl.qpRnrRetry, "verbs: QP RNR retry count (0-7, 7 = forever)")->capture_default_str();
   cWorkload->add_option("--timeout", wl.timeout, "per-agent request timeout")->capture_default_str();
   cWorkload->add_flag("--json", wl.json, "print the summary and the whole series as JSON");
 

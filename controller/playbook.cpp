@@ -602,7 +602,8 @@ Playbook Parser::parse(const std::string& text) {
   if (!wl) throw Fail{path_ + ":1:1: the playbook needs a [workload] table (kind, size, streams, nodes)"};
   {
     const auto& t = table(*wl, "workload");
-    checkKeys(t, {"kind", "size", "streams", "nodes", "transport"}, "[workload]");
+    checkKeys(t, {"kind", "size", "streams", "nodes", "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry"},
+              "[workload]");
     auto* k = t.get("kind");
     if (!k) fail(*wl, "[workload] needs kind = \"allreduce\" (or allgather, alltoall, incast, pairwise)");
     auto kind = workloadKindFromString(str(*k, "workload kind", 32));
@@ -619,6 +620,14 @@ Playbook Parser::parse(const std::string& text) {
       if (pb.workload.transport == "verbs" && pb.workload.streams > 16)
         fail(*tr, "workload streams must be 1 to 16 with transport = \"verbs\" (QPs per peer)");
     }
+    // The traffic class of both transports, and the verbs QPs' attributes (NCCL's defaults).
+    if (auto* d = t.get("dscp")) pb.workload.qp.dscp = int(integer(*d, "workload dscp", 0, 63));
+    if (auto* q = t.get("qp_timeout")) pb.workload.qp.timeout = int(integer(*q, "workload qp_timeout", 0, 31));
+    if (auto* q = t.get("qp_retry_cnt")) pb.workload.qp.retryCount = int(integer(*q, "workload qp_retry_cnt", 0, 7));
+    if (auto* q = t.get("qp_rnr_retry")) pb.workload.qp.rnrRetry = int(integer(*q, "workload qp_rnr_retry", 0, 7));
+    for (const char* key : {"qp_timeout", "qp_retry_cnt", "qp_rnr_retry"})
+      if (auto* q = t.get(key); q && pb.workload.transport != "verbs")
+        fail(*q, std::string(key) + " sets a verbs QP attribute: it needs transport = \"verbs\"");
     pb.workload.nodes.names = {"all"};
     pb.workload.nodes.pos = pos(*wl);
     if (auto* n = t.get("nodes")) {

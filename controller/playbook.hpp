@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/protocol.hpp"
 #include "common/result.hpp"
 #include "controller/inventory.hpp"
 
@@ -46,6 +47,7 @@ struct Workload {
   int streams = 1;
   std::string transport = "tcp";  // tcp, verbs
   Selector nodes;  // default: all
+  proto::QpSettings qp;  // dscp (both transports); qp_timeout, qp_retry_cnt, qp_rnr_retry (verbs)
 };
 
 struct Phase {

@@ -179,6 +179,13 @@ int cmdWorkload(const WorkloadOptions& o) {
   if (o.transport == "verbs" && o.streams > 16)
     return failWith("--streams must be 1 to 16 with --transport verbs (QPs per peer)");
   run.spec.transport = o.transport;
+  if (o.dscp < 0 || o.dscp > 63) return failWith("--dscp must be 0 to 63");
+  if (o.qpTimeout < 0 || o.qpTimeout > 31) return failWith("--qp-timeout must be 0 to 31 (4.096 us x 2^N per try)");
+  if (o.qpRetryCnt < 0 || o.qpRetryCnt > 7 || o.qpRnrRetry < 0 || o.qpRnrRetry > 7)
+    return failWith("--qp-retry-cnt and --qp-rnr-retry must be 0 to 7");
+  if (o.transport != "verbs" && (o.qpTimeout != 14 || o.qpRetryCnt != 7 || o.qpRnrRetry != 7))
+    return failWith("--qp-timeout, --qp-retry-cnt and --qp-rnr-retry set verbs QP attributes: add --transport verbs");
+  run.spec.qp = {o.dscp, o.qpTimeout, o.qpRetryCnt, o.qpRnrRetry};
   run.spec.incastReceiver = o.receiver;
   run.spec.fanIn = o.fanIn;
   auto bin = positive(o.bin, "--bin");

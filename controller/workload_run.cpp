@@ -162,7 +162,11 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
                  {"start_ns", s.startNs},
                  {"clock_offset_ns", impl->ranks[r]->clock().offsetNs},
                  {"checksum", spec.checksum},
-                 {"transport", spec.transport}};
+                 {"transport", spec.transport},
+                 {"dscp", spec.qp.dscp},
+                 {"qp_timeout", spec.qp.timeout},
+                 {"qp_retry_cnt", spec.qp.retryCount},
+                 {"qp_rnr_retry", spec.qp.rnrRetry}};
     if (spec.iterations)
       body["iterations"] = spec.iterations;
     else

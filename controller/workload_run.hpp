@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "common/protocol.hpp"
+
+#include "common/protocol.hpp"
 #include "common/result.hpp"
 #include "controller/fleet.hpp"
 
@@ -33,6 +35,7 @@ struct WorkloadSpec {
   uint16_t port = 7480;            // data-plane port on every node
   bool checksum = true;
   Duration lead{};                 // delay to the common start; 0 = automatic
+  proto::QpSettings qp;            // DSCP (both transports) and the verbs QP attributes
 };
 
 // One throughput bin: bytes received by the node during [tNs, tNs + binNs).

@@ -229,7 +229,7 @@ TEST_CASE("errors name the file, line and column and what to change") {
       {"[[step]]\nkind = \"link_flap\"\nphase = \"fault\"\ntarget = \"n1\"\n[sweep]\nstep = \"step1\"\nparam = \"count\"\nvalues = [1, 5000]\n",
        "p.toml:17:14: link_flap parameter 'count' = 5000 is out of range [1, 1000]"},
       {"[[scenario]]\nname = \"a\"\n", "p.toml:10:1: use either [[scenario]] tables or top-level"},
-      {"[workload.x]\n", "p.toml:10:1: unknown key 'x' in [workload] (known: kind, size, streams, nodes, transport)"},
+      {"[workload.x]\n", "p.toml:10:1: unknown key 'x' in [workload] (known: kind, size, streams, nodes, transport, dscp,"},
       {"[[step]]\nkind = \"incast\"\nphase = \"fault\"\ntarget = \"all\"\nparams = { receiver = \"n1\", senders = 2, fan_in = 5 }\n",
        "p.toml:14:51: step 'step1' fan_in 5 must be a multiple of senders 2 (each sender opens fan_in / senders flows)"},
       {"[[step]]\nkind = \"incast\"\nphase = \"fault\"\ntarget = \"all\"\nparams = { senders = 2 }\n",
@@ -366,6 +366,34 @@ values = ["100ms", "2s", "5s"]
   std::string text = formatPlan(*pb, *plan);
   CHECK(text.find("6 trial(s), 2m in total") != std::string::npos);
   CHECK(text.find("+70.000s    inject link_flap  on n2") != std::string::npos);
+}
+
+TEST_CASE("[workload] dscp and the verbs QP attributes: NCCL's defaults, bounded, qp_* only with verbs") {
+  auto parse = [](const std::string& keys) {
+    return parsePlaybook("name = \"t\"\n[workload]\nkind = \"allreduce\"\n" + keys +
+                             "[[phase]]\nname = \"baseline\"\nduration = \"10s\"\n",
+                         "p.toml");
+  };
+  auto d = parse("");
+  REQUIRE(d);
+  CHECK(d->workload.qp == rc::proto::QpSettings{26, 14, 7, 7});
+  auto v = parse("transport = \"verbs\"\ndscp = 48\nqp_timeout = 8\nqp_retry_cnt = 3\nqp_rnr_retry = 0\n");
+  INFO((v ? "" : v.error().message));
+  REQUIRE(v);
+  CHECK(v->workload.qp == rc::proto::QpSettings{48, 8, 3, 0});
+  auto tcp = parse("dscp = 10\n");
+  REQUIRE(tcp);
+  CHECK(tcp->workload.qp.dscp == 10);
+  auto [keys, want] = GENERATE(table<std::string, std::string>({
+      {"dscp = 64\n", "p.toml:4:8: workload dscp = 64 is out of range [0, 63]"},
+      {"transport = \"verbs\"\nqp_timeout = 32\n", "p.toml:5:14: workload qp_timeout = 32 is out of range [0, 31]"},
+      {"transport = \"verbs\"\nqp_retry_cnt = 8\n", "out of range [0, 7]"},
+      {"qp_timeout = 8\n", "p.toml:4:14: qp_timeout sets a verbs QP attribute: it needs transport = \"verbs\""},
+  }));
+  auto bad = parse(keys);
+  REQUIRE_FALSE(bad);
+  INFO(bad.error().message);
+  CHECK(bad.error().message.find(want) != std::string::npos);
 }
 
 TEST_CASE("a target sweep: one trial per target in a seeded order, per_trial at a time") {

@@ -156,6 +156,14 @@ TEST_CASE("workload_start and workload_stop parse into typed values") {
   auto ve = parseRequest(v);
   REQUIRE(ve.ok());
   CHECK(std::get<WorkloadStart>(ve->request).transport == "verbs");
+  CHECK(w.qp == QpSettings{});  // NCCL's defaults and DSCP 26 when absent
+  v["dscp"] = 48;
+  v["qp_timeout"] = 8;
+  v["qp_retry_cnt"] = 3;
+  v["qp_rnr_retry"] = 0;
+  auto qe = parseRequest(v);
+  REQUIRE(qe.ok());
+  CHECK(std::get<WorkloadStart>(qe->request).qp == QpSettings{48, 8, 3, 0});
   auto stop = parseRequest(makeRequest(3, "workload_stop", {{"workload", "wl-1"}}));
   REQUIRE(stop.ok());
   CHECK(std::get<WorkloadStop>(stop->request).workloadId == "wl-1");
@@ -178,6 +186,10 @@ TEST_CASE("malformed workload_start messages are refused with the field named") 
       {"transport", 1, "field 'transport' must be a string"},
       {"workload", "../x", "A-Z a-z 0-9"},
       {"colour", "red", "unknown field 'colour'"},
+      {"dscp", 64, "out of range"},
+      {"qp_timeout", 32, "out of range"},
+      {"qp_retry_cnt", 8, "out of range"},
+      {"qp_rnr_retry", -1, "out of range"},
   }));
   json m = workloadStart();
   m[key] = value;

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "faults/labswitch_client.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -210,4 +211,48 @@ TEST_CASE("connections killed under a running all-reduce are re-established and 
   CHECK(reconnects >= 1);
   CHECK(failed >= 1);
   checkSeries(w, false);
+}
+
+// The lab switch's transmitted bytes per queue of port PORT (the default map puts DSCP 26 in
+// queue 3 and DSCP 48 in queue 6).
+std::vector<double> queueTxBytes(const std::string& port) {
+  auto r = rc::faults::labswitchRequest(lab().switchControl(), {{"cmd", "counters"}, {"port", port}});
+  REQUIRE(r.ok());
+  std::vector<double> out(8, 0);
+  for (auto& p : (*r)["ports"])
+    for (auto& q : p["queues"]) out[q["queue"].get<size_t>()] = q["tx_bytes"].get<double>();
+  return out;
+}
+
+TEST_CASE("--dscp puts the workload's traffic in the switch queue of that class") {
+  auto run = [](std::vector<std::string> extra) {
+    auto before = queueTxBytes("n2");
+    std::vector<std::string> args = {"--kind", "allreduce", "--size", "4MiB", "--iterations", "10",
+                                     "--node", "n1", "--node", "n2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    json w = runWorkload(args);
+    auto after = queueTxBytes("n2");
+    double rx = 0;
+    for (const auto& n : w["nodes"])
+      if (n["node"] == "n2") rx = n["counters"]["rx_bytes"].get<double>();
+    REQUIRE(rx > 0);
+    std::vector<double> delta(8);
+    for (size_t q = 0; q < 8; q++) delta[q] = after[q] - before[q];
+    return std::pair{rx, delta};
+  };
+  auto [rxDefault, dDefault] = run({});
+  INFO("default: n2 received " << rxDefault << " B; queue 3 sent " << dDefault[3] << " B, queue 6 " << dDefault[6]);
+  CHECK(dDefault[3] >= rxDefault);  // DSCP 26 by default: RoCEv2's lossless class
+  CHECK(dDefault[6] == 0);
+  auto [rx48, d48] = run({"--dscp", "48"});
+  INFO("--dscp 48: n2 received " << rx48 << " B; queue 3 sent " << d48[3] << " B, queue 6 " << d48[6]);
+  CHECK(d48[6] >= rx48);
+  CHECK(d48[3] < 0.01 * rx48);
+  // Out of range, or a QP attribute without verbs: refused before anything starts.
+  Proc bad = spawnCli({"workload", "--inventory", lab().inventory(), "--iterations", "1", "--dscp", "64"});
+  CHECK(waitCli(bad) == 2);
+  CHECK_THAT(readFile(bad.err), Catch::Contains("--dscp must be 0 to 63"));
+  Proc qp = spawnCli({"workload", "--inventory", lab().inventory(), "--iterations", "1", "--qp-timeout", "8"});
+  CHECK(waitCli(qp) == 2);
+  CHECK_THAT(readFile(qp.err), Catch::Contains("add --transport verbs"));
 }
