@@ -594,11 +594,13 @@ std::string renderText(const json& doc) {
     o << "\n";
     if (band.value("capped", false) && base && *base > 0) {
       auto low = num(band, "lowest_Bps");
-      o << "  warning         the baseline's own swings reach past " << fmt("%.0f", kBandMaxDepth * 100)
-        << "% below B (lowest " << rateText(low) << ", " << fmt("%.0f", (1 - low.value_or(0) / *base) * 100)
-        << "% below, at " << dur(i64(band, "lowest_at_ns") - i64(t, "start_ns"))
-        << " into the trial): the band is capped there, so a smaller impact can go unseen and a slow "
-           "recovery may be noise (a disturbed baseline: re-run on a quieter fabric/host)\n";
+      o << "  warning         the baseline is noisy: its spread (lowest " << rateText(low) << ", "
+        << fmt("%.0f", (1 - low.value_or(0) / *base) * 100) << "% below B, at "
+        << dur(i64(band, "lowest_at_ns") - i64(t, "start_ns"))
+        << " into the trial, plus the band's margin) would put the band more than "
+        << fmt("%.0f", kBandMaxDepth * 100)
+        << "% below B, so it is capped there: a smaller impact can go unseen and a slow recovery may be "
+           "noise (a disturbed baseline: re-run on a quieter fabric/host)\n";
     }
     if (job["impact"].is_object()) {
       const json& im = job["impact"];
