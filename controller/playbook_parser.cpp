@@ -1,0 +1,787 @@
+// The playbook parser: TOML to a Playbook; every error says file:line:col and what to write instead.
+#include "controller/playbook.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "common/protocol.hpp"
+#include "common/toml_text.hpp"
+#include "common/units.hpp"
+#include "controller/playbook_internal.hpp"
+#include "faults/fault.hpp"
+
+namespace rc::controller {
+namespace {
+
+using namespace detail;
+
+class Parser {
+ public:
+  explicit Parser(std::string path) : path_(std::move(path)) {}
+
+  std::string at(const toml::source_region& r) const {
+    return path_ + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
+  }
+  std::string at(const SourcePos& p) const {
+    return path_ + ":" + std::to_string(p.line) + ":" + std::to_string(p.column);
+  }
+  [[noreturn]] void fail(const toml::node& n, const std::string& msg) const {
+    throw Fail{at(n.source()) + ": " + msg};
+  }
+  [[noreturn]] void fail(const SourcePos& p, const std::string& msg) const {
+    throw Fail{at(p) + ": " + msg};
+  }
+  static SourcePos pos(const toml::node& n) {
+    return {int(n.source().begin.line), int(n.source().begin.column)};
+  }
+
+  void checkKeys(const toml::table& t, std::initializer_list<const char*> known,
+                 const std::string& what) const {
+    for (auto&& [k, v] : t) {
+      // A copy: clang 14 cannot capture a structured binding.
+      const std::string_view key = k.str();
+      bool ok = std::any_of(known.begin(), known.end(), [&](const char* n) { return key == n; });
+      if (!ok) {
+        std::vector<std::string> names(known.begin(), known.end());
+        fail(v, "unknown key '" + std::string(k.str()) + "' in " + what + " (known: " +
+                    joinNames(names) + ")");
+      }
+    }
+  }
+
+  const toml::table& table(const toml::node& n, const std::string& what) const {
+    if (!n.is_table()) fail(n, what + " must be a table");
+    return *n.as_table();
+  }
+
+  std::string str(const toml::node& n, const std::string& what, size_t maxLen = 128) const {
+    if (!n.is_string()) fail(n, what + " must be a string");
+    const std::string& s = n.as_string()->get();
+    if (s.size() > maxLen)
+      fail(n, what + " is longer than " + std::to_string(maxLen) + " characters");
+    return s;
+  }
+
+  std::string name(const toml::node& n, const std::string& what) const {
+    std::string s = str(n, what, 64);
+    bool ok = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+    });
+    if (!ok) fail(n, what + " '" + s + "' must be 1-64 characters of A-Z a-z 0-9 - _ .");
+    return s;
+  }
+
+  int64_t integer(const toml::node& n, const std::string& what, int64_t lo, int64_t hi) const {
+    auto v = n.value_exact<int64_t>();
+    if (!v) fail(n, what + " must be an integer");
+    if (*v < lo || *v > hi)
+      fail(n, what + " = " + std::to_string(*v) + " is out of range [" + std::to_string(lo) +
+                  ", " + std::to_string(hi) + "]");
+    return *v;
+  }
+
+  double number(const toml::node& n, const std::string& what, double lo, double hi) const {
+    std::optional<double> v;
+    if (n.is_integer()) v = double(n.as_integer()->get());
+    if (n.is_floating_point()) v = n.as_floating_point()->get();
+    if (!v) fail(n, what + " must be a number");
+    if (!std::isfinite(*v) || *v < lo || *v > hi) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, " = %g is out of range [%g, %g]", *v, lo, hi);
+      fail(n, what + buf);
+    }
+    return *v;
+  }
+
+  bool boolean(const toml::node& n, const std::string& what) const {
+    if (!n.is_boolean()) fail(n, what + " must be true or false");
+    return n.as_boolean()->get();
+  }
+
+  int64_t duration(const toml::node& n, const std::string& what, int64_t lo, int64_t hi) const {
+    if (n.is_integer() || n.is_floating_point())
+      fail(n, what + " must be a duration with a unit in quotes, e.g. \"500ms\" or \"10s\"");
+    if (!n.is_string()) fail(n, what + " must be a duration string, e.g. \"500ms\"");
+    auto d = parseDuration(n.as_string()->get());
+    if (!d) fail(n, what + ": " + d.error().message);
+    int64_t v = d->count();
+    if (v < lo || v > hi)
+      fail(n, what + " = " + fmtDur(v) + " is out of range [" + fmtDur(lo) + ", " + fmtDur(hi) + "]");
+    return v;
+  }
+
+  uint64_t size(const toml::node& n, const std::string& what, uint64_t lo, uint64_t hi) const {
+    uint64_t v = 0;
+    if (auto i = n.value_exact<int64_t>()) {
+      if (*i < 0) fail(n, what + " must not be negative");
+      v = uint64_t(*i);
+    } else if (n.is_string()) {
+      auto s = parseSize(n.as_string()->get());
+      if (!s) fail(n, what + ": " + s.error().message);
+      v = *s;
+    } else {
+      fail(n, what + " must be a size, e.g. \"4MiB\"");
+    }
+    if (v < lo || v > hi)
+      fail(n, what + " = " + formatSize(v) + " is out of range [" + formatSize(lo) + ", " +
+                  formatSize(hi) + "]");
+    return v;
+  }
+
+  // Bit rates are written as on a datasheet ("1Gbps"); scoring works in bytes per second.
+  double bitRateAsBytes(const toml::node& n, const std::string& what) const {
+    if (!n.is_string()) fail(n, what + " must be a bit rate in quotes, e.g. \"10Gbps\"");
+    auto r = parseBitRate(n.as_string()->get());
+    if (!r) fail(n, what + ": " + r.error().message);
+    if (*r > 100'000'000'000'000ull) fail(n, what + " is above 100Tbps");
+    return double(*r) / 8.0;
+  }
+
+  json value(const toml::node& n, const std::string& what) const {
+    if (n.is_string()) return n.as_string()->get();
+    if (n.is_integer()) return n.as_integer()->get();
+    if (n.is_floating_point()) return n.as_floating_point()->get();
+    if (n.is_boolean()) return n.as_boolean()->get();
+    if (n.is_array()) {
+      const auto& a = *n.as_array();
+      if (a.size() > 64) fail(n, what + " has more than 64 elements");
+      json out = json::array();
+      for (const auto& e : a) {
+        if (e.is_array() || e.is_table()) fail(e, what + " must be a flat list");
+        out.push_back(value(e, what));
+      }
+      return out;
+    }
+    fail(n, what + " must be a string, number, boolean or list");
+  }
+
+  Selector selector(const toml::node& n, const std::string& what) const {
+    Selector s;
+    s.pos = pos(n);
+    auto addNames = [&](const toml::node& v) {
+      if (v.is_string()) {
+        s.names.push_back(name(v, what));
+      } else if (v.is_array()) {
+        const auto& a = *v.as_array();
+        if (a.empty()) fail(v, what + " must name at least one node, role or 'all'");
+        if (a.size() > kMaxSelectorNames) fail(v, what + " lists more than 1024 names");
+        for (const auto& e : a) s.names.push_back(name(e, what));
+      } else {
+        fail(v, what + " must be a node name, a role, \"all\", a list of them, or "
+                       "{ random = K, from = \"role\" }");
+      }
+    };
+    if (n.is_table()) {
+      const auto& t = *n.as_table();
+      checkKeys(t, {"random", "from"}, what);
+      auto* k = t.get("random");
+      if (!k) fail(n, what + " table needs random = K (how many nodes to pick)");
+      s.random = int(integer(*k, what + " random", 1, 100000));
+      if (auto* from = t.get("from"))
+        addNames(*from);
+      else
+        s.names = {"all"};
+    } else {
+      addNames(n);
+    }
+    return s;
+  }
+
+  Playbook parse(const std::string& text);
+
+ private:
+  Scenario scenario(const toml::table& t, const std::string& name, const SourcePos& p,
+                    const Playbook& pb) const;
+  Phase phase(const toml::node& n) const;
+  Step step(const toml::node& n, size_t index, const Scenario& sc) const;
+  Expectation expectation(const toml::node& n, const std::string& what = "expect") const;
+  Sweep sweep(const toml::node& n, const Scenario& sc) const;
+  json normalise(const toml::node& where, const std::string& kind, const json& raw,
+                 const toml::table* rawTable) const;
+
+  std::string path_;
+};
+
+const toml::array& arrayOfTables(const Parser& p, const toml::node& n, const std::string& what) {
+  if (!n.is_array_of_tables()) p.fail(n, what + " must be written as [[" + what + "]] tables");
+  return *n.as_array();
+}
+
+Phase Parser::phase(const toml::node& n) const {
+  const auto& t = table(n, "phase");
+  checkKeys(t, {"name", "duration"}, "[[phase]]");
+  Phase ph;
+  ph.pos = pos(n);
+  auto* nm = t.get("name");
+  if (!nm) fail(n, "[[phase]] needs a name, e.g. name = \"baseline\"");
+  ph.name = name(*nm, "phase name");
+  auto* d = t.get("duration");
+  if (!d) fail(n, "phase '" + ph.name + "' needs a duration, e.g. duration = \"10s\"");
+  ph.durationNs = duration(*d, "phase '" + ph.name + "' duration", 100 * kMs, kDay);
+  return ph;
+}
+
+json Parser::normalise(const toml::node& where, const std::string& kind, const json& raw,
+                       const toml::table* rawTable) const {
+  const faults::FaultKind* k = faults::findKind(kind);
+  auto r = faults::normaliseParams(kind, k->params, raw);
+  if (r) return *r;
+  // Point at the parameter the message names, when it is in the table as written.
+  if (rawTable)
+    for (auto&& [key, v] : *rawTable)
+      if (r.error().message.find("'" + std::string(key.str()) + "'") != std::string::npos)
+        fail(v, r.error().message);
+  fail(where, r.error().message);
+}
+
+Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
+  const auto& t = table(n, "step");
+  checkKeys(t, {"name", "kind", "target", "phase", "at", "for", "params"}, "[[step]]");
+  Step s;
+  s.pos = pos(n);
+  s.name = "step" + std::to_string(index + 1);
+  if (auto* nm = t.get("name")) s.name = name(*nm, "step name");
+  auto* kind = t.get("kind");
+  if (!kind) fail(n, "step '" + s.name + "' needs a fault kind, e.g. kind = \"link_flap\"");
+  s.kind = str(*kind, "step kind", 64);
+  if (!faults::findKind(s.kind)) {
+    std::vector<std::string> known;
+    for (const auto* k : faults::registry()) known.push_back(k->name);
+    fail(*kind, "unknown fault kind '" + s.kind + "' (known: " + joinNames(known) + ")");
+  }
+  const toml::table* rawTable = nullptr;
+  if (auto* p = t.get("params")) {
+    rawTable = &table(*p, "step '" + s.name + "' params");
+    for (auto&& [k, v] : *rawTable) s.rawParams[std::string(k.str())] = value(v, s.kind + " parameter '" + std::string(k.str()) + "'");
+  }
+  s.params = normalise(rawTable ? static_cast<const toml::node&>(*rawTable) : n, s.kind, s.rawParams, rawTable);
+
+  auto* target = t.get("target");
+  if (!target) fail(n, "step '" + s.name + "' needs a target: a node, a role, \"all\" or { random = K, from = \"role\" }");
+  s.target = selector(*target, "step '" + s.name + "' target");
+
+  // Where the step sits on the timeline.
+  int64_t phaseStart = 0, phaseEnd = sc.durationNs();
+  if (auto* ph = t.get("phase")) {
+    s.phase = str(*ph, "step phase", 64);
+    int64_t cursor = 0;
+    bool found = false;
+    std::vector<std::string> names;
+    for (const auto& p : sc.phases) {
+      names.push_back(p.name);
+      if (p.name == s.phase) {
+        phaseStart = cursor;
+        phaseEnd = cursor + p.durationNs;
+        found = true;
+      }
+      cursor += p.durationNs;
+    }
+    if (!found) fail(*ph, "no phase '" + s.phase + "' (phases: " + joinNames(names) + ")");
+  }
+  if (auto* a = t.get("at")) {
+    if (a->is_table()) {
+      const auto& at = *a->as_table();
+      checkKeys(at, {"between"}, "step at");
+      auto* b = at.get("between");
+      if (!b || !b->is_array() || b->as_array()->size() != 2)
+        fail(*a, "step at as a table is { between = [\"5s\", \"20s\"] } (a seeded random time)");
+      s.atNs = duration(*b->as_array()->get(0), "step at", 0, kDay);
+      s.atMaxNs = duration(*b->as_array()->get(1), "step at", 0, kDay);
+      if (s.atMaxNs <= s.atNs) fail(*b, "step at: the window's end must be after its start");
+    } else {
+      s.atNs = s.atMaxNs = duration(*a, "step at", 0, kDay);
+    }
+  }
+  const int64_t baselineEnd = sc.phases.front().durationNs;
+  const int64_t start = phaseStart + s.atNs;
+  if (start < baselineEnd)
+    fail(t.get("at") ? *t.get("at") : n,
+         "step '" + s.name + "' starts at " + fmtDur(start) + ", inside the baseline phase '" +
+             sc.phases.front().name + "' (0s.." + fmtDur(baselineEnd) +
+             "): faults start after the baseline; set phase = \"...\" or a later at");
+  const int64_t latest = phaseStart + s.atMaxNs;
+  if (latest >= sc.durationNs())
+    fail(t.get("at") ? *t.get("at") : n, "step '" + s.name + "' starts at " + fmtDur(latest) +
+                                             ", at or after the end of the timeline (" +
+                                             fmtDur(sc.durationNs()) + ")");
+  if (auto* f = t.get("for")) {
+    s.forNs = duration(*f, "step '" + s.name + "' for", kMs, kDay);
+  } else {
+    s.forNs = (phaseEnd > latest ? phaseEnd : sc.durationNs()) - latest;
+  }
+  if (latest + s.forNs > sc.durationNs())
+    fail(t.get("for") ? *t.get("for") : n,
+         "step '" + s.name + "' may run until " + fmtDur(latest + s.forNs) +
+             ", after the timeline ends at " + fmtDur(sc.durationNs()) +
+             ": shorten 'for' or lengthen the phases (faults are reverted before scoring ends)");
+  // Checks across parameters, the kind's own (incast: fan_in spread evenly over the senders).
+  if (const auto* k = faults::findKind(s.kind); k && k->check)
+    if (auto ok = k->check(s.params); !ok) {
+      // The message names the parameter first: point at its value where the step has one.
+      const std::string& msg = ok.error().message;
+      const toml::node* at = rawTable ? rawTable->get(msg.substr(0, msg.find(' '))) : nullptr;
+      fail(at ? *at : n, "step '" + s.name + "' " + msg);
+    }
+  // A kind with its own duration must fit inside the lifetime the step grants it.
+  if (s.params.contains("duration") && s.params["duration"].is_number_integer() &&
+      s.params["duration"].get<int64_t>() > s.forNs)
+    fail(rawTable && rawTable->get("duration") ? *rawTable->get("duration") : n,
+         "step '" + s.name + "' duration " + fmtDur(s.params["duration"].get<int64_t>()) +
+             " is longer than its lifetime 'for' = " + fmtDur(s.forNs));
+  return s;
+}
+
+Expectation Parser::expectation(const toml::node& n, const std::string& what) const {
+  const auto& t = table(n, what);
+  const std::string tbl = "[[" + what + "]]";
+  if (what == "expect")
+    checkKeys(t, {"metric", "op", "bound", "scope", "stat"}, tbl);
+  else
+    checkKeys(t, {"metric", "op", "bound", "scope"}, tbl);
+  Expectation e;
+  e.pos = pos(n);
+  auto* m = t.get("metric");
+  if (!m) fail(n, tbl + " needs a metric, e.g. metric = \"recovery_time\"");
+  e.metric = str(*m, what + " metric", 80);
+  auto info = findMetric(e.metric);
+  if (!info) {
+    std::vector<std::string> names;
+    for (const auto& mi : metricCatalogue()) names.push_back(mi.name);
+    names.push_back("counter.<name>");
+    fail(*m, "unknown metric '" + e.metric + "' (known: " + joinNames(names) + ")");
+  }
+  auto* op = t.get("op");
+  if (!op) fail(n, tbl + " needs op = \"<\", \"<=\", \">\" or \">=\"");
+  std::string o = str(*op, what + " op", 4);
+  if (o == "<") e.op = Comparison::less;
+  else if (o == "<=") e.op = Comparison::lessEqual;
+  else if (o == ">") e.op = Comparison::greater;
+  else if (o == ">=") e.op = Comparison::greaterEqual;
+  else fail(*op, "op '" + o + "' is not a comparison: use <, <=, > or >=");
+  auto* b = t.get("bound");
+  if (!b) fail(n, tbl + " needs a bound, e.g. bound = \"2s\"");
+  const std::string boundOf = "bound of " + e.metric;
+  if (auto* st = t.get("stat")) {
+    e.stat = str(*st, "expect stat", 8);
+    if (e.stat != "cv") fail(*st, "stat '" + e.stat + "' is not known: use stat = \"cv\" (coefficient of variation over repeated trials)");
+    bool repeatable = false;
+    std::vector<std::string> names;
+    for (const auto& r : repeatableMetrics()) {
+      repeatable |= e.metric == r.metric;
+      names.push_back(r.metric);
+    }
+    if (!repeatable) fail(*m, "stat = \"cv\" needs a job metric shown over repeats (" + joinNames(names) + ")");
+    // A CV is a percentage of the mean, whatever the metric's unit.
+    e.bound = number(*b, "bound of the CV of " + e.metric + " (percent)", 0, 1000);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g%%", e.bound);
+    e.boundText = buf;
+    if (auto* s = t.get("scope")) e.scope = name(*s, what + " scope");
+    if (e.scope != "job") fail(*t.get("scope"), "stat = \"cv\" is judged on the job: leave scope out");
+    return e;
+  }
+  switch (info->unit) {
+    case MetricUnit::duration:
+      e.bound = double(duration(*b, boundOf, 0, kDay));
+      e.boundText = fmtDur(int64_t(e.bound));
+      break;
+    case MetricUnit::size:
+      e.bound = double(size(*b, boundOf, 0, uint64_t(1) << 60));
+      e.boundText = formatSize(uint64_t(e.bound));
+      break;
+    case MetricUnit::rate:
+      e.bound = bitRateAsBytes(*b, boundOf);
+      e.boundText = formatBitRate(e.bound * 8);
+      break;
+    case MetricUnit::percent:
+      e.bound = number(*b, boundOf, 0, 100);
+      e.boundText = b->is_integer() ? std::to_string(b->as_integer()->get()) + "%" : "";
+      if (e.boundText.empty()) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g%%", e.bound);
+        e.boundText = buf;
+      }
+      break;
+    case MetricUnit::number: {
+      e.bound = number(*b, boundOf, 0, 1e18);
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", e.bound);
+      e.boundText = buf;
+      break;
+    }
+  }
+  if (auto* s = t.get("scope")) e.scope = name(*s, what + " scope");
+  return e;
+}
+
+Sweep Parser::sweep(const toml::node& n, const Scenario& sc) const {
+  const auto& t = table(n, "sweep");
+  checkKeys(t, {"step", "param", "values", "over", "per_trial"}, "[sweep]");
+  Sweep sw;
+  sw.pos = pos(n);
+  auto* st = t.get("step");
+  auto* pa = t.get("param");
+  auto* va = t.get("values");
+  auto* ov = t.get("over");
+  auto findStep = [&]() {
+    sw.step = str(*st, "sweep step", 64);
+    auto it = std::find_if(sc.steps.begin(), sc.steps.end(), [&](const Step& s) { return s.name == sw.step; });
+    if (it == sc.steps.end()) {
+      std::vector<std::string> names;
+      for (const auto& s : sc.steps) names.push_back(s.name);
+      fail(*st, "[sweep] step '" + sw.step + "' is not a step of this scenario (steps: " + joinNames(names) + ")");
+    }
+    return it;
+  };
+  if (ov) {
+    // A target sweep: the step runs on each of its targets in turn.
+    if (str(*ov, "sweep over", 16) != "target")
+      fail(*ov, "[sweep] over must be \"target\" (or leave it out and sweep a parameter with param and values)");
+    if (pa || va) fail(pa ? *pa : *va, "[sweep] over = \"target\" takes its values from the step's target: drop param and values");
+    if (!st) fail(n, "[sweep] over = \"target\" needs step = \"<step name>\"");
+    auto it = findStep();
+    if (it->target.random > 0)
+      fail(it->target.pos, "step '" + it->name + "' is swept over its targets, each in turn: drop random = " +
+                               std::to_string(it->target.random) + " from its target");
+    sw.overTargets = true;
+    sw.param = "target";
+    if (auto* k = t.get("per_trial")) {
+      auto v = k->value<int64_t>();
+      if (!v || *v < 1 || *v > 64) fail(*k, "[sweep] per_trial must be an integer in [1, 64]: targets faulted together");
+      sw.perTrial = int(*v);
+    }
+    return sw;
+  }
+  if (auto* k = t.get("per_trial")) fail(*k, "[sweep] per_trial goes with over = \"target\"");
+  if (!st || !pa || !va)
+    fail(n, "[sweep] needs step = \"<step name>\", param = \"<fault parameter>\" and values = [...], "
+            "or step and over = \"target\"");
+  sw.param = str(*pa, "sweep param", 64);
+  auto it = findStep();
+  const auto* kind = faults::findKind(it->kind);
+  bool known = std::any_of(kind->params.begin(), kind->params.end(),
+                           [&](const faults::ParamSpec& p) { return p.name == sw.param; });
+  if (!known) {
+    std::vector<std::string> names;
+    for (const auto& p : kind->params) names.push_back(p.name);
+    fail(*pa, it->kind + " has no parameter '" + sw.param + "' (known: " + joinNames(names) + ")");
+  }
+  if (!va->is_array() || va->as_array()->empty())
+    fail(*va, "[sweep] values must be a non-empty list");
+  if (va->as_array()->size() > kMaxSweepValues) fail(*va, "[sweep] has more than 64 values");
+  for (const auto& v : *va->as_array()) {
+    json raw = it->rawParams;
+    raw[sw.param] = value(v, "sweep value");
+    normalise(v, it->kind, raw, nullptr);
+    sw.values.push_back(raw[sw.param]);
+  }
+  return sw;
+}
+
+Scenario Parser::scenario(const toml::table& t, const std::string& nm, const SourcePos& p,
+                          const Playbook&) const {
+  Scenario sc;
+  sc.name = nm;
+  sc.pos = p;
+  auto* phases = t.get("phase");
+  if (!phases)
+    fail(p, "scenario '" + nm + "' has no [[phase]]: the first phase is the baseline, e.g. "
+                                 "[[phase]] name = \"baseline\" duration = \"10s\"");
+  const auto& pa = arrayOfTables(*this, *phases, "phase");
+  if (pa.size() > kMaxPhases) fail(*phases, "more than 32 phases");
+  std::set<std::string> seen;
+  for (const auto& ph : pa) {
+    sc.phases.push_back(phase(ph));
+    if (!seen.insert(sc.phases.back().name).second)
+      fail(ph, "phase '" + sc.phases.back().name + "' appears twice");
+  }
+  if (auto* steps = t.get("step")) {
+    const auto& sa = arrayOfTables(*this, *steps, "step");
+    if (sa.size() > kMaxSteps) fail(*steps, "more than 256 steps");
+    std::set<std::string> names;
+    for (size_t i = 0; i < sa.size(); i++) {
+      sc.steps.push_back(step(*sa.get(i), i, sc));
+      if (!names.insert(sc.steps.back().name).second)
+        fail(*sa.get(i), "step name '" + sc.steps.back().name + "' appears twice");
+    }
+  }
+  if (auto* ex = t.get("expect")) {
+    const auto& ea = arrayOfTables(*this, *ex, "expect");
+    if (ea.size() > kMaxExpectations) fail(*ex, "more than 256 expectations");
+    for (const auto& e : ea) sc.expectations.push_back(expectation(e));
+  }
+  if (auto* rq = t.get("require")) {
+    const auto& ra = arrayOfTables(*this, *rq, "require");
+    if (ra.size() > kMaxExpectations) fail(*rq, "more than 256 requirements");
+    for (const auto& e : ra) sc.requirements.push_back(expectation(e, "require"));
+  }
+  if (auto* sw = t.get("sweep")) sc.sweep = sweep(*sw, sc);
+  return sc;
+}
+
+Playbook Parser::parse(const std::string& text) {
+  toml::table root;
+  try {
+    root = rc::parseToml(text, path_);
+  } catch (const toml::parse_error& e) {
+    throw Fail{at(e.source()) + ": " + std::string(e.description())};
+  }
+  checkKeys(root,
+            {"name", "description", "seed", "repeat", "workload", "guardrails", "scoring", "cost",
+             "phase", "step", "expect", "require", "sweep", "scenario"},
+            "the playbook");
+  Playbook pb;
+  pb.path = path_;
+  pb.text = text;
+  auto* nm = root.get("name");
+  if (!nm) throw Fail{path_ + ":1:1: the playbook needs a name, e.g. name = \"link-flap-recovery\""};
+  pb.name = name(*nm, "name");
+  if (auto* d = root.get("description")) pb.description = str(*d, "description", 4096);
+  if (auto* s = root.get("seed")) pb.seed = uint64_t(integer(*s, "seed", 0, INT64_MAX));
+  if (auto* r = root.get("repeat")) pb.repeat = int(integer(*r, "repeat", 1, 100));
+
+  auto* wl = root.get("workload");
+  if (!wl) throw Fail{path_ + ":1:1: the playbook needs a [workload] table (kind, size, streams, nodes)"};
+  {
+    const auto& t = table(*wl, "workload");
+    checkKeys(t, {"kind", "size", "streams", "nodes", "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry"},
+              "[workload]");
+    auto* k = t.get("kind");
+    if (!k) fail(*wl, "[workload] needs kind = \"allreduce\" (or allgather, alltoall, incast, pairwise)");
+    auto kind = workloadKindFromString(str(*k, "workload kind", 32));
+    if (!kind)
+      fail(*k, "workload kind '" + k->as_string()->get() +
+                   "' is unknown (known: allreduce, allgather, alltoall, incast, pairwise)");
+    pb.workload.kind = *kind;
+    if (auto* s = t.get("size")) pb.workload.sizeBytes = size(*s, "workload size", 1, uint64_t(16) << 30);
+    if (auto* s = t.get("streams")) pb.workload.streams = int(integer(*s, "workload streams", 1, 1024));
+    if (auto* tr = t.get("transport")) {
+      pb.workload.transport = str(*tr, "workload transport", 16);
+      if (pb.workload.transport != "tcp" && pb.workload.transport != "verbs")
+        fail(*tr, "workload transport '" + pb.workload.transport + "' is unknown (known: tcp, verbs)");
+      if (pb.workload.transport == "verbs" && pb.workload.streams > 16)
+        fail(*tr, "workload streams must be 1 to 16 with transport = \"verbs\" (QPs per peer)");
+    }
+    // The traffic class of both transports, and the verbs QPs' attributes (NCCL's defaults).
+    if (auto* d = t.get("dscp")) pb.workload.qp.dscp = int(integer(*d, "workload dscp", 0, 63));
+    if (auto* q = t.get("qp_timeout")) pb.workload.qp.timeout = int(integer(*q, "workload qp_timeout", 0, 31));
+    if (auto* q = t.get("qp_retry_cnt")) pb.workload.qp.retryCount = int(integer(*q, "workload qp_retry_cnt", 0, 7));
+    if (auto* q = t.get("qp_rnr_retry")) pb.workload.qp.rnrRetry = int(integer(*q, "workload qp_rnr_retry", 0, 7));
+    for (const char* key : {"qp_timeout", "qp_retry_cnt", "qp_rnr_retry"})
+      if (auto* q = t.get(key); q && pb.workload.transport != "verbs")
+        fail(*q, std::string(key) + " sets a verbs QP attribute: it needs transport = \"verbs\"");
+    pb.workload.nodes.names = {"all"};
+    pb.workload.nodes.pos = pos(*wl);
+    if (auto* n = t.get("nodes")) {
+      pb.workload.nodes = selector(*n, "workload nodes");
+      if (pb.workload.nodes.random) fail(*n, "workload nodes cannot be a random pick");
+    }
+  }
+  if (auto* g = root.get("guardrails")) {
+    const auto& t = table(*g, "guardrails");
+    checkKeys(t, {"min_baseline", "abort_on_agent_loss", "max_stall"}, "[guardrails]");
+    if (auto* v = t.get("min_baseline")) pb.guardrails.minBaselineBytesPerSec = bitRateAsBytes(*v, "min_baseline");
+    if (auto* v = t.get("abort_on_agent_loss")) pb.guardrails.abortOnAgentLoss = boolean(*v, "abort_on_agent_loss");
+    if (auto* v = t.get("max_stall")) pb.guardrails.maxStallNs = duration(*v, "max_stall", 10 * kMs, kHour);
+  }
+  if (auto* s = root.get("scoring")) {
+    const auto& t = table(*s, "scoring");
+    checkKeys(t, {"bin", "warmup", "epsilon", "hold", "smooth", "stall_fraction"}, "[scoring]");
+    auto& sc = pb.scoring;
+    if (auto* v = t.get("bin")) sc.binNs = duration(*v, "bin", kMs, 10 * kSec);
+    if (auto* v = t.get("warmup")) sc.warmupNs = duration(*v, "warmup", 0, kHour);
+    if (auto* v = t.get("epsilon")) sc.epsilon = number(*v, "epsilon", 0.001, 0.5);
+    if (auto* v = t.get("hold")) sc.holdNs = duration(*v, "hold", kMs, kHour);
+    if (auto* v = t.get("smooth")) sc.smoothNs = duration(*v, "smooth", 0, 10 * kSec);
+    if (auto* v = t.get("stall_fraction")) sc.stallFraction = number(*v, "stall_fraction", 0.001, 0.9);
+    if (sc.holdNs < sc.binNs)
+      fail(*s, "hold (" + fmtDur(sc.holdNs) + ") must be at least one bin (" + fmtDur(sc.binNs) + ")");
+    if (sc.stallFraction >= 1 - sc.epsilon)
+      fail(*s, "stall_fraction must be below the recovery threshold 1 - epsilon");
+  }
+  if (auto* c = root.get("cost")) {
+    const auto& t = table(*c, "cost");
+    checkKeys(t, {"gpus", "price_per_gpu_hour", "currency", "incidents_per_day", "days"}, "[cost]");
+    auto& co = pb.cost;
+    if (auto* v = t.get("gpus")) co.gpus = integer(*v, "gpus", 0, 10'000'000);
+    if (auto* v = t.get("price_per_gpu_hour")) co.pricePerGpuHour = number(*v, "price_per_gpu_hour", 0, 10000);
+    if (auto* v = t.get("currency")) co.currency = str(*v, "currency", 8);
+    if (auto* v = t.get("incidents_per_day")) co.incidentsPerDay = number(*v, "incidents_per_day", 0, 100000);
+    if (auto* v = t.get("days")) co.days = number(*v, "days", 0, 3650);
+  }
+
+  const bool inlineForm =
+      root.get("phase") || root.get("step") || root.get("expect") || root.get("require") || root.get("sweep");
+  if (auto* scs = root.get("scenario")) {
+    if (inlineForm)
+      fail(*scs, "use either [[scenario]] tables or top-level [[phase]]/[[step]]/[[expect]]/[[require]], not both");
+    const auto& sa = arrayOfTables(*this, *scs, "scenario");
+    if (sa.size() > kMaxScenarios) fail(*scs, "more than 64 scenarios");
+    std::set<std::string> names;
+    for (const auto& s : sa) {
+      const auto& t = *s.as_table();
+      checkKeys(t, {"name", "phase", "step", "expect", "require", "sweep"}, "[[scenario]]");
+      auto* n = t.get("name");
+      if (!n) fail(s, "[[scenario]] needs a name");
+      std::string scName = name(*n, "scenario name");
+      if (!names.insert(scName).second) fail(*n, "scenario '" + scName + "' appears twice");
+      pb.scenarios.push_back(scenario(t, scName, pos(s), pb));
+    }
+  } else {
+    pb.scenarios.push_back(scenario(root, pb.name, SourcePos{1, 1}, pb));
+  }
+
+  size_t trials = 0;
+  int64_t total = 0;
+  for (const auto& sc : pb.scenarios) {
+    for (const auto& e : sc.expectations)
+      if (e.stat == "cv" && pb.repeat < 2)
+        fail(e.pos, "stat = \"cv\" on " + e.metric + " needs repeated trials: set repeat = 3 (or more) at the top");
+    if (pb.scoring.warmupNs >= sc.phases.front().durationNs)
+      fail(sc.phases.front().pos, "warm-up (" + fmtDur(pb.scoring.warmupNs) +
+                                      ") leaves nothing of the baseline phase '" +
+                                      sc.phases.front().name + "' (" +
+                                      fmtDur(sc.phases.front().durationNs) +
+                                      "): lengthen it or lower [scoring] warmup");
+    // A target sweep's size is known once bound to an inventory: resolvePlan checks it again.
+    size_t n = std::max<size_t>(1, sc.sweep ? sc.sweep->values.size() : 1) * size_t(pb.repeat);
+    trials += n;
+    total += int64_t(n) * sc.durationNs();
+    if (trials > kMaxTrials) fail(sc.pos, "the playbook expands to more than 1000 trials");
+    if (total > kMaxRunNs)
+      fail(sc.pos, "the playbook runs for more than 7 days (" + fmtDur(total) + "); split it");
+  }
+  return pb;
+}
+
+}  // namespace
+
+const char* toString(WorkloadKind k) {
+  switch (k) {
+    case WorkloadKind::allreduce: return "allreduce";
+    case WorkloadKind::allgather: return "allgather";
+    case WorkloadKind::alltoall: return "alltoall";
+    case WorkloadKind::incast: return "incast";
+    case WorkloadKind::pairwise: return "pairwise";
+  }
+  return "?";
+}
+
+std::optional<WorkloadKind> workloadKindFromString(std::string_view s) {
+  for (auto k : {WorkloadKind::allreduce, WorkloadKind::allgather, WorkloadKind::alltoall,
+                 WorkloadKind::incast, WorkloadKind::pairwise})
+    if (s == toString(k)) return k;
+  return std::nullopt;
+}
+
+const char* toString(Comparison c) {
+  switch (c) {
+    case Comparison::less: return "<";
+    case Comparison::lessEqual: return "<=";
+    case Comparison::greater: return ">";
+    case Comparison::greaterEqual: return ">=";
+  }
+  return "?";
+}
+
+std::string Selector::describe() const {
+  std::string base = names.size() == 1 ? names.front() : "[" + joinNames(names) + "]";
+  if (random) return "random " + std::to_string(random) + " of " + base;
+  return base;
+}
+
+std::string Expectation::describe() const {
+  return (stat.empty() ? metric : stat + "(" + metric + ") over repeats") + " " + toString(op) + " " + boundText +
+         " (" + scope + ")";
+}
+
+const std::vector<RepeatableMetric>& repeatableMetrics() {
+  static const std::vector<RepeatableMetric> m = {
+      {"baseline", "throughput"}, {"busbw", "bus bandwidth"}, {"time_to_impact", ""},
+      {"recovery_time", "link failure recovery time"}, {"throughput_loss_pct", ""}, {"longest_stall", ""},
+      {"iteration_p99_ratio", "job completion time inflation (p99 iteration / baseline p50)"},
+      {"pause_frames", "PFC pause frames"}, {"ecn_marks", "ECN marked packets"},
+      {"watchdog_detect_time", ""}};
+  return m;
+}
+
+int64_t Scenario::durationNs() const {
+  int64_t d = 0;
+  for (const auto& p : phases) d += p.durationNs;
+  return d;
+}
+
+std::vector<std::string> Playbook::faultKinds() const {
+  std::vector<std::string> out;
+  for (const auto& sc : scenarios)
+    for (const auto& s : sc.steps)
+      if (std::find(out.begin(), out.end(), s.kind) == out.end()) out.push_back(s.kind);
+  return out;
+}
+
+const std::vector<MetricInfo>& metricCatalogue() {
+  static const std::vector<MetricInfo> m = {
+      {"baseline", MetricUnit::rate, "median throughput of the baseline phase after warm-up"},
+      {"time_to_impact", MetricUnit::duration, "fault start until throughput first drops below (1-e)B"},
+      {"recovery_time", MetricUnit::duration, "fault end until throughput holds >= (1-e)B; fails if never"},
+      {"throughput_loss_bytes", MetricUnit::size, "integral of (B - x)+ over the impact window"},
+      {"throughput_loss_pct", MetricUnit::percent, "loss as a percentage of B x window"},
+      {"stall_time", MetricUnit::duration, "time with x < stall_fraction x B after the fault start"},
+      {"longest_stall", MetricUnit::duration, "longest contiguous stall"},
+      {"min_throughput", MetricUnit::rate, "lowest bin after the fault start"},
+      {"iteration_p50", MetricUnit::duration, "median iteration time in the impact window"},
+      {"iteration_p99", MetricUnit::duration, "99th percentile iteration time in the impact window"},
+      {"iteration_max", MetricUnit::duration, "slowest iteration in the impact window"},
+      {"iteration_p99_ratio", MetricUnit::number, "iteration p99 in the window / baseline p50"},
+      {"busbw", MetricUnit::rate, "bus bandwidth of the baseline (nccl-tests definition), job only"},
+      {"gpu_hours", MetricUnit::number, "GPU-hours lost per incident at [cost] gpus, job only"},
+      {"cost", MetricUnit::number, "money lost per incident at [cost] price, job only"},
+      {"pause_frames", MetricUnit::number, "PFC frames the fabric received in the trial (the lab switch; a node: its port)"},
+      {"paused_time", MetricUnit::duration, "time the fabric's egress queues were paused by PFC, summed over queues"},
+      {"pause_spread_time", MetricUnit::duration,
+       "time the fabric held senders in XOFF (the pause spreading upstream), summed over ports"},
+      {"ecn_marks", MetricUnit::number, "packets the fabric ECN-marked in the trial"},
+      {"drops", MetricUnit::number, "packets the fabric dropped in the trial (tail drops and watchdog drops)"},
+      {"watchdog_detect_time", MetricUnit::duration,
+       "PFC storm start (first frame on the wire) until the switch's watchdog detected it, job only"},
+      {"watchdog_restore_time", MetricUnit::duration,
+       "PFC storm end (last frame on the wire) until the switch's watchdog restored the queue, job only"},
+  };
+  return m;
+}
+
+std::optional<MetricInfo> findMetric(std::string_view name) {
+  for (const auto& m : metricCatalogue())
+    if (m.name == name) return m;
+  if (name.rfind("counter.", 0) == 0) {
+    std::string_view c = name.substr(8);
+    bool ok = !c.empty() && c.size() <= 64 && std::all_of(c.begin(), c.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' || ch == '-';
+    });
+    if (ok) return MetricInfo{std::string(name), MetricUnit::number, "counter delta over the trial"};
+  }
+  return std::nullopt;
+}
+
+Result<Playbook> parsePlaybook(const std::string& text, const std::string& path) {
+  if (text.size() > 1 << 20) return makeError(path + ": playbook is larger than 1 MiB");
+  try {
+    return Parser(path).parse(text);
+  } catch (const Fail& f) {
+    return makeError(f.message);
+  }
+}
+
+Result<Playbook> loadPlaybook(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return makeError("cannot read playbook '" + path + "': check the path");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parsePlaybook(ss.str(), path);
+}
+
+}  // namespace rc::controller
