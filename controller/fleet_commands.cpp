@@ -1,0 +1,429 @@
+// The rdmachaos subcommands that act on a fleet of agents: agents, inject, recover.
+#include "controller/commands.hpp"
+
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <cstdio>
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "common/certs.hpp"
+#include "common/log.hpp"
+#include "common/protocol.hpp"
+#include "common/tls.hpp"
+#include "common/units.hpp"
+#include "controller/commands_internal.hpp"
+#include "controller/fleet.hpp"
+#include "controller/inventory.hpp"
+#include "controller/playbook.hpp"
+#include "faults/fault.hpp"
+#include "lab/lab.hpp"
+
+namespace rc::controller {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string ms(int64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f ms", double(ns) / 1e6);
+  return buf;
+}
+
+std::string rel(int64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+9.3fs", double(ns) / 1e9);
+  return buf;
+}
+
+// Runs a coroutine to completion on a fresh io_context and returns its exit code.
+template <typename F>
+int runMain(F&& body) {
+  asio::io_context io;
+  int code = kExitError;
+  asio::co_spawn(io, body(io), [&](std::exception_ptr e, int rc) {
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        std::fprintf(stderr, "rdmachaos: internal error: %s\n", ex.what());
+      }
+      code = kExitError;
+    } else {
+      code = rc;
+    }
+  });
+  io.run();
+  return code;
+}
+
+struct Loaded {
+  Inventory inventory;
+  asio::ssl::context tls;
+};
+
+Result<std::unique_ptr<Loaded>> loadAll(const std::string& path) {
+  auto inv = loadInventory(path);
+  if (!inv) return inv.error();
+  auto ctx = tls::makeClientContext(inv->tls);
+  if (!ctx) return ctx.error();
+  return std::make_unique<Loaded>(Loaded{std::move(*inv), std::move(*ctx)});
+}
+
+void printConnectErrors(const Fleet& fleet) {
+  for (const auto& [node, err] : fleet.errors())
+    std::fprintf(stderr, "rdmachaos: %s: %s\n", node.c_str(), err.c_str());
+}
+
+}  // namespace
+
+
+// ---------------------------------------------------------------- agents
+int cmdAgents(const AgentsOptions& o) {
+  auto timeout = durationArg(o.timeout, "--timeout");
+  if (!timeout) return fail(timeout.error().message);
+  auto loaded = loadAll(o.inventory);
+  if (!loaded) return fail(loaded.error().message);
+  auto& L = **loaded;
+  return runMain([&](asio::io_context& io) -> asio::awaitable<int> {
+    Fleet fleet(io, L.tls, newControllerId());
+    auto all = L.inventory.select("all");
+    co_await fleet.connect(*all, *timeout, 8);
+    json out = json::array();
+    if (!o.json)
+      std::printf("%-10s %-22s %-8s %10s %18s  %-28s %-14s %s\n", "NODE", "ADDRESS", "VERSION",
+                  "RTT", "CLOCK OFFSET", "DATA INTERFACES", "RDMA", "FAULT KINDS");
+    for (const auto& node : L.inventory.nodes) {
+      auto c = fleet.find(node.name);
+      if (!c) continue;
+      const json& caps = c->hello().value("capabilities", json::object());
+      std::string ifs, kinds, rdma;
+      for (const auto& i : caps.value("interfaces", json::array()))
+        if (i.value("data", false))
+          ifs += (ifs.empty() ? "" : ",") + i.value("name", std::string()) +
+                 (i.value("oper_up", false) ? "(up)" : "(down)");
+      for (const auto& k : caps.value("fault_kinds", json::array()))
+        kinds += (kinds.empty() ? "" : ",") + k.value("name", std::string());
+      // "rxe0:ACTIVE": each RDMA device with the state of its first port.
+      for (const auto& d : caps.value("rdma_devices", json::array())) {
+        std::string state = "?";
+        const json& ports = d.value("ports", json::array());
+        if (!ports.empty()) state = ports[0].value("state", std::string("?"));
+        if (auto sp = state.find(": "); sp != std::string::npos) state = state.substr(sp + 2);
+        rdma += (rdma.empty() ? "" : ",") + d.value("name", std::string("?")) + ":" + state;
+      }
+      if (rdma.empty()) rdma = "none";
+      const auto& clk = c->clock();
+      // What the agent could not undo matters more than anything else it reports.
+      auto st = co_await c->request("status", json::object(), *timeout);
+      json status = st ? *st : json::object();
+      if (o.json) {
+        out.push_back({{"node", node.name},
+                       {"address", node.address},
+                       {"agent_version", c->hello().value("agent_version", std::string())},
+                       {"rtt_ns", clk.rttNs},
+                       {"clock_offset_ns", clk.offsetNs},
+                       {"clock_uncertainty_ns", clk.uncertaintyNs},
+                       {"capabilities", caps},
+                       {"active_faults", status.value("active_faults", json())},
+                       {"unreverted", status.value("unreverted", json::array())},
+                       {"unrevertable", status.value("unrevertable", json::array())},
+                       {"quarantined", status.value("quarantined", json::array())}});
+      } else {
+        char off[48];
+        std::snprintf(off, sizeof off, "%+.3f±%.3f ms", clk.offsetNs / 1e6, clk.uncertaintyNs / 1e6);
+        std::printf("%-10s %-22s %-8s %10s %18s  %-28s %-14s %s\n", node.name.c_str(),
+                    (node.address + ":" + std::to_string(node.port)).c_str(),
+                    c->hello().value("agent_version", std::string("?")).c_str(),
+                    ms(clk.rttNs).c_str(), off, ifs.c_str(), rdma.c_str(), kinds.c_str());
+        if (!st)
+          std::printf("  %s: status unavailable: %s\n", node.name.c_str(),
+                      st.error().message.c_str());
+        for (const auto& u : status.value("unreverted", json::array()))
+          std::printf(
+              "  %s: fault '%s' (%s) is NOT reverted; retrying (attempt %d, next in %s): "
+              "%s\n",
+              node.name.c_str(), u.value("fault", std::string()).c_str(),
+              u.value("describe", std::string()).c_str(), u.value("attempts", 0),
+              ms(u.value("next_attempt_ms", int64_t(0)) * 1'000'000).c_str(),
+              u.value("last_error", std::string()).c_str());
+        for (const auto& id : status.value("unrevertable", json::array()))
+          std::printf(
+              "  %s: fault '%s' could not be reverted before the agent stopped; its "
+              "journal entry is replayed at the next start\n",
+              node.name.c_str(), id.is_string() ? id.get<std::string>().c_str() : "?");
+        for (const auto& id : status.value("quarantined", json::array()))
+          std::printf(
+              "  %s: journal entry '%s' was unreadable and is quarantined; check it by "
+              "hand\n",
+              node.name.c_str(), id.is_string() ? id.get<std::string>().c_str() : "?");
+      }
+      c->close();
+    }
+    if (o.json) std::printf("%s\n", out.dump(2).c_str());
+    printConnectErrors(fleet);
+    std::fprintf(stderr, "%zu of %zu agents reachable\n", fleet.clients().size(),
+                 L.inventory.nodes.size());
+    co_return fleet.errors().empty() ? kExitOk : kExitError;
+  });
+}
+
+// ---------------------------------------------------------------- inject
+std::string faultKindsHelp() {
+  std::string out = "\nFault kinds and their parameters (--set key=value; the same keys as a playbook step's params):\n";
+  for (const auto* k : faults::registry()) {
+    out += "\n  " + k->name + ": " + k->summary + "\n";
+    for (const auto& p : k->params) {
+      std::string def;
+      if (!p.defaultValue.is_null()) {
+        const json& d = p.defaultValue;
+        if (p.type == faults::ParamType::duration && d.is_number_integer())
+          def = formatDuration(Nanos(d.get<int64_t>()));
+        else if (p.type == faults::ParamType::size && d.is_number_integer())
+          def = formatSize(d.get<uint64_t>());
+        else
+          def = d.is_string() ? d.get<std::string>() : d.dump();
+        def = " (default " + def + ")";
+      } else {
+        def = p.optional ? "" : " (required)";
+      }
+      char line[512];
+      std::snprintf(line, sizeof line, "    %-17s %s%s\n", p.name.c_str(), p.help.c_str(), def.c_str());
+      out += line;
+    }
+  }
+  return out;
+}
+
+int cmdInject(const InjectOptions& o) {
+  const faults::FaultKind* kind = faults::findKind(o.kind);
+  if (!kind) {
+    std::string names;
+    for (const auto* k : faults::registry()) names += (names.empty() ? "" : ", ") + k->name;
+    return fail("unknown fault kind '" + o.kind + "' (known: " + names + ")");
+  }
+  auto forD = durationArg(o.forDuration, "--for");
+  if (!forD) return fail(forD.error().message);
+  if (*forD > 24h) return fail("--for must be at most 24h");
+  auto timeout = durationArg(o.timeout, "--timeout");
+  if (!timeout) return fail(timeout.error().message);
+  std::optional<Duration> lead;
+  if (!o.lead.empty()) {
+    auto l = durationArg(o.lead, "--lead");
+    if (!l) return fail(l.error().message);
+    lead = *l;
+  }
+  json raw = json::object();
+  for (const auto& s : o.sets) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return fail("--set '" + s + "' must be key=value, e.g. --set down=2s");
+    raw[s.substr(0, eq)] = s.substr(eq + 1);
+  }
+  // Check parameters here too, so a typo fails before any agent is contacted.
+  auto normalised = faults::normaliseParams(kind->name, kind->params, raw);
+  if (!normalised) return fail(normalised.error().message);
+  auto loaded = loadAll(o.inventory);
+  if (!loaded) return fail(loaded.error().message);
+  auto& L = **loaded;
+  std::vector<const Node*> targets;
+  std::set<std::string> seen;
+  std::vector<std::string> selectors;  // "--node n2,n3" and "--node n2 --node n3" alike
+  for (const auto& arg : o.nodes) {
+    size_t from = 0;
+    while (from <= arg.size()) {
+      size_t comma = arg.find(',', from);
+      std::string one = arg.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+      if (!one.empty()) selectors.push_back(one);
+      if (comma == std::string::npos) break;
+      from = comma + 1;
+    }
+  }
+  for (const auto& sel : selectors) {
+    auto picked = L.inventory.select(sel);
+    if (!picked) return fail(picked.error().message);
+    for (auto* n : *picked)
+      if (seen.insert(n->name).second) targets.push_back(n);
+  }
+  if (targets.empty()) return fail("--node is required (a node name, a role, or 'all')");
+  // Some kinds reach beyond their targets (incast: the receiver's sink); each node gets its own
+  // parameters on the wire.
+  std::vector<std::string> names;
+  for (auto* n : targets) names.push_back(n->name);
+  auto bound = bindTargets(kind->name, *normalised, names, L.inventory, nullptr);
+  if (!bound) return fail("inject " + bound.error().message);
+  std::map<std::string, json> wire;
+  targets.clear();
+  for (const auto& b : *bound) {
+    wire[b.node] = faults::wireParams(kind->params, b.params);
+    targets.push_back(L.inventory.find(b.node));
+  }
+
+  return runMain([&](asio::io_context& io) -> asio::awaitable<int> {
+    std::string ctl = newControllerId();
+    Fleet fleet(io, L.tls, ctl);
+    co_await fleet.connect(targets, *timeout, 8);
+    if (!fleet.errors().empty()) {
+      printConnectErrors(fleet);
+      for (auto& c : fleet.clients()) c->close();
+      co_return kExitError;
+    }
+    // One common instant: far enough ahead that every schedule message arrives in time.
+    int64_t maxRtt = 0;
+    for (auto& c : fleet.clients()) maxRtt = std::max(maxRtt, c->clock().rttNs);
+    Duration leadTime = lead ? *lead : std::max<Duration>(300ms, std::chrono::nanoseconds(maxRtt * 20));
+    int64_t startNs = wallNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(leadTime).count();
+    int64_t lifetimeMs = proto::lifetimeMsFor(std::chrono::duration_cast<std::chrono::nanoseconds>(*forD).count());
+
+    std::map<std::string, json> ended;  // node -> final record
+    std::map<std::string, std::string> faultIds;
+    asio::steady_timer wake(io);
+    bool interrupted = false, lost = false;
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      interrupted = true;
+      wake.cancel();
+    });
+    for (auto& c : fleet.clients()) {
+      std::string node = c->node().name;
+      c->onEvent([&, node](const json& m) {
+        if (m.value("type", "") == "fault_ended" && m.contains("fault")) {
+          ended[node] = m["fault"];
+          wake.cancel();
+        }
+      });
+      c->onLost([&, node](const std::string& why) {
+        std::fprintf(stderr, "rdmachaos: lost agent %s: %s (its lease will revert the fault)\n",
+                     node.c_str(), why.c_str());
+        lost = true;
+        wake.cancel();
+      });
+    }
+    std::vector<std::function<asio::awaitable<void>()>> tasks;
+    std::map<std::string, std::string> refused;
+    for (auto& c : fleet.clients()) {
+      tasks.push_back([&, c]() -> asio::awaitable<void> {
+        std::string id = "inj-" + ctl.substr(ctl.size() - 16) + "-" + c->node().name.substr(0, 40);
+        faultIds[c->node().name] = id;
+        // (Built outside co_await: GCC 12 miscompiles braced initialisers there.)
+        json body = proto::toJson(
+            proto::Schedule{id, kind->name, wire[c->node().name], startNs, c->clock().offsetNs, lifetimeMs});
+        auto r = co_await c->request("schedule", std::move(body), *timeout);
+        if (!r) refused[c->node().name] = r.error().message;
+      });
+    }
+    co_await whenAll(io, std::move(tasks));
+    for (auto& [node, why] : refused) std::fprintf(stderr, "rdmachaos: refused: %s\n", why.c_str());
+    for (auto& c : fleet.clients()) c->startHeartbeats();
+    size_t expected = fleet.clients().size() - refused.size();
+    if (!o.json && expected > 0)
+      std::fprintf(stderr, "%s on %zu node(s), starting in %s, reverted after %s at the latest (Ctrl-C reverts now)\n",
+                   kind->name.c_str(), expected,
+                   formatDuration(std::chrono::duration_cast<Nanos>(leadTime)).c_str(),
+                   o.forDuration.c_str());
+    auto deadline = std::chrono::steady_clock::now() + leadTime + *forD + 5s;
+    while (ended.size() < expected && !interrupted && !lost &&
+           std::chrono::steady_clock::now() < deadline) {
+      wake.expires_at(deadline);
+      boost::system::error_code ec;
+      co_await wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    if (interrupted || ended.size() < expected) {
+      if (interrupted) std::fprintf(stderr, "\ninterrupted: reverting now\n");
+      std::vector<std::function<asio::awaitable<void>()>> reverts;
+      for (auto& c : fleet.clients()) {
+        std::string node = c->node().name;
+        if (ended.count(node) || refused.count(node) || !c->connected()) continue;
+        reverts.push_back([&, c, node]() -> asio::awaitable<void> {
+          json body = {{"fault", faultIds[node]}};
+          auto r = co_await c->request("revert", std::move(body), 10s);
+          if (r && r->contains("fault"))
+            ended[node] = (*r)["fault"];
+          else if (!r)
+            std::fprintf(stderr, "rdmachaos: revert on %s: %s\n", node.c_str(), r.error().message.c_str());
+        });
+      }
+      co_await whenAll(io, std::move(reverts));
+    }
+    signals.cancel();
+    // Report: events on the controller's timeline, relative to the common start.
+    json report = {{"kind", kind->name}, {"start_ns", startNs}, {"nodes", json::array()}};
+    bool allOk = refused.empty();
+    for (auto& c : fleet.clients()) {
+      std::string node = c->node().name;
+      if (refused.count(node)) continue;
+      const auto& clk = c->clock();
+      json rec = ended.count(node) ? ended[node] : json{{"state", "unknown"}};
+      std::string reason = rec.value("end_reason", std::string("unknown"));
+      if (!rec.value("error", std::string()).empty() || reason == "error" || reason == "unknown") allOk = false;
+      report["nodes"].push_back({{"node", node},
+                                 {"clock_offset_ns", clk.offsetNs},
+                                 {"clock_uncertainty_ns", clk.uncertaintyNs},
+                                 {"fault", rec}});
+      if (o.json) continue;
+      std::printf("%s: %s  (clock offset %+.3f ms ± %.3f ms)\n", node.c_str(),
+                  rec.value("describe", kind->name).c_str(), clk.offsetNs / 1e6, clk.uncertaintyNs / 1e6);
+      if (rec.value("applied_ns", int64_t(0)) > 0)
+        std::printf("  %s  applied\n", rel(rec["applied_ns"].get<int64_t>() - clk.offsetNs - startNs).c_str());
+      for (const auto& ev : rec.value("events", json::array())) {
+        int64_t t = ev.value("t_ns", int64_t(0)) - clk.offsetNs - startNs;
+        std::printf("  %s  %-10s %-8s %s\n", rel(t).c_str(), ev.value("what", std::string()).c_str(),
+                    ev.value("detail", std::string()).c_str(),
+                    ev.value("kernel_time", false) ? "(kernel time)" : "");
+      }
+      std::printf("  ended: %s%s\n", reason.c_str(),
+                  rec.value("error", std::string()).empty() ? "" : (" — " + rec["error"].get<std::string>()).c_str());
+    }
+    if (o.json) std::printf("%s\n", report.dump(2).c_str());
+    for (auto& c : fleet.clients()) c->close();
+    if (interrupted) co_return kExitInterrupted;
+    co_return allOk && !lost ? kExitOk : kExitError;
+  });
+}
+
+// ---------------------------------------------------------------- recover
+int cmdRecover(const std::string& inventory, const std::string& timeoutText, bool all) {
+  auto timeout = durationArg(timeoutText, "--timeout");
+  if (!timeout) return fail(timeout.error().message);
+  auto loaded = loadAll(inventory);
+  if (!loaded) return fail(loaded.error().message);
+  auto& L = **loaded;
+  return runMain([&](asio::io_context& io) -> asio::awaitable<int> {
+    Fleet fleet(io, L.tls, newControllerId());
+    co_await fleet.connect(*L.inventory.select("all"), *timeout, 0);
+    bool ok = fleet.errors().empty();
+    std::vector<std::function<asio::awaitable<void>()>> tasks;
+    for (auto& c : fleet.clients()) {
+      tasks.push_back([&, c]() -> asio::awaitable<void> {
+        json body = json::object();
+        body["all"] = all;
+        auto r = co_await c->request("revert_all", std::move(body), 30s);
+        if (!r) {
+          ok = false;
+          std::fprintf(stderr, "rdmachaos: %s\n", r.error().message.c_str());
+          co_return;
+        }
+        size_t n = r->value("faults", json::array()).size();
+        std::string scope = all ? " of every controller" : " of this controller certificate";
+        std::printf("%s: reverted %zu fault(s)%s\n", c->node().name.c_str(), n, scope.c_str());
+      });
+    }
+    co_await whenAll(io, std::move(tasks));
+    printConnectErrors(fleet);
+    for (auto& c : fleet.clients()) c->close();
+    co_return ok ? kExitOk : kExitError;
+  });
+}
+
+}  // namespace rc::controller
