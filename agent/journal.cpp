@@ -1,5 +1,5 @@
 // Journal: one file per fault, written durably (writeFileAtomic) and never over another entry.
-#include "common/journal.hpp"
+#include "agent/journal.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
