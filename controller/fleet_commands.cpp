@@ -23,6 +23,7 @@
 #include "controller/commands_internal.hpp"
 #include "controller/fleet.hpp"
 #include "controller/inventory.hpp"
+#include "controller/schedule_fault.hpp"
 #include "controller/playbook.hpp"
 #include "faults/fault.hpp"
 #include "lab/lab.hpp"
@@ -262,10 +263,10 @@ int cmdInject(const InjectOptions& o) {
   for (auto* n : targets) names.push_back(n->name);
   auto bound = bindTargets(kind->name, *normalised, names, L.inventory, nullptr);
   if (!bound) return fail("inject " + bound.error().message);
-  std::map<std::string, json> wire;
+  std::map<std::string, json> params;  // node -> its normalised parameters
   targets.clear();
   for (const auto& b : *bound) {
-    wire[b.node] = faults::wireParams(kind->params, b.params);
+    params[b.node] = b.params;
     targets.push_back(L.inventory.find(b.node));
   }
 
@@ -283,7 +284,7 @@ int cmdInject(const InjectOptions& o) {
     for (auto& c : fleet.clients()) maxRtt = std::max(maxRtt, c->clock().rttNs);
     Duration leadTime = lead ? *lead : std::max<Duration>(300ms, std::chrono::nanoseconds(maxRtt * 20));
     int64_t startNs = wallNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(leadTime).count();
-    int64_t lifetimeMs = proto::lifetimeMsFor(std::chrono::duration_cast<std::chrono::nanoseconds>(*forD).count());
+    int64_t forNs = std::chrono::duration_cast<std::chrono::nanoseconds>(*forD).count();
 
     std::map<std::string, json> ended;  // node -> final record
     std::map<std::string, std::string> faultIds;
@@ -298,8 +299,8 @@ int cmdInject(const InjectOptions& o) {
     for (auto& c : fleet.clients()) {
       std::string node = c->node().name;
       c->onEvent([&, node](const json& m) {
-        if (m.value("type", "") == "fault_ended" && m.contains("fault")) {
-          ended[node] = m["fault"];
+        if (auto e = proto::parseFaultEnded(m)) {
+          ended[node] = std::move(e->record);
           wake.cancel();
         }
       });
@@ -316,10 +317,7 @@ int cmdInject(const InjectOptions& o) {
       tasks.push_back([&, c]() -> asio::awaitable<void> {
         std::string id = "inj-" + ctl.substr(ctl.size() - 16) + "-" + c->node().name.substr(0, 40);
         faultIds[c->node().name] = id;
-        // (Built outside co_await: GCC 12 miscompiles braced initialisers there.)
-        json body = proto::toJson(
-            proto::Schedule{id, kind->name, wire[c->node().name], startNs, c->clock().offsetNs, lifetimeMs});
-        auto r = co_await c->request("schedule", std::move(body), *timeout);
+        auto r = co_await scheduleFault(c, id, kind->name, params[c->node().name], startNs, forNs, *timeout);
         if (!r) refused[c->node().name] = r.error().message;
       });
     }
@@ -346,7 +344,7 @@ int cmdInject(const InjectOptions& o) {
         std::string node = c->node().name;
         if (ended.count(node) || refused.count(node) || !c->connected()) continue;
         reverts.push_back([&, c, node]() -> asio::awaitable<void> {
-          json body = {{"fault", faultIds[node]}};
+          json body = proto::toJson(proto::Revert{faultIds[node]});
           auto r = co_await c->request("revert", std::move(body), 10s);
           if (r && r->contains("fault"))
             ended[node] = (*r)["fault"];
@@ -406,8 +404,7 @@ int cmdRecover(const std::string& inventory, const std::string& timeoutText, boo
     std::vector<std::function<asio::awaitable<void>()>> tasks;
     for (auto& c : fleet.clients()) {
       tasks.push_back([&, c]() -> asio::awaitable<void> {
-        json body = json::object();
-        body["all"] = all;
+        json body = proto::toJson(proto::RevertAll{all});
         auto r = co_await c->request("revert_all", std::move(body), 30s);
         if (!r) {
           ok = false;

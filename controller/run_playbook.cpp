@@ -17,6 +17,7 @@
 #include "common/units.hpp"
 #include "controller/fabric_sampler.hpp"
 #include "controller/fleet.hpp"
+#include "controller/schedule_fault.hpp"
 #include "controller/score.hpp"
 #include "controller/workload_run.hpp"
 #include "faults/fault.hpp"
@@ -185,9 +186,10 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
   std::map<std::string, size_t> byId;
   for (auto& c : fleet.clients()) {
     c->onEvent([&](const json& m) {
-      if (m.value("type", "") != "fault_ended" || !m.contains("fault")) return;
-      const json& rec = m["fault"];
-      auto it = byId.find(rec.value("fault", std::string()));
+      auto ended = proto::parseFaultEnded(m);
+      if (!ended) return;
+      const json& rec = ended->record;
+      auto it = byId.find(ended->faultId);
       if (it == byId.end()) return;
       Scheduled& s = scheduled[it->second];
       s.ended = true;
@@ -220,11 +222,7 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
       run.faults.push_back(fr);
       auto client = fleet.find(f.node);
       Scheduled s{run.faults.size() - 1, faultId(ctl.substr(ctl.size() - 16), trial.index, f.step, f.node), client};
-      const faults::FaultKind* kind = faults::findKind(f.kind);
-      json params = kind ? faults::wireParams(kind->params, f.params) : f.params;
-      json body = proto::toJson(proto::Schedule{s.id, f.kind, params, t0 + f.atNs, client->clock().offsetNs,
-                                                proto::lifetimeMsFor(f.forNs)});
-      auto r = co_await client->request("schedule", std::move(body), options.connectTimeout);
+      auto r = co_await scheduleFault(client, s.id, f.kind, f.params, t0 + f.atNs, f.forNs, options.connectTimeout);
       if (!r) {
         run.faults.back().error = r.error().message;
         abort("fault " + f.step + " on " + f.node + " refused: " + r.error().message);
@@ -394,7 +392,7 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
     std::fprintf(stderr, "aborting: %s — reverting every fault\n", run.abortReason.c_str());
     for (auto& c : fleet.clients()) {
       if (!c->connected()) continue;
-      auto r = co_await c->request("revert_all", json::object(), 10s);
+      auto r = co_await c->request("revert_all", proto::toJson(proto::RevertAll{}), 10s);
       if (!r) log::error("revert on {}: {}", c->node().name, r.error().message);
     }
   }
