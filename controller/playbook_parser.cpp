@@ -349,10 +349,7 @@ Expectation Parser::expectation(const toml::node& n, const std::string& what) co
   e.metric = str(*m, what + " metric", 80);
   auto info = findMetric(e.metric);
   if (!info) {
-    std::vector<std::string> names;
-    for (const auto& mi : metricCatalogue()) names.push_back(mi.name);
-    names.push_back("counter.<name>");
-    fail(*m, "unknown metric '" + e.metric + "' (known: " + joinNames(names) + ")");
+    fail(*m, "unknown metric '" + e.metric + "' (known: " + joinNames(metricNames()) + ")");
   }
   auto* op = t.get("op");
   if (!op) fail(n, tbl + " needs op = \"<\", \"<=\", \">\" or \">=\"");
@@ -699,16 +696,6 @@ std::string Expectation::describe() const {
          " (" + scope + ")";
 }
 
-const std::vector<RepeatableMetric>& repeatableMetrics() {
-  static const std::vector<RepeatableMetric> m = {
-      {"baseline", "throughput"}, {"busbw", "bus bandwidth"}, {"time_to_impact", ""},
-      {"recovery_time", "link failure recovery time"}, {"throughput_loss_pct", ""}, {"longest_stall", ""},
-      {"iteration_p99_ratio", "job completion time inflation (p99 iteration / baseline p50)"},
-      {"pause_frames", "PFC pause frames"}, {"ecn_marks", "ECN marked packets"},
-      {"watchdog_detect_time", ""}};
-  return m;
-}
-
 int64_t Scenario::durationNs() const {
   int64_t d = 0;
   for (const auto& p : phases) d += p.durationNs;
@@ -721,50 +708,6 @@ std::vector<std::string> Playbook::faultKinds() const {
     for (const auto& s : sc.steps)
       if (std::find(out.begin(), out.end(), s.kind) == out.end()) out.push_back(s.kind);
   return out;
-}
-
-const std::vector<MetricInfo>& metricCatalogue() {
-  static const std::vector<MetricInfo> m = {
-      {"baseline", MetricUnit::rate, "median throughput of the baseline phase after warm-up"},
-      {"time_to_impact", MetricUnit::duration, "fault start until throughput first drops below (1-e)B"},
-      {"recovery_time", MetricUnit::duration, "fault end until throughput holds >= (1-e)B; fails if never"},
-      {"throughput_loss_bytes", MetricUnit::size, "integral of (B - x)+ over the impact window"},
-      {"throughput_loss_pct", MetricUnit::percent, "loss as a percentage of B x window"},
-      {"stall_time", MetricUnit::duration, "time with x < stall_fraction x B after the fault start"},
-      {"longest_stall", MetricUnit::duration, "longest contiguous stall"},
-      {"min_throughput", MetricUnit::rate, "lowest bin after the fault start"},
-      {"iteration_p50", MetricUnit::duration, "median iteration time in the impact window"},
-      {"iteration_p99", MetricUnit::duration, "99th percentile iteration time in the impact window"},
-      {"iteration_max", MetricUnit::duration, "slowest iteration in the impact window"},
-      {"iteration_p99_ratio", MetricUnit::number, "iteration p99 in the window / baseline p50"},
-      {"busbw", MetricUnit::rate, "bus bandwidth of the baseline (nccl-tests definition), job only"},
-      {"gpu_hours", MetricUnit::number, "GPU-hours lost per incident at [cost] gpus, job only"},
-      {"cost", MetricUnit::number, "money lost per incident at [cost] price, job only"},
-      {"pause_frames", MetricUnit::number, "PFC frames the fabric received in the trial (the lab switch; a node: its port)"},
-      {"paused_time", MetricUnit::duration, "time the fabric's egress queues were paused by PFC, summed over queues"},
-      {"pause_spread_time", MetricUnit::duration,
-       "time the fabric held senders in XOFF (the pause spreading upstream), summed over ports"},
-      {"ecn_marks", MetricUnit::number, "packets the fabric ECN-marked in the trial"},
-      {"drops", MetricUnit::number, "packets the fabric dropped in the trial (tail drops and watchdog drops)"},
-      {"watchdog_detect_time", MetricUnit::duration,
-       "PFC storm start (first frame on the wire) until the switch's watchdog detected it, job only"},
-      {"watchdog_restore_time", MetricUnit::duration,
-       "PFC storm end (last frame on the wire) until the switch's watchdog restored the queue, job only"},
-  };
-  return m;
-}
-
-std::optional<MetricInfo> findMetric(std::string_view name) {
-  for (const auto& m : metricCatalogue())
-    if (m.name == name) return m;
-  if (name.rfind("counter.", 0) == 0) {
-    std::string_view c = name.substr(8);
-    bool ok = !c.empty() && c.size() <= 64 && std::all_of(c.begin(), c.end(), [](char ch) {
-      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' || ch == '-';
-    });
-    if (ok) return MetricInfo{std::string(name), MetricUnit::number, "counter delta over the trial"};
-  }
-  return std::nullopt;
 }
 
 Result<Playbook> parsePlaybook(const std::string& text, const std::string& path) {
