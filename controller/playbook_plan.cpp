@@ -84,33 +84,11 @@ Result<std::vector<BoundFault>> bindTargets(const std::string& kind, const json&
   return out;
 }
 
-// What a planned fault changes on its node, as the agent's Fault::targets() would name it
-// (without the agent's defaults: an absent interface is "the default interface"). Empty for
-// kinds that change no configuration.
+// What a planned fault changes on its node (its kind's planTarget); empty for kinds that change
+// no configuration.
 static std::string targetKey(const PlannedFault& f) {
-  auto str = [&](const char* key) {
-    auto it = f.params.find(key);
-    return it != f.params.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
-  auto iface = [&] {
-    std::string i = str("interface");
-    return i.empty() ? std::string("the default interface") : "interface '" + i + "'";
-  };
-  if (f.kind == "link_flap") {
-    std::string sp = str("switch_port");
-    return sp.empty() ? iface() : "lab switch port '" + sp + "'";
-  }
-  if (f.kind == "pfc_storm") return "the PFC pause frames of " + iface();
-  if (f.kind == "ecn_shift") {
-    std::string backend = str("backend");
-    auto q = f.params.find("queue");
-    std::string queue = q != f.params.end() && q->is_number_integer() ? std::to_string(q->get<int>()) : "3";
-    if (backend == "tc-red") return "the root qdisc of " + iface();
-    std::string port = str("port");
-    return "the ECN profile of " + (port.empty() ? std::string("its switch port") : "port '" + port + "'") +
-           " queue " + queue;
-  }
-  return {};
+  const faults::FaultKind* k = faults::findKind(f.kind);
+  return k && k->planTarget ? k->planTarget(f.params) : std::string();
 }
 
 Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {

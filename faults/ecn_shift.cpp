@@ -381,6 +381,16 @@ const FaultKind kEcnShift{
         return makeError(std::string("ecn_shift journal snapshot is incomplete: ") + e.what());
       }
     },
+    nullptr,  // check
+    nullptr,  // bind
+    [](const json& params) {
+      auto q = params.find("queue");
+      std::string queue = q != params.end() && q->is_number_integer() ? std::to_string(q->get<int>()) : "3";
+      if (stringParam(params, "backend") == "tc-red") return "the root qdisc of " + planInterface(params);
+      std::string port = stringParam(params, "port");
+      return "the ECN profile of " + (port.empty() ? std::string("its switch port") : "port '" + port + "'") +
+             " queue " + queue;
+    },
 };
 
 }  // namespace rc::faults

@@ -488,6 +488,12 @@ const FaultKind kLinkFlap{
       if (!s) return s.error();
       return restore(*s, nullptr);
     },
+    nullptr,  // check
+    nullptr,  // bind
+    [](const json& params) {
+      std::string port = stringParam(params, "switch_port");
+      return port.empty() ? planInterface(params) : "lab switch port '" + port + "'";
+    },
 };
 
 }  // namespace rc::faults

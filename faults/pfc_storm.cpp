@@ -262,6 +262,9 @@ const FaultKind kPfcStorm{
       uint16_t vector = uint16_t(snapshot.value("priorities_vector", 0xff));
       return sendResume(snapshot["interface"].get<std::string>(), vector);
     },
+    nullptr,  // check
+    nullptr,  // bind
+    [](const json& params) { return "the PFC pause frames of " + planInterface(params); },
 };
 
 }  // namespace rc::faults
