@@ -305,8 +305,8 @@ class EcnShift final : public Fault {
 
 }  // namespace
 
-extern const FaultKind kEcnShift;
-const FaultKind kEcnShift{
+extern const FaultKind kind_ecn_shift;
+const FaultKind kind_ecn_shift{
     "ecn_shift",
     "moves the ECN marking thresholds of a queue (lab switch, tc RED, or user commands) and restores them",
     {

@@ -206,8 +206,8 @@ class PfcStorm final : public Fault {
 
 }  // namespace
 
-extern const FaultKind kPfcStorm;
-const FaultKind kPfcStorm{
+extern const FaultKind kind_pfc_storm;
+const FaultKind kind_pfc_storm{
     "pfc_storm",
     "sends PFC pause frames from a data NIC at a paced rate (a stuck NIC pausing its switch)",
     {
