@@ -110,40 +110,48 @@ class PlanRun {
     run_.binNs = playbook.scoring.binNs;
   }
 
-  asio::awaitable<RunResult> execute() {
-    if (!co_await connect()) co_return finish();
-    watchForAbort();
-    if (!co_await startWorkload()) co_return finish();
-    co_await scheduleFaults();
-    co_await live();
-    co_await windDown();
-    collectSeries();
-    co_return finish();
+  static asio::awaitable<RunResult> execute(PlanRun& self) {
+    // Each result is awaited into a local, never inside an `if` condition: GCC 12 miscompiled
+    // `if (!co_await connect(self)) co_return ...` (the coroutine's frame was garbage when
+    // connect() started; a crash in every run).
+    bool connected = co_await connect(self);
+    if (!connected) co_return self.finish();
+    self.watchForAbort();
+    bool started = co_await startWorkload(self);
+    if (!started) co_return self.finish();
+    co_await scheduleFaults(self);
+    co_await live(self);
+    co_await windDown(self);
+    self.collectSeries();
+    co_return self.finish();
   }
 
  private:
+  // The phases that wait are static coroutines taking the run by reference (named functions
+  // with explicit arguments, as every coroutine here).
+  //
   // Every node the run touches (the workload's and the fault targets): connected, clocks
   // measured, heartbeats on. False (abortReason set) when one cannot be reached.
-  asio::awaitable<bool> connect() {
-    std::vector<std::string> names = plan_.workloadNodes;
-    for (const auto& t : plan_.trials)
+  static asio::awaitable<bool> connect(PlanRun& self) {
+    std::vector<std::string> names = self.plan_.workloadNodes;
+    for (const auto& t : self.plan_.trials)
       for (const auto& f : t.faults)
         if (std::find(names.begin(), names.end(), f.node) == names.end()) names.push_back(f.node);
     std::vector<const Node*> nodes;
     for (const auto& n : names)
-      if (auto* node = inventory_.find(n)) {
+      if (auto* node = self.inventory_.find(n)) {
         nodes.push_back(node);
-        run_.inventoryNodes.push_back(*node);
+        self.run_.inventoryNodes.push_back(*node);
       }
-    if (options_.progress) std::fprintf(stderr, "connecting to %zu agent(s)...\n", nodes.size());
-    co_await fleet_.connect(nodes, options_.connectTimeout, 8);
-    for (auto& c : fleet_.clients())
-      run_.clocks.push_back({c->node().name, c->clock().offsetNs, c->clock().uncertaintyNs, c->clock().rttNs});
-    if (!fleet_.errors().empty()) {
-      run_.abortReason = "cannot reach agent " + fleet_.errors().front().first + ": " + fleet_.errors().front().second;
+    if (self.options_.progress) std::fprintf(stderr, "connecting to %zu agent(s)...\n", nodes.size());
+    co_await self.fleet_.connect(nodes, self.options_.connectTimeout, 8);
+    for (auto& c : self.fleet_.clients())
+      self.run_.clocks.push_back({c->node().name, c->clock().offsetNs, c->clock().uncertaintyNs, c->clock().rttNs});
+    if (!self.fleet_.errors().empty()) {
+      self.run_.abortReason = "cannot reach agent " + self.fleet_.errors().front().first + ": " + self.fleet_.errors().front().second;
       co_return false;
     }
-    for (auto& c : fleet_.clients()) c->startHeartbeats();
+    for (auto& c : self.fleet_.clients()) c->startHeartbeats();
     co_return true;
   }
 
@@ -169,35 +177,35 @@ class PlanRun {
 
   // The workload: one run across the whole plan; its start is the run's t = 0. Fabric evidence
   // (lab switch counters and events) for the whole run, where there is a switch.
-  asio::awaitable<bool> startWorkload() {
+  static asio::awaitable<bool> startWorkload(PlanRun& self) {
     std::vector<std::shared_ptr<AgentClient>> ranks;
-    for (const auto& n : plan_.workloadNodes) ranks.push_back(fleet_.find(n));
+    for (const auto& n : self.plan_.workloadNodes) ranks.push_back(self.fleet_.find(n));
     WorkloadSpec spec;
-    spec.kind = toString(playbook_.workload.kind);
-    spec.size = playbook_.workload.sizeBytes;
-    spec.streams = playbook_.workload.streams;
-    spec.transport = playbook_.workload.transport;
-    spec.qp = playbook_.workload.qp;
-    spec.bin = std::chrono::nanoseconds(playbook_.scoring.binNs);
-    spec.duration = std::chrono::nanoseconds(plan_.durationNs + 500'000'000);
+    spec.kind = toString(self.playbook_.workload.kind);
+    spec.size = self.playbook_.workload.sizeBytes;
+    spec.streams = self.playbook_.workload.streams;
+    spec.transport = self.playbook_.workload.transport;
+    spec.qp = self.playbook_.workload.qp;
+    spec.bin = std::chrono::nanoseconds(self.playbook_.scoring.binNs);
+    spec.duration = std::chrono::nanoseconds(self.plan_.durationNs + 500'000'000);
     spec.lead = 1s;
-    workload_ = std::make_unique<WorkloadRun>(io_, ranks, spec, "wl-" + ctl_.substr(ctl_.size() - 4));
-    auto started = co_await workload_->start(options_.connectTimeout);
+    self.workload_ = std::make_unique<WorkloadRun>(self.io_, ranks, spec, "wl-" + self.ctl_.substr(self.ctl_.size() - 4));
+    auto started = co_await self.workload_->start(self.options_.connectTimeout);
     if (!started) {
-      run_.abortReason = "workload did not start: " + started.error().message;
+      self.run_.abortReason = "workload did not start: " + started.error().message;
       co_return false;
     }
-    t0_ = workload_->series().startNs;  // the run's t = 0, controller clock
-    run_.startedUnixNs = t0_;
-    if (!inventory_.switchControl.empty()) {
+    self.t0_ = self.workload_->series().startNs;  // the run's t = 0, controller clock
+    self.run_.startedUnixNs = self.t0_;
+    if (!self.inventory_.switchControl.empty()) {
       // An incast's flows into its receiver are metered on the wire: when they stopped is the
       // ground truth its recovery is read against.
       std::set<FabricMeter> meters;
-      for (const auto& t : plan_.trials)
+      for (const auto& t : self.plan_.trials)
         for (const auto& f : t.faults)
           if (f.kind == "incast" && f.role == "sink" && f.params.contains("port") && f.params["port"].is_number_integer())
             meters.insert({f.node, f.params["port"].get<int>()});
-      fabric_ = std::make_unique<FabricSampler>(inventory_.switchControl, t0_,
+      self.fabric_ = std::make_unique<FabricSampler>(self.inventory_.switchControl, self.t0_,
                                                 std::vector<FabricMeter>(meters.begin(), meters.end()));
     }
     co_return true;
@@ -205,9 +213,9 @@ class PlanRun {
 
   // Every fault, scheduled now for its planned instant (agents hold them until then); their
   // fault_ended reports give the actual applied and reverted times.
-  asio::awaitable<void> scheduleFaults() {
-    for (auto& c : fleet_.clients()) c->onEvent([this](const json& m) { faultEnded(m); });
-    for (const auto& trial : plan_.trials) {
+  static asio::awaitable<void> scheduleFaults(PlanRun& self) {
+    for (auto& c : self.fleet_.clients()) c->onEvent([rp = &self](const json& m) { rp->faultEnded(m); });
+    for (const auto& trial : self.plan_.trials) {
       for (const auto& f : trial.faults) {
         FaultRecord fr;
         fr.trial = trial.index;
@@ -217,20 +225,20 @@ class PlanRun {
         fr.role = f.role;
         fr.params = f.params;
         fr.scheduledNs = f.atNs;
-        run_.faults.push_back(fr);
-        auto client = fleet_.find(f.node);
-        Scheduled s{run_.faults.size() - 1, faultId(ctl_.substr(ctl_.size() - 16), trial.index, f.step, f.node),
+        self.run_.faults.push_back(fr);
+        auto client = self.fleet_.find(f.node);
+        Scheduled s{self.run_.faults.size() - 1, faultId(self.ctl_.substr(self.ctl_.size() - 16), trial.index, f.step, f.node),
                     client};
-        auto r = co_await scheduleFault(client, s.id, f.kind, f.params, t0_ + f.atNs, f.forNs, options_.connectTimeout);
+        auto r = co_await scheduleFault(client, s.id, f.kind, f.params, self.t0_ + f.atNs, f.forNs, self.options_.connectTimeout);
         if (!r) {
-          run_.faults.back().error = r.error().message;
-          abort("fault " + f.step + " on " + f.node + " refused: " + r.error().message);
+          self.run_.faults.back().error = r.error().message;
+          self.abort("fault " + f.step + " on " + f.node + " refused: " + r.error().message);
           break;
         }
-        byId_[s.id] = scheduled_.size();
-        scheduled_.push_back(std::move(s));
+        self.byId_[s.id] = self.scheduled_.size();
+        self.scheduled_.push_back(std::move(s));
       }
-      if (aborted_) break;
+      if (self.aborted_) break;
     }
   }
 
@@ -285,15 +293,15 @@ class PlanRun {
   }
 
   // Live: progress, guardrails, counter snapshots, until the plan ends or an abort.
-  asio::awaitable<void> live() {
-    while (!aborted_) {
-      int64_t now = wallNs() - t0_;
-      if (now >= plan_.durationNs + kTelemetryLagNs) break;
-      checkTrials(now);
-      show(now);
-      tick_.expires_after(100ms);
+  static asio::awaitable<void> live(PlanRun& self) {
+    while (!self.aborted_) {
+      int64_t now = wallNs() - self.t0_;
+      if (now >= self.plan_.durationNs + kTelemetryLagNs) break;
+      self.checkTrials(now);
+      self.show(now);
+      self.tick_.expires_after(100ms);
       boost::system::error_code ec;
-      co_await tick_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      co_await self.tick_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
   }
 
@@ -421,39 +429,39 @@ class PlanRun {
 
   // After the plan or an abort: every fault reverted on an abort, the workload stopped, the
   // last fault reports awaited (bounded), the fabric sampler and counter snapshots closed.
-  asio::awaitable<void> windDown() {
-    run_.endedNs = std::min<int64_t>(wallNs() - t0_, plan_.durationNs);
-    if (options_.metrics)
-      options_.metrics->set("rdmachaos_run_aborted", "1 once a guardrail, a lost agent or the operator aborted the run",
-                            aborted_);
-    if (aborted_) {
-      std::fprintf(stderr, "aborting: %s — reverting every fault\n", run_.abortReason.c_str());
-      for (auto& c : fleet_.clients()) {
+  static asio::awaitable<void> windDown(PlanRun& self) {
+    self.run_.endedNs = std::min<int64_t>(wallNs() - self.t0_, self.plan_.durationNs);
+    if (self.options_.metrics)
+      self.options_.metrics->set("rdmachaos_run_aborted", "1 once a guardrail, a lost agent or the operator aborted the run",
+                            self.aborted_);
+    if (self.aborted_) {
+      std::fprintf(stderr, "aborting: %s — reverting every fault\n", self.run_.abortReason.c_str());
+      for (auto& c : self.fleet_.clients()) {
         if (!c->connected()) continue;
         auto r = co_await c->request("revert_all", proto::toJson(proto::RevertAll{}), 10s);
         if (!r) log::error("revert on {}: {}", c->node().name, r.error().message);
       }
     }
-    co_await workload_->stop(5s);
-    co_await workload_->wait(10s);
+    co_await self.workload_->stop(5s);
+    co_await self.workload_->wait(10s);
     // Faults end by themselves by their lifetime; wait (bounded) for the last reports.
-    asio::steady_timer wait(io_);
+    asio::steady_timer wait(self.io_);
     auto until = std::chrono::steady_clock::now() + 10s;
     while (std::chrono::steady_clock::now() < until &&
-           std::any_of(scheduled_.begin(), scheduled_.end(),
+           std::any_of(self.scheduled_.begin(), self.scheduled_.end(),
                        [](const Scheduled& s) { return !s.ended && s.client->connected(); })) {
       wait.expires_after(50ms);
       boost::system::error_code ec;
       co_await wait.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
-    signals_->cancel();
-    if (fabric_) run_.fabric = fabric_->finish();
-    for (auto& cs : run_.counters)
-      if (cs.after.empty()) cs.after = countersNow(cs.node);
+    self.signals_->cancel();
+    if (self.fabric_) self.run_.fabric = self.fabric_->finish();
+    for (auto& cs : self.run_.counters)
+      if (cs.after.empty()) cs.after = self.countersNow(cs.node);
     // A NIC counter that had not arrived when a trial's first snapshot was taken starts from the
     // node's first sample (the agent sends every value in it), within ~100 ms of the start.
-    for (auto& cs : run_.counters)
-      for (const auto& ns : workload_->series().nodes)
+    for (auto& cs : self.run_.counters)
+      for (const auto& ns : self.workload_->series().nodes)
         if (ns.node == cs.node && !ns.nicSamples.empty())
           for (const auto& [name, v] : ns.nicSamples.front().second) cs.before.emplace(name, v);
   }
@@ -509,8 +517,9 @@ class PlanRun {
 
 asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& playbook, const Plan& plan,
                                        const Inventory& inventory, asio::ssl::context& tls, RunnerOptions options) {
-  PlanRun run(io, playbook, plan, inventory, tls, options);
-  co_return co_await run.execute();
+  auto run = std::make_unique<PlanRun>(io, playbook, plan, inventory, tls, options);
+  RunResult result = co_await PlanRun::execute(*run);
+  co_return result;
 }
 
 }  // namespace rc::controller
