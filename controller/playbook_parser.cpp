@@ -232,9 +232,14 @@ json Parser::normalise(const toml::node& where, const std::string& kind, const j
   if (r) return *r;
   // Point at the parameter the message names, when it is in the table as written.
   if (rawTable)
-    for (auto&& [key, v] : *rawTable)
-      if (r.error().message.find("'" + std::string(key.str()) + "'") != std::string::npos)
-        fail(v, r.error().message);
+    for (auto&& [key, v] : *rawTable) {
+      // Appended, not "'" + key: GCC 12 at -O2 reports a false -Wrestrict in operator+(const
+      // char*, string&&) (GCC PR 105651), which breaks a release build.
+      std::string quoted(1, '\'');
+      quoted.append(key.str());
+      quoted.push_back('\'');
+      if (r.error().message.find(quoted) != std::string::npos) fail(v, r.error().message);
+    }
   fail(where, r.error().message);
 }
 
