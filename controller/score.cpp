@@ -650,25 +650,7 @@ Scores score(const RunResult& run, const Playbook& pb) {
     } else if (scen)
       for (const auto& e : scen->expectations) {
         if (!e.stat.empty()) continue;  // judged over the repeated trials, below
-        Verdict v;
-        v.metric = e.metric;
-        v.scope = e.scope;
-        v.op = toString(e.op);
-        v.bound = e.bound;
-        v.boundText = e.boundText;
-        v.pos = e.pos;
-        const ScopeScore* sc = e.scope == "job" ? &ts.job : nullptr;
-        for (const auto& n : ts.nodes)
-          if (n.scope == e.scope) sc = &n;
-        if (!sc) {
-          v.measuredText = "no such scope";
-        } else if (auto m = metricValue(*sc, e.metric)) {
-          v.measured = *m;
-          v.measuredText = formatMetric(findMetric(e.metric)->unit, *m);
-          v.passed = compare(*m, e.op, e.bound);
-        } else {
-          v.measuredText = whyMissing(e.metric, *sc);
-        }
+        Verdict v = judge(e);
         (v.passed ? out.verdictsPassed : out.verdictsFailed)++;
         ts.verdicts.push_back(std::move(v));
       }
