@@ -112,7 +112,7 @@ class PlanRun {
 
   static asio::awaitable<RunResult> execute(PlanRun& self) {
     // Each result is awaited into a local, never inside an `if` condition: GCC 12 miscompiled
-    // `if (!co_await connect(self)) co_return ...` (the coroutine's frame was garbage when
+    // `if (!co_await connect(self)) co_return self.finish();` (the frame was garbage when
     // connect() started; a crash in every run).
     bool connected = co_await connect(self);
     if (!connected) co_return self.finish();
