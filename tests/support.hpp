@@ -197,7 +197,9 @@ inline bool linkUp(const std::string& ns, const std::string& ifname = "data0") {
   std::string s(buf, n);
   auto lt = s.find('<'), gt = s.find('>');
   REQUIRE(lt != std::string::npos);
-  std::string flags = "," + s.substr(lt + 1, gt - lt - 1) + ",";
+  // Appended, not "," + substr: GCC 12's false -Wrestrict at -O3 (PR 105651) breaks a release build.
+  std::string flags(1, ',');
+  flags.append(s, lt + 1, gt - lt - 1).push_back(',');
   return flags.find(",UP,") != std::string::npos;
 }
 
