@@ -52,6 +52,7 @@ struct WorkloadOptions {
   bool json = false;                 // the whole series (bins, iterations) as JSON on stdout
   int dscp = 26;                     // both transports
   int qpTimeout = 14, qpRetryCnt = 7, qpRnrRetry = 7;  // verbs QP attributes
+  std::string test;                  // --kind perftest: which program
 };
 int cmdWorkload(const WorkloadOptions& o);
 

@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
   WorkloadOptions wl;
   auto* cWorkload = app.add_subcommand("workload", "run a collective on the data plane with live telemetry");
   cWorkload->add_option("--inventory", wl.inventory, "inventory TOML")->required();
-  cWorkload->add_option("--kind", wl.kind, "allreduce, allgather, alltoall, incast, pairwise")->capture_default_str();
+  cWorkload->add_option("--kind", wl.kind, "allreduce, allgather, alltoall, incast, pairwise, perftest")->capture_default_str();
+  cWorkload->add_option("--test", wl.test, "perftest: ib_write_bw (default), ib_read_bw, ib_send_bw");
   cWorkload->add_option("--size", wl.size, "message size, e.g. 4MiB")->capture_default_str();
   cWorkload->add_option("--for", wl.forDuration, "duration, e.g. 20s");
   cWorkload->add_option("--iterations", wl.iterations, "iteration count (instead of --for)");

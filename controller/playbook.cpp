@@ -13,6 +13,7 @@
 
 #include "common/units.hpp"
 #include "faults/fault.hpp"
+#include "workload/perftest.hpp"
 
 namespace rc::controller {
 namespace {
@@ -602,15 +603,24 @@ Playbook Parser::parse(const std::string& text) {
   if (!wl) throw Fail{path_ + ":1:1: the playbook needs a [workload] table (kind, size, streams, nodes)"};
   {
     const auto& t = table(*wl, "workload");
-    checkKeys(t, {"kind", "size", "streams", "nodes", "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry"},
+    checkKeys(t, {"kind", "size", "streams", "nodes", "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry",
+                  "test"},
               "[workload]");
     auto* k = t.get("kind");
-    if (!k) fail(*wl, "[workload] needs kind = \"allreduce\" (or allgather, alltoall, incast, pairwise)");
+    if (!k) fail(*wl, "[workload] needs kind = \"allreduce\" (or allgather, alltoall, incast, pairwise, perftest)");
     auto kind = workloadKindFromString(str(*k, "workload kind", 32));
     if (!kind)
       fail(*k, "workload kind '" + k->as_string()->get() +
-                   "' is unknown (known: allreduce, allgather, alltoall, incast, pairwise)");
+                   "' is unknown (known: allreduce, allgather, alltoall, incast, pairwise, perftest)");
     pb.workload.kind = *kind;
+    // perftest: which program of the agents' fixed list (they run nothing else).
+    if (*kind == WorkloadKind::perftest) pb.workload.test = "ib_write_bw";
+    if (auto* te = t.get("test")) {
+      if (*kind != WorkloadKind::perftest) fail(*te, "test names a perftest program: it needs kind = \"perftest\"");
+      pb.workload.test = str(*te, "workload test", 32);
+      if (!rc::workload::perftestProgram(pb.workload.test))
+        fail(*te, "perftest test '" + pb.workload.test + "' is unknown (known: " + rc::workload::perftestTests() + ")");
+    }
     if (auto* s = t.get("size")) pb.workload.sizeBytes = size(*s, "workload size", 1, uint64_t(16) << 30);
     if (auto* s = t.get("streams")) pb.workload.streams = int(integer(*s, "workload streams", 1, 1024));
     if (auto* tr = t.get("transport")) {
@@ -625,8 +635,15 @@ Playbook Parser::parse(const std::string& text) {
     if (auto* q = t.get("qp_timeout")) pb.workload.qp.timeout = int(integer(*q, "workload qp_timeout", 0, 31));
     if (auto* q = t.get("qp_retry_cnt")) pb.workload.qp.retryCount = int(integer(*q, "workload qp_retry_cnt", 0, 7));
     if (auto* q = t.get("qp_rnr_retry")) pb.workload.qp.rnrRetry = int(integer(*q, "workload qp_rnr_retry", 0, 7));
+    if (*kind == WorkloadKind::perftest && pb.workload.streams > 16)
+      fail(*wl, "workload streams must be 1 to 16 with kind = \"perftest\" (its QPs, -q)");
+    if (auto* tr = t.get("transport"); tr && *kind == WorkloadKind::perftest)
+      fail(*tr, "kind = \"perftest\" always runs over RDMA: leave transport out");
+    for (const char* key : {"qp_retry_cnt", "qp_rnr_retry"})
+      if (auto* q = t.get(key); q && *kind == WorkloadKind::perftest)
+        fail(*q, std::string(key) + " is not a perftest option (perftest sets its own; qp_timeout is its -u)");
     for (const char* key : {"qp_timeout", "qp_retry_cnt", "qp_rnr_retry"})
-      if (auto* q = t.get(key); q && pb.workload.transport != "verbs")
+      if (auto* q = t.get(key); q && pb.workload.transport != "verbs" && *kind != WorkloadKind::perftest)
         fail(*q, std::string(key) + " sets a verbs QP attribute: it needs transport = \"verbs\"");
     pb.workload.nodes.names = {"all"};
     pb.workload.nodes.pos = pos(*wl);
@@ -768,13 +785,14 @@ const char* toString(WorkloadKind k) {
     case WorkloadKind::alltoall: return "alltoall";
     case WorkloadKind::incast: return "incast";
     case WorkloadKind::pairwise: return "pairwise";
+    case WorkloadKind::perftest: return "perftest";
   }
   return "?";
 }
 
 std::optional<WorkloadKind> workloadKindFromString(std::string_view s) {
   for (auto k : {WorkloadKind::allreduce, WorkloadKind::allgather, WorkloadKind::alltoall,
-                 WorkloadKind::incast, WorkloadKind::pairwise})
+                 WorkloadKind::incast, WorkloadKind::pairwise, WorkloadKind::perftest})
     if (s == toString(k)) return k;
   return std::nullopt;
 }
@@ -950,6 +968,11 @@ Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
                                         " needs at least 2 nodes; workload nodes '" +
                                         pb.workload.nodes.describe() + "' match " +
                                         std::to_string(plan.workloadNodes.size()));
+    if (pb.workload.kind == WorkloadKind::perftest && plan.workloadNodes.size() != 2)
+      p.fail(pb.workload.nodes.pos, "perftest runs between exactly 2 nodes (client, then server); "
+                                    "workload nodes '" + pb.workload.nodes.describe() + "' match " +
+                                        std::to_string(plan.workloadNodes.size()) +
+                                        ": name two, e.g. nodes = [\"n1\", \"n2\"]");
     for (const auto& sc : pb.scenarios)
       for (const auto* list : {&sc.expectations, &sc.requirements})
       for (const auto& e : *list)
@@ -1106,7 +1129,8 @@ std::string formatPlan(const Playbook& pb, const Plan& plan) {
                 pb.name.c_str(), static_cast<unsigned long long>(plan.seed), plan.trials.size(),
                 fmtDur(plan.durationNs).c_str());
   out += buf;
-  std::snprintf(buf, sizeof buf, "workload %s, %s x %d stream(s) on %s\n", toString(pb.workload.kind),
+  std::snprintf(buf, sizeof buf, "workload %s%s%s, %s x %d stream(s) on %s\n", toString(pb.workload.kind),
+                pb.workload.test.empty() ? "" : " ", pb.workload.test.c_str(),
                 formatSize(pb.workload.sizeBytes).c_str(), pb.workload.streams,
                 joinNames(plan.workloadNodes).c_str());
   out += buf;

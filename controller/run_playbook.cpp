@@ -154,6 +154,7 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
   spec.streams = playbook.workload.streams;
   spec.transport = playbook.workload.transport;
   spec.qp = playbook.workload.qp;
+  spec.perftest = playbook.workload.test;
   spec.bin = std::chrono::nanoseconds(playbook.scoring.binNs);
   spec.duration = std::chrono::nanoseconds(plan.durationNs + 500'000'000);
   spec.lead = 1s;

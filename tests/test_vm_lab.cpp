@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -21,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "common/unique_fd.hpp"
 #include "lab/lab.hpp"
 #include "lab/lab_state.hpp"
@@ -430,6 +433,163 @@ TEST_CASE("a verbs QP in error after a data NIC flap is reported, re-created, an
   REQUIRE(lost != std::string::npos);
   std::string line2 = log2.substr(lost, log2.find('\n', lost) - lost);
   CHECK(line2.find("no completion for") == std::string::npos);
+}
+
+// Acceptance 3 of issue 11: a 2 s flap of a guest's switch port during a verbs all-reduce.
+// QEMU keeps the guest NIC's carrier up, so rxe sees no port event: its QPs retransmit into
+// the dead port. The stall must show in the job's series over the flap, and the job must move
+// again afterwards and complete, verified.
+TEST_CASE("a 2 s flap of a guest's switch port stalls a verbs all-reduce; the job comes back",
+          "[switch-flap]") {
+  auto& lab = sharedLab();
+  std::string control = lab->switchControl();
+  auto adminUp = [&] {
+    json r = switchRequest(control, {{"cmd", "counters"}, {"port", "n2"}});
+    REQUIRE(r["ok"] == true);
+    return r["ports"][0]["admin_up"].get<bool>();
+  };
+  auto n1 = lab->node("n1");
+  auto connects = [&] {
+    std::string log = readFile(n1.guestDir + "/agent.log");
+    size_t k = 0;
+    for (size_t at = log.find("verbs: rank"); at != std::string::npos; at = log.find("verbs: rank", at + 1)) k++;
+    return k;
+  };
+  const size_t connectsBefore = connects();
+  Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--transport", "verbs",
+                                "--kind", "allreduce", "--size", "256KiB", "--for", "14s",
+                                "--reconnect-timeout", "10s", "--timeout", "30s", "--json"});
+  // Flap once the QPs carry traffic (a guest's first verbs use takes seconds).
+  CHECK(eventually([&] { return connects() > connectsBefore; }, 20s, 100ms));
+  std::this_thread::sleep_for(2s);
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--node", "n2",
+                                    "--set", "switch_port=n2", "--set", "down=2s", "--for", "30s"});
+  // When the port was down, on the host's clock (the controller's series use the same clock).
+  int64_t downNs = 0, upNs = 0;
+  CHECK(eventually([&] { return !adminUp(); }, 20s, 20ms));
+  downNs = rc::wallNs();
+  CHECK(eventually([&] { return adminUp(); }, 20s, 20ms));
+  upNs = rc::wallNs();
+  int irc = waitCli(inject);
+  INFO("inject stdout: " << readFile(inject.out) << "\nstderr: " << readFile(inject.err));
+  CHECK(irc == 0);
+  int rc = waitCli(wl);
+  std::string out = readFile(wl.out);
+  INFO("workload stderr: " << readFile(wl.err));
+  REQUIRE(rc == 0);
+  json r = json::parse(out);
+  for (const auto& n : r["nodes"]) {
+    INFO("node " << n["node"] << ": " << n["error"]);
+    CHECK(n["end_reason"] == "completed");
+    CHECK(n["verified"] == true);
+  }
+  // The job's series: bytes received by both nodes per bin (controller clock).
+  std::map<int64_t, uint64_t> job;
+  for (const auto& n : r["nodes"])
+    for (const auto& b : n["bins"]) job[b[0].get<int64_t>()] += b[1].get<uint64_t>();
+  const int64_t binNs = r["bin_ns"].get<int64_t>();
+  uint64_t before = 0, during = 0, after = 0;
+  int64_t beforeNs = 0, duringNs = 0, afterNs = 0;
+  // The longest run of empty bins, and where it lies.
+  int64_t runStart = 0, bestStart = 0, bestLen = 0;
+  for (const auto& [t, bytes] : job) {
+    if (t >= downNs - 3'000'000'000 && t < downNs) before += bytes, beforeNs += binNs;
+    // Inside the flap, away from its edges (the switch's admin state is polled every 20 ms).
+    if (t >= downNs + 200'000'000 && t < upNs - 200'000'000) during += bytes, duringNs += binNs;
+    if (t >= upNs && t < upNs + 6'000'000'000) after += bytes, afterNs += binNs;
+    if (bytes == 0) {
+      if (runStart == 0) runStart = t;
+      if (t + binNs - runStart > bestLen) bestLen = t + binNs - runStart, bestStart = runStart;
+    } else {
+      runStart = 0;
+    }
+  }
+  double rateBefore = beforeNs ? before * 1e9 / beforeNs : 0;
+  double rateDuring = duringNs ? during * 1e9 / duringNs : 0;
+  double rateAfter = afterNs ? after * 1e9 / afterNs : 0;
+  std::printf("switch-port flap of n2 (down %.2f s): job %.1f Mb/s before, %.2f Mb/s during, %.1f Mb/s "
+              "in the 6 s after; longest stall %.2f s, starting %.2f s after the port went down\n",
+              (upNs - downNs) / 1e9, rateBefore * 8 / 1e6, rateDuring * 8 / 1e6, rateAfter * 8 / 1e6,
+              bestLen / 1e9, (bestStart - downNs) / 1e9);
+  REQUIRE(rateBefore > 0);
+  // A stall over the flap: nothing crosses a port that is down.
+  CHECK(rateDuring < 0.1 * rateBefore);
+  CHECK(bestLen >= upNs - downNs - 400'000'000);
+  CHECK(bestStart <= downNs + 200'000'000);
+  // The job came back: it moves data again after the port is up.
+  CHECK(after > 0);
+}
+
+// Acceptance 5 of issue 11: perftest (Debian's ib_write_bw) as the workload of a playbook. The
+// agents run the client on n1 and the server on n2, parse the client's per-second report into
+// 10 ms bins, and the run is scored like the built-in workload.
+TEST_CASE("a perftest ib_write_bw workload runs under a playbook and is scored", "[perftest]") {
+  auto& lab = sharedLab();
+  std::string dir = cliDir() + "/perftest";
+  fs::create_directories(dir);
+  std::string pb = dir + "/perftest.toml";
+  {
+    std::ofstream f(pb);
+    f << R"(name = "perftest-smoke"
+description = "ib_write_bw between the two guests; a noop fault; scored like any workload"
+[workload]
+kind = "perftest"
+test = "ib_write_bw"
+size = "64KiB"
+nodes = ["n1", "n2"]
+[scoring]
+bin = "10ms"
+warmup = "5s"      # perftest's start on a TCG guest (device list, QP exchange) takes seconds
+hold = "1s"
+smooth = "1s"      # perftest reports once a second
+epsilon = 0.3
+[[phase]]
+name = "baseline"
+duration = "10s"
+[[phase]]
+name = "fault"
+duration = "2s"
+[[phase]]
+name = "recovery"
+duration = "3s"
+[[step]]
+name = "nothing"
+kind = "noop"
+target = "n2"
+phase = "fault"
+at = "0s"
+for = "2s"
+[[expect]]
+metric = "throughput_loss_pct"
+op = "<"
+bound = 50
+)";
+  }
+  auto n1 = lab->node("n1"), n2 = lab->node("n2");
+  const size_t log1Before = readFile(n1.guestDir + "/agent.log").size();
+  const size_t log2Before = readFile(n2.guestDir + "/agent.log").size();
+  std::string out, err;
+  int rc = runCli(cliDir(), {"run", pb, "--inventory", lab->inventory(), "--report-dir", dir + "/report"},
+                  &out, &err);
+  std::string log1 = readFile(n1.guestDir + "/agent.log").substr(log1Before);
+  std::string log2 = readFile(n2.guestDir + "/agent.log").substr(log2Before);
+  INFO("stdout: " << out << "\nstderr: " << err << "\nn1's agent log: " << log1 << "\nn2's agent log: " << log2);
+  // Scored: every expectation met (0) or one missed (1), with a report either way.
+  REQUIRE((rc == 0 || rc == 1));
+  // The client ran on n1 against the server on n2, with the fixed program and its report mode.
+  CHECK_THAT(log1, Catch::Contains("perftest ib_write_bw (client) on 198.19.0.11: running /usr/bin/ib_write_bw"));
+  CHECK_THAT(log1, Catch::Contains("--run_infinitely -D 1 198.19.0.12"));
+  CHECK_THAT(log1, Catch::Contains("first report"));
+  CHECK_THAT(log2, Catch::Contains("perftest ib_write_bw (server) on 198.19.0.12: running"));
+  json result = json::parse(readFile(dir + "/report/result.json"));
+  const json& trial = result["trials"][0];
+  INFO("trial: " << trial.dump().substr(0, 4000));
+  double baseline = trial["job"]["baseline_Bps"].get<double>();
+  std::printf("perftest ib_write_bw under a playbook: exit %d, baseline %.1f Mb/s\n", rc,
+              baseline * 8 / 1e6);
+  // A soft-RoCE link between TCG guests moves tens to hundreds of Mb/s.
+  CHECK(baseline * 8 > 1e6);
+  CHECK(baseline * 8 < 10e9);
 }
 
 TEST_CASE("link_flap of a guest's lab switch port, injected through the guest's agent") {
