@@ -75,7 +75,8 @@ int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOp
 int cmdLabDown(const std::string& dir);
 int cmdLabStatus(const std::string& dir);
 
-int cmdDemo(const std::string& dir, int nodes);
+// SOFT_ROCE: QEMU guests with rxe0 and playbooks/quickstart-soft-roce.toml (a verbs all-reduce).
+int cmdDemo(const std::string& dir, int nodes, bool softRoce = false);
 
 // Parses and checks each playbook (and, with an inventory, resolves its plan); prints one
 // line per file, errors as file:line:col. 0 = all valid, 2 = any invalid.

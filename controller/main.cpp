@@ -107,10 +107,13 @@ int main(int argc, char** argv) {
   cLabStatus->add_option("--dir", labDir, "lab directory")->capture_default_str();
 
   std::string demoDir = "/tmp/rdmachaos-demo";
-  int demoNodes = 3;
+  int demoNodes = 0;
+  bool demoSoftRoce = false;
   auto* cDemo = app.add_subcommand("demo", "lab up, the quickstart playbook with its scored report, lab down");
   cDemo->add_option("--dir", demoDir, "lab directory")->capture_default_str();
-  cDemo->add_option("--nodes", demoNodes, "number of hosts")->capture_default_str();
+  cDemo->add_option("--nodes", demoNodes, "number of hosts (default 3; 2 guests with --soft-roce)");
+  cDemo->add_flag("--soft-roce", demoSoftRoce,
+                  "QEMU guests with rxe0 and a verbs all-reduce (playbooks/quickstart-soft-roce.toml)");
 
   std::vector<std::string> validateFiles;
   std::string validateInventory;
@@ -143,7 +146,7 @@ int main(int argc, char** argv) {
   if (*cLabUp) return cmdLabUp(labNodes, labDir, softRoce, labFabric);
   if (*cLabDown) return cmdLabDown(labDir);
   if (*cLabStatus) return cmdLabStatus(labDir);
-  if (*cDemo) return cmdDemo(demoDir, demoNodes);
+  if (*cDemo) return cmdDemo(demoDir, demoNodes > 0 ? demoNodes : (demoSoftRoce ? 2 : 3), demoSoftRoce);
   if (*cValidate) return cmdValidate(validateFiles, validateInventory);
   if (*cRun) return cmdRun(run);
   if (*cReport) return cmdReport(report);
