@@ -11,6 +11,7 @@
 #include "rdmachaos_config.h"
 #include "workload/collectives.hpp"
 #include "workload/engine.hpp"
+#include "workload/perftest.hpp"
 #include "workload/tcp_transport.hpp"
 #if RDMACHAOS_HAVE_VERBS_TRANSPORT
 #include "workload/verbs_transport.hpp"
@@ -37,6 +38,44 @@ proto::TelemetryCounters toProto(const wl::Counters& c) {
           int64_t(c.rxBytes)};
 }
 
+// A perftest run from a workload_start: two ranks, rank 0 the client (it sends, as in
+// pairwise), rank 1 the server; the program from the fixed list, the device and GID from the
+// node's data address.
+Result<wl::PerftestRunSpec> perftestSpec(const proto::WorkloadStart& r) {
+  auto program = wl::perftestProgram(r.perftest);
+  if (!program)
+    return makeError("perftest test '" + r.perftest + "' is not one this agent runs (known: " +
+                     wl::perftestTests() + ")");
+  if (r.world.size() != 2)
+    return makeError("a perftest workload runs between exactly 2 nodes (client and server), not " +
+                     std::to_string(r.world.size()));
+  if (r.durationMs == 0)
+    return makeError("a perftest workload runs for a duration, not a count of iterations");
+  if (r.streams > 16) return makeError("a perftest workload runs 1 to 16 QPs (streams)");
+  if (::access(std::string(program->path).c_str(), X_OK) != 0)
+    return makeError(std::string(program->path) +
+                     " is not installed on this node: install Debian's perftest package");
+  const std::string& self = r.world[size_t(r.rank)].address;
+  auto gid = wl::findRoceGid("/sys", self);
+  if (!gid) return makeError("cannot run perftest on this node: " + gid.error().message);
+  wl::PerftestRunSpec p;
+  p.options.program = *program;
+  p.options.server = r.rank == 1;
+  p.options.serverAddress = r.world[1].address;
+  p.options.port = uint16_t(r.world[1].port);
+  p.options.gid = *gid;
+  p.options.size = uint64_t(r.size);
+  p.options.qps = r.streams;
+  p.options.dscp = r.qp.dscp;
+  p.options.qpTimeout = r.qp.timeout;
+  p.node = self;
+  // The client prints the reports (the server of a bandwidth test prints none per period).
+  p.countsBytes = !p.options.server;
+  p.connectWindowNs = std::max<int64_t>(r.reconnectTimeoutMs, 20'000) * 1'000'000;
+  p.firstReportNs = p.connectWindowNs + 10'000'000'000;
+  return p;
+}
+
 }  // namespace
 
 struct WorkloadManager::Entry {
@@ -46,6 +85,10 @@ struct WorkloadManager::Entry {
   std::unique_ptr<wl::Transport> transport;
   uint16_t port = 0;  // where the transport listens (TCP, or rdma_cm's port space)
   std::unique_ptr<wl::Telemetry> telemetry;
+  // kind "perftest": the program's run instead of a transport and the engine.
+  std::optional<wl::PerftestRunSpec> perftest;
+  // Bins younger than this stay open: a perftest report fills the second before it.
+  int64_t drainLagNs = 0;
   Emit emit;
   std::atomic<bool> stop{false};
   std::mutex m;
@@ -66,7 +109,7 @@ struct WorkloadManager::Entry {
       if (stopReason.empty()) stopReason = reason;
     }
     stop = true;
-    transport->interrupt();
+    if (transport) transport->interrupt();
   }
 };
 
@@ -102,16 +145,25 @@ WorkloadManager::~WorkloadManager() { shutdown(); }
 
 Result<json> WorkloadManager::start(const std::string& owner, const proto::WorkloadStart& r,
                                     Emit emit) {
-  auto kind = wl::parseKind(r.kind);
+  const bool isPerftest = r.kind == "perftest";
+  auto kind = wl::parseKind(isPerftest ? "pairwise" : r.kind);
   if (!kind)
     return makeError("unknown workload kind '" + r.kind +
-                     "' (known: allreduce, allgather, alltoall, incast, pairwise)");
+                     "' (known: allreduce, allgather, alltoall, incast, pairwise, perftest)");
   wl::RunSpec spec;
   spec.shape = {*kind, r.rank, int(r.world.size()), uint64_t(r.size), r.incastReceiver, r.fanIn};
   if (auto v = wl::validateShape(spec.shape); !v) return v.error();
+  std::optional<wl::PerftestRunSpec> perftest;
+  if (isPerftest) {
+    auto p = perftestSpec(r);
+    if (!p) return p.error();
+    perftest = std::move(*p);
+  }
   // Buffers are allocated when it starts: a peer must not make the agent allocate without
   // bound (an incast receiver holds size x fan_in: up to 256 GiB as the protocol allows).
-  const uint64_t memory = wl::makeCollective(spec.shape)->bufferBytes();
+  // perftest allocates its own: about size per QP on each end.
+  const uint64_t memory = isPerftest ? uint64_t(r.size) * uint64_t(r.streams)
+                                     : wl::makeCollective(spec.shape)->bufferBytes();
   if (r.durationMs > maxDuration_.count())
     return makeError("duration of " + std::to_string(r.durationMs) + " ms exceeds this agent's " +
                      "maximum of " + std::to_string(maxDuration_.count()) + " ms");
@@ -139,7 +191,11 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
 
   std::unique_ptr<wl::Transport> transport;
   uint16_t port = 0;
-  if (r.transport == "verbs") {
+  if (isPerftest) {
+    port = uint16_t(r.world[1].port);
+    perftest->startNs = spec.startNs;
+    perftest->durationNs = spec.durationNs;
+  } else if (r.transport == "verbs") {
 #if RDMACHAOS_HAVE_VERBS_TRANSPORT
     wl::VerbsOptions vo;
     vo.rank = r.rank;
@@ -186,6 +242,10 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   e->transport = std::move(transport);
   e->port = port;
   e->telemetry = std::make_unique<wl::Telemetry>(spec.startNs, r.binUs * 1000);
+  if (perftest) {
+    e->drainLagNs = int64_t(perftest->options.reportSeconds) * 2'000'000'000 + 500'000'000;
+    e->perftest = std::move(perftest);
+  }
   e->emit = std::move(emit);
   for (const auto& ifname : counters_.interfaces) {
     auto sampler = counters::NicSampler::create(ifname, {counters_.sysRoot, counters_.ethtool});
@@ -203,7 +263,7 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
 
   entries_[e->id] = e;
   auto send = [this, e](bool final, int64_t& seq) {
-    auto b = e->telemetry->drain(wallNs(), final);
+    auto b = e->telemetry->drain(wallNs() - e->drainLagNs, final);
     // Counters go out before the common start too: the controller's first snapshot is taken
     // there, and a counter it has no value for then has no delta for the trial.
     const bool counterDue = !e->samplers.empty() && Clock::now() >= e->nextCounterSample;
@@ -278,8 +338,10 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   });
   e->engine = std::jthread([this, e, send, seq, seqMutex](std::stop_token) {
     log::info("workload '{}' ({} over {}, rank {} of {}) starting", e->id, e->kind,
-              e->transport->name(), e->rank, e->spec.shape.world);
-    wl::Summary s = wl::runWorkload(e->spec, *e->transport, *e->telemetry, e->stop);
+              e->transport ? e->transport->name() : std::string(e->perftest->options.program.test),
+              e->rank, e->spec.shape.world);
+    wl::Summary s = e->perftest ? wl::runPerftest(*e->perftest, *e->telemetry, e->stop)
+                                : wl::runWorkload(e->spec, *e->transport, *e->telemetry, e->stop);
     e->reporter.request_stop();
     e->reporter.join();
     {
@@ -312,7 +374,8 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   generation_++;
   cv_.notify_all();
   return json{{"workload", e->id}, {"rank", e->rank}, {"start_ns", spec.startNs},
-              {"port", e->port}, {"transport", e->transport->name()}};
+              {"port", e->port},
+              {"transport", e->transport ? e->transport->name() : std::string("perftest")}};
 }
 
 Result<void> WorkloadManager::stop(const std::string& id) {

@@ -281,7 +281,8 @@ Result<Envelope> parseRequest(const json& m) {
     if (auto r = onlyKeys(m, {"workload", "kind", "rank", "world", "size", "iterations",
                               "duration_ms", "streams", "incast_receiver", "fan_in", "bin_us",
                               "reconnect_timeout_ms", "start_ns", "clock_offset_ns", "checksum",
-                              "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry"});
+                              "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry",
+                              "perftest"});
         !r)
       return r.error();
     WorkloadStart w;
@@ -365,6 +366,13 @@ Result<Envelope> parseRequest(const json& m) {
       if (!q) return q.error();
       *field = int(*q);
     }
+    // Which perftest program: a name the agent looks up in its own fixed list, never a path.
+    auto pt = getString(m, "perftest", 32, false);
+    if (!pt) return pt.error();
+    w.perftest = *pt;
+    if (w.kind == "perftest" && w.perftest.empty()) w.perftest = "ib_write_bw";
+    if (w.kind != "perftest" && !w.perftest.empty())
+      return rc::makeError("field 'perftest' is only for kind \"perftest\"");
     env.request = std::move(w);
   } else if (t == "workload_stop") {
     if (auto r = onlyKeys(m, {"workload"}); !r) return r.error();
@@ -497,6 +505,7 @@ json toJson(const WorkloadStart& w) {
          {"qp_timeout", w.qp.timeout},
          {"qp_retry_cnt", w.qp.retryCount},
          {"qp_rnr_retry", w.qp.rnrRetry}};
+  if (!w.perftest.empty()) j["perftest"] = w.perftest;
   // Exactly one of the two bounds is sent.
   if (w.iterations)
     j["iterations"] = w.iterations;

@@ -132,7 +132,7 @@ struct QpSettings {
 
 struct WorkloadStart {
   std::string workloadId;
-  std::string kind;               // allreduce, allgather, alltoall, incast, pairwise
+  std::string kind;               // allreduce, allgather, alltoall, incast, pairwise, perftest
   int rank = 0;
   std::vector<WorldMember> world;  // every rank exactly once, sorted by rank
   int64_t size = 0;               // bytes
@@ -148,6 +148,7 @@ struct WorkloadStart {
   bool checksum = true;
   std::string transport = "tcp";  // tcp, verbs (RC QPs; streams = QPs per peer)
   QpSettings qp;
+  std::string perftest;  // kind "perftest": ib_write_bw, ib_read_bw or ib_send_bw
 };
 struct WorkloadStop {
   std::string workloadId;

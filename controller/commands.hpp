@@ -52,6 +52,7 @@ struct WorkloadOptions {
   bool json = false;                 // the whole series (bins, iterations) as JSON on stdout
   int dscp = 26;                     // both transports
   int qpTimeout = 14, qpRetryCnt = 7, qpRnrRetry = 7;  // verbs QP attributes
+  std::string test;                  // --kind perftest: which program
 };
 int cmdWorkload(const WorkloadOptions& o);
 
@@ -74,7 +75,8 @@ int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOp
 int cmdLabDown(const std::string& dir);
 int cmdLabStatus(const std::string& dir);
 
-int cmdDemo(const std::string& dir, int nodes);
+// SOFT_ROCE: QEMU guests with rxe0 and playbooks/quickstart-soft-roce.toml (a verbs all-reduce).
+int cmdDemo(const std::string& dir, int nodes, bool softRoce = false);
 
 // Parses and checks each playbook (and, with an inventory, resolves its plan); prints one
 // line per file, errors as file:line:col. 0 = all valid, 2 = any invalid.

@@ -124,11 +124,13 @@ int cmdLabStatus(const std::string& dir) {
 }
 
 // ---------------------------------------------------------------- demo
-int cmdDemo(const std::string& dir, int nodes) {
-  std::fprintf(stderr, "== rdmachaos demo: lab up (%d namespace hosts) ==\n", nodes);
+int cmdDemo(const std::string& dir, int nodes, bool softRoce) {
+  std::fprintf(stderr, "== rdmachaos demo: lab up (%d %s) ==\n", nodes,
+               softRoce ? "soft-RoCE QEMU guests" : "namespace hosts");
   lab::UpOptions opt;
   opt.nodes = nodes;
   opt.dir = dir;
+  opt.softRoce = softRoce;
   opt.agentBinary = findAgentBinary();
   auto inv = lab::up(opt);
   if (!inv) return fail(inv.error().message);
@@ -141,7 +143,7 @@ int cmdDemo(const std::string& dir, int nodes) {
     code = cmdAgents(a);
     std::fflush(stdout);
     if (code == kExitOk) {
-      std::string playbook = findPlaybook("quickstart.toml");
+      std::string playbook = findPlaybook(softRoce ? "quickstart-soft-roce.toml" : "quickstart.toml");
       std::fprintf(stderr, "\n== playbook %s ==\n", playbook.c_str());
       RunOptions r;
       r.playbook = playbook;

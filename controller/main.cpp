@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   WorkloadOptions wl;
   auto* cWorkload = app.add_subcommand("workload", "run a collective on the data plane with live telemetry");
   cWorkload->add_option("--inventory", wl.inventory, "inventory TOML")->required();
-  cWorkload->add_option("--kind", wl.kind, "allreduce, allgather, alltoall, incast, pairwise")->capture_default_str();
+  cWorkload->add_option("--kind", wl.kind, "allreduce, allgather, alltoall, incast, pairwise, perftest")->capture_default_str();
+  cWorkload->add_option("--test", wl.test, "perftest: ib_write_bw (default), ib_read_bw, ib_send_bw");
   cWorkload->add_option("--size", wl.size, "message size, e.g. 4MiB")->capture_default_str();
   cWorkload->add_option("--for", wl.forDuration, "duration, e.g. 20s");
   cWorkload->add_option("--iterations", wl.iterations, "iteration count (instead of --for)");
@@ -107,10 +108,13 @@ int main(int argc, char** argv) {
   cLabStatus->add_option("--dir", labDir, "lab directory")->capture_default_str();
 
   std::string demoDir = "/tmp/rdmachaos-demo";
-  int demoNodes = 3;
+  int demoNodes = 0;
+  bool demoSoftRoce = false;
   auto* cDemo = app.add_subcommand("demo", "lab up, the quickstart playbook with its scored report, lab down");
   cDemo->add_option("--dir", demoDir, "lab directory")->capture_default_str();
-  cDemo->add_option("--nodes", demoNodes, "number of hosts")->capture_default_str();
+  cDemo->add_option("--nodes", demoNodes, "number of hosts (default 3; 2 guests with --soft-roce)");
+  cDemo->add_flag("--soft-roce", demoSoftRoce,
+                  "QEMU guests with rxe0 and a verbs all-reduce (playbooks/quickstart-soft-roce.toml)");
 
   std::vector<std::string> validateFiles;
   std::string validateInventory;
@@ -145,7 +149,7 @@ int main(int argc, char** argv) {
   if (*cLabUp) return cmdLabUp(labNodes, labDir, softRoce, labFabric);
   if (*cLabDown) return cmdLabDown(labDir);
   if (*cLabStatus) return cmdLabStatus(labDir);
-  if (*cDemo) return cmdDemo(demoDir, demoNodes);
+  if (*cDemo) return cmdDemo(demoDir, demoNodes > 0 ? demoNodes : (demoSoftRoce ? 2 : 3), demoSoftRoce);
   if (*cValidate) return cmdValidate(validateFiles, validateInventory);
   if (*cRun) return cmdRun(run);
   if (*cReport) return cmdReport(report);

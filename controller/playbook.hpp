@@ -30,7 +30,7 @@ struct SourcePos {
   int column = 0;
 };
 
-enum class WorkloadKind { allreduce, allgather, alltoall, incast, pairwise };
+enum class WorkloadKind { allreduce, allgather, alltoall, incast, pairwise, perftest };
 const char* toString(WorkloadKind k);
 std::optional<WorkloadKind> workloadKindFromString(std::string_view s);
 
@@ -49,6 +49,7 @@ struct Workload {
   std::string transport = "tcp";  // tcp, verbs
   Selector nodes;  // default: all
   proto::QpSettings qp;  // dscp (both transports); qp_timeout, qp_retry_cnt, qp_rnr_retry (verbs)
+  std::string test;      // kind "perftest": ib_write_bw (default), ib_read_bw, ib_send_bw
 };
 
 struct Phase {

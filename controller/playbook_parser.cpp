@@ -13,6 +13,7 @@
 #include "common/units.hpp"
 #include "controller/playbook_internal.hpp"
 #include "faults/fault.hpp"
+#include "workload/perftest.hpp"
 
 namespace rc::controller {
 namespace {
@@ -550,15 +551,24 @@ Playbook Parser::parse(const std::string& text) {
   if (!wl) throw Fail{path_ + ":1:1: the playbook needs a [workload] table (kind, size, streams, nodes)"};
   {
     const auto& t = table(*wl, "workload");
-    checkKeys(t, {"kind", "size", "streams", "nodes", "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry"},
+    checkKeys(t, {"kind", "size", "streams", "nodes", "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry",
+                  "test"},
               "[workload]");
     auto* k = t.get("kind");
-    if (!k) fail(*wl, "[workload] needs kind = \"allreduce\" (or allgather, alltoall, incast, pairwise)");
+    if (!k) fail(*wl, "[workload] needs kind = \"allreduce\" (or allgather, alltoall, incast, pairwise, perftest)");
     auto kind = workloadKindFromString(str(*k, "workload kind", 32));
     if (!kind)
       fail(*k, "workload kind '" + k->as_string()->get() +
-                   "' is unknown (known: allreduce, allgather, alltoall, incast, pairwise)");
+                   "' is unknown (known: allreduce, allgather, alltoall, incast, pairwise, perftest)");
     pb.workload.kind = *kind;
+    // perftest: which program of the agents' fixed list (they run nothing else).
+    if (*kind == WorkloadKind::perftest) pb.workload.test = "ib_write_bw";
+    if (auto* te = t.get("test")) {
+      if (*kind != WorkloadKind::perftest) fail(*te, "test names a perftest program: it needs kind = \"perftest\"");
+      pb.workload.test = str(*te, "workload test", 32);
+      if (!rc::workload::perftestProgram(pb.workload.test))
+        fail(*te, "perftest test '" + pb.workload.test + "' is unknown (known: " + rc::workload::perftestTests() + ")");
+    }
     if (auto* s = t.get("size")) pb.workload.sizeBytes = size(*s, "workload size", 1, uint64_t(16) << 30);
     if (auto* s = t.get("streams")) pb.workload.streams = int(integer(*s, "workload streams", 1, 1024));
     if (auto* tr = t.get("transport")) {
@@ -573,8 +583,15 @@ Playbook Parser::parse(const std::string& text) {
     if (auto* q = t.get("qp_timeout")) pb.workload.qp.timeout = int(integer(*q, "workload qp_timeout", 0, 31));
     if (auto* q = t.get("qp_retry_cnt")) pb.workload.qp.retryCount = int(integer(*q, "workload qp_retry_cnt", 0, 7));
     if (auto* q = t.get("qp_rnr_retry")) pb.workload.qp.rnrRetry = int(integer(*q, "workload qp_rnr_retry", 0, 7));
+    if (*kind == WorkloadKind::perftest && pb.workload.streams > 16)
+      fail(*wl, "workload streams must be 1 to 16 with kind = \"perftest\" (its QPs, -q)");
+    if (auto* tr = t.get("transport"); tr && *kind == WorkloadKind::perftest)
+      fail(*tr, "kind = \"perftest\" always runs over RDMA: leave transport out");
+    for (const char* key : {"qp_retry_cnt", "qp_rnr_retry"})
+      if (auto* q = t.get(key); q && *kind == WorkloadKind::perftest)
+        fail(*q, std::string(key) + " is not a perftest option (perftest sets its own; qp_timeout is its -u)");
     for (const char* key : {"qp_timeout", "qp_retry_cnt", "qp_rnr_retry"})
-      if (auto* q = t.get(key); q && pb.workload.transport != "verbs")
+      if (auto* q = t.get(key); q && pb.workload.transport != "verbs" && *kind != WorkloadKind::perftest)
         fail(*q, std::string(key) + " sets a verbs QP attribute: it needs transport = \"verbs\"");
     pb.workload.nodes.names = {"all"};
     pb.workload.nodes.pos = pos(*wl);
@@ -669,13 +686,14 @@ const char* toString(WorkloadKind k) {
     case WorkloadKind::alltoall: return "alltoall";
     case WorkloadKind::incast: return "incast";
     case WorkloadKind::pairwise: return "pairwise";
+    case WorkloadKind::perftest: return "perftest";
   }
   return "?";
 }
 
 std::optional<WorkloadKind> workloadKindFromString(std::string_view s) {
   for (auto k : {WorkloadKind::allreduce, WorkloadKind::allgather, WorkloadKind::alltoall,
-                 WorkloadKind::incast, WorkloadKind::pairwise})
+                 WorkloadKind::incast, WorkloadKind::pairwise, WorkloadKind::perftest})
     if (s == toString(k)) return k;
   return std::nullopt;
 }

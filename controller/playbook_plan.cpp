@@ -103,6 +103,11 @@ Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
                                         " needs at least 2 nodes; workload nodes '" +
                                         pb.workload.nodes.describe() + "' match " +
                                         std::to_string(plan.workloadNodes.size()));
+    if (pb.workload.kind == WorkloadKind::perftest && plan.workloadNodes.size() != 2)
+      p.fail(pb.workload.nodes.pos, "perftest runs between exactly 2 nodes (client, then server); "
+                                    "workload nodes '" + pb.workload.nodes.describe() + "' match " +
+                                        std::to_string(plan.workloadNodes.size()) +
+                                        ": name two, e.g. nodes = [\"n1\", \"n2\"]");
     for (const auto& sc : pb.scenarios)
       for (const auto* list : {&sc.expectations, &sc.requirements})
       for (const auto& e : *list)
@@ -259,7 +264,8 @@ std::string formatPlan(const Playbook& pb, const Plan& plan) {
                 pb.name.c_str(), static_cast<unsigned long long>(plan.seed), plan.trials.size(),
                 fmtDur(plan.durationNs).c_str());
   out += buf;
-  std::snprintf(buf, sizeof buf, "workload %s, %s x %d stream(s) on %s\n", toString(pb.workload.kind),
+  std::snprintf(buf, sizeof buf, "workload %s%s%s, %s x %d stream(s) on %s\n", toString(pb.workload.kind),
+                pb.workload.test.empty() ? "" : " ", pb.workload.test.c_str(),
                 formatSize(pb.workload.sizeBytes).c_str(), pb.workload.streams,
                 joinNames(plan.workloadNodes).c_str());
   out += buf;

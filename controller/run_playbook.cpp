@@ -186,6 +186,7 @@ class PlanRun {
     spec.streams = self.playbook_.workload.streams;
     spec.transport = self.playbook_.workload.transport;
     spec.qp = self.playbook_.workload.qp;
+    spec.perftest = self.playbook_.workload.test;
     spec.bin = std::chrono::nanoseconds(self.playbook_.scoring.binNs);
     spec.duration = std::chrono::nanoseconds(self.plan_.durationNs + 500'000'000);
     spec.lead = 1s;

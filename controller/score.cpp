@@ -80,7 +80,8 @@ double busBandwidthFactor(WorkloadKind kind, size_t ranks) {
     case WorkloadKind::allgather:
     case WorkloadKind::alltoall: return (n - 1) / n;
     case WorkloadKind::incast:
-    case WorkloadKind::pairwise: return 1;
+    case WorkloadKind::pairwise:
+    case WorkloadKind::perftest: return 1;
   }
   return 1;
 }

@@ -10,6 +10,7 @@
 #include "common/clock.hpp"
 #include "common/log.hpp"
 #include "workload/collectives.hpp"
+#include "workload/perftest.hpp"
 
 namespace rc::controller {
 
@@ -78,7 +79,10 @@ WorkloadRun::WorkloadRun(asio::io_context& io, std::vector<std::shared_ptr<Agent
   s.world = int(impl_->ranks.size());
   s.size = impl_->spec.size;
   s.binNs = std::chrono::duration_cast<std::chrono::nanoseconds>(impl_->spec.bin).count();
-  if (auto k = workload::parseKind(s.kind)) {
+  if (s.kind == "perftest") {
+    s.busFactor = 1;
+    s.algBytes = 0;
+  } else if (auto k = workload::parseKind(s.kind)) {
     s.busFactor = workload::busFactor(*k, s.world);
     s.algBytes = *k == workload::Kind::incast ? s.size * uint64_t(s.world - 1) : s.size;
   }
@@ -102,12 +106,23 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
   auto impl = impl_;
   auto& spec = impl->spec;
   auto& s = impl->series;
-  auto kind = workload::parseKind(spec.kind);
+  const bool perftest = spec.kind == "perftest";
+  auto kind = workload::parseKind(perftest ? "pairwise" : spec.kind);
   if (!kind)
     co_return makeError("unknown workload kind '" + spec.kind +
-                        "' (known: allreduce, allgather, alltoall, incast, pairwise)");
+                        "' (known: allreduce, allgather, alltoall, incast, pairwise, perftest)");
   if (impl->ranks.size() < 2) co_return makeError("a workload needs at least 2 nodes");
-  if (spec.transport == "verbs") {
+  if (perftest) {
+    if (impl->ranks.size() != 2)
+      co_return makeError("perftest runs between exactly 2 nodes (the first the client, the second "
+                          "the server), not " + std::to_string(impl->ranks.size()));
+    if (spec.iterations)
+      co_return makeError("perftest runs for a duration, not a count of iterations");
+    if (!spec.perftest.empty() && !workload::perftestProgram(spec.perftest))
+      co_return makeError("perftest test '" + spec.perftest + "' is unknown (known: " +
+                          workload::perftestTests() + ")");
+  }
+  if (spec.transport == "verbs" || perftest) {
     // Refuse before anything starts, from what the agents reported when they connected.
     for (const auto& c : impl->ranks) {
       const json& caps = c->hello().value("capabilities", json::object());
@@ -117,8 +132,9 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
           if (p.value("state", "").find("ACTIVE") != std::string::npos) active = true;
       if (!active)
         co_return makeError("node '" + c->node().name + "' has no RDMA device with an ACTIVE port " +
-                            "(its agent reports none): transport \"verbs\" needs one on every " +
-                            "workload node; nothing was started");
+                            "(its agent reports none): " +
+                            (perftest ? std::string("perftest") : std::string("transport \"verbs\"")) +
+                            " needs one on every workload node; nothing was started");
     }
   }
   int receiver = int(impl->ranks.size()) - 1;
@@ -165,6 +181,7 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
     w.checksum = spec.checksum;
     w.transport = spec.transport;
     w.qp = spec.qp;
+    if (perftest) w.perftest = spec.perftest.empty() ? "ib_write_bw" : spec.perftest;
     if (spec.iterations)
       w.iterations = spec.iterations;
     else
@@ -254,7 +271,18 @@ WorkloadStats workloadStats(const WorkloadSeries& s, int64_t from, int64_t to) {
   st.p50Ns = d[d.size() / 2];
   st.p99Ns = d[std::min(d.size() - 1, d.size() * 99 / 100)];
   st.maxNs = d.back();
-  if (st.p50Ns > 0) {
+  if (s.algBytes == 0) {
+    // Records of unequal size (perftest's report periods): their bytes over their time.
+    double bytes = 0, ns = 0;
+    for (const auto& n : s.nodes)
+      for (const auto& it : n.iterations)
+        if (it.ok && it.endNs >= from && it.endNs < to) {
+          bytes += double(it.rxBytes);
+          ns += double(it.endNs - it.startNs);
+        }
+    if (ns > 0) st.algbw = bytes / (ns / 1e9);
+    st.busbw = st.algbw * s.busFactor;
+  } else if (st.p50Ns > 0) {
     st.algbw = double(s.algBytes) / (double(st.p50Ns) / 1e9);
     st.busbw = st.algbw * s.busFactor;
   }

@@ -22,7 +22,8 @@
 namespace rc::controller {
 
 struct WorkloadSpec {
-  std::string kind = "allreduce";  // allreduce, allgather, alltoall, incast, pairwise
+  std::string kind = "allreduce";  // allreduce, allgather, alltoall, incast, pairwise, perftest
+  std::string perftest;            // kind perftest: ib_write_bw (default), ib_read_bw, ib_send_bw
   uint64_t size = 4u << 20;        // bytes, as nccl-tests counts them (incast: per sender)
   uint64_t iterations = 0;         // 0: run for DURATION
   Duration duration = std::chrono::seconds(10);
@@ -71,7 +72,9 @@ struct WorkloadSeries {
   std::string workloadId, kind;
   int world = 0;
   uint64_t size = 0;
-  uint64_t algBytes = 0;   // bytes per iteration that algbw divides by the iteration time
+  // Bytes per iteration that algbw divides by the iteration time; 0 (perftest, whose
+  // "iterations" are its report periods): algbw is the records' bytes over their time.
+  uint64_t algBytes = 0;
   double busFactor = 1.0;  // busbw = algbw x busFactor (nccl-tests)
   int64_t startNs = 0;     // common start, controller clock
   int64_t binNs = 0;

@@ -204,6 +204,9 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 [ -e /dev/null ] || mount -t devtmpfs devtmpfs /dev
+# Pseudo-terminals: the agent runs perftest on one (line-buffered reports).
+mkdir -p /dev/pts && mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
+[ -e /dev/ptmx ] || ln -s pts/ptmx /dev/ptmx
 mount -t tmpfs -o mode=0755 tmpfs /run
 # The host's /tmp stays visible (read-only, through the root): a build or a clone under /tmp
 # holds the agent binary the guest runs. The guest's own scratch space is /run/tmp.

@@ -396,6 +396,45 @@ TEST_CASE("[workload] dscp and the verbs QP attributes: NCCL's defaults, bounded
   CHECK(bad.error().message.find(want) != std::string::npos);
 }
 
+TEST_CASE("[workload] kind perftest: a test from the fixed list, exactly 2 nodes, no transport") {
+  auto parse = [](const std::string& keys) {
+    return parsePlaybook("name = \"t\"\n[workload]\nkind = \"perftest\"\n" + keys +
+                             "[[phase]]\nname = \"baseline\"\nduration = \"10s\"\n",
+                         "p.toml");
+  };
+  auto d = parse("nodes = [\"n1\", \"n2\"]\n");
+  INFO((d ? "" : d.error().message));
+  REQUIRE(d);
+  CHECK(d->workload.kind == WorkloadKind::perftest);
+  CHECK(d->workload.test == "ib_write_bw");
+  auto plan = resolvePlan(*d, inventory());
+  REQUIRE(plan);
+  CHECK(plan->workloadNodes == std::vector<std::string>{"n1", "n2"});
+  auto r = parse("test = \"ib_read_bw\"\nqp_timeout = 10\n");
+  REQUIRE(r);
+  CHECK(r->workload.test == "ib_read_bw");
+  CHECK(r->workload.qp.timeout == 10);
+  // Every node of the test inventory: more than 2.
+  auto all = resolvePlan(*r, inventory());
+  REQUIRE_FALSE(all);
+  CHECK_THAT(all.error().message, Catch::Contains("perftest runs between exactly 2 nodes"));
+  auto [keys, want] = GENERATE(table<std::string, std::string>({
+      {"test = \"ib_write_lat\"\n", "p.toml:4:8: perftest test 'ib_write_lat' is unknown (known: ib_write_bw, ib_read_bw, ib_send_bw)"},
+      {"test = \"/bin/sh\"\n", "perftest test '/bin/sh' is unknown"},
+      {"transport = \"verbs\"\n", "kind = \"perftest\" always runs over RDMA: leave transport out"},
+      {"qp_retry_cnt = 3\n", "qp_retry_cnt is not a perftest option"},
+      {"streams = 17\n", "workload streams must be 1 to 16 with kind = \"perftest\""},
+  }));
+  auto bad = parse(keys);
+  REQUIRE_FALSE(bad);
+  INFO(bad.error().message);
+  CHECK(bad.error().message.find(want) != std::string::npos);
+  auto notPerftest = parsePlaybook("name = \"t\"\n[workload]\nkind = \"allreduce\"\ntest = \"ib_write_bw\"\n"
+                                   "[[phase]]\nname = \"baseline\"\nduration = \"10s\"\n", "p.toml");
+  REQUIRE_FALSE(notPerftest);
+  CHECK_THAT(notPerftest.error().message, Catch::Contains("test names a perftest program: it needs kind = \"perftest\""));
+}
+
 TEST_CASE("a target sweep: one trial per target in a seeded order, per_trial at a time") {
   auto sweep = [](const std::string& extra, uint64_t seed = 1) {
     auto pb = parsePlaybook("seed = " + std::to_string(seed) + "\n" + kHead + R"([[step]]

@@ -164,6 +164,17 @@ TEST_CASE("workload_start and workload_stop parse into typed values") {
   auto qe = parseRequest(v);
   REQUIRE(qe.ok());
   CHECK(std::get<WorkloadStart>(qe->request).qp == QpSettings{48, 8, 3, 0});
+  CHECK(w.perftest.empty());
+  json p = workloadStart();
+  p["kind"] = "perftest";
+  auto pd = parseRequest(p);
+  REQUIRE(pd.ok());
+  CHECK(std::get<WorkloadStart>(pd->request).perftest == "ib_write_bw");  // the default test
+  p["perftest"] = "ib_send_bw";
+  auto ps = parseRequest(p);
+  REQUIRE(ps.ok());
+  // A name only: the agent looks it up in its own fixed list of programs.
+  CHECK(std::get<WorkloadStart>(ps->request).perftest == "ib_send_bw");
   auto stop = parseRequest(makeRequest(3, "workload_stop", {{"workload", "wl-1"}}));
   REQUIRE(stop.ok());
   CHECK(std::get<WorkloadStop>(stop->request).workloadId == "wl-1");
@@ -190,6 +201,8 @@ TEST_CASE("malformed workload_start messages are refused with the field named") 
       {"qp_timeout", 32, "out of range"},
       {"qp_retry_cnt", 8, "out of range"},
       {"qp_rnr_retry", -1, "out of range"},
+      {"perftest", "ib_write_bw", "field 'perftest' is only for kind \"perftest\""},
+      {"perftest", std::string(40, 'x'), "perftest"},
   }));
   json m = workloadStart();
   m[key] = value;

@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -21,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "common/unique_fd.hpp"
 #include "lab/lab.hpp"
 #include "lab/lab_state.hpp"
@@ -110,6 +113,25 @@ json switchRequest(const std::string& path, const json& req) {
     in.append(buf, size_t(n));
   }
   return json::parse(in.substr(0, in.find('\n')));
+}
+
+// The same without assertions, for clean-ups in destructors: false when it did not answer ok.
+bool trySwitchRequest(const std::string& path, const json& req) {
+  rc::UniqueFD fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::strncpy(sa.sun_path, path.c_str(), sizeof sa.sun_path - 1);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) return false;
+  std::string line = req.dump() + "\n";
+  if (::write(fd.get(), line.data(), line.size()) != ssize_t(line.size())) return false;
+  std::string in;
+  char buf[4096];
+  while (in.find('\n') == std::string::npos) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n <= 0) return false;
+    in.append(buf, size_t(n));
+  }
+  return json::parse(in.substr(0, in.find('\n')), nullptr, false).value("ok", false);
 }
 
 uint64_t switchTxBytes(const std::string& control, const std::string& portName) {
@@ -430,6 +452,292 @@ TEST_CASE("a verbs QP in error after a data NIC flap is reported, re-created, an
   REQUIRE(lost != std::string::npos);
   std::string line2 = log2.substr(lost, log2.find('\n', lost) - lost);
   CHECK(line2.find("no completion for") == std::string::npos);
+}
+
+// Acceptance 3 of issue 11: a 2 s flap of a guest's switch port during a verbs all-reduce.
+// QEMU keeps the guest NIC's carrier up, so rxe sees no port event: its QPs retransmit into
+// the dead port. The stall must show in the job's series over the flap, and the job must move
+// again afterwards and complete, verified.
+TEST_CASE("a 2 s flap of a guest's switch port stalls a verbs all-reduce; the job comes back",
+          "[switch-flap]") {
+  auto& lab = sharedLab();
+  std::string control = lab->switchControl();
+  auto adminUp = [&] {
+    json r = switchRequest(control, {{"cmd", "counters"}, {"port", "n2"}});
+    REQUIRE(r["ok"] == true);
+    return r["ports"][0]["admin_up"].get<bool>();
+  };
+  auto n1 = lab->node("n1");
+  auto connects = [&] {
+    std::string log = readFile(n1.guestDir + "/agent.log");
+    size_t k = 0;
+    for (size_t at = log.find("verbs: rank"); at != std::string::npos; at = log.find("verbs: rank", at + 1)) k++;
+    return k;
+  };
+  const size_t connectsBefore = connects();
+  Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--transport", "verbs",
+                                "--kind", "allreduce", "--size", "256KiB", "--for", "14s",
+                                "--reconnect-timeout", "10s", "--timeout", "30s", "--json"});
+  // Flap once the QPs carry traffic (a guest's first verbs use takes seconds).
+  CHECK(eventually([&] { return connects() > connectsBefore; }, 20s, 100ms));
+  std::this_thread::sleep_for(2s);
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--node", "n2",
+                                    "--set", "switch_port=n2", "--set", "down=2s", "--for", "30s"});
+  // When the port was down, on the host's clock (the controller's series use the same clock).
+  int64_t downNs = 0, upNs = 0;
+  CHECK(eventually([&] { return !adminUp(); }, 20s, 20ms));
+  downNs = rc::wallNs();
+  CHECK(eventually([&] { return adminUp(); }, 20s, 20ms));
+  upNs = rc::wallNs();
+  int irc = waitCli(inject);
+  INFO("inject stdout: " << readFile(inject.out) << "\nstderr: " << readFile(inject.err));
+  CHECK(irc == 0);
+  int rc = waitCli(wl);
+  std::string out = readFile(wl.out);
+  INFO("workload stderr: " << readFile(wl.err));
+  REQUIRE(rc == 0);
+  json r = json::parse(out);
+  for (const auto& n : r["nodes"]) {
+    INFO("node " << n["node"] << ": " << n["error"]);
+    CHECK(n["end_reason"] == "completed");
+    CHECK(n["verified"] == true);
+  }
+  // The job's series: bytes received by both nodes per bin (controller clock).
+  std::map<int64_t, uint64_t> job;
+  for (const auto& n : r["nodes"])
+    for (const auto& b : n["bins"]) job[b[0].get<int64_t>()] += b[1].get<uint64_t>();
+  const int64_t binNs = r["bin_ns"].get<int64_t>();
+  uint64_t before = 0, during = 0, after = 0;
+  int64_t beforeNs = 0, duringNs = 0, afterNs = 0;
+  // The run of empty bins around the middle of the flap: the stall the flap caused.
+  const int64_t mid = (downNs + upNs) / 2;
+  int64_t runStart = 0, stallStart = 0, stallEnd = 0;
+  for (const auto& [t, bytes] : job) {
+    if (t >= downNs - 3'000'000'000 && t < downNs) before += bytes, beforeNs += binNs;
+    // Inside the flap, away from its edges (the switch's admin state is polled every 20 ms).
+    if (t >= downNs + 200'000'000 && t < upNs - 200'000'000) during += bytes, duringNs += binNs;
+    if (t >= upNs && t < upNs + 6'000'000'000) after += bytes, afterNs += binNs;
+    if (bytes == 0) {
+      if (runStart == 0) runStart = t;
+      if (runStart <= mid && t + binNs > mid) stallStart = runStart;
+      if (stallStart == runStart && stallStart != 0) stallEnd = t + binNs;
+    } else {
+      runStart = 0;
+    }
+  }
+  double rateBefore = beforeNs ? before * 1e9 / beforeNs : 0;
+  double rateDuring = duringNs ? during * 1e9 / duringNs : 0;
+  double rateAfter = afterNs ? after * 1e9 / afterNs : 0;
+  std::printf("switch-port flap of n2 (down %.2f s): job %.1f Mb/s before, %.2f Mb/s during, %.1f Mb/s "
+              "in the 6 s after; the stall over it: %.2f s, from %.2f s after the port went down to "
+              "%.2f s after it came up\n",
+              (upNs - downNs) / 1e9, rateBefore * 8 / 1e6, rateDuring * 8 / 1e6, rateAfter * 8 / 1e6,
+              (stallEnd - stallStart) / 1e9, (stallStart - downNs) / 1e9, (stallEnd - upNs) / 1e9);
+  REQUIRE(rateBefore > 0);
+  // A stall over the flap: nothing crosses a port that is down, and the empty bins around
+  // its middle span about the flap (its edges are known to the 20 ms the admin state is polled).
+  CHECK(rateDuring < 0.1 * rateBefore);
+  REQUIRE(stallStart != 0);
+  CHECK(stallEnd - stallStart >= upNs - downNs - 400'000'000);
+  CHECK(stallStart <= downNs + 400'000'000);
+  // The job came back: it moves data again after the port is up.
+  CHECK(after > 0);
+}
+
+// Acceptance 4 of issue 11, in the shape two guests allow: n2's agent floods pause frames on
+// priority 3 from its data NIC (a NIC stuck sending PFC) while n1 writes to n2 over RDMA (DSCP
+// 26: the switch's queue 3). The switch honours the pause: its queue towards n2 stops and the
+// RDMA flow stalls for the storm. With the switch's watchdog on (action forward: ignore the
+// stuck host's pauses once detected), the flow to n2 moves again during the storm. (The
+// namespace lab's test, tests/test_labswitch.cpp, has the third host a victim job needs with
+// action drop; a guest's virtio NIC honours no PFC, so a pause cannot spread to a guest.)
+TEST_CASE("a PFC storm from a guest stalls RDMA through its switch port; with the watchdog on it moves again",
+          "[pfc-storm]") {
+  auto& lab = sharedLab();
+  std::string control = lab->switchControl();
+  const bool watchdog = GENERATE(false, true);
+  INFO("watchdog " << (watchdog ? "on (forward)" : "off"));
+  auto q3 = [&](const std::string& port) {
+    json r = switchRequest(control, {{"cmd", "counters"}, {"port", port}});
+    REQUIRE(r["ok"] == true);
+    for (auto& q : r["ports"][0]["queues"])
+      if (q["queue"] == 3) return q;
+    return json::object();
+  };
+  json was = switchRequest(control, {{"cmd", "get_watchdog"}, {"port", "n2"}, {"priority", 3}});
+  INFO("watchdog before: " << was.dump());
+  REQUIRE(was["ok"] == true);
+  REQUIRE(was["watchdogs"].size() == 1);
+  struct Restore {
+    std::string control;
+    json was;
+    ~Restore() {
+      json back = {{"cmd", "set_watchdog"}, {"port", "n2"}, {"priority", 3}};
+      for (const char* k : {"enabled", "detection_ms", "restoration_ms", "action"})
+        if (was.contains(k)) back[k] = was[k];
+      if (!trySwitchRequest(control, back)) std::printf("could not restore n2's watchdog: %s\n", back.dump().c_str());
+    }
+  } restore{control, was["watchdogs"][0]};
+  json set = switchRequest(control, {{"cmd", "set_watchdog"}, {"port", "n2"}, {"priority", 3},
+                                     {"enabled", watchdog}, {"detection_ms", 200},
+                                     {"restoration_ms", 200}, {"action", "forward"}});
+  REQUIRE(set["ok"] == true);
+  const json before3 = q3("n2");
+
+  auto n1 = lab->node("n1");
+  auto connects = [&] {
+    std::string log = readFile(n1.guestDir + "/agent.log");
+    size_t k = 0;
+    for (size_t at = log.find("verbs: rank"); at != std::string::npos; at = log.find("verbs: rank", at + 1)) k++;
+    return k;
+  };
+  const size_t connectsBefore = connects();
+  Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--transport", "verbs",
+                                "--kind", "pairwise", "--node", "n1", "--node", "n2", "--size", "256KiB",
+                                "--for", "13s", "--reconnect-timeout", "10s", "--timeout", "30s", "--json"});
+  CHECK(eventually([&] { return connects() > connectsBefore; }, 20s, 100ms));
+  std::this_thread::sleep_for(2s);
+  Proc storm = spawnCli(cliDir(), {"inject", "pfc_storm", "--inventory", lab->inventory(), "--node", "n2",
+                                   "--set", "duration=3s", "--set", "rate=1000", "--for", "10s"});
+  // The storm on the wire, on the host's clock: from the first pause frame the switch counted
+  // on n2's queue 3 to the last.
+  int64_t startNs = 0, endNs = 0;
+  uint64_t lastRx = before3["pfc_rx"].get<uint64_t>();
+  const int64_t giveUp = rc::wallNs() + 20'000'000'000;
+  while (rc::wallNs() < giveUp) {
+    uint64_t rx = q3("n2")["pfc_rx"].get<uint64_t>();
+    int64_t now = rc::wallNs();
+    if (rx != lastRx) {
+      if (startNs == 0) startNs = now;
+      endNs = now;
+      lastRx = rx;
+    } else if (startNs != 0 && now - endNs > 500'000'000) {
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  int irc = waitCli(storm);
+  INFO("inject stdout: " << readFile(storm.out) << "\nstderr: " << readFile(storm.err));
+  CHECK(irc == 0);
+  int rc = waitCli(wl);
+  std::string out = readFile(wl.out);
+  INFO("workload stderr: " << readFile(wl.err));
+  REQUIRE(rc == 0);
+  REQUIRE(startNs != 0);
+  REQUIRE(endNs - startNs > 2'000'000'000);
+  json r = json::parse(out);
+  for (const auto& n : r["nodes"]) {
+    INFO("node " << n["node"] << ": " << n["error"]);
+    CHECK(n["end_reason"] == "completed");
+    CHECK(n["verified"] == true);
+  }
+  // What n2 received, per second, before, during (from 0.5 s into the storm: past the
+  // watchdog's 200 ms detection) and after the storm.
+  uint64_t before = 0, during = 0, after = 0;
+  int64_t beforeNs = 0, duringNs = 0, afterNs = 0;
+  const int64_t binNs = r["bin_ns"].get<int64_t>();
+  for (const auto& n : r["nodes"]) {
+    if (n["node"] != "n2") continue;
+    for (const auto& b : n["bins"]) {
+      int64_t t = b[0].get<int64_t>();
+      uint64_t bytes = b[1].get<uint64_t>();
+      if (t >= startNs - 2'000'000'000 && t < startNs) before += bytes, beforeNs += binNs;
+      if (t >= startNs + 500'000'000 && t < endNs - 100'000'000) during += bytes, duringNs += binNs;
+      if (t >= endNs + 500'000'000 && t < endNs + 3'500'000'000) after += bytes, afterNs += binNs;
+    }
+  }
+  double rb = beforeNs ? before * 1e9 / beforeNs : 0, rd = duringNs ? during * 1e9 / duringNs : 0,
+         ra = afterNs ? after * 1e9 / afterNs : 0;
+  const json after3 = q3("n2");
+  INFO("n2 queue 3 after: " << after3.dump());
+  std::printf("PFC storm from n2 (%.2f s on the wire), watchdog %s: RDMA to n2 %.1f Mb/s before, %.2f Mb/s "
+              "during, %.1f Mb/s after; queue 3 paused %.2f s, watchdog storms %llu\n",
+              (endNs - startNs) / 1e9, watchdog ? "on (forward)" : "off", rb * 8 / 1e6, rd * 8 / 1e6,
+              ra * 8 / 1e6,
+              (after3["paused_ns"].get<int64_t>() - before3["paused_ns"].get<int64_t>()) / 1e9,
+              (unsigned long long)(after3["wd_storms"].get<uint64_t>() - before3["wd_storms"].get<uint64_t>()));
+  REQUIRE(rb > 0);
+  CHECK(ra > 0);  // moving after the storm either way
+  if (!watchdog) {
+    CHECK(rd < 0.1 * rb);  // stalled for the storm
+    CHECK(after3["paused_ns"].get<int64_t>() - before3["paused_ns"].get<int64_t>() > 2'000'000'000);
+    CHECK(after3["wd_storms"] == before3["wd_storms"]);
+  } else {
+    CHECK(rd > 0.25 * rb);  // moving again during the storm
+    CHECK(after3["wd_storms"].get<uint64_t>() > before3["wd_storms"].get<uint64_t>());
+  }
+}
+
+// Acceptance 5 of issue 11: perftest (Debian's ib_write_bw) as the workload of a playbook. The
+// agents run the client on n1 and the server on n2, parse the client's per-second report into
+// 10 ms bins, and the run is scored like the built-in workload.
+TEST_CASE("a perftest ib_write_bw workload runs under a playbook and is scored", "[perftest]") {
+  auto& lab = sharedLab();
+  std::string dir = cliDir() + "/perftest";
+  fs::create_directories(dir);
+  std::string pb = dir + "/perftest.toml";
+  {
+    std::ofstream f(pb);
+    f << R"(name = "perftest-smoke"
+description = "ib_write_bw between the two guests; a noop fault; scored like any workload"
+[workload]
+kind = "perftest"
+test = "ib_write_bw"
+size = "64KiB"
+nodes = ["n1", "n2"]
+[scoring]
+bin = "10ms"
+warmup = "5s"      # perftest's start on a TCG guest (device list, QP exchange) takes seconds
+hold = "1s"
+smooth = "1s"      # perftest reports once a second
+epsilon = 0.3
+[[phase]]
+name = "baseline"
+duration = "10s"
+[[phase]]
+name = "fault"
+duration = "2s"
+[[phase]]
+name = "recovery"
+duration = "3s"
+[[step]]
+name = "nothing"
+kind = "noop"
+target = "n2"
+phase = "fault"
+at = "0s"
+for = "2s"
+[[expect]]
+metric = "throughput_loss_pct"
+op = "<"
+bound = 50
+)";
+  }
+  auto n1 = lab->node("n1"), n2 = lab->node("n2");
+  const size_t log1Before = readFile(n1.guestDir + "/agent.log").size();
+  const size_t log2Before = readFile(n2.guestDir + "/agent.log").size();
+  std::string out, err;
+  int rc = runCli(cliDir(), {"run", pb, "--inventory", lab->inventory(), "--report-dir", dir + "/report"},
+                  &out, &err);
+  std::string log1 = readFile(n1.guestDir + "/agent.log").substr(log1Before);
+  std::string log2 = readFile(n2.guestDir + "/agent.log").substr(log2Before);
+  INFO("stdout: " << out << "\nstderr: " << err << "\nn1's agent log: " << log1 << "\nn2's agent log: " << log2);
+  // Scored: every expectation met (0) or one missed (1), with a report either way.
+  REQUIRE((rc == 0 || rc == 1));
+  // The client ran on n1 against the server on n2, with the fixed program and its report mode.
+  CHECK_THAT(log1, Catch::Contains("perftest ib_write_bw (client) on 198.19.0.11: running /usr/bin/ib_write_bw"));
+  CHECK_THAT(log1, Catch::Contains("--run_infinitely -D 1 198.19.0.12"));
+  CHECK_THAT(log1, Catch::Contains("first report"));
+  CHECK_THAT(log2, Catch::Contains("perftest ib_write_bw (server) on 198.19.0.12: running"));
+  json result = json::parse(readFile(dir + "/report/result.json"));
+  const json& trial = result["trials"][0];
+  INFO("trial: " << trial.dump().substr(0, 4000));
+  double baseline = trial["job"]["baseline_Bps"].get<double>();
+  std::printf("perftest ib_write_bw under a playbook: exit %d, baseline %.1f Mb/s\n", rc,
+              baseline * 8 / 1e6);
+  // A soft-RoCE link between TCG guests moves tens to hundreds of Mb/s.
+  CHECK(baseline * 8 > 1e6);
+  CHECK(baseline * 8 < 10e9);
 }
 
 TEST_CASE("link_flap of a guest's lab switch port, injected through the guest's agent") {
