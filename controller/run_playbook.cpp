@@ -113,13 +113,26 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
   std::string ctl = newControllerId();
   Fleet fleet(io, tls, ctl);
   if (options.progress) std::fprintf(stderr, "connecting to %zu agent(s)...\n", nodes.size());
-  co_await fleet.connect(nodes, options.connectTimeout, 8);
+  co_await fleet.connect(nodes, options.connectTimeout, 8,
+                         options.progress ? stderrConnectProgress() : ConnectProgressFn());
   for (auto& c : fleet.clients())
     run.clocks.push_back({c->node().name, c->clock().offsetNs, c->clock().uncertaintyNs,
                           c->clock().rttNs});
   if (!fleet.errors().empty()) {
-    run.abortReason = "cannot reach agent " + fleet.errors().front().first + ": " +
-                      fleet.errors().front().second;
+    // Every unreachable agent by name (the first few with why): a cluster operator fixes them
+    // all before the next attempt, not one per attempt.
+    const auto& errs = fleet.errors();
+    if (errs.size() == 1) {
+      run.abortReason = "cannot reach agent " + errs.front().first + ": " + errs.front().second;
+    } else {
+      run.abortReason = "cannot reach " + std::to_string(errs.size()) + " of " + std::to_string(nodes.size()) +
+                        " agents:";
+      for (size_t i = 0; i < errs.size(); i++)
+        run.abortReason += (i ? ", " : " ") + errs[i].first;
+      for (size_t i = 0; i < errs.size() && i < 3; i++)
+        run.abortReason += "; " + errs[i].first + ": " + errs[i].second;
+      if (errs.size() > 3) run.abortReason += "; ...";
+    }
     for (auto& c : fleet.clients()) c->close();
     co_return run;
   }

@@ -58,7 +58,7 @@ struct Run {
 asio::awaitable<int> workloadMain(asio::io_context& io, asio::ssl::context& tls, Run run,
                                   bool asJson) {
   Fleet fleet(io, tls, newControllerId());
-  co_await fleet.connect(run.targets, run.timeout, 8);
+  co_await fleet.connect(run.targets, run.timeout, 8, stderrConnectProgress());
   if (!fleet.errors().empty()) {
     for (const auto& [node, err] : fleet.errors())
       std::fprintf(stderr, "rdmachaos: %s: %s\n", node.c_str(), err.c_str());
