@@ -108,16 +108,17 @@ struct Phase {
   }
   // Why this phase took as long as it did, from where the CPU went.
   std::string bottleneck(int cores) const {
-    char buf[256];
+    char buf[320];
     double ctl = wallMs > 0 ? cpuMs / wallMs : 0;
     if (ctl > 0.75)
       std::snprintf(buf, sizeof buf,
                     "the controller's one event-loop thread was CPU-bound (%.0f%% of one core)", ctl * 100);
     else if (machineBusy > 0.85)
       std::snprintf(buf, sizeof buf,
-                    "this machine's %d cores were %.0f%% busy, the controller using %.0f%% of one: "
-                    "the agents' side (which a real cluster spreads over its nodes)",
-                    cores, machineBusy * 100, ctl * 100);
+                    "this machine's %d cores were %.0f%% busy, the controller using %.0f%% of one "
+                    "(%.0f ms of CPU: its own floor for this phase): the agents' side, which a real "
+                    "cluster spreads over its nodes",
+                    cores, machineBusy * 100, ctl * 100, cpuMs);
     else
       std::snprintf(buf, sizeof buf, "neither CPU-bound (controller %.0f%% of a core, machine %.0f%%): waiting on I/O",
                     ctl * 100, machineBusy * 100);
