@@ -323,7 +323,8 @@ asio::awaitable<void> drive(asio::io_context& io, asio::ssl::context& tls, const
   // its phases told apart by its progress events.
   Fleet fleet(io, tls, rc::controller::newControllerId());
   f.connect = Phase{};
-  co_await fleet.connect(ptrs, timeout, 8, [&f](const rc::controller::ConnectProgress& p) {
+  // A named std::function, not a temporary in the co_await (GCC 12 destroys those twice).
+  rc::controller::ConnectProgressFn phases = [&f](const rc::controller::ConnectProgress& p) {
     using E = rc::controller::ConnectProgress::Event;
     if (p.event == E::connected) {
       f.connect.end();
@@ -332,7 +333,8 @@ asio::awaitable<void> drive(asio::io_context& io, asio::ssl::context& tls, const
     } else if (p.event == E::done) {
       f.clocks.end();
     }
-  });
+  };
+  co_await fleet.connect(ptrs, timeout, 8, phases);
   f.clocked = fleet.clients().size();
   for (const auto& [node, why] : fleet.errors())
     if (f.errors.size() < 5) f.errors.push_back(node + ": " + why);

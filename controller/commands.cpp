@@ -125,7 +125,8 @@ int cmdAgents(const AgentsOptions& o) {
   return runMain([&](asio::io_context& io) -> asio::awaitable<int> {
     Fleet fleet(io, L.tls, newControllerId());
     auto all = L.inventory.select("all");
-    co_await fleet.connect(*all, *timeout, 8, stderrConnectProgress());
+    ConnectProgressFn progress = stderrConnectProgress();  // not a temporary in co_await (GCC 12)
+    co_await fleet.connect(*all, *timeout, 8, progress);
     // Every agent's status at once: asked in turn, a large fleet would wait one round trip per
     // node.
     std::map<std::string, Result<json>> statuses;
@@ -322,7 +323,8 @@ int cmdInject(const InjectOptions& o) {
   return runMain([&](asio::io_context& io) -> asio::awaitable<int> {
     std::string ctl = newControllerId();
     Fleet fleet(io, L.tls, ctl);
-    co_await fleet.connect(targets, *timeout, 8, o.json ? ConnectProgressFn() : stderrConnectProgress());
+    ConnectProgressFn progress = o.json ? ConnectProgressFn() : stderrConnectProgress();  // not a temporary in co_await (GCC 12)
+    co_await fleet.connect(targets, *timeout, 8, progress);
     if (!fleet.errors().empty()) {
       printConnectErrors(fleet);
       for (auto& c : fleet.clients()) c->close();
@@ -451,7 +453,8 @@ int cmdRecover(const std::string& inventory, const std::string& timeoutText, boo
   auto& L = **loaded;
   return runMain([&](asio::io_context& io) -> asio::awaitable<int> {
     Fleet fleet(io, L.tls, newControllerId());
-    co_await fleet.connect(*L.inventory.select("all"), *timeout, 0, stderrConnectProgress());
+    ConnectProgressFn progress = stderrConnectProgress();  // not a temporary in co_await (GCC 12)
+    co_await fleet.connect(*L.inventory.select("all"), *timeout, 0, progress);
     bool ok = fleet.errors().empty();
     std::vector<std::function<asio::awaitable<void>()>> tasks;
     for (auto& c : fleet.clients()) {

@@ -131,6 +131,7 @@ int main(int argc, char** argv) {
   cRun->add_option("--report-dir", run.reportDir, "where result.json, report.html and junit.xml go");
   cRun->add_flag("--dry-run", run.dryRun, "print who gets which fault when, and run nothing");
   cRun->add_option("--metrics", run.metrics, "serve the live run to Prometheus on ADDR:PORT (e.g. 127.0.0.1:9464)");
+  cRun->add_option("--timeout", run.timeout, "one deadline for connecting to every agent; also each request's bound")->capture_default_str();
 
   ReportOptions report;
   auto* cReport = app.add_subcommand("report", "re-render a result document");

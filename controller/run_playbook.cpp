@@ -113,8 +113,9 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
   std::string ctl = newControllerId();
   Fleet fleet(io, tls, ctl);
   if (options.progress) std::fprintf(stderr, "connecting to %zu agent(s)...\n", nodes.size());
-  co_await fleet.connect(nodes, options.connectTimeout, 8,
-                         options.progress ? stderrConnectProgress() : ConnectProgressFn());
+  // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
+  ConnectProgressFn progress = options.progress ? stderrConnectProgress() : ConnectProgressFn();
+  co_await fleet.connect(nodes, options.connectTimeout, 8, progress);
   for (auto& c : fleet.clients())
     run.clocks.push_back({c->node().name, c->clock().offsetNs, c->clock().uncertaintyNs,
                           c->clock().rttNs});
@@ -196,58 +197,99 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
   // ---- every fault, scheduled now for its planned instant (agents hold them until then)
   std::vector<Scheduled> scheduled;
   std::map<std::string, size_t> byId;
+  std::map<std::string, json> early;  // fault_ended before its schedule was registered
+  auto recordEnded = [&](Scheduled& s, const json& rec) {
+    s.ended = true;
+    FaultRecord& fr = run.faults[s.record];
+    int64_t off = s.client->clock().offsetNs;
+    // The actual times: the first and last transitions the agent observed (kernel
+    // notifications for link_flap), else when it applied and ended the fault.
+    const json& events = rec.value("events", json::array());
+    int64_t applied = rec.value("applied_ns", int64_t(0));
+    int64_t reverted = rec.value("ended_ns", int64_t(0));
+    if (!events.empty()) {
+      applied = events.front().value("t_ns", applied);
+      reverted = events.back().value("t_ns", reverted);
+    }
+    if (applied > 0) fr.appliedNs = applied - off - t0;
+    if (reverted > 0) fr.revertedNs = reverted - off - t0;
+    if (!rec.value("error", std::string()).empty()) fr.error = rec["error"];
+  };
   for (auto& c : fleet.clients()) {
     c->onEvent([&](const json& m) {
       if (m.value("type", "") != "fault_ended" || !m.contains("fault")) return;
       const json& rec = m["fault"];
-      auto it = byId.find(rec.value("fault", std::string()));
-      if (it == byId.end()) return;
-      Scheduled& s = scheduled[it->second];
-      s.ended = true;
-      FaultRecord& fr = run.faults[s.record];
-      int64_t off = s.client->clock().offsetNs;
-      // The actual times: the first and last transitions the agent observed (kernel
-      // notifications for link_flap), else when it applied and ended the fault.
-      const json& events = rec.value("events", json::array());
-      int64_t applied = rec.value("applied_ns", int64_t(0));
-      int64_t reverted = rec.value("ended_ns", int64_t(0));
-      if (!events.empty()) {
-        applied = events.front().value("t_ns", applied);
-        reverted = events.back().value("t_ns", reverted);
+      std::string id = rec.value("fault", std::string());
+      auto it = byId.find(id);
+      if (it == byId.end()) {
+        early[id] = rec;
+        return;
       }
-      if (applied > 0) fr.appliedNs = applied - off - t0;
-      if (reverted > 0) fr.revertedNs = reverted - off - t0;
-      if (!rec.value("error", std::string()).empty()) fr.error = rec["error"];
+      recordEnded(scheduled[it->second], rec);
     });
   }
+  // Concurrently across agents, in plan order on each: a step on every node of a large
+  // cluster is one round trip and one journal flush per node, which in turn would take
+  // seconds and could pass the step's instant; on one agent, the order of the plan stays.
+  struct Attempt {
+    FaultRecord record;
+    Scheduled s;
+    json body;
+    bool tried = false, ok = false;
+  };
+  std::vector<Attempt> attempts;
+  std::map<std::string, std::vector<size_t>> perNode;  // node -> attempts, in plan order
   for (const auto& trial : plan.trials) {
     for (const auto& f : trial.faults) {
-      FaultRecord fr;
-      fr.trial = trial.index;
-      fr.step = f.step;
-      fr.node = f.node;
-      fr.kind = f.kind;
-      fr.role = f.role;
-      fr.params = f.params;
-      fr.scheduledNs = f.atNs;
-      run.faults.push_back(fr);
+      Attempt at;
+      at.record.trial = trial.index;
+      at.record.step = f.step;
+      at.record.node = f.node;
+      at.record.kind = f.kind;
+      at.record.role = f.role;
+      at.record.params = f.params;
+      at.record.scheduledNs = f.atNs;
       auto client = fleet.find(f.node);
-      Scheduled s{run.faults.size() - 1, faultId(ctl.substr(ctl.size() - 16), trial.index, f.step, f.node), client};
+      at.s = Scheduled{0, faultId(ctl.substr(ctl.size() - 16), trial.index, f.step, f.node), client};
       const faults::FaultKind* kind = faults::findKind(f.kind);
       json params = kind ? faults::wireParams(kind->params, f.params) : f.params;
-      json body = proto::toJson(proto::Schedule{s.id, f.kind, params, t0 + f.atNs, client->clock().offsetNs,
-                                                proto::lifetimeMsFor(f.forNs)});
-      auto r = co_await client->request("schedule", std::move(body), options.connectTimeout);
-      if (!r) {
-        run.faults.back().error = r.error().message;
-        abort("fault " + f.step + " on " + f.node + " refused: " + r.error().message);
-        break;
-      }
-      byId[s.id] = scheduled.size();
-      scheduled.push_back(std::move(s));
+      at.body = proto::toJson(proto::Schedule{at.s.id, f.kind, params, t0 + f.atNs, client->clock().offsetNs,
+                                              proto::lifetimeMsFor(f.forNs)});
+      perNode[f.node].push_back(attempts.size());
+      attempts.push_back(std::move(at));
     }
-    if (aborted) break;
   }
+  {
+    std::vector<std::function<asio::awaitable<void>()>> tasks;
+    for (const auto& [node, list] : perNode)
+      tasks.push_back([&, list = list]() -> asio::awaitable<void> {
+        for (size_t i : list) {
+          if (aborted) break;
+          Attempt& at = attempts[i];
+          at.tried = true;
+          auto r = co_await at.s.client->request("schedule", at.body, options.connectTimeout);
+          if (!r) {
+            at.record.error = r.error().message;
+            abort("fault " + at.record.step + " on " + at.record.node + " refused: " + r.error().message);
+            break;
+          }
+          at.ok = true;
+        }
+      });
+    co_await whenAll(io, std::move(tasks));
+  }
+  // The result lists what was sent (or refused), in plan order, as before.
+  for (auto& at : attempts) {
+    if (!at.tried) continue;
+    run.faults.push_back(std::move(at.record));
+    if (!at.ok) continue;
+    at.s.record = run.faults.size() - 1;
+    byId[at.s.id] = scheduled.size();
+    scheduled.push_back(std::move(at.s));
+  }
+  for (const auto& [id, rec] : early)
+    if (auto it = byId.find(id); it != byId.end()) recordEnded(scheduled[it->second], rec);
+  early.clear();
 
   // ---- live: progress, guardrails, counter snapshots, until the plan ends or an abort
   auto jobGrid = [&](int64_t fromRel, int64_t toRel) {

@@ -109,7 +109,9 @@ TEST_CASE("Fleet::connect: a refused agent and silent agents fail within the one
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        co_await fleet.connect(ptrs, 1500ms, 8, [&](const ConnectProgress& p) { events.push_back(p); });
+        // Named: a std::function temporary in a co_await is destroyed twice by GCC 12.
+        rc::controller::ConnectProgressFn record = [&](const ConnectProgress& p) { events.push_back(p); };
+        co_await fleet.connect(ptrs, 1500ms, 8, record);
         finished = true;
       },
       asio::detached);
