@@ -388,9 +388,14 @@ ConnectProgressFn stderrConnectProgress() {
 }
 
 std::shared_ptr<AgentClient> Fleet::find(const std::string& node) const {
-  for (const auto& c : clients_)
-    if (c->node().name == node) return c;
-  return nullptr;
+  // By name in a map: a run looks up every fault's node, and a listing every node, so a scan
+  // would cost N x N on a large fleet.
+  if (byName_.size() != clients_.size()) {
+    byName_.clear();
+    for (size_t i = 0; i < clients_.size(); i++) byName_.emplace(clients_[i]->node().name, i);
+  }
+  auto it = byName_.find(node);
+  return it == byName_.end() ? nullptr : clients_[it->second];
 }
 
 AsyncGate::AsyncGate(asio::io_context& io, size_t limit) : io_(io), limit_(std::max<size_t>(limit, 1)) {}

@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.hpp"
@@ -99,6 +100,7 @@ class Fleet {
   std::string controllerId_;
   std::vector<std::shared_ptr<AgentClient>> clients_;
   std::vector<std::pair<std::string, std::string>> errors_;
+  mutable std::unordered_map<std::string, size_t> byName_;  // index into clients_, rebuilt when stale
 };
 
 // At most LIMIT holders at once among the coroutines of one io_context; the others wait in the
