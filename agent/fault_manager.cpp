@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <ctime>
+#include <optional>
 
 #include "common/clock.hpp"
 #include "common/log.hpp"
@@ -255,10 +256,17 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
 
   int64_t now = wallNs();
   int64_t start = req.startNs == 0 ? now : req.startNs + req.clockOffsetNs;
-  if (start < now - kMaxLateNs)
-    return makeError("start time is " + formatDuration(Nanos(now - start)) +
-                     " in the past on this agent: the controller's clock offset is stale or the "
-                     "message was delayed; schedule again");
+  // Also asked after the journal's fsync: a fault whose journaling took longer than its
+  // controller waits for the reply (a stalling disk) is refused then, not applied late for a
+  // controller that has already reported it failed.
+  auto late = [&]() -> std::optional<Error> {
+    const int64_t t = wallNs();
+    if (start >= t - kMaxLateNs) return std::nullopt;
+    return makeError("start time is " + formatDuration(Nanos(t - start)) +
+                     " in the past on this agent: the controller's clock offset is stale, the "
+                     "message was delayed or journaling it was slow; schedule again");
+  };
+  if (auto no = late()) return *no;
   if (start > now + kMaxAheadNs) return makeError("start time is more than a day ahead");
   auto lifetime = std::min<int64_t>(req.lifetimeMs, maxLifetime_.count());
 
@@ -279,12 +287,13 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
   e->journalRecord = {{"kind", kind->name},    {"owner", owner},    {"params", e->fault->params()},
                       {"targets", e->targets}, {"start_ns", start}, {"lifetime_ms", lifetime}};
 
-  std::vector<std::shared_ptr<Entry>> pruned;
-  json out;
-  {
-    // Checked and reserved under one lock, so two schedules cannot both take a target.
-    std::lock_guard lock(m_);
+  // Whether E may take its targets now; the caller holds m_. Asked twice: before the journal is
+  // written, and again before the fault is committed, because the journal's fsync runs without
+  // the lock (a slow disk must not stall the heartbeats, the lease watcher and every other
+  // request that take it), so two schedules racing for one target cannot both take it.
+  auto refusal = [&]() -> std::optional<Error> {
     if (shuttingDown_) return makeError("agent is shutting down");
+    if (auto no = late()) return no;
     auto it = faults_.find(e->id);
     if (it != faults_.end() && !it->second->finished)
       return makeError("fault '" + e->id + "' is already active on this node");
@@ -331,8 +340,26 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
             EBUSY);
       }
     }
-    if (auto r = journal_.add(e->id, e->journalRecord); !r)
-      return makeError("cannot journal fault before applying it: " + r.error().message);
+    return std::nullopt;
+  };
+  {
+    std::lock_guard lock(m_);
+    if (auto no = refusal()) return *no;
+  }
+  if (auto r = journal_.add(e->id, e->journalRecord); !r)
+    return makeError("cannot journal fault before applying it: " + r.error().message);
+  std::vector<std::shared_ptr<Entry>> pruned;
+  json out;
+  {
+    std::unique_lock lock(m_);
+    if (auto no = refusal()) {
+      lock.unlock();
+      // Written by this call (add never replaces an entry), so it is this fault's to remove.
+      if (auto rm = journal_.remove(e->id); !rm)
+        log::error("fault '{}' refused after journaling and its entry remains: {}", e->id, rm.error().message);
+      return *no;
+    }
+    auto it = faults_.find(e->id);
     if (it != faults_.end()) {
       pruned.push_back(it->second);
       faults_.erase(it);

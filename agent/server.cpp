@@ -61,6 +61,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   asio::awaitable<void> writer();
+  asio::awaitable<json> scanCapabilities();
   void send(const json& message);
   void handle(const json& message);
   void dispatch(const proto::Envelope& env);
@@ -78,6 +79,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closing_ = false;
   bool writerDone_ = false;
   int64_t receivedNs_ = 0;
+  json helloCapabilities_;  // scanned off the loop before hello is dispatched
   std::deque<std::string> outbox_;
   size_t outboxBytes_ = 0;
   asio::steady_timer wake_;  // signals the writer: outbox has data or closing
@@ -98,8 +100,8 @@ struct Server::Impl {
   std::chrono::steady_clock::time_point nextAcceptLog{};
   std::map<std::string, size_t> handshakes;  // per peer address, connections in their handshake
   ThrottledLog handshakeFailedLog, refusedLog;
-  // Work that can block (a schedule's journal fsync and netlink checks, the capabilities
-  // request's scan, binding a workload's transport or opening an RDMA device) runs here, off the event loop:
+  // Work that can block (a schedule's journal fsync and netlink checks, the capability scan
+  // of hello and of the capabilities request, binding a workload's transport or opening an RDMA device) runs here, off the event loop:
   // heartbeats, clock probes and reverts of every session go on meanwhile. Declared last, so
   // it is joined first when the server goes.
   asio::thread_pool blocking{2};
@@ -194,6 +196,22 @@ asio::awaitable<void> Session::writer() {
   stream_.lowest_layer().close(ignored);
 }
 
+// The scan as a coroutine of its own on the pool (arguments by value: the session may go).
+asio::awaitable<json> capabilityScan(Config config, faults::Policy policy) {
+  try {
+    co_return capabilities(config, policy);
+  } catch (const std::exception& ex) {
+    log::error("capability scan failed: {}", ex.what());
+    co_return json{{"node", config.node}, {"error", std::string("capability scan failed: ") + ex.what()}};
+  }
+}
+
+asio::awaitable<json> Session::scanCapabilities() {
+  co_return co_await asio::co_spawn(server_.blocking.get_executor(),
+                                    capabilityScan(server_.config, server_.manager.policy()),
+                                    asio::use_awaitable);
+}
+
 asio::awaitable<void> Session::run() {
   auto self = shared_from_this();
   boost::system::error_code ec;
@@ -235,6 +253,13 @@ asio::awaitable<void> Session::run() {
       msg = co_await readMessage(stream_);
     }
     receivedNs_ = wallNs();
+    if (msg && !greeted_ && msg->is_object()) {
+      // hello carries the capability scan (a netlink dump, sysfs reads that take seconds under
+      // TCG): run on the blocking pool while this session's reading waits, so its replies keep
+      // their order and every other session's heartbeats are served meanwhile.
+      auto t = msg->find("type");
+      if (t != msg->end() && t->is_string() && *t == "hello") helloCapabilities_ = co_await scanCapabilities();
+    }
     if (!msg) {
       if (msg.error().code == kProtocolError) {
         log::warn("closing {}: {}", peer_, msg.error().message);
@@ -338,7 +363,7 @@ void Session::dispatch(const proto::Envelope& env) {
                                  {"node", server_.config.node},
                                  {"agent_version", RDMACHAOS_VERSION},
                                  {"lease_ms", mgr.leaseTimeout().count()},
-                                 {"capabilities", capabilities(server_.config, mgr.policy())}}));
+                                 {"capabilities", std::move(helloCapabilities_)}}));
         } else if constexpr (std::is_same_v<T, proto::ClockReq>) {
           send(proto::makeReply(id, "clock", {{"t0", r.t0}, {"t1", receivedNs_}, {"t2", wallNs()}}));
         } else if constexpr (std::is_same_v<T, proto::Heartbeat>) {

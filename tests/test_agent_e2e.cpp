@@ -638,3 +638,91 @@ TEST_CASE("leases and revert_all belong to the certificate, not to the id a peer
   CHECK(linkUp(n.netns));
   CHECK(waitCli(ctl2, 20s) == 0);
 }
+
+TEST_CASE("a journal disk that stalls holds up only the fault being journaled: other leases hold") {
+  // The journal of n1 on its own ext4 (a loop device), frozen with fsfreeze: every write and
+  // fsync there blocks, as on a dying disk or a saturated array. A second controller's schedule
+  // then waits in the journal's fsync; the agent must go on answering the first controller's
+  // heartbeats, so its lease holds and its fault stays applied.
+  for (const char* tool : {"mkfs.ext4", "fsfreeze", "nsenter"})
+    if (std::system((std::string("command -v ") + tool + " >/dev/null").c_str()) != 0) {
+      WARN(std::string(tool) + " is missing (e2fsprogs, util-linux): journal stall not tested");
+      return;
+    }
+  REQUIRE(eventually([&] { return portAccepts(lab().node("n1").mgmtAddress, 7470); }, 20s));
+  auto n = lab().node("n1");
+  REQUIRE(n.agent.pid > 0);
+  // The agent has a mount namespace of its own (like `ip netns exec`): mount, freeze and thaw
+  // there. The mount goes with that namespace if the agent dies.
+  const std::string in = "nsenter -t " + std::to_string(n.agent.pid) + " -m ";
+  const std::string journal = (fs::path(n.config).parent_path() / "state" / "journal").string();
+  const std::string img = lab().dir() + "/n1-journal.img";
+  // Entries as the agent sees them (its mount of the journal, through /proc/PID/root).
+  const std::string seen = "/proc/" + std::to_string(n.agent.pid) + "/root" + journal;
+  auto entries = [&] {
+    size_t k = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(seen, ec)) k += e.path().extension() == ".json";
+    return k;
+  };
+  REQUIRE(entries() == 0);
+  REQUIRE(std::system(("truncate -s 16M " + img + " && mkfs.ext4 -q " + img + " && " + in +
+                       "mount -o loop " + img + " " + journal)
+                          .c_str()) == 0);
+  // Thawed and unmounted at the end, also after a failed assertion; a detached shell thaws it
+  // after 30 s even if this process dies (a frozen file system would hang the agent for good).
+  struct Mount {
+    std::string in, dir, img;
+    pid_t safety = -1;
+    void thaw() const { (void)!std::system((in + "fsfreeze -u " + dir + " 2>/dev/null").c_str()); }
+    ~Mount() {
+      thaw();
+      if (safety > 0) {
+        kill(-safety, SIGKILL);
+        waitpid(safety, nullptr, 0);
+      }
+      (void)!std::system((in + "umount " + dir + " 2>/dev/null || " + in + "umount -l " + dir).c_str());
+      fs::remove(img);
+    }
+  } mount{in, journal, img};
+
+  Proc a = longDown("n1");  // controller A: data0 down for 60 s, heartbeating (lease 5 s)
+  REQUIRE(entries() == 1);
+  REQUIRE(std::system((in + "fsfreeze -f " + journal).c_str()) == 0);
+  mount.safety = fork();
+  if (mount.safety == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("sleep 30; " + in + "fsfreeze -u " + journal).c_str(), nullptr);
+    _exit(127);
+  }
+  // Controller B schedules a fault that takes no target of A's: its journal write stalls.
+  Proc b = spawnCli({"inject", "noop", "--inventory", lab().inventory(), "--node", "n1", "--for", "1s"});
+  // Longer than A's lease (5 s) and than A's own deadline for heartbeat replies: with the fsync
+  // under the lock that heartbeats take, A's controller lost the agent here.
+  auto until = std::chrono::steady_clock::now() + 9s;
+  bool aAlive = true, down = true;
+  int bStatus = -1;
+  while (std::chrono::steady_clock::now() < until && aAlive && down) {
+    aAlive = waitpid(a.pid, nullptr, WNOHANG) == 0;
+    if (bStatus < 0 && waitpid(b.pid, &bStatus, WNOHANG) != b.pid) bStatus = -1;
+    down = !linkUp(n.netns);
+    std::this_thread::sleep_for(200ms);
+  }
+  INFO("controller A's stderr: " << readFile(a.err));
+  INFO("controller B's stderr: " << readFile(b.err));
+  CHECK(aAlive);  // A's controller still hears the agent
+  CHECK(down);    // and A's lease held: its fault was not reverted
+  // B's schedule really was stuck in the frozen journal: B gave up at its reply deadline.
+  CHECK(bStatus >= 0);
+  CHECK_THAT(readFile(b.err), Catch::Contains("did not answer 'schedule'"));
+  mount.thaw();
+  if (bStatus < 0) waitCli(b, 60s);
+  // Journaled at last, B's fault is refused as late (its controller has reported it failed):
+  // the agent says so, and its entry goes.
+  CHECK(eventually([&] { return readFile(n.log).find("journaling it was slow") != std::string::npos; }, 15s));
+  kill(a.pid, SIGINT);
+  CHECK(waitCli(a, 60s) == 130);  // interrupted: reverted now
+  CHECK(eventually([&] { return linkUp(n.netns); }, 15s));
+  CHECK(eventually([&] { return entries() == 0; }, 10s));
+  CHECK(lab().node("n1").agent.pid == n.agent.pid);  // the same agent all along
+}
