@@ -14,7 +14,7 @@
 #include <string_view>
 #include <thread>
 
-#include "common/journal.hpp"
+#include "agent/journal.hpp"
 #include "common/protocol.hpp"
 #include "faults/fault.hpp"
 

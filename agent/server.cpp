@@ -375,8 +375,7 @@ void Session::dispatch(const proto::Envelope& env) {
           auto ended = [weak, &io = server_.io](json record) {
             asio::post(io, [weak, record = std::move(record)]() {
               if (auto s = weak.lock())
-                s->send(json{{"v", proto::kVersion}, {"id", 0}, {"type", "fault_ended"},
-                             {"fault", record}});
+                s->send(proto::toJson(proto::FaultEnded{record.value("fault", std::string()), record}));
             });
           };
           offLoop([id, r, ended, owner = owner_, &mgr] {

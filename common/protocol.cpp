@@ -470,6 +470,43 @@ json toJson(const Schedule& s) {
               {"lifetime_ms", s.lifetimeMs}};
 }
 
+json toJson(const Hello& h) { return json{{"controller", h.controllerId}, {"versions", h.versions}}; }
+json toJson(const ClockReq& c) { return json{{"t0", c.t0}}; }
+json toJson(const Revert& r) { return json{{"fault", r.faultId}}; }
+json toJson(const RevertAll& r) { return json{{"all", r.all}}; }
+json toJson(const GetFault& g) { return json{{"fault", g.faultId}}; }
+
+json toJson(const WorkloadStart& w) {
+  json world = json::array();
+  for (const auto& m : w.world) world.push_back(json{{"rank", m.rank}, {"address", m.address}, {"port", m.port}});
+  json j{{"workload", w.workloadId},
+         {"kind", w.kind},
+         {"rank", w.rank},
+         {"world", std::move(world)},
+         {"size", w.size},
+         {"streams", w.streams},
+         {"incast_receiver", w.incastReceiver},
+         {"fan_in", w.fanIn},
+         {"bin_us", w.binUs},
+         {"reconnect_timeout_ms", w.reconnectTimeoutMs},
+         {"start_ns", w.startNs},
+         {"clock_offset_ns", w.clockOffsetNs},
+         {"checksum", w.checksum},
+         {"transport", w.transport},
+         {"dscp", w.qp.dscp},
+         {"qp_timeout", w.qp.timeout},
+         {"qp_retry_cnt", w.qp.retryCount},
+         {"qp_rnr_retry", w.qp.rnrRetry}};
+  // Exactly one of the two bounds is sent.
+  if (w.iterations)
+    j["iterations"] = w.iterations;
+  else
+    j["duration_ms"] = w.durationMs;
+  return j;
+}
+
+json toJson(const WorkloadStop& w) { return json{{"workload", w.workloadId}}; }
+
 json toJson(const TelemetryMsg& t) {
   json its = json::array();
   for (const auto& i : t.iterations)
@@ -575,6 +612,20 @@ Result<TelemetryMsg> parseTelemetry(const json& m) {
     t.nic = std::move(ns);
   }
   return t;
+}
+
+json toJson(const FaultEnded& e) {
+  return json{{"v", kVersion}, {"id", 0}, {"type", "fault_ended"}, {"fault", e.record}};
+}
+
+Result<FaultEnded> parseFaultEnded(const json& m) {
+  if (auto r = checkEvent(m, "fault_ended"); !r) return r.error();
+  if (auto r = onlyKeys(m, {"fault"}); !r) return r.error();
+  auto f = m.find("fault");
+  if (f == m.end() || !f->is_object()) return rc::makeError("fault_ended needs 'fault', the fault record (an object)");
+  auto id = getId(*f, "fault");
+  if (!id) return id.error();
+  return FaultEnded{*id, *f};
 }
 
 Result<WorkloadEnded> parseWorkloadEnded(const json& m) {

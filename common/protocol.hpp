@@ -31,7 +31,7 @@ inline constexpr size_t kMaxParams = 64;
 inline constexpr size_t kMaxDepth = 32;
 // What an agent accepts of one controller's plan: faults scheduled or running at once, and how
 // far ahead a fault may be scheduled (a run schedules every fault at its start, so a playbook
-// is checked against both before anything is sent: controller/playbook.cpp, planning).
+// is checked against both before anything is sent: controller/playbook_plan.cpp).
 inline constexpr size_t kMaxActiveFaults = 64;
 inline constexpr int64_t kMaxScheduleAheadNs = 86'400'000'000'000;  // 24 h
 
@@ -104,6 +104,12 @@ struct ListFaults {};
 struct GetFault {
   std::string faultId;
 };
+// The bodies of these requests (what parseRequest reads back).
+json toJson(const Hello& h);
+json toJson(const ClockReq& c);
+json toJson(const Revert& r);
+json toJson(const RevertAll& r);
+json toJson(const GetFault& g);
 struct Status {};
 struct Capabilities {};
 
@@ -146,6 +152,9 @@ struct WorkloadStart {
 struct WorkloadStop {
   std::string workloadId;
 };
+// The bodies of workload_start and workload_stop requests (what parseRequest reads back).
+json toJson(const WorkloadStart& w);
+json toJson(const WorkloadStop& w);
 
 using Request = std::variant<Hello, ClockReq, Heartbeat, Schedule, Revert, RevertAll, ListFaults,
                              GetFault, Status, Capabilities, WorkloadStart, WorkloadStop>;
@@ -209,9 +218,16 @@ struct WorkloadEnded {
   bool verified = true;
   TelemetryCounters counters;
 };
+// A fault ended (completed, reverted, expired, failed): sent to the session that scheduled it.
+struct FaultEnded {
+  std::string faultId;  // record["fault"]
+  json record;          // the agent's fault record (state, applied_ns, ended_ns, events, error...)
+};
 json toJson(const TelemetryMsg& t);
 json toJson(const WorkloadEnded& e);
+json toJson(const FaultEnded& e);  // from the record alone (faultId is read from it)
 Result<TelemetryMsg> parseTelemetry(const json& message);
 Result<WorkloadEnded> parseWorkloadEnded(const json& message);
+Result<FaultEnded> parseFaultEnded(const json& message);
 
 }  // namespace rc::proto

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "controller/runner.hpp"
+#include "controller/run_result.hpp"
 
 namespace rc::controller {
 

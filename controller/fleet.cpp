@@ -187,9 +187,7 @@ struct AgentClient::Impl : std::enable_shared_from_this<Impl> {
     open = true;
     asio::co_spawn(io, reader(), asio::detached);
     asio::co_spawn(io, writer(), asio::detached);
-    json helloBody = json::object();
-    helloBody["controller"] = controllerId;
-    helloBody["versions"] = json::array({proto::kVersion});
+    json helloBody = proto::toJson(proto::Hello{controllerId, {proto::kVersion}});
     auto hello = co_await request("hello", std::move(helloBody), left());
     if (!hello && expired()) co_return makeError(node.name + ": hello " + after);
     if (!hello) co_return hello.error();
@@ -263,8 +261,7 @@ asio::awaitable<Result<ClockEstimate>> AgentClient::probeClock(int probes,
   for (int i = 0; i < probes; i++) {
     ClockProbe p;
     p.t0 = wallNs();
-    json body = json::object();
-    body["t0"] = p.t0;
+    json body = proto::toJson(proto::ClockReq{p.t0});
     auto left = std::max<Duration>(deadline - std::chrono::steady_clock::now(), Duration::zero());
     auto r = co_await impl->request("clock", std::move(body), left);
     p.t3 = wallNs();

@@ -6,6 +6,7 @@
 
 #include "common/log.hpp"
 #include "controller/commands.hpp"
+#include "controller/metrics_table.hpp"
 #include "rdmachaos_config.h"
 
 int main(int argc, char** argv) {
@@ -123,9 +124,11 @@ int main(int argc, char** argv) {
   auto* cValidate = app.add_subcommand("validate", "check playbooks; errors as file:line:col");
   cValidate->add_option("playbooks", validateFiles, "playbook TOML files")->required();
   cValidate->add_option("--inventory", validateInventory, "also resolve targets against this inventory");
+  cValidate->footer(metricsHelp());
 
   RunOptions run;
   auto* cRun = app.add_subcommand("run", "run a playbook: workload, faults on a common clock, scores and reports");
+  cRun->footer(metricsHelp());
   cRun->add_option("playbook", run.playbook, "playbook TOML")->required();
   cRun->add_option("--inventory", run.inventory, "inventory TOML")->required();
   cRun->add_option("--report-dir", run.reportDir, "where result.json, report.html and junit.xml go");

@@ -17,6 +17,7 @@
 #include "common/protocol.hpp"
 #include "common/result.hpp"
 #include "controller/inventory.hpp"
+#include "controller/metrics_table.hpp"
 
 namespace rc::controller {
 
@@ -71,26 +72,6 @@ struct Step {
 
 enum class Comparison { less, lessEqual, greater, greaterEqual };
 const char* toString(Comparison c);
-
-// Units of a metric, which decide how its bound is written and printed.
-enum class MetricUnit { duration, size, rate, percent, number };
-
-struct MetricInfo {
-  std::string name;
-  MetricUnit unit;
-  std::string help;
-};
-// The metrics an expectation may name; counters are "counter.<name>" (unit number).
-const std::vector<MetricInfo>& metricCatalogue();
-std::optional<MetricInfo> findMetric(std::string_view name);
-
-// Job metrics whose spread over repeated trials the report shows (mean, sd, CV), with the IETF
-// BMWG AI-fabric draft's name where it has one ("" where not).
-struct RepeatableMetric {
-  const char* metric;
-  const char* bmwg;
-};
-const std::vector<RepeatableMetric>& repeatableMetrics();
 
 struct Expectation {
   std::string metric;

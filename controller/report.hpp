@@ -11,7 +11,7 @@
 #include "common/atomic_file.hpp"
 #include "common/result.hpp"
 #include "controller/playbook.hpp"
-#include "controller/runner.hpp"
+#include "controller/run_result.hpp"
 #include "controller/score.hpp"
 
 namespace rc::controller {

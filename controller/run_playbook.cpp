@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "common/clock.hpp"
@@ -17,6 +19,7 @@
 #include "common/units.hpp"
 #include "controller/fabric_sampler.hpp"
 #include "controller/fleet.hpp"
+#include "controller/schedule_fault.hpp"
 #include "controller/score.hpp"
 #include "controller/workload_run.hpp"
 #include "faults/fault.hpp"
@@ -90,117 +93,216 @@ std::vector<Bin> rebin(const std::vector<std::pair<int64_t, double>>& samples, i
   return out;
 }
 
-asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& playbook,
-                                       const Plan& plan, const Inventory& inventory,
-                                       asio::ssl::context& tls, RunnerOptions options) {
-  RunResult run;
-  run.plan = plan;
-  run.inventoryPath = inventory.path;
-  run.binNs = playbook.scoring.binNs;
+namespace {
 
-  // Every node the run touches: the workload's and the fault targets.
-  std::vector<std::string> names = plan.workloadNodes;
-  for (const auto& t : plan.trials)
-    for (const auto& f : t.faults)
-      if (std::find(names.begin(), names.end(), f.node) == names.end()) names.push_back(f.node);
-  std::vector<const Node*> nodes;
-  for (const auto& n : names)
-    if (auto* node = inventory.find(n)) {
-      nodes.push_back(node);
-      run.inventoryNodes.push_back(*node);
-    }
-
-  std::string ctl = newControllerId();
-  Fleet fleet(io, tls, ctl);
-  if (options.progress) std::fprintf(stderr, "connecting to %zu agent(s)...\n", nodes.size());
-  // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
-  ConnectProgressFn progress = options.progress ? stderrConnectProgress() : ConnectProgressFn();
-  co_await fleet.connect(nodes, options.connectTimeout, 8, progress);
-  for (auto& c : fleet.clients())
-    run.clocks.push_back({c->node().name, c->clock().offsetNs, c->clock().uncertaintyNs,
-                          c->clock().rttNs});
-  if (!fleet.errors().empty()) {
-    // Every unreachable agent by name (the first few with why): a cluster operator fixes them
-    // all before the next attempt, not one per attempt.
-    const auto& errs = fleet.errors();
-    if (errs.size() == 1) {
-      run.abortReason = "cannot reach agent " + errs.front().first + ": " + errs.front().second;
-    } else {
-      run.abortReason = "cannot reach " + std::to_string(errs.size()) + " of " + std::to_string(nodes.size()) +
-                        " agents:";
-      for (size_t i = 0; i < errs.size(); i++)
-        run.abortReason += (i ? ", " : " ") + errs[i].first;
-      for (size_t i = 0; i < errs.size() && i < 3; i++)
-        run.abortReason += "; " + errs[i].first + ": " + errs[i].second;
-      if (errs.size() > 3) run.abortReason += "; ...";
-    }
-    for (auto& c : fleet.clients()) c->close();
-    co_return run;
-  }
-  for (auto& c : fleet.clients()) c->startHeartbeats();
-
-  // ---- abort plumbing: guardrails, lost agents, Ctrl-C
-  bool aborted = false;
-  asio::steady_timer tick(io);
-  auto abort = [&](std::string why) {
-    if (aborted) return;
-    aborted = true;
-    run.abortReason = std::move(why);
-    tick.cancel();
-  };
-  asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int) {
-    if (!ec) abort("interrupted by the operator");
-  });
-  for (auto& c : fleet.clients()) {
-    std::string node = c->node().name;
-    c->onLost([&, node](const std::string& why) {
-      if (playbook.guardrails.abortOnAgentLoss) abort("lost agent " + node + ": " + why);
-    });
+// One live run of a plan, one method per phase: connect, watch for aborts, start the workload,
+// schedule the faults, live (guardrails, progress, metrics), wind down, collect the series.
+// It lives in executePlan's coroutine frame; its handlers on the fleet's clients end with it
+// (every client is closed before execute() returns).
+class PlanRun {
+ public:
+  PlanRun(asio::io_context& io, const Playbook& playbook, const Plan& plan, const Inventory& inventory,
+          asio::ssl::context& tls, RunnerOptions options)
+      : io_(io), playbook_(playbook), plan_(plan), inventory_(inventory), options_(options),
+        ctl_(newControllerId()), fleet_(io, tls, ctl_), tick_(io) {
+    run_.plan = plan;
+    run_.inventoryPath = inventory.path;
+    run_.binNs = playbook.scoring.binNs;
   }
 
-  // ---- the workload: one run across the whole plan
-  std::vector<std::shared_ptr<AgentClient>> ranks;
-  for (const auto& n : plan.workloadNodes) ranks.push_back(fleet.find(n));
-  WorkloadSpec spec;
-  spec.kind = toString(playbook.workload.kind);
-  spec.size = playbook.workload.sizeBytes;
-  spec.streams = playbook.workload.streams;
-  spec.transport = playbook.workload.transport;
-  spec.qp = playbook.workload.qp;
-  spec.bin = std::chrono::nanoseconds(playbook.scoring.binNs);
-  spec.duration = std::chrono::nanoseconds(plan.durationNs + 500'000'000);
-  spec.lead = 1s;
-  WorkloadRun workload(io, ranks, spec, "wl-" + ctl.substr(ctl.size() - 4));
-  auto started = co_await workload.start(options.connectTimeout);
-  if (!started) {
-    run.abortReason = "workload did not start: " + started.error().message;
-    for (auto& c : fleet.clients()) c->close();
-    co_return run;
+  static asio::awaitable<RunResult> execute(PlanRun& self) {
+    // Each result is awaited into a local, never inside an `if` condition: GCC 12 miscompiled
+    // `if (!co_await connect(self)) co_return ...` (the coroutine's frame was garbage when
+    // connect() started; a crash in every run).
+    bool connected = co_await connect(self);
+    if (!connected) co_return self.finish();
+    self.watchForAbort();
+    bool started = co_await startWorkload(self);
+    if (!started) co_return self.finish();
+    co_await scheduleFaults(self);
+    co_await live(self);
+    co_await windDown(self);
+    self.collectSeries();
+    co_return self.finish();
   }
-  const int64_t t0 = workload.series().startNs;  // the run's t = 0, controller clock
-  run.startedUnixNs = t0;
-  // Fabric evidence (lab switch counters and events) for the whole run, where there is a switch.
-  std::unique_ptr<FabricSampler> fabric;
-  if (!inventory.switchControl.empty()) {
-    // An incast's flows into its receiver are metered on the wire: when they stopped is the
-    // ground truth its recovery is read against.
-    std::set<FabricMeter> meters;
-    for (const auto& t : plan.trials)
+
+ private:
+  // The phases that wait are static coroutines taking the run by reference (named functions
+  // with explicit arguments, as every coroutine here).
+  //
+  // Every node the run touches (the workload's and the fault targets): connected, clocks
+  // measured, heartbeats on. False (abortReason set) when one cannot be reached.
+  static asio::awaitable<bool> connect(PlanRun& self) {
+    std::vector<std::string> names = self.plan_.workloadNodes;
+    for (const auto& t : self.plan_.trials)
       for (const auto& f : t.faults)
-        if (f.kind == "incast" && f.role == "sink" && f.params.contains("port") && f.params["port"].is_number_integer())
-          meters.insert({f.node, f.params["port"].get<int>()});
-    fabric = std::make_unique<FabricSampler>(inventory.switchControl, t0,
-                                             std::vector<FabricMeter>(meters.begin(), meters.end()));
+        if (std::find(names.begin(), names.end(), f.node) == names.end()) names.push_back(f.node);
+    std::vector<const Node*> nodes;
+    for (const auto& n : names)
+      if (auto* node = self.inventory_.find(n)) {
+        nodes.push_back(node);
+        self.run_.inventoryNodes.push_back(*node);
+      }
+    if (self.options_.progress) std::fprintf(stderr, "connecting to %zu agent(s)...\n", nodes.size());
+    // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
+    ConnectProgressFn progress = self.options_.progress ? stderrConnectProgress() : ConnectProgressFn();
+    co_await self.fleet_.connect(nodes, self.options_.connectTimeout, 8, progress);
+    for (auto& c : self.fleet_.clients())
+      self.run_.clocks.push_back({c->node().name, c->clock().offsetNs, c->clock().uncertaintyNs, c->clock().rttNs});
+    if (const auto& errs = self.fleet_.errors(); !errs.empty()) {
+      // Every unreachable agent by name (the first few with why): a cluster operator fixes
+      // them all before the next attempt, not one per attempt.
+      std::string& why = self.run_.abortReason;
+      if (errs.size() == 1) {
+        why = "cannot reach agent " + errs.front().first + ": " + errs.front().second;
+      } else {
+        why = "cannot reach " + std::to_string(errs.size()) + " of " + std::to_string(nodes.size()) + " agents:";
+        for (size_t i = 0; i < errs.size(); i++) why += (i ? ", " : " ") + errs[i].first;
+        for (size_t i = 0; i < errs.size() && i < 3; i++) why += "; " + errs[i].first + ": " + errs[i].second;
+        if (errs.size() > 3) why += "; ...";
+      }
+      co_return false;
+    }
+    for (auto& c : self.fleet_.clients()) c->startHeartbeats();
+    co_return true;
   }
 
-  // ---- every fault, scheduled now for its planned instant (agents hold them until then)
-  std::vector<Scheduled> scheduled;
-  std::map<std::string, size_t> byId;
-  std::map<std::string, json> early;  // fault_ended before its schedule was registered
-  auto recordEnded = [&](Scheduled& s, const json& rec) {
+  // The abort plumbing: guardrails call abort(); lost agents and Ctrl-C too.
+  void abort(std::string why) {
+    if (aborted_) return;
+    aborted_ = true;
+    run_.abortReason = std::move(why);
+    tick_.cancel();
+  }
+  void watchForAbort() {
+    signals_.emplace(io_, SIGINT, SIGTERM);
+    signals_->async_wait([this](const boost::system::error_code& ec, int) {
+      if (!ec) abort("interrupted by the operator");
+    });
+    for (auto& c : fleet_.clients()) {
+      std::string node = c->node().name;
+      c->onLost([this, node](const std::string& why) {
+        if (playbook_.guardrails.abortOnAgentLoss) abort("lost agent " + node + ": " + why);
+      });
+    }
+  }
+
+  // The workload: one run across the whole plan; its start is the run's t = 0. Fabric evidence
+  // (lab switch counters and events) for the whole run, where there is a switch.
+  static asio::awaitable<bool> startWorkload(PlanRun& self) {
+    std::vector<std::shared_ptr<AgentClient>> ranks;
+    for (const auto& n : self.plan_.workloadNodes) ranks.push_back(self.fleet_.find(n));
+    WorkloadSpec spec;
+    spec.kind = toString(self.playbook_.workload.kind);
+    spec.size = self.playbook_.workload.sizeBytes;
+    spec.streams = self.playbook_.workload.streams;
+    spec.transport = self.playbook_.workload.transport;
+    spec.qp = self.playbook_.workload.qp;
+    spec.bin = std::chrono::nanoseconds(self.playbook_.scoring.binNs);
+    spec.duration = std::chrono::nanoseconds(self.plan_.durationNs + 500'000'000);
+    spec.lead = 1s;
+    self.workload_ = std::make_unique<WorkloadRun>(self.io_, ranks, spec, "wl-" + self.ctl_.substr(self.ctl_.size() - 4));
+    auto started = co_await self.workload_->start(self.options_.connectTimeout);
+    if (!started) {
+      self.run_.abortReason = "workload did not start: " + started.error().message;
+      co_return false;
+    }
+    self.t0_ = self.workload_->series().startNs;  // the run's t = 0, controller clock
+    self.run_.startedUnixNs = self.t0_;
+    if (!self.inventory_.switchControl.empty()) {
+      // An incast's flows into its receiver are metered on the wire: when they stopped is the
+      // ground truth its recovery is read against.
+      std::set<FabricMeter> meters;
+      for (const auto& t : self.plan_.trials)
+        for (const auto& f : t.faults)
+          if (f.kind == "incast" && f.role == "sink" && f.params.contains("port") && f.params["port"].is_number_integer())
+            meters.insert({f.node, f.params["port"].get<int>()});
+      self.fabric_ = std::make_unique<FabricSampler>(self.inventory_.switchControl, self.t0_,
+                                                std::vector<FabricMeter>(meters.begin(), meters.end()));
+    }
+    co_return true;
+  }
+
+  // Every fault, scheduled now for its planned instant (agents hold them until then); their
+  // fault_ended reports give the actual applied and reverted times. Concurrently across
+  // agents, in plan order on each: a step on every node of a large cluster is one round trip
+  // and one journal flush per node, which in turn would take seconds and could pass the
+  // step's instant.
+  struct Attempt {
+    FaultRecord record;
+    Scheduled s;
+    const PlannedFault* fault = nullptr;
+    bool tried = false, ok = false;
+  };
+  static asio::awaitable<void> scheduleOnNode(PlanRun& self, std::vector<Attempt>& attempts, std::vector<size_t> list) {
+    for (size_t i : list) {
+      if (self.aborted_) break;
+      Attempt& at = attempts[i];
+      const PlannedFault& f = *at.fault;
+      at.tried = true;
+      auto r = co_await scheduleFault(at.s.client, at.s.id, f.kind, f.params, self.t0_ + f.atNs, f.forNs,
+                                      self.options_.connectTimeout);
+      if (!r) {
+        at.record.error = r.error().message;
+        self.abort("fault " + f.step + " on " + f.node + " refused: " + r.error().message);
+        break;
+      }
+      at.ok = true;
+    }
+  }
+  static asio::awaitable<void> scheduleFaults(PlanRun& self) {
+    for (auto& c : self.fleet_.clients()) c->onEvent([rp = &self](const json& m) { rp->faultEnded(m); });
+    std::vector<Attempt> attempts;
+    std::map<std::string, std::vector<size_t>> perNode;  // node -> attempts, in plan order
+    for (const auto& trial : self.plan_.trials) {
+      for (const auto& f : trial.faults) {
+        Attempt at;
+        at.record.trial = trial.index;
+        at.record.step = f.step;
+        at.record.node = f.node;
+        at.record.kind = f.kind;
+        at.record.role = f.role;
+        at.record.params = f.params;
+        at.record.scheduledNs = f.atNs;
+        at.s = Scheduled{0, faultId(self.ctl_.substr(self.ctl_.size() - 16), trial.index, f.step, f.node),
+                         self.fleet_.find(f.node)};
+        at.fault = &f;
+        perNode[f.node].push_back(attempts.size());
+        attempts.push_back(std::move(at));
+      }
+    }
+    std::vector<std::function<asio::awaitable<void>()>> tasks;
+    for (const auto& [node, list] : perNode)
+      tasks.push_back([&self, &attempts, list = list]() { return scheduleOnNode(self, attempts, list); });
+    co_await whenAll(self.io_, std::move(tasks));
+    // The result lists what was sent (or refused), in plan order, as before.
+    for (auto& at : attempts) {
+      if (!at.tried) continue;
+      self.run_.faults.push_back(std::move(at.record));
+      if (!at.ok) continue;
+      at.s.record = self.run_.faults.size() - 1;
+      self.byId_[at.s.id] = self.scheduled_.size();
+      self.scheduled_.push_back(std::move(at.s));
+    }
+    // Reports that came before their schedule was registered (a fault shorter than the rest
+    // of the fan-out).
+    self.registering_ = false;
+    auto early = std::move(self.early_);
+    for (const auto& m : early) self.faultEnded(m);
+  }
+
+  void faultEnded(const json& m) {
+    auto ended = proto::parseFaultEnded(m);
+    if (!ended) return;
+    const json& rec = ended->record;
+    auto it = byId_.find(ended->faultId);
+    if (it == byId_.end()) {
+      if (registering_) early_.push_back(m);  // scheduleFaults takes it once it is registered
+      return;
+    }
+    Scheduled& s = scheduled_[it->second];
     s.ended = true;
-    FaultRecord& fr = run.faults[s.record];
+    FaultRecord& fr = run_.faults[s.record];
     int64_t off = s.client->clock().offsetNs;
     // The actual times: the first and last transitions the agent observed (kernel
     // notifications for link_flap), else when it applied and ended the fault.
@@ -211,99 +313,25 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
       applied = events.front().value("t_ns", applied);
       reverted = events.back().value("t_ns", reverted);
     }
-    if (applied > 0) fr.appliedNs = applied - off - t0;
-    if (reverted > 0) fr.revertedNs = reverted - off - t0;
+    if (applied > 0) fr.appliedNs = applied - off - t0_;
+    if (reverted > 0) fr.revertedNs = reverted - off - t0_;
     if (!rec.value("error", std::string()).empty()) fr.error = rec["error"];
-  };
-  for (auto& c : fleet.clients()) {
-    c->onEvent([&](const json& m) {
-      if (m.value("type", "") != "fault_ended" || !m.contains("fault")) return;
-      const json& rec = m["fault"];
-      std::string id = rec.value("fault", std::string());
-      auto it = byId.find(id);
-      if (it == byId.end()) {
-        early[id] = rec;
-        return;
-      }
-      recordEnded(scheduled[it->second], rec);
-    });
   }
-  // Concurrently across agents, in plan order on each: a step on every node of a large
-  // cluster is one round trip and one journal flush per node, which in turn would take
-  // seconds and could pass the step's instant; on one agent, the order of the plan stays.
-  struct Attempt {
-    FaultRecord record;
-    Scheduled s;
-    json body;
-    bool tried = false, ok = false;
-  };
-  std::vector<Attempt> attempts;
-  std::map<std::string, std::vector<size_t>> perNode;  // node -> attempts, in plan order
-  for (const auto& trial : plan.trials) {
-    for (const auto& f : trial.faults) {
-      Attempt at;
-      at.record.trial = trial.index;
-      at.record.step = f.step;
-      at.record.node = f.node;
-      at.record.kind = f.kind;
-      at.record.role = f.role;
-      at.record.params = f.params;
-      at.record.scheduledNs = f.atNs;
-      auto client = fleet.find(f.node);
-      at.s = Scheduled{0, faultId(ctl.substr(ctl.size() - 16), trial.index, f.step, f.node), client};
-      const faults::FaultKind* kind = faults::findKind(f.kind);
-      json params = kind ? faults::wireParams(kind->params, f.params) : f.params;
-      at.body = proto::toJson(proto::Schedule{at.s.id, f.kind, params, t0 + f.atNs, client->clock().offsetNs,
-                                              proto::lifetimeMsFor(f.forNs)});
-      perNode[f.node].push_back(attempts.size());
-      attempts.push_back(std::move(at));
-    }
-  }
-  {
-    std::vector<std::function<asio::awaitable<void>()>> tasks;
-    for (const auto& [node, list] : perNode)
-      tasks.push_back([&, list = list]() -> asio::awaitable<void> {
-        for (size_t i : list) {
-          if (aborted) break;
-          Attempt& at = attempts[i];
-          at.tried = true;
-          auto r = co_await at.s.client->request("schedule", at.body, options.connectTimeout);
-          if (!r) {
-            at.record.error = r.error().message;
-            abort("fault " + at.record.step + " on " + at.record.node + " refused: " + r.error().message);
-            break;
-          }
-          at.ok = true;
-        }
-      });
-    co_await whenAll(io, std::move(tasks));
-  }
-  // The result lists what was sent (or refused), in plan order, as before.
-  for (auto& at : attempts) {
-    if (!at.tried) continue;
-    run.faults.push_back(std::move(at.record));
-    if (!at.ok) continue;
-    at.s.record = run.faults.size() - 1;
-    byId[at.s.id] = scheduled.size();
-    scheduled.push_back(std::move(at.s));
-  }
-  for (const auto& [id, rec] : early)
-    if (auto it = byId.find(id); it != byId.end()) recordEnded(scheduled[it->second], rec);
-  early.clear();
 
-  // ---- live: progress, guardrails, counter snapshots, until the plan ends or an abort
-  auto jobGrid = [&](int64_t fromRel, int64_t toRel) {
+  // The job's throughput on the run's grid between two run times.
+  Grid jobGrid(int64_t fromRel, int64_t toRel) const {
     std::vector<Grid> grids;
-    for (const auto& ns : workload.series().nodes) {
+    for (const auto& ns : workload_->series().nodes) {
       std::vector<Bin> bins;
-      for (const auto& b : ns.bins) bins.push_back({b.tNs - t0, double(b.bytes)});
-      grids.push_back(toGrid(bins, run.binNs, fromRel, toRel));
+      for (const auto& b : ns.bins) bins.push_back({b.tNs - t0_, double(b.bytes)});
+      grids.push_back(toGrid(bins, run_.binNs, fromRel, toRel));
     }
     return sumGrids(grids);
-  };
-  auto countersNow = [&](const std::string& node) {
+  }
+
+  std::map<std::string, uint64_t> countersNow(const std::string& node) const {
     std::map<std::string, uint64_t> m;
-    for (const auto& ns : workload.series().nodes) {
+    for (const auto& ns : workload_->series().nodes) {
       if (ns.node != node) continue;
       m["workload_errors"] = uint64_t(ns.counters.errors);
       m["workload_reconnects"] = uint64_t(ns.counters.reconnects);
@@ -314,52 +342,62 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
       for (const auto& [name, v] : ns.nic) m.emplace(name, v);
     }
     return m;
-  };
-  std::map<int, double> baselines;
-  std::set<int> before, after;
-  int64_t lastProgress = -1;
-  while (!aborted) {
-    int64_t now = wallNs() - t0;
-    if (now >= plan.durationNs + kTelemetryLagNs) break;
-    for (const auto& trial : plan.trials) {
-      if (now >= trial.startNs && before.insert(trial.index).second)
-        for (const auto& n : plan.workloadNodes)
-          run.counters.push_back({trial.index, n, countersNow(n), {}});
-      if (now >= trial.endNs + kTelemetryLagNs && after.insert(trial.index).second)
-        for (auto& cs : run.counters)
+  }
+
+  // Live: progress, guardrails, counter snapshots, until the plan ends or an abort.
+  static asio::awaitable<void> live(PlanRun& self) {
+    while (!self.aborted_) {
+      int64_t now = wallNs() - self.t0_;
+      if (now >= self.plan_.durationNs + kTelemetryLagNs) break;
+      self.checkTrials(now);
+      self.show(now);
+      self.tick_.expires_after(100ms);
+      boost::system::error_code ec;
+      co_await self.tick_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+  }
+
+  // Counter snapshots at each trial's edges, the baseline floor and the stall guardrail.
+  void checkTrials(int64_t now) {
+    for (const auto& trial : plan_.trials) {
+      if (now >= trial.startNs && before_.insert(trial.index).second)
+        for (const auto& n : plan_.workloadNodes) run_.counters.push_back({trial.index, n, countersNow(n), {}});
+      if (now >= trial.endNs + kTelemetryLagNs && after_.insert(trial.index).second)
+        for (auto& cs : run_.counters)
           if (cs.trial == trial.index) cs.after = countersNow(cs.node);
       // The baseline, once it is complete: below the floor means the fabric is not fit to test.
-      if (!baselines.count(trial.index) && now >= trial.baselineToNs + kTelemetryLagNs) {
-        auto b = baselineRate(jobGrid(trial.baselineFromNs, trial.baselineToNs),
-                              trial.baselineFromNs, trial.baselineToNs, playbook.scoring.smoothNs);
-        baselines[trial.index] = b.value_or(0);
-        if (playbook.guardrails.minBaselineBytesPerSec > 0 &&
-            b.value_or(0) < playbook.guardrails.minBaselineBytesPerSec)
+      if (!baselines_.count(trial.index) && now >= trial.baselineToNs + kTelemetryLagNs) {
+        auto b = baselineRate(jobGrid(trial.baselineFromNs, trial.baselineToNs), trial.baselineFromNs,
+                              trial.baselineToNs, playbook_.scoring.smoothNs);
+        baselines_[trial.index] = b.value_or(0);
+        if (playbook_.guardrails.minBaselineBytesPerSec > 0 && b.value_or(0) < playbook_.guardrails.minBaselineBytesPerSec)
           abort("baseline " + formatBitRate(b.value_or(0) * 8) + " of trial " + trial.label() +
-                " is below the floor of " +
-                formatBitRate(playbook.guardrails.minBaselineBytesPerSec * 8));
+                " is below the floor of " + formatBitRate(playbook_.guardrails.minBaselineBytesPerSec * 8));
       }
-      if (playbook.guardrails.maxStallNs > 0 && baselines.count(trial.index) &&
-          now >= trial.startNs && now < trial.endNs + kTelemetryLagNs) {
-        int64_t to = now - kTelemetryLagNs, from = to - playbook.guardrails.maxStallNs;
+      if (playbook_.guardrails.maxStallNs > 0 && baselines_.count(trial.index) && now >= trial.startNs &&
+          now < trial.endNs + kTelemetryLagNs) {
+        int64_t to = now - kTelemetryLagNs, from = to - playbook_.guardrails.maxStallNs;
         if (from >= trial.baselineToNs) {
           Grid g = jobGrid(from, to);
           bool stalled = g.size() > 0;
           for (size_t i = 0; i < g.size() && stalled; i++)
-            stalled = g.rate(i) < playbook.scoring.stallFraction * baselines[trial.index];
+            stalled = g.rate(i) < playbook_.scoring.stallFraction * baselines_[trial.index];
           if (stalled)
-            abort("the job stalled for longer than " +
-                  formatDuration(Nanos(playbook.guardrails.maxStallNs)) + " in trial " +
-                  trial.label());
+            abort("the job stalled for longer than " + formatDuration(Nanos(playbook_.guardrails.maxStallNs)) +
+                  " in trial " + trial.label());
         }
       }
     }
+  }
+
+  // The live metrics (run --metrics) and the progress line, for one instant.
+  void show(int64_t now) {
     // One instant for every figure: telemetry arrives kTelemetryLagNs late, so the phase,
     // the faults and the throughput are all those of `at` (said on the progress line).
     const int64_t at = now - kTelemetryLagNs;
     std::string phase = "-", label;
     int trialIndex = -1;
-    for (const auto& trial : plan.trials)
+    for (const auto& trial : plan_.trials)
       for (const auto& p : trial.phases)
         if (at >= p.startNs && at < p.endNs) {
           phase = p.name;
@@ -370,11 +408,11 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
     double jobBytes = 0;
     std::map<std::string, double> nodeBytes;
     if (at >= 1'000'000'000) {
-      const int64_t to = at / run.binNs * run.binNs;
-      for (const auto& ns : workload.series().nodes) {
+      const int64_t to = at / run_.binNs * run_.binNs;
+      for (const auto& ns : workload_->series().nodes) {
         std::vector<Bin> bins;
-        for (const auto& b : ns.bins) bins.push_back({b.tNs - t0, double(b.bytes)});
-        Grid g = toGrid(bins, run.binNs, to - 1'000'000'000, to);
+        for (const auto& b : ns.bins) bins.push_back({b.tNs - t0_, double(b.bytes)});
+        Grid g = toGrid(bins, run_.binNs, to - 1'000'000'000, to);
         double sum = 0;
         for (double b : g.bytes) sum += b;
         nodeBytes[ns.node] = sum;
@@ -382,17 +420,17 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
       }
     }
     std::vector<const FaultRecord*> activeFaults;
-    for (const auto& s : scheduled) {
-      const auto& fr = run.faults[s.record];
+    for (const auto& s : scheduled_) {
+      const auto& fr = run_.faults[s.record];
       // On at `at`: applied by then (or due, before the agent's report arrives) and not reverted.
       bool begun = fr.appliedNs ? *fr.appliedNs <= at : fr.scheduledNs <= at;
       bool over = fr.revertedNs ? *fr.revertedNs <= at : s.ended;
       if (begun && !over && fr.error.empty()) activeFaults.push_back(&fr);
     }
-    if (options.metrics) {
-      metrics::Exporter& m = *options.metrics;
+    if (options_.metrics) {
+      metrics::Exporter& m = *options_.metrics;
       m.set("rdmachaos_run_elapsed_seconds", "seconds of the plan behind the run (telemetry's instant)", at / 1e9);
-      m.set("rdmachaos_run_duration_seconds", "the plan's length", plan.durationNs / 1e9);
+      m.set("rdmachaos_run_duration_seconds", "the plan's length", plan_.durationNs / 1e9);
       m.set("rdmachaos_run_trial", "the trial running (its index; -1 between trials)", trialIndex);
       m.set("rdmachaos_run_phase", "1 for the phase running", {{"trial", label}, {"phase", phase}}, 1);
       m.retain("rdmachaos_run_phase", {{{"trial", label}, {"phase", phase}}});
@@ -412,90 +450,130 @@ asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& pla
       }
       m.retain("rdmachaos_fault_active", faults);
       m.set("rdmachaos_guardrail_max_stall_seconds", "the stall guardrail (0: off)",
-            playbook.guardrails.maxStallNs / 1e9);
+            playbook_.guardrails.maxStallNs / 1e9);
       m.set("rdmachaos_guardrail_min_baseline_bits_per_second", "the baseline floor guardrail (0: off)",
-            playbook.guardrails.minBaselineBytesPerSec * 8);
-      for (const auto& [trial, b] : baselines)
+            playbook_.guardrails.minBaselineBytesPerSec * 8);
+      for (const auto& [trial, b] : baselines_)
         m.set("rdmachaos_trial_baseline_bits_per_second", "a trial's measured baseline",
               {{"trial", std::to_string(trial)}}, b * 8);
-      m.set("rdmachaos_run_aborted", "1 once a guardrail, a lost agent or the operator aborted the run", aborted);
+      m.set("rdmachaos_run_aborted", "1 once a guardrail, a lost agent or the operator aborted the run", aborted_);
     }
-    if (options.progress && now / 1'000'000'000 != lastProgress && now >= 0 && now < plan.durationNs) {
-      lastProgress = now / 1'000'000'000;
-      auto st = workloadStats(workload.series(), t0 + at - 1'000'000'000, t0 + at);
+    if (options_.progress && now / 1'000'000'000 != lastProgress_ && now >= 0 && now < plan_.durationNs) {
+      lastProgress_ = now / 1'000'000'000;
+      auto st = workloadStats(workload_->series(), t0_ + at - 1'000'000'000, t0_ + at);
       std::string active;
       for (const auto* fr : activeFaults) active += (active.empty() ? "" : ", ") + fr->step + "@" + fr->node;
       // Long runs (a target sweep over a cluster) say where they are and how long is left.
       std::string where = label;
-      if (plan.trials.size() > 1 && trialIndex >= 0)
-        where += ", trial " + std::to_string(trialIndex + 1) + "/" + std::to_string(plan.trials.size()) + ", " +
-                 formatDuration(Nanos((plan.durationNs - at) / 1'000'000'000 * 1'000'000'000)) + " left";
+      if (plan_.trials.size() > 1 && trialIndex >= 0)
+        where += ", trial " + std::to_string(trialIndex + 1) + "/" + std::to_string(plan_.trials.size()) + ", " +
+                 formatDuration(Nanos((plan_.durationNs - at) / 1'000'000'000 * 1'000'000'000)) + " left";
       std::fprintf(stderr,
                    "[%s] %-10s t=%5.1fs/%.1fs (the second to t; telemetry lags %.1fs)  "
                    "job throughput %-11s busbw %-11s iter p50 %-9s faults on: %s\n",
-                   where.c_str(), phase.c_str(), at / 1e9, plan.durationNs / 1e9, kTelemetryLagNs / 1e9,
+                   where.c_str(), phase.c_str(), at / 1e9, plan_.durationNs / 1e9, kTelemetryLagNs / 1e9,
                    at >= 1'000'000'000 ? formatBitRate(jobBytes * 8).c_str() : "-",
                    st.count ? formatBitRate(st.busbw * 8).c_str() : "-",
                    st.count ? formatDuration(Nanos(int64_t(st.p50Ns))).c_str() : "-",
                    active.empty() ? "none" : active.c_str());
     }
-    tick.expires_after(100ms);
-    boost::system::error_code ec;
-    co_await tick.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
-  run.endedNs = std::min<int64_t>(wallNs() - t0, plan.durationNs);
-  if (options.metrics) options.metrics->set("rdmachaos_run_aborted", "1 once a guardrail, a lost agent or the operator aborted the run", aborted);
-  if (aborted) {
-    std::fprintf(stderr, "aborting: %s — reverting every fault\n", run.abortReason.c_str());
-    for (auto& c : fleet.clients()) {
-      if (!c->connected()) continue;
-      auto r = co_await c->request("revert_all", json::object(), 10s);
-      if (!r) log::error("revert on {}: {}", c->node().name, r.error().message);
-    }
-  }
-  co_await workload.stop(5s);
-  co_await workload.wait(10s);
-  // Faults end by themselves by their lifetime; wait (bounded) for the last reports.
-  asio::steady_timer wait(io);
-  auto until = std::chrono::steady_clock::now() + 10s;
-  while (std::chrono::steady_clock::now() < until &&
-         std::any_of(scheduled.begin(), scheduled.end(),
-                     [](const Scheduled& s) { return !s.ended && s.client->connected(); })) {
-    wait.expires_after(50ms);
-    boost::system::error_code ec;
-    co_await wait.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  }
-  signals.cancel();
-  if (fabric) run.fabric = fabric->finish();
-  for (auto& cs : run.counters)
-    if (cs.after.empty()) cs.after = countersNow(cs.node);
-  // A NIC counter that had not arrived when a trial's first snapshot was taken starts from the
-  // node's first sample (the agent sends every value in it), within ~100 ms of the start.
-  for (auto& cs : run.counters)
-    for (const auto& ns : workload.series().nodes)
-      if (ns.node == cs.node && !ns.nicSamples.empty())
-        for (const auto& [name, v] : ns.nicSamples.front().second) cs.before.emplace(name, v);
 
-  // ---- the series on the run's timeline
-  const auto& ws = workload.series();
-  for (const auto& ns : ws.nodes) {
-    std::vector<std::pair<int64_t, double>> samples;
-    for (const auto& b : ns.bins) samples.emplace_back(b.tNs, double(b.bytes));
-    run.series[ns.node] = rebin(samples, ws.binNs, t0, run.binNs, run.endedNs);
-    std::map<std::string, uint64_t> nicNow;
-    for (const auto& [tNs, changed] : ns.nicSamples) {
-      for (const auto& [name, v] : changed) nicNow[name] = v;
-      NicPoint p = nicHighlights(nicNow);
-      p.tNs = tNs - t0;
-      run.nic[ns.node].push_back(p);
+  // After the plan or an abort: every fault reverted on an abort, the workload stopped, the
+  // last fault reports awaited (bounded), the fabric sampler and counter snapshots closed.
+  static asio::awaitable<void> windDown(PlanRun& self) {
+    self.run_.endedNs = std::min<int64_t>(wallNs() - self.t0_, self.plan_.durationNs);
+    if (self.options_.metrics)
+      self.options_.metrics->set("rdmachaos_run_aborted", "1 once a guardrail, a lost agent or the operator aborted the run",
+                            self.aborted_);
+    if (self.aborted_) {
+      std::fprintf(stderr, "aborting: %s — reverting every fault\n", self.run_.abortReason.c_str());
+      for (auto& c : self.fleet_.clients()) {
+        if (!c->connected()) continue;
+        auto r = co_await c->request("revert_all", proto::toJson(proto::RevertAll{}), 10s);
+        if (!r) log::error("revert on {}: {}", c->node().name, r.error().message);
+      }
     }
-    for (const auto& it : ns.iterations)
-      if (it.ok) run.iterations.push_back({ns.node, int64_t(it.index), it.startNs - t0, it.endNs - t0});
-    if (!ns.error.empty() && run.abortReason.empty() && ns.endReason == "error")
-      log::warn("workload on {} ended with an error: {}", ns.node, ns.error);
+    co_await self.workload_->stop(5s);
+    co_await self.workload_->wait(10s);
+    // Faults end by themselves by their lifetime; wait (bounded) for the last reports.
+    asio::steady_timer wait(self.io_);
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < until &&
+           std::any_of(self.scheduled_.begin(), self.scheduled_.end(),
+                       [](const Scheduled& s) { return !s.ended && s.client->connected(); })) {
+      wait.expires_after(50ms);
+      boost::system::error_code ec;
+      co_await wait.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    self.signals_->cancel();
+    if (self.fabric_) self.run_.fabric = self.fabric_->finish();
+    for (auto& cs : self.run_.counters)
+      if (cs.after.empty()) cs.after = self.countersNow(cs.node);
+    // A NIC counter that had not arrived when a trial's first snapshot was taken starts from the
+    // node's first sample (the agent sends every value in it), within ~100 ms of the start.
+    for (auto& cs : self.run_.counters)
+      for (const auto& ns : self.workload_->series().nodes)
+        if (ns.node == cs.node && !ns.nicSamples.empty())
+          for (const auto& [name, v] : ns.nicSamples.front().second) cs.before.emplace(name, v);
   }
-  for (auto& c : fleet.clients()) c->close();
-  co_return run;
+
+  // The series on the run's timeline.
+  void collectSeries() {
+    const auto& ws = workload_->series();
+    for (const auto& ns : ws.nodes) {
+      std::vector<std::pair<int64_t, double>> samples;
+      for (const auto& b : ns.bins) samples.emplace_back(b.tNs, double(b.bytes));
+      run_.series[ns.node] = rebin(samples, ws.binNs, t0_, run_.binNs, run_.endedNs);
+      std::map<std::string, uint64_t> nicNow;
+      for (const auto& [tNs, changed] : ns.nicSamples) {
+        for (const auto& [name, v] : changed) nicNow[name] = v;
+        NicPoint p = nicHighlights(nicNow);
+        p.tNs = tNs - t0_;
+        run_.nic[ns.node].push_back(p);
+      }
+      for (const auto& it : ns.iterations)
+        if (it.ok) run_.iterations.push_back({ns.node, int64_t(it.index), it.startNs - t0_, it.endNs - t0_});
+      if (!ns.error.empty() && run_.abortReason.empty() && ns.endReason == "error")
+        log::warn("workload on {} ended with an error: {}", ns.node, ns.error);
+    }
+  }
+
+  RunResult finish() {
+    for (auto& c : fleet_.clients()) c->close();
+    return std::move(run_);
+  }
+
+  asio::io_context& io_;
+  const Playbook& playbook_;
+  const Plan& plan_;
+  const Inventory& inventory_;
+  RunnerOptions options_;
+  RunResult run_;
+  std::string ctl_;
+  Fleet fleet_;
+  asio::steady_timer tick_;
+  std::optional<asio::signal_set> signals_;
+  bool aborted_ = false;
+  std::unique_ptr<WorkloadRun> workload_;
+  int64_t t0_ = 0;
+  std::unique_ptr<FabricSampler> fabric_;
+  std::vector<Scheduled> scheduled_;
+  std::map<std::string, size_t> byId_;
+  std::vector<json> early_;
+  bool registering_ = true;  // scheduleFaults is still sending
+  std::map<int, double> baselines_;
+  std::set<int> before_, after_;
+  int64_t lastProgress_ = -1;
+};
+
+}  // namespace
+
+asio::awaitable<RunResult> executePlan(asio::io_context& io, const Playbook& playbook, const Plan& plan,
+                                       const Inventory& inventory, asio::ssl::context& tls, RunnerOptions options) {
+  auto run = std::make_unique<PlanRun>(io, playbook, plan, inventory, tls, options);
+  RunResult result = co_await PlanRun::execute(*run);
+  co_return result;
 }
 
 }  // namespace rc::controller

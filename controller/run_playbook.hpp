@@ -9,7 +9,7 @@
 
 #include "controller/inventory.hpp"
 #include "controller/playbook.hpp"
-#include "controller/runner.hpp"
+#include "controller/run_result.hpp"
 
 namespace rc::metrics {
 class Exporter;

@@ -284,56 +284,6 @@ int exitCodeFor(Outcome o) {
   return 2;
 }
 
-std::string formatMetric(MetricUnit unit, double v) {
-  char buf[64];
-  switch (unit) {
-    case MetricUnit::duration: return formatDuration(Nanos(int64_t(std::llround(v))));
-    case MetricUnit::size: return formatSize(uint64_t(std::max(0.0, std::round(v))));
-    case MetricUnit::rate: return formatBitRate(v * 8);
-    case MetricUnit::percent: std::snprintf(buf, sizeof buf, "%.2f%%", v); return buf;
-    case MetricUnit::number: std::snprintf(buf, sizeof buf, "%.4g", v); return buf;
-  }
-  return "?";
-}
-
-std::optional<double> metricValue(const ScopeScore& s, std::string_view m) {
-  auto opt = [](const auto& o) -> std::optional<double> {
-    if (o) return double(*o);
-    return std::nullopt;
-  };
-  if (auto f = s.fabric.find(std::string(m)); f != s.fabric.end()) return f->second;
-  if (m == "baseline") return s.baseline;
-  if (m == "busbw") return s.busbw;
-  if (m == "gpu_hours") return s.gpuHours;
-  if (m == "cost") return s.cost;
-  if (m.rfind("counter.", 0) == 0) {
-    auto it = s.counterDeltas.find(std::string(m.substr(8)));
-    if (it == s.counterDeltas.end()) return std::nullopt;
-    return double(it->second);
-  }
-  if (m.rfind("iteration_", 0) == 0) {
-    if (!s.windowIterations) return std::nullopt;
-    if (m == "iteration_p50") return s.windowIterations->p50Ns;
-    if (m == "iteration_p99") return s.windowIterations->p99Ns;
-    if (m == "iteration_max") return s.windowIterations->maxNs;
-    if (m == "iteration_p99_ratio") {
-      if (!s.baselineIterations || s.baselineIterations->p50Ns <= 0) return std::nullopt;
-      return s.windowIterations->p99Ns / s.baselineIterations->p50Ns;
-    }
-    return std::nullopt;
-  }
-  if (!s.impact) return std::nullopt;
-  const Impact& im = *s.impact;
-  if (m == "time_to_impact") return opt(im.timeToImpactNs);
-  if (m == "recovery_time") return opt(im.recoveryTimeNs);
-  if (m == "throughput_loss_bytes") return im.lossBytes;
-  if (m == "throughput_loss_pct") return im.lossPct;
-  if (m == "stall_time") return double(im.stallNs);
-  if (m == "longest_stall") return double(im.longestStallNs);
-  if (m == "min_throughput") return im.minRate;
-  return std::nullopt;
-}
-
 std::optional<WireSpan> wireSpan(const FabricEvidence& f, const std::string& port, int l4Dst, int64_t fromNs,
                                  int64_t toNs) {
   std::optional<WireSpan> out;
@@ -436,22 +386,6 @@ std::vector<double> jobIterations(const RunResult& run, Pick how, int64_t from, 
   for (const auto& [i, se] : span)
     if (picked(how, se.first, se.second, from, to)) d.push_back(double(se.second - se.first));
   return d;
-}
-
-std::string missingReason(std::string_view metric, const ScopeScore& s) {
-  if (metric == "recovery_time" && s.impact) return "not recovered";
-  if (metric == "time_to_impact" && s.impact) return "no impact";
-  if (metric == "watchdog_detect_time" && !s.fabric.empty()) return "the watchdog never fired";
-  if (metric == "watchdog_restore_time" && !s.fabric.empty()) return "no watchdog restoration after a storm's end";
-  if (metric == "pause_frames" || metric == "paused_time" || metric == "pause_spread_time" || metric == "ecn_marks" ||
-      metric == "drops" || metric.rfind("watchdog_", 0) == 0)
-    return "no fabric evidence (the inventory names no lab switch: [lab] switch_control)";
-  if (!s.baseline) return "no baseline";
-  if (metric.rfind("iteration", 0) == 0) return "no iterations";
-  if (metric.rfind("counter.", 0) == 0) return "counter not reported";
-  if (metric == "gpu_hours" || metric == "cost") return "no [cost] gpus";
-  if (metric == "busbw") return "no iterations";
-  return "no fault applied";
 }
 
 bool compare(double v, Comparison op, double bound) {
@@ -694,7 +628,7 @@ Scores score(const RunResult& run, const Playbook& pb) {
         v.measuredText = formatMetric(findMetric(e.metric)->unit, *m);
         v.passed = compare(*m, e.op, e.bound);
       } else {
-        v.measuredText = missingReason(e.metric, *sc);
+        v.measuredText = whyMissing(e.metric, *sc);
       }
       return v;
     };
@@ -716,25 +650,7 @@ Scores score(const RunResult& run, const Playbook& pb) {
     } else if (scen)
       for (const auto& e : scen->expectations) {
         if (!e.stat.empty()) continue;  // judged over the repeated trials, below
-        Verdict v;
-        v.metric = e.metric;
-        v.scope = e.scope;
-        v.op = toString(e.op);
-        v.bound = e.bound;
-        v.boundText = e.boundText;
-        v.pos = e.pos;
-        const ScopeScore* sc = e.scope == "job" ? &ts.job : nullptr;
-        for (const auto& n : ts.nodes)
-          if (n.scope == e.scope) sc = &n;
-        if (!sc) {
-          v.measuredText = "no such scope";
-        } else if (auto m = metricValue(*sc, e.metric)) {
-          v.measured = *m;
-          v.measuredText = formatMetric(findMetric(e.metric)->unit, *m);
-          v.passed = compare(*m, e.op, e.bound);
-        } else {
-          v.measuredText = missingReason(e.metric, *sc);
-        }
+        Verdict v = judge(e);
         (v.passed ? out.verdictsPassed : out.verdictsFailed)++;
         ts.verdicts.push_back(std::move(v));
       }

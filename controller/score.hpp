@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "controller/playbook.hpp"
-#include "controller/runner.hpp"
+#include "controller/run_result.hpp"
 
 namespace rc::controller {
 
@@ -255,10 +255,6 @@ struct Scores {
 };
 
 Scores score(const RunResult& run, const Playbook& playbook);
-
-// The value an expectation's metric has in a scope, in the metric's base unit.
-std::optional<double> metricValue(const ScopeScore& s, std::string_view metric);
-std::string formatMetric(MetricUnit unit, double value);
 
 // CLI exit code of the contract: 0 every expectation met, 1 one failed, 2 error or aborted.
 int exitCodeFor(Outcome o);

@@ -122,7 +122,7 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
     }
   }
   int receiver = int(impl->ranks.size()) - 1;
-  json world = json::array();
+  std::vector<proto::WorldMember> world;
   for (size_t r = 0; r < impl->ranks.size(); r++) {
     const Node& n = impl->ranks[r]->node();
     if (n.dataAddresses.empty())
@@ -130,7 +130,7 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
                           "' has no data_addresses in the inventory: the workload runs on the "
                           "data plane, never on the management address");
     if (n.name == spec.incastReceiver) receiver = int(r);
-    world.push_back(json{{"rank", r}, {"address", n.dataAddresses[0]}, {"port", spec.port}});
+    world.push_back({int(r), n.dataAddresses[0], spec.port});
   }
   if (!spec.incastReceiver.empty() && impl->ranks[size_t(receiver)]->node().name != spec.incastReceiver)
     co_return makeError("incast receiver '" + spec.incastReceiver + "' is not one of the nodes");
@@ -149,28 +149,27 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
   std::vector<bool> accepted(impl->ranks.size(), false);
   std::vector<std::function<asio::awaitable<void>()>> tasks;
   for (size_t r = 0; r < impl->ranks.size(); r++) {
-    json body = {{"workload", s.workloadId},
-                 {"kind", spec.kind},
-                 {"rank", r},
-                 {"world", world},
-                 {"size", spec.size},
-                 {"streams", spec.streams},
-                 {"incast_receiver", receiver},
-                 {"fan_in", spec.fanIn},
-                 {"bin_us", std::chrono::duration_cast<std::chrono::microseconds>(spec.bin).count()},
-                 {"reconnect_timeout_ms", ms(spec.reconnectTimeout)},
-                 {"start_ns", s.startNs},
-                 {"clock_offset_ns", impl->ranks[r]->clock().offsetNs},
-                 {"checksum", spec.checksum},
-                 {"transport", spec.transport},
-                 {"dscp", spec.qp.dscp},
-                 {"qp_timeout", spec.qp.timeout},
-                 {"qp_retry_cnt", spec.qp.retryCount},
-                 {"qp_rnr_retry", spec.qp.rnrRetry}};
+    proto::WorkloadStart w;
+    w.workloadId = s.workloadId;
+    w.kind = spec.kind;
+    w.rank = int(r);
+    w.world = world;
+    w.size = spec.size;
+    w.streams = spec.streams;
+    w.incastReceiver = receiver;
+    w.fanIn = spec.fanIn;
+    w.binUs = std::chrono::duration_cast<std::chrono::microseconds>(spec.bin).count();
+    w.reconnectTimeoutMs = ms(spec.reconnectTimeout);
+    w.startNs = s.startNs;
+    w.clockOffsetNs = impl->ranks[r]->clock().offsetNs;
+    w.checksum = spec.checksum;
+    w.transport = spec.transport;
+    w.qp = spec.qp;
     if (spec.iterations)
-      body["iterations"] = spec.iterations;
+      w.iterations = spec.iterations;
     else
-      body["duration_ms"] = ms(spec.duration);
+      w.durationMs = ms(spec.duration);
+    json body = proto::toJson(w);
     tasks.push_back([impl, r, body, timeout, &refused, &accepted]() -> asio::awaitable<void> {
       auto rep = co_await impl->ranks[r]->request("workload_start", body, timeout);
       if (rep)
@@ -193,7 +192,7 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
       impl->series.nodes[r].error = refused[r];
       continue;
     }
-    json body = {{"workload", s.workloadId}};
+    json body = proto::toJson(proto::WorkloadStop{s.workloadId});
     stops.push_back([impl, r, body, timeout]() -> asio::awaitable<void> {
       (void)co_await impl->ranks[r]->request("workload_stop", body, timeout);
     });
@@ -225,7 +224,7 @@ asio::awaitable<void> WorkloadRun::stop(Duration timeout) {
   std::vector<std::function<asio::awaitable<void>()>> stops;
   for (size_t r = 0; r < impl->ranks.size(); r++) {
     if (impl->series.nodes[r].ended || !impl->ranks[r]->connected()) continue;
-    json body = {{"workload", impl->series.workloadId}};
+    json body = proto::toJson(proto::WorkloadStop{impl->series.workloadId});
     stops.push_back([impl, r, body, timeout]() -> asio::awaitable<void> {
       (void)co_await impl->ranks[r]->request("workload_stop", body, timeout);
     });

@@ -305,8 +305,8 @@ class EcnShift final : public Fault {
 
 }  // namespace
 
-extern const FaultKind kEcnShift;
-const FaultKind kEcnShift{
+extern const FaultKind kind_ecn_shift;
+const FaultKind kind_ecn_shift{
     "ecn_shift",
     "moves the ECN marking thresholds of a queue (lab switch, tc RED, or user commands) and restores them",
     {
@@ -380,6 +380,16 @@ const FaultKind kEcnShift{
       } catch (const std::exception& e) {
         return makeError(std::string("ecn_shift journal snapshot is incomplete: ") + e.what());
       }
+    },
+    nullptr,  // check
+    nullptr,  // bind
+    [](const json& params) {
+      auto q = params.find("queue");
+      std::string queue = q != params.end() && q->is_number_integer() ? std::to_string(q->get<int>()) : "3";
+      if (stringParam(params, "backend") == "tc-red") return "the root qdisc of " + planInterface(params);
+      std::string port = stringParam(params, "port");
+      return "the ECN profile of " + (port.empty() ? std::string("its switch port") : "port '" + port + "'") +
+             " queue " + queue;
     },
 };
 

@@ -160,7 +160,17 @@ struct FaultKind {
   std::function<Result<void>(const json& normalisedParams)> check;
   // Optional: binds a step's targets to nodes (see Binder); empty = every target, same params.
   Binder bind;
+  // Optional: what a fault with these normalised parameters changes on its node, as
+  // Fault::targets() would name it but before the agent fills in its defaults (an absent
+  // interface is "the default interface"). The planner refuses two steps that hold the same
+  // target on one node at once. Empty (or "") = changes nothing another fault could restore over.
+  std::function<std::string(const json& normalisedParams)> planTarget;
 };
+
+// PARAMS' string KEY, or "" (for planTarget).
+std::string stringParam(const json& params, const char* key);
+// "interface 'NAME'", or "the default interface" when PARAMS name none (for planTarget).
+std::string planInterface(const json& params);
 
 // Every fault kind built into this binary, in a stable order.
 const std::vector<const FaultKind*>& registry();

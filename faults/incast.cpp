@@ -538,8 +538,8 @@ Result<std::vector<BoundTarget>> bindIncast(const json& params, const std::vecto
 
 }  // namespace
 
-extern const FaultKind kIncast;
-const FaultKind kIncast{
+extern const FaultKind kind_incast;
+const FaultKind kind_incast{
     "incast",
     "many flows converge on one receiver in synchronised bursts (buffer overflow, PFC, ECN marks)",
     {

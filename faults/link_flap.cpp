@@ -420,8 +420,8 @@ class SwitchPortFlap final : public Fault {
 
 }  // namespace
 
-extern const FaultKind kLinkFlap;
-const FaultKind kLinkFlap{
+extern const FaultKind kind_link_flap;
+const FaultKind kind_link_flap{
     "link_flap",
     "takes an interface administratively down and up again, count times",
     {
@@ -444,7 +444,7 @@ const FaultKind kLinkFlap{
          true},
     },
     [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
-      auto p = readParams(params, kLinkFlap.params, policy);
+      auto p = readParams(params, kind_link_flap.params, policy);
       if (!p) return p.error();
       if (auto it = params.find("switch_port"); it != params.end() && it->is_string()) {
         auto sock = labswitchSocket(params.value("socket", ""), policy);
@@ -487,6 +487,12 @@ const FaultKind kLinkFlap{
       auto s = parseSnapshot(snapshot);
       if (!s) return s.error();
       return restore(*s, nullptr);
+    },
+    nullptr,  // check
+    nullptr,  // bind
+    [](const json& params) {
+      std::string port = stringParam(params, "switch_port");
+      return port.empty() ? planInterface(params) : "lab switch port '" + port + "'";
     },
 };
 

@@ -41,8 +41,8 @@ class Noop final : public Fault {
 
 }  // namespace
 
-extern const FaultKind kNoop;
-const FaultKind kNoop{
+extern const FaultKind kind_noop;
+const FaultKind kind_noop{
     "noop",
     "changes nothing, applied and reverted like any fault: the noise floor of recovery and impact",
     {

@@ -205,4 +205,14 @@ json wireParams(const std::vector<ParamSpec>& specs, const json& normalised) {
   return out;
 }
 
+std::string stringParam(const json& params, const char* key) {
+  auto it = params.find(key);
+  return it != params.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+std::string planInterface(const json& params) {
+  std::string i = stringParam(params, "interface");
+  return i.empty() ? std::string("the default interface") : "interface '" + i + "'";
+}
+
 }  // namespace rc::faults

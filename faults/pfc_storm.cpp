@@ -206,8 +206,8 @@ class PfcStorm final : public Fault {
 
 }  // namespace
 
-extern const FaultKind kPfcStorm;
-const FaultKind kPfcStorm{
+extern const FaultKind kind_pfc_storm;
+const FaultKind kind_pfc_storm{
     "pfc_storm",
     "sends PFC pause frames from a data NIC at a paced rate (a stuck NIC pausing its switch)",
     {
@@ -262,6 +262,9 @@ const FaultKind kPfcStorm{
       uint16_t vector = uint16_t(snapshot.value("priorities_vector", 0xff));
       return sendResume(snapshot["interface"].get<std::string>(), vector);
     },
+    nullptr,  // check
+    nullptr,  // bind
+    [](const json& params) { return "the PFC pause frames of " + planInterface(params); },
 };
 
 }  // namespace rc::faults

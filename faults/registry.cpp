@@ -1,22 +1,20 @@
-// The list of fault kinds built into this binary. Adding a kind: one file + one line here.
+// The list of fault kinds built into this binary, in the order of `fault_kinds` in
+// faults/meson.build, which generates fault_kinds.inc (one RC_FAULT_KIND(NAME) line per kind).
+// Adding a kind: its file NAME.cpp, defining `const FaultKind kind_NAME`, and one line there.
 #include "faults/fault.hpp"
 
 namespace rc::faults {
 
-extern const FaultKind kLinkFlap;
-extern const FaultKind kPfcStorm;
-extern const FaultKind kEcnShift;
-extern const FaultKind kIncast;
-extern const FaultKind kNoop;
+#define RC_FAULT_KIND(name) extern const FaultKind kind_##name;
+#include "faults/fault_kinds.inc"
+#undef RC_FAULT_KIND
 
 const std::vector<const FaultKind*>& registry() {
+#define RC_FAULT_KIND(name) &kind_##name,
   static const std::vector<const FaultKind*> kinds = {
-      &kLinkFlap,
-      &kPfcStorm,
-      &kEcnShift,
-      &kIncast,
-      &kNoop,
+#include "faults/fault_kinds.inc"
   };
+#undef RC_FAULT_KIND
   return kinds;
 }
 

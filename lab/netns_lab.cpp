@@ -184,15 +184,12 @@ Result<void> claimSlot(LabState& state) {
     state.slot = k;
     state.slotFile = path;
     if (auto r = saveState(state); !r) return r;
-    UniqueFD fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-    if (!fd.isValid()) {
-      if (errno == EEXIST) continue;
-      return makeError(errnoText("cannot create lab slot file", path), errno);
+    // The slot is claimed by creating its file, never over another lab's (RENAME_NOREPLACE).
+    auto claimed = writeFileAtomic(path, state.dir + "\n", {.mode = 0644, .replace = false});
+    if (!claimed) {
+      if (claimed.error().code == EEXIST) continue;
+      return makeError("cannot create lab slot file: " + claimed.error().message, claimed.error().code);
     }
-    std::string text = state.dir + "\n";
-    if (::write(fd.get(), text.data(), text.size()) != ssize_t(text.size()) ||
-        ::fsync(fd.get()) != 0)
-      return makeError(errnoText("cannot write lab slot file", path), errno);
     return {};
   }
   return makeError("no free lab slot: all " + std::to_string(kMaxSlots) +

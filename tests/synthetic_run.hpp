@@ -8,7 +8,7 @@
 
 #include "controller/inventory.hpp"
 #include "controller/playbook.hpp"
-#include "controller/runner.hpp"
+#include "controller/run_result.hpp"
 
 namespace rc::test {
 

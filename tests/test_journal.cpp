@@ -11,7 +11,7 @@
 #include <iterator>
 
 #include "common/atomic_file.hpp"
-#include "common/journal.hpp"
+#include "agent/journal.hpp"
 
 using namespace rc;
 namespace fs = std::filesystem;

@@ -33,8 +33,8 @@ using nlohmann::json;
 
 namespace {
 
-// Stand-in for rdmachaos-agent until the real one exists: listens on the address its
-// agent.toml names (so readiness and reachability are real) and exits on SIGTERM. perl is
+// Stand-in for rdmachaos-agent, so this test checks the lab's own plumbing alone: listens on
+// the address its agent.toml names (so readiness and reachability are real) and exits on SIGTERM. perl is
 // Essential in Debian; python3 and nc are not guaranteed.
 const char* kStandIn = R"PERL(#!/usr/bin/perl
 # Stand-in agent for test_lab: accept connections on agent.listen until SIGTERM.

@@ -385,3 +385,95 @@ TEST_CASE("telemetry carries the NIC counters that changed, bounded and validate
   for (size_t i = 0; i <= kMaxNicCounters; i++) bad["nic"]["values"]["c" + std::to_string(i)] = 1;
   CHECK_FALSE(parseTelemetry(bad).ok());
 }
+
+TEST_CASE("a fault_ended event from toJson reads back with its record; malformed ones are refused") {
+  json record = {{"fault", "run1-0-flap-n2"}, {"state", "reverted"}, {"applied_ns", 5}, {"ended_ns", 9}};
+  json m = toJson(FaultEnded{"run1-0-flap-n2", record});
+  CHECK(m["type"] == "fault_ended");
+  CHECK(m["id"] == 0);
+  auto e = parseFaultEnded(m);
+  REQUIRE(e.ok());
+  CHECK(e->faultId == "run1-0-flap-n2");
+  CHECK(e->record == record);
+  json noId = m;
+  noId["fault"].erase("fault");
+  CHECK_FALSE(parseFaultEnded(noId).ok());
+  json extra = m;
+  extra["surprise"] = 1;
+  CHECK_FALSE(parseFaultEnded(extra).ok());
+  json other = m;
+  other["type"] = "telemetry";
+  CHECK_FALSE(parseFaultEnded(other).ok());
+}
+
+TEST_CASE("workload_start and workload_stop bodies from toJson read back as the same requests") {
+  using namespace rc::proto;
+  WorkloadStart w;
+  w.workloadId = "wl-1";
+  w.kind = "allreduce";
+  w.rank = 1;
+  w.world = {{0, "198.18.1.1", 7480}, {1, "198.18.1.2", 7480}};
+  w.size = 1 << 20;
+  w.durationMs = 5000;
+  w.streams = 2;
+  w.binUs = 10'000;
+  w.startNs = 123;
+  w.clockOffsetNs = -7;
+  w.transport = "tcp";
+  w.qp.dscp = 48;
+  json body = toJson(w);
+  CHECK_FALSE(body.contains("iterations"));
+  body["v"] = kVersion;
+  body["id"] = 3;
+  body["type"] = "workload_start";
+  auto env = parseRequest(body);
+  REQUIRE(env);
+  auto* back = std::get_if<WorkloadStart>(&env->request);
+  REQUIRE(back);
+  CHECK(back->workloadId == w.workloadId);
+  CHECK(back->rank == 1);
+  REQUIRE(back->world.size() == 2);
+  CHECK(back->world[1].address == "198.18.1.2");
+  CHECK(back->durationMs == 5000);
+  CHECK(back->iterations == 0);
+  CHECK(back->streams == 2);
+  CHECK(back->startNs == 123);
+  CHECK(back->clockOffsetNs == -7);
+  CHECK(back->qp == w.qp);
+
+  json stop = toJson(WorkloadStop{"wl-1"});
+  stop["v"] = kVersion;
+  stop["id"] = 4;
+  stop["type"] = "workload_stop";
+  auto s = parseRequest(stop);
+  REQUIRE(s);
+  REQUIRE(std::get_if<WorkloadStop>(&s->request));
+  CHECK(std::get_if<WorkloadStop>(&s->request)->workloadId == "wl-1");
+}
+
+TEST_CASE("hello, clock, revert and revert_all bodies from toJson read back as the same requests") {
+  using namespace rc::proto;
+  auto back = [](json body, const char* type) {
+    body["v"] = kVersion;
+    body["id"] = 5;
+    body["type"] = type;
+    auto env = parseRequest(body);
+    REQUIRE(env);
+    return env->request;
+  };
+  auto h = back(toJson(Hello{"ctl-abc", {kVersion}}), "hello");
+  REQUIRE(std::get_if<Hello>(&h));
+  CHECK(std::get_if<Hello>(&h)->controllerId == "ctl-abc");
+  auto c = back(toJson(ClockReq{42}), "clock");
+  REQUIRE(std::get_if<ClockReq>(&c));
+  CHECK(std::get_if<ClockReq>(&c)->t0 == 42);
+  auto r = back(toJson(Revert{"f-1"}), "revert");
+  REQUIRE(std::get_if<Revert>(&r));
+  CHECK(std::get_if<Revert>(&r)->faultId == "f-1");
+  auto ra = back(toJson(RevertAll{true}), "revert_all");
+  REQUIRE(std::get_if<RevertAll>(&ra));
+  CHECK(std::get_if<RevertAll>(&ra)->all);
+  auto g = back(toJson(GetFault{"f-2"}), "get");
+  REQUIRE(std::get_if<GetFault>(&g));
+  CHECK(std::get_if<GetFault>(&g)->faultId == "f-2");
+}

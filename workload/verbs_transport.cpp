@@ -275,7 +275,9 @@ Result<void> VerbsTransport::postRecv(Qp& q, uint32_t slot) {
 Result<void> VerbsTransport::createQp(Qp& q) {
   q.ring.assign(size_t(o_.recvDepth), Ctrl{});
   q.ctrlMr.reset(
-      ibv_reg_mr(pd_.get(), q.ring.data(), q.ring.size() * sizeof(Ctrl), IBV_ACCESS_LOCAL_WRITE));
+      // As an int: rdma-core's ibv_reg_mr macro ANDs the flags with an enum of another type,
+      // which clang rejects for a bare enumerator (-Wdeprecated-enum-enum-conversion).
+      ibv_reg_mr(pd_.get(), q.ring.data(), q.ring.size() * sizeof(Ctrl), int{IBV_ACCESS_LOCAL_WRITE}));
   if (!q.ctrlMr) return sysError("ibv_reg_mr (receive ring)", errno);
   ibv_qp_init_attr a{};
   a.send_cq = cq_.get();

@@ -18,17 +18,13 @@
 //  - abortReason: non-empty when a guardrail or an error stopped the run; endedNs says how
 //    far it got. Scoring skips trials that did not complete.
 //
-// What the runner does with a Plan (to be written once the workload engine has merged):
-//  1. connect the fleet, record ClockInfo per node, take CounterSnapshot.before per trial;
-//  2. start the workload on plan.workloadNodes and stream bins/iterations into the RunResult;
-//  3. per PlannedFault, send the inject at trial-relative atNs with lifetime forNs (the
-//     agent reverts at the latest then) and record the applied/reverted events it reports;
-//  4. guardrails, live: after each baseline phase compare baselineRate() of the job with
-//     guardrails.minBaselineBytesPerSec; abort on a lost agent when abortOnAgentLoss; abort
-//     when the job's rate has been under stallFraction x baseline for maxStallNs. Aborting
-//     = `recover` on every agent, stop the workload, set abortReason and endedNs;
-//  5. score(run, playbook) -> makeResultDocument -> result.json, report.html, junit.xml in
-//     --report-dir, renderText to the terminal; exit with exitCodeFor(outcome).
+// The runner (executePlan in run_playbook.cpp, one PlanRun method per phase) connects the fleet
+// and records ClockInfo per node; starts one workload on plan.workloadNodes (its start is
+// t = 0); schedules every PlannedFault at its instant with lifetime forNs (scheduleFault) and
+// records the applied/reverted times the agents report; while it runs, snapshots counters at
+// trial edges and checks the guardrails (baseline floor, lost agent, stall), aborting with
+// revert_all on every agent; then stops the workload and re-bins the telemetry onto the grid.
+// playbook_commands.cpp scores the RunResult and writes the result, HTML and JUnit reports.
 #pragma once
 
 #include <cstdint>

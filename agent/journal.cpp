@@ -1,5 +1,5 @@
 // Journal: one file per fault, written durably (writeFileAtomic) and never over another entry.
-#include "common/journal.hpp"
+#include "agent/journal.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -30,13 +30,6 @@ Result<void> mkdirs(const std::string& path) {
         return makeError(errnoText("cannot create directory", cur), errno);
     }
   }
-  return {};
-}
-
-Result<void> fsyncDir(const std::string& dir) {
-  UniqueFD fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.isValid()) return makeError(errnoText("cannot open", dir), errno);
-  if (::fsync(fd.get()) != 0) return makeError(errnoText("cannot fsync", dir), errno);
   return {};
 }
 
@@ -84,8 +77,8 @@ Result<std::string> Journal::quarantine(const std::string& faultId) {
   for (int i = 1; ::access(to.c_str(), F_OK) == 0 && i < 1000; i++)
     to = qdir + "/" + faultId + "." + std::to_string(i) + ".json";
   if (::rename(from.c_str(), to.c_str()) != 0) return makeError(errnoText("cannot move", from), errno);
-  if (auto r = fsyncDir(qdir); !r) return r.error();
-  if (auto r = fsyncDir(dir_); !r) return r.error();
+  if (auto r = fsyncDirectory(qdir); !r) return r.error();
+  if (auto r = fsyncDirectory(dir_); !r) return r.error();
   return to;
 }
 
@@ -93,7 +86,7 @@ Result<void> Journal::remove(const std::string& faultId) {
   std::string path = dir_ + "/" + faultId + ".json";
   if (::unlink(path.c_str()) != 0 && errno != ENOENT)
     return makeError(errnoText("cannot remove", path), errno);
-  return fsyncDir(dir_);
+  return fsyncDirectory(dir_);
 }
 
 Result<std::vector<JournalEntry>> Journal::list() const {
