@@ -88,6 +88,7 @@ struct RunOptions {
   std::string reportDir;
   bool dryRun = false;
   std::string metrics;  // ADDR:PORT: serve the live run to Prometheus (empty: off)
+  std::string timeout = "5s";  // one deadline to connect to every agent; each request's bound
 };
 // Runs a playbook (or prints its resolved plan with --dry-run); exit 0/1/2 per the contract.
 int cmdRun(const RunOptions& o);

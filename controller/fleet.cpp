@@ -6,6 +6,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <optional>
@@ -144,8 +145,16 @@ struct AgentClient::Impl : std::enable_shared_from_this<Impl> {
                         formatDuration(std::chrono::duration_cast<Nanos>(timeout)));
   }
 
-  asio::awaitable<Result<void>> connect(Duration timeout) {
+  // TCP connect, TLS handshake and hello, all within one DEADLINE (TOTAL: how long the caller
+  // allowed, for the error message): a step never gets a fresh timeout of its own, so a peer
+  // that accepts TCP and then says nothing costs one deadline, not one per step.
+  asio::awaitable<Result<void>> connect(std::chrono::steady_clock::time_point deadline, Duration total) {
     auto self = shared_from_this();
+    auto left = [deadline] {
+      return std::max<Duration>(deadline - std::chrono::steady_clock::now(), Duration::zero());
+    };
+    auto expired = [deadline] { return std::chrono::steady_clock::now() >= deadline; };
+    std::string after = "timed out after " + formatDuration(std::chrono::duration_cast<Nanos>(total));
     stream = std::make_unique<SslStream>(io, tls);
     boost::system::error_code ec;
     tcp::resolver resolver(io);
@@ -153,20 +162,24 @@ struct AgentClient::Impl : std::enable_shared_from_this<Impl> {
         node.address, std::to_string(node.port), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return makeError("cannot resolve " + name() + ": " + ec.message());
     {
-      OpDeadline d(*stream, timeout);
+      OpDeadline d(*stream, left());
       co_await asio::async_connect(stream->lowest_layer(), endpoints,
                                    asio::redirect_error(asio::use_awaitable, ec));
     }
     if (ec)
-      co_return makeError("cannot reach agent " + name() + ": " + ec.message() +
+      co_return makeError("cannot reach agent " + name() + ": " + (expired() ? after : ec.message()) +
                           " (is rdmachaos-agent running there, and the address right?)");
     if (auto r = tls::expectPeerName(stream->native_handle(), node.name); !r)
       co_return makeError(node.name + ": " + r.error().message);
     {
-      OpDeadline d(*stream, timeout);
+      OpDeadline d(*stream, left());
       co_await stream->async_handshake(asio::ssl::stream_base::client,
                                        asio::redirect_error(asio::use_awaitable, ec));
     }
+    if (ec && expired())
+      co_return makeError("TLS handshake with " + name() + " " + after +
+                          " (it accepted the connection but did not answer: is that port an "
+                          "rdmachaos agent, and is it overloaded?)");
     if (ec)
       co_return makeError("TLS handshake with " + name() + " failed: " + ec.message() +
                           " (is its certificate from the inventory's CA and named '" + node.name +
@@ -175,7 +188,8 @@ struct AgentClient::Impl : std::enable_shared_from_this<Impl> {
     asio::co_spawn(io, reader(), asio::detached);
     asio::co_spawn(io, writer(), asio::detached);
     json helloBody = proto::toJson(proto::Hello{controllerId, {proto::kVersion}});
-    auto hello = co_await request("hello", std::move(helloBody), timeout);
+    auto hello = co_await request("hello", std::move(helloBody), left());
+    if (!hello && expired()) co_return makeError(node.name + ": hello " + after);
     if (!hello) co_return hello.error();
     helloReply = *hello;
     leaseMs = helloReply.value("lease_ms", int64_t(5000));
@@ -223,7 +237,12 @@ AgentClient::AgentClient(asio::io_context& io, asio::ssl::context& tls, Node nod
 AgentClient::~AgentClient() { impl_->close(); }
 
 asio::awaitable<Result<void>> AgentClient::connect(Duration timeout) {
-  return impl_->connect(timeout);
+  return impl_->connect(std::chrono::steady_clock::now() + timeout, timeout);
+}
+
+asio::awaitable<Result<void>> AgentClient::connect(std::chrono::steady_clock::time_point deadline,
+                                                   Duration total) {
+  return impl_->connect(deadline, total);
 }
 
 asio::awaitable<Result<json>> AgentClient::request(std::string type, json body, Duration timeout) {
@@ -231,14 +250,24 @@ asio::awaitable<Result<json>> AgentClient::request(std::string type, json body, 
 }
 
 asio::awaitable<Result<ClockEstimate>> AgentClient::probeClock(int probes, Duration timeout) {
+  return probeClock(probes, std::chrono::steady_clock::now() + timeout, timeout);
+}
+
+asio::awaitable<Result<ClockEstimate>> AgentClient::probeClock(int probes,
+                                                               std::chrono::steady_clock::time_point deadline,
+                                                               Duration total) {
   auto impl = impl_;
   std::vector<ClockProbe> samples;
   for (int i = 0; i < probes; i++) {
     ClockProbe p;
     p.t0 = wallNs();
     json body = proto::toJson(proto::ClockReq{p.t0});
-    auto r = co_await impl->request("clock", std::move(body), timeout);
+    auto left = std::max<Duration>(deadline - std::chrono::steady_clock::now(), Duration::zero());
+    auto r = co_await impl->request("clock", std::move(body), left);
     p.t3 = wallNs();
+    if (!r && std::chrono::steady_clock::now() >= deadline)
+      co_return makeError(impl->node.name + ": clock probes timed out after " +
+                          formatDuration(std::chrono::duration_cast<Nanos>(total)));
     if (!r) co_return r.error();
     p.t1 = r->value("t1", int64_t(0));
     p.t2 = r->value("t2", int64_t(0));
@@ -266,29 +295,68 @@ Fleet::Fleet(asio::io_context& io, asio::ssl::context& tls, std::string controll
     : io_(io), tls_(tls), controllerId_(std::move(controllerId)) {}
 
 asio::awaitable<void> Fleet::connect(const std::vector<const Node*>& nodes, Duration timeout,
-                                     int clockProbes) {
+                                     int clockProbes, ConnectProgressFn progress) {
+  auto start = std::chrono::steady_clock::now();
+  auto deadline = start + timeout;
   std::vector<std::shared_ptr<AgentClient>> slots(nodes.size());
   std::vector<std::string> errs(nodes.size());
+  std::vector<bool> finished(nodes.size(), false);
+  size_t done = 0;
+  asio::steady_timer tick(io_);
+  auto report = [&](ConnectProgress::Event event) {
+    ConnectProgress p;
+    p.total = nodes.size();
+    for (size_t i = 0; i < nodes.size(); i++) {
+      if (!finished[i]) p.waiting.push_back(nodes[i]->name);
+      else if (slots[i]) p.connected++;
+      else p.failed++;
+    }
+    p.elapsed = std::chrono::steady_clock::now() - start;
+    p.event = event;
+    p.done = event == ConnectProgress::Event::done;
+    progress(p);
+  };
+  // Connects all at once; clocks a few agents at a time, each as soon as it is connected (an
+  // agent that never answers must not hold the others' probes until the deadline). A probe
+  // measures the network only if this one event loop answers it at once: with every agent
+  // probing together, each reply waits in the loop behind all the others, its round trip
+  // holds that queue, and the minimum-RTT estimate with it (fleet_scale, 1,024 agents probing
+  // together: offsets uncertain by up to ±56 ms).
+  size_t connectsDone = 0;
+  AsyncGate window(io_, kClockProbeWindow);
   std::vector<std::function<asio::awaitable<void>()>> tasks;
   for (size_t i = 0; i < nodes.size(); i++) {
     tasks.push_back([&, i]() -> asio::awaitable<void> {
       auto c = std::make_shared<AgentClient>(io_, tls_, *nodes[i], controllerId_);
-      auto r = co_await c->connect(timeout);
+      auto r = co_await c->connect(deadline, timeout);
+      if (++connectsDone == nodes.size() && progress) report(ConnectProgress::Event::connected);
       if (!r) {
         errs[i] = r.error().message;
-        co_return;
+      } else if (clockProbes > 0) {
+        co_await window.acquire();
+        auto clk = co_await c->probeClock(clockProbes, deadline, timeout);
+        window.release();
+        if (!clk) errs[i] = clk.error().message;
+        else slots[i] = c;
+      } else {
+        slots[i] = c;
       }
-      if (clockProbes > 0) {
-        auto clk = co_await c->probeClock(clockProbes, timeout);
-        if (!clk) {
-          errs[i] = clk.error().message;
-          co_return;
-        }
-      }
-      slots[i] = c;
+      if (!slots[i]) c->close();
+      finished[i] = true;
+      if (++done == nodes.size()) tick.cancel();
     });
   }
+  if (progress && !nodes.empty())
+    tasks.push_back([&]() -> asio::awaitable<void> {
+      while (done < nodes.size()) {
+        tick.expires_after(1s);
+        boost::system::error_code ec;
+        co_await tick.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (done < nodes.size()) report(ConnectProgress::Event::tick);
+      }
+    });
   co_await whenAll(io_, std::move(tasks));
+  if (progress) report(ConnectProgress::Event::done);
   for (size_t i = 0; i < nodes.size(); i++) {
     if (slots[i])
       clients_.push_back(slots[i]);
@@ -297,10 +365,59 @@ asio::awaitable<void> Fleet::connect(const std::vector<const Node*>& nodes, Dura
   }
 }
 
+ConnectProgressFn stderrConnectProgress() {
+  auto printed = std::make_shared<bool>(false);
+  return [printed](const ConnectProgress& p) {
+    if (p.event == ConnectProgress::Event::connected) return;
+    if (p.done && !*printed) return;
+    *printed = true;
+    std::string waiting;
+    for (size_t i = 0; i < p.waiting.size() && i < 5; i++) waiting += (i ? ", " : "") + p.waiting[i];
+    if (p.waiting.size() > 5) waiting += ", ...";
+    double s = std::chrono::duration<double>(p.elapsed).count();
+    if (p.done)
+      std::fprintf(stderr, "connected to %zu of %zu agents in %.1f s, %zu unreachable\n", p.connected,
+                   p.total, s, p.failed);
+    else
+      std::fprintf(stderr, "connecting: %zu of %zu agents connected, %zu unreachable, waiting for %zu (%s) after %.1f s\n",
+                   p.connected, p.total, p.failed, p.waiting.size(), waiting.c_str(), s);
+  };
+}
+
 std::shared_ptr<AgentClient> Fleet::find(const std::string& node) const {
-  for (const auto& c : clients_)
-    if (c->node().name == node) return c;
-  return nullptr;
+  // By name in a map: a run looks up every fault's node, and a listing every node, so a scan
+  // would cost N x N on a large fleet.
+  if (byName_.size() != clients_.size()) {
+    byName_.clear();
+    for (size_t i = 0; i < clients_.size(); i++) byName_.emplace(clients_[i]->node().name, i);
+  }
+  auto it = byName_.find(node);
+  return it == byName_.end() ? nullptr : clients_[it->second];
+}
+
+AsyncGate::AsyncGate(asio::io_context& io, size_t limit) : io_(io), limit_(std::max<size_t>(limit, 1)) {}
+
+asio::awaitable<void> AsyncGate::acquire() {
+  if (holders_ < limit_ && waiters_.empty()) {
+    holders_++;
+    co_return;
+  }
+  auto t = std::make_shared<asio::steady_timer>(io_);
+  t->expires_at(std::chrono::steady_clock::time_point::max());
+  waiters_.push_back(t);
+  boost::system::error_code ec;
+  // Woken only by release(), which hands its place over (holders_ stays the same).
+  co_await t->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+}
+
+void AsyncGate::release() {
+  if (!waiters_.empty()) {
+    auto next = waiters_.front();
+    waiters_.pop_front();
+    next->cancel();
+  } else if (holders_ > 0) {
+    holders_--;
+  }
 }
 
 asio::awaitable<void> whenAll(asio::io_context& io,

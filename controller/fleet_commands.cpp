@@ -99,14 +99,38 @@ int cmdAgents(const AgentsOptions& o) {
   return runMain([&](asio::io_context& io) -> asio::awaitable<int> {
     Fleet fleet(io, L.tls, newControllerId());
     auto all = L.inventory.select("all");
-    co_await fleet.connect(*all, *timeout, 8);
+    ConnectProgressFn progress = stderrConnectProgress();  // not a temporary in co_await (GCC 12)
+    co_await fleet.connect(*all, *timeout, 8, progress);
+    // Every agent's status at once: asked in turn, a large fleet would wait one round trip per
+    // node.
+    std::map<std::string, Result<json>> statuses;
+    {
+      std::vector<std::function<asio::awaitable<void>()>> tasks;
+      for (auto& c : fleet.clients())
+        tasks.push_back([&statuses, c, t = *timeout]() -> asio::awaitable<void> {
+          auto st = co_await c->request("status", json::object(), t);
+          statuses.emplace(c->node().name, std::move(st));
+        });
+      co_await whenAll(io, std::move(tasks));
+    }
     json out = json::array();
     if (!o.json)
       std::printf("%-10s %-22s %-8s %10s %18s  %-28s %-14s %s\n", "NODE", "ADDRESS", "VERSION",
                   "RTT", "CLOCK OFFSET", "DATA INTERFACES", "RDMA", "FAULT KINDS");
     for (const auto& node : L.inventory.nodes) {
       auto c = fleet.find(node.name);
-      if (!c) continue;
+      if (!c) {
+        // Named with why, in the listing's order: an operator reads the gap where it is.
+        std::string why = "not connected";
+        for (const auto& [n, e] : fleet.errors())
+          if (n == node.name) why = e;
+        if (o.json)
+          out.push_back({{"node", node.name}, {"address", node.address}, {"error", why}});
+        else
+          std::printf("%-10s %-22s UNREACHABLE\n", node.name.c_str(),
+                      (node.address + ":" + std::to_string(node.port)).c_str());
+        continue;
+      }
       const json& caps = c->hello().value("capabilities", json::object());
       std::string ifs, kinds, rdma;
       for (const auto& i : caps.value("interfaces", json::array()))
@@ -126,7 +150,7 @@ int cmdAgents(const AgentsOptions& o) {
       if (rdma.empty()) rdma = "none";
       const auto& clk = c->clock();
       // What the agent could not undo matters more than anything else it reports.
-      auto st = co_await c->request("status", json::object(), *timeout);
+      const auto& st = statuses.at(node.name);
       json status = st ? *st : json::object();
       if (o.json) {
         out.push_back({{"node", node.name},
@@ -273,7 +297,8 @@ int cmdInject(const InjectOptions& o) {
   return runMain([&](asio::io_context& io) -> asio::awaitable<int> {
     std::string ctl = newControllerId();
     Fleet fleet(io, L.tls, ctl);
-    co_await fleet.connect(targets, *timeout, 8);
+    ConnectProgressFn progress = o.json ? ConnectProgressFn() : stderrConnectProgress();  // not a temporary in co_await (GCC 12)
+    co_await fleet.connect(targets, *timeout, 8, progress);
     if (!fleet.errors().empty()) {
       printConnectErrors(fleet);
       for (auto& c : fleet.clients()) c->close();
@@ -399,7 +424,8 @@ int cmdRecover(const std::string& inventory, const std::string& timeoutText, boo
   auto& L = **loaded;
   return runMain([&](asio::io_context& io) -> asio::awaitable<int> {
     Fleet fleet(io, L.tls, newControllerId());
-    co_await fleet.connect(*L.inventory.select("all"), *timeout, 0);
+    ConnectProgressFn progress = stderrConnectProgress();  // not a temporary in co_await (GCC 12)
+    co_await fleet.connect(*L.inventory.select("all"), *timeout, 0, progress);
     bool ok = fleet.errors().empty();
     std::vector<std::function<asio::awaitable<void>()>> tasks;
     for (auto& c : fleet.clients()) {

@@ -1,5 +1,6 @@
 // rdmachaos: the controller CLI. Parses the command line and calls controller/commands.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 
@@ -11,6 +12,12 @@
 int main(int argc, char** argv) {
   using namespace rc::controller;
   ::signal(SIGPIPE, SIG_IGN);
+  // One descriptor per agent session: a controller of a 1,024-node cluster passes the usual
+  // soft limit of 1,024, so it is raised to the hard one.
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   CLI::App app{"rdmachaos: fault injection and chaos testing for RDMA fabrics"};
   app.require_subcommand(1);
   app.set_version_flag("--version", RDMACHAOS_VERSION);
@@ -20,7 +27,7 @@ int main(int argc, char** argv) {
   AgentsOptions agents;
   auto* cAgents = app.add_subcommand("agents", "reach every agent: version, RTT, clock offset, capabilities");
   cAgents->add_option("--inventory", agents.inventory, "inventory TOML")->required();
-  cAgents->add_option("--timeout", agents.timeout, "per-agent connect timeout")->capture_default_str();
+  cAgents->add_option("--timeout", agents.timeout, "one deadline for connecting to every agent (not one per agent)")->capture_default_str();
   cAgents->add_flag("--json", agents.json, "print JSON");
 
   InjectOptions inject;
@@ -131,6 +138,7 @@ int main(int argc, char** argv) {
   cRun->add_option("--report-dir", run.reportDir, "where result.json, report.html and junit.xml go");
   cRun->add_flag("--dry-run", run.dryRun, "print who gets which fault when, and run nothing");
   cRun->add_option("--metrics", run.metrics, "serve the live run to Prometheus on ADDR:PORT (e.g. 127.0.0.1:9464)");
+  cRun->add_option("--timeout", run.timeout, "one deadline for connecting to every agent; also each request's bound")->capture_default_str();
 
   ReportOptions report;
   auto* cReport = app.add_subcommand("report", "re-render a result document");

@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "common/tls.hpp"
+#include "common/units.hpp"
 #include "controller/run_playbook.hpp"
 #include "controller/score.hpp"
 
@@ -88,6 +89,9 @@ int cmdRun(const RunOptions& o) {
   if (!plan) return fail(plan.error().message);
   if (!o.metrics.empty())
     if (auto ep = metrics::parseEndpoint(o.metrics); !ep) return fail("--metrics: " + ep.error().message);
+  auto timeout = parseDuration(o.timeout);
+  if (!timeout || timeout->count() <= 0)
+    return fail("--timeout '" + o.timeout + "': " + (timeout ? std::string("must be positive") : timeout.error().message));
   if (o.dryRun) {
     std::printf("%s", formatPlan(*pb, *plan).c_str());
     return kExitOk;
@@ -123,7 +127,8 @@ int cmdRun(const RunOptions& o) {
                toString(pb->workload.kind), plan->workloadNodes.size(), dir.c_str());
   boost::asio::io_context io;
   RunResult result;
-  boost::asio::co_spawn(io, executePlan(io, *pb, *plan, *inv, *tls, RunnerOptions{.metrics = exporter.get()}),
+  boost::asio::co_spawn(io, executePlan(io, *pb, *plan, *inv, *tls, RunnerOptions{.connectTimeout = std::chrono::duration_cast<std::chrono::milliseconds>(*timeout),
+                                                                          .metrics = exporter.get()}),
                         [&](std::exception_ptr e, RunResult r) {
                           if (e) {
                             try {

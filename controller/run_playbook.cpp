@@ -144,11 +144,23 @@ class PlanRun {
         self.run_.inventoryNodes.push_back(*node);
       }
     if (self.options_.progress) std::fprintf(stderr, "connecting to %zu agent(s)...\n", nodes.size());
-    co_await self.fleet_.connect(nodes, self.options_.connectTimeout, 8);
+    // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
+    ConnectProgressFn progress = self.options_.progress ? stderrConnectProgress() : ConnectProgressFn();
+    co_await self.fleet_.connect(nodes, self.options_.connectTimeout, 8, progress);
     for (auto& c : self.fleet_.clients())
       self.run_.clocks.push_back({c->node().name, c->clock().offsetNs, c->clock().uncertaintyNs, c->clock().rttNs});
-    if (!self.fleet_.errors().empty()) {
-      self.run_.abortReason = "cannot reach agent " + self.fleet_.errors().front().first + ": " + self.fleet_.errors().front().second;
+    if (const auto& errs = self.fleet_.errors(); !errs.empty()) {
+      // Every unreachable agent by name (the first few with why): a cluster operator fixes
+      // them all before the next attempt, not one per attempt.
+      std::string& why = self.run_.abortReason;
+      if (errs.size() == 1) {
+        why = "cannot reach agent " + errs.front().first + ": " + errs.front().second;
+      } else {
+        why = "cannot reach " + std::to_string(errs.size()) + " of " + std::to_string(nodes.size()) + " agents:";
+        for (size_t i = 0; i < errs.size(); i++) why += (i ? ", " : " ") + errs[i].first;
+        for (size_t i = 0; i < errs.size() && i < 3; i++) why += "; " + errs[i].first + ": " + errs[i].second;
+        if (errs.size() > 3) why += "; ...";
+      }
       co_return false;
     }
     for (auto& c : self.fleet_.clients()) c->startHeartbeats();
@@ -213,34 +225,71 @@ class PlanRun {
   }
 
   // Every fault, scheduled now for its planned instant (agents hold them until then); their
-  // fault_ended reports give the actual applied and reverted times.
+  // fault_ended reports give the actual applied and reverted times. Concurrently across
+  // agents, in plan order on each: a step on every node of a large cluster is one round trip
+  // and one journal flush per node, which in turn would take seconds and could pass the
+  // step's instant.
+  struct Attempt {
+    FaultRecord record;
+    Scheduled s;
+    const PlannedFault* fault = nullptr;
+    bool tried = false, ok = false;
+  };
+  static asio::awaitable<void> scheduleOnNode(PlanRun& self, std::vector<Attempt>& attempts, std::vector<size_t> list) {
+    for (size_t i : list) {
+      if (self.aborted_) break;
+      Attempt& at = attempts[i];
+      const PlannedFault& f = *at.fault;
+      at.tried = true;
+      auto r = co_await scheduleFault(at.s.client, at.s.id, f.kind, f.params, self.t0_ + f.atNs, f.forNs,
+                                      self.options_.connectTimeout);
+      if (!r) {
+        at.record.error = r.error().message;
+        self.abort("fault " + f.step + " on " + f.node + " refused: " + r.error().message);
+        break;
+      }
+      at.ok = true;
+    }
+  }
   static asio::awaitable<void> scheduleFaults(PlanRun& self) {
     for (auto& c : self.fleet_.clients()) c->onEvent([rp = &self](const json& m) { rp->faultEnded(m); });
+    std::vector<Attempt> attempts;
+    std::map<std::string, std::vector<size_t>> perNode;  // node -> attempts, in plan order
     for (const auto& trial : self.plan_.trials) {
       for (const auto& f : trial.faults) {
-        FaultRecord fr;
-        fr.trial = trial.index;
-        fr.step = f.step;
-        fr.node = f.node;
-        fr.kind = f.kind;
-        fr.role = f.role;
-        fr.params = f.params;
-        fr.scheduledNs = f.atNs;
-        self.run_.faults.push_back(fr);
-        auto client = self.fleet_.find(f.node);
-        Scheduled s{self.run_.faults.size() - 1, faultId(self.ctl_.substr(self.ctl_.size() - 16), trial.index, f.step, f.node),
-                    client};
-        auto r = co_await scheduleFault(client, s.id, f.kind, f.params, self.t0_ + f.atNs, f.forNs, self.options_.connectTimeout);
-        if (!r) {
-          self.run_.faults.back().error = r.error().message;
-          self.abort("fault " + f.step + " on " + f.node + " refused: " + r.error().message);
-          break;
-        }
-        self.byId_[s.id] = self.scheduled_.size();
-        self.scheduled_.push_back(std::move(s));
+        Attempt at;
+        at.record.trial = trial.index;
+        at.record.step = f.step;
+        at.record.node = f.node;
+        at.record.kind = f.kind;
+        at.record.role = f.role;
+        at.record.params = f.params;
+        at.record.scheduledNs = f.atNs;
+        at.s = Scheduled{0, faultId(self.ctl_.substr(self.ctl_.size() - 16), trial.index, f.step, f.node),
+                         self.fleet_.find(f.node)};
+        at.fault = &f;
+        perNode[f.node].push_back(attempts.size());
+        attempts.push_back(std::move(at));
       }
-      if (self.aborted_) break;
     }
+    std::vector<std::function<asio::awaitable<void>()>> tasks;
+    for (const auto& [node, list] : perNode)
+      tasks.push_back([&self, &attempts, list = list]() { return scheduleOnNode(self, attempts, list); });
+    co_await whenAll(self.io_, std::move(tasks));
+    // The result lists what was sent (or refused), in plan order, as before.
+    for (auto& at : attempts) {
+      if (!at.tried) continue;
+      self.run_.faults.push_back(std::move(at.record));
+      if (!at.ok) continue;
+      at.s.record = self.run_.faults.size() - 1;
+      self.byId_[at.s.id] = self.scheduled_.size();
+      self.scheduled_.push_back(std::move(at.s));
+    }
+    // Reports that came before their schedule was registered (a fault shorter than the rest
+    // of the fan-out).
+    self.registering_ = false;
+    auto early = std::move(self.early_);
+    for (const auto& m : early) self.faultEnded(m);
   }
 
   void faultEnded(const json& m) {
@@ -248,7 +297,10 @@ class PlanRun {
     if (!ended) return;
     const json& rec = ended->record;
     auto it = byId_.find(ended->faultId);
-    if (it == byId_.end()) return;
+    if (it == byId_.end()) {
+      if (registering_) early_.push_back(m);  // scheduleFaults takes it once it is registered
+      return;
+    }
     Scheduled& s = scheduled_[it->second];
     s.ended = true;
     FaultRecord& fr = run_.faults[s.record];
@@ -509,6 +561,8 @@ class PlanRun {
   std::unique_ptr<FabricSampler> fabric_;
   std::vector<Scheduled> scheduled_;
   std::map<std::string, size_t> byId_;
+  std::vector<json> early_;
+  bool registering_ = true;  // scheduleFaults is still sending
   std::map<int, double> baselines_;
   std::set<int> before_, after_;
   int64_t lastProgress_ = -1;

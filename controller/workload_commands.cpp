@@ -59,7 +59,8 @@ struct Run {
 asio::awaitable<int> workloadMain(asio::io_context& io, asio::ssl::context& tls, Run run,
                                   bool asJson) {
   Fleet fleet(io, tls, newControllerId());
-  co_await fleet.connect(run.targets, run.timeout, 8);
+  ConnectProgressFn progress = stderrConnectProgress();  // not a temporary in co_await (GCC 12)
+  co_await fleet.connect(run.targets, run.timeout, 8, progress);
   if (!fleet.errors().empty()) {
     for (const auto& [node, err] : fleet.errors())
       std::fprintf(stderr, "rdmachaos: %s: %s\n", node.c_str(), err.c_str());

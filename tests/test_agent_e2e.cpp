@@ -20,11 +20,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "common/certs.hpp"
+#include "common/unique_fd.hpp"
 #include "common/tls.hpp"
 #include "controller/fleet.hpp"
 #include "controller/inventory.hpp"
@@ -107,6 +109,64 @@ TEST_CASE("agents answers for every node with clock offset and capabilities") {
     CHECK(hasData);
     CHECK(a["capabilities"]["fault_kinds"][0]["name"] == "link_flap");
   }
+}
+
+// A TCP socket on 127.0.0.1, port chosen by the kernel: listening (connections complete in the
+// backlog and are never accepted, so no TLS byte ever comes back) or merely bound (connections
+// are refused). Closed when the object goes.
+struct LoopbackPort {
+  rc::UniqueFD fd;
+  int port = 0;
+  explicit LoopbackPort(bool listening) : fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    REQUIRE(fd.get() >= 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    socklen_t len = sizeof sa;
+    REQUIRE(getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+    port = ntohs(sa.sin_port);
+    if (listening) REQUIRE(listen(fd.get(), 16) == 0);
+  }
+};
+
+TEST_CASE("agents names the unreachable agents, all within one deadline, and lists the others") {
+  LoopbackPort closed(false), silent(true);
+  // The lab's inventory plus a node nobody listens for and two that accept TCP and never
+  // answer TLS: all three are waited for at once, within the one --timeout.
+  std::string inv = lab().dir() + "/inventory-unreachable.toml";
+  std::ofstream(inv) << readFile(lab().inventory()) << "\n[[node]]\nname = \"gone\"\naddress = \"127.0.0.1\"\nport = "
+                     << closed.port << "\n\n[[node]]\nname = \"mute1\"\naddress = \"127.0.0.1\"\nport = " << silent.port
+                     << "\n\n[[node]]\nname = \"mute2\"\naddress = \"127.0.0.1\"\nport = " << silent.port << "\n";
+  std::string out, err;
+  int rc = runCli({"agents", "--inventory", inv, "--timeout", "3s", "--json"}, &out, &err);
+  INFO(out << err);
+  CHECK(rc == 2);
+  json rows = json::parse(out);
+  REQUIRE(rows.size() == 5);
+  std::map<std::string, json> byNode;
+  for (const auto& r : rows) byNode[r["node"].get<std::string>()] = r;
+  // The lab's agents answer as usual.
+  for (const char* n : {"n1", "n2"}) {
+    REQUIRE(byNode.count(n));
+    CHECK_FALSE(byNode[n].contains("error"));
+    CHECK(byNode[n]["rtt_ns"].get<int64_t>() > 0);
+  }
+  CHECK(byNode["gone"]["error"].get<std::string>().find("refused") != std::string::npos);
+  // Each silent agent failed at the run's own deadline (3 s), not at a deadline of its own per
+  // step: the message names the one deadline and the step it was in.
+  for (const char* n : {"mute1", "mute2"}) {
+    std::string e = byNode[n]["error"].get<std::string>();
+    CHECK(e.find("TLS handshake") != std::string::npos);
+    CHECK(e.find("timed out after 3.000s") != std::string::npos);
+  }
+  // Progress while waiting (the silent ones keep the connect going past the first second), the
+  // waited-for names in it, then the tally, and every unreachable node by name.
+  CHECK(err.find("connecting: ") != std::string::npos);
+  CHECK(err.find("mute1") != std::string::npos);
+  CHECK(err.find("connected to 2 of 5 agents") != std::string::npos);
+  CHECK(err.find("3 unreachable") != std::string::npos);
+  for (const char* n : {"gone", "mute1", "mute2"}) CHECK(err.find(std::string("rdmachaos: ") + n + ": ") != std::string::npos);
 }
 
 TEST_CASE("a link flap train on the lab has the right count and kernel-observed timing") {

@@ -5,6 +5,7 @@
 Environment (set by tests/meson.build): RDMACHAOS_SOURCE_DIR, RDMACHAOS_AGENT (the built
 agent), RDMACHAOS_CLI (the built controller). Exit 0 = pass, 1 = fail, 77 = skipped (with
 the reason on stdout)."""
+import json
 import os
 import re
 import shutil
@@ -386,6 +387,29 @@ def free_ports(n):
     return ports
 
 
+def free_consecutive_ports(n):
+    """A port P with P..P+N-1 all free on 127.0.0.1 now (the kernel picks P, the rest are tried)."""
+    import socket
+    for _ in range(50):
+        socks = []
+        try:
+            first = socket.socket()
+            first.bind(("127.0.0.1", 0))
+            socks.append(first)
+            p = first.getsockname()[1]
+            for k in range(1, n):
+                so = socket.socket()
+                socks.append(so)
+                so.bind(("127.0.0.1", p + k))
+            return p
+        except OSError:
+            continue
+        finally:
+            for so in socks:
+                so.close()
+    raise RuntimeError("no %d consecutive free ports on 127.0.0.1" % n)
+
+
 def stop(proc, name):
     """Stops a daemon this test started, by its own Popen handle (never by name)."""
     if proc is None or proc.poll() is not None:
@@ -484,44 +508,61 @@ PartitionName=rdmachaos Nodes=rcnode1 Default=YES MaxTime=INFINITE State=UP
             skip("Slurm did not come up (node not idle within 30 s):\n" + logs())
         print("ok    a one-node Slurm (munged, slurmctld, slurmd) is up")
 
-        # The batch script, as an operator submits it, with the built binaries. One node: the
-        # agent runs and answers through Slurm, but a playbook's workload needs two nodes, so
-        # validate refuses it and the script must still stop the agent in order.
+        # The batch script, as an operator submits it, with the built binaries. One Slurm node
+        # runs two agents (RDMACHAOS_AGENTS_PER_NODE=2: rcnode1-0 and rcnode1-1, each its own
+        # port, journal and loopback data address), so a quickstart-like playbook runs for
+        # real: an all-reduce between them, a noop fault on both, scores and reports.
         bindir = os.path.join(tmp, "bin")
         os.mkdir(bindir)
         os.symlink(os.path.abspath(CLI), os.path.join(bindir, "rdmachaos"))
         os.symlink(os.path.abspath(AGENT), os.path.join(bindir, "rdmachaos-agent"))
-        playbook = os.path.join(tmp, "one-node.toml")
+        playbook = os.path.join(tmp, "slurm-quickstart.toml")
         with open(playbook, "w") as f:
-            f.write('name = "one-node"\nseed = 1\n[workload]\nkind = "allreduce"\nsize = "1MiB"\nnodes = "all"\n'
-                    '[[phase]]\nname = "baseline"\nduration = "2s"\n[[phase]]\nname = "fault"\nduration = "1s"\n'
-                    '[[step]]\nname = "nothing"\nkind = "noop"\ntarget = "all"\nphase = "fault"\nat = "0s"\n')
+            f.write('name = "slurm-quickstart"\nseed = 1\n[workload]\nkind = "allreduce"\nsize = "1MiB"\nnodes = "all"\n'
+                    '[scoring]\nwarmup = "1s"\n'
+                    '[[phase]]\nname = "baseline"\nduration = "3s"\n[[phase]]\nname = "fault"\nduration = "2s"\n'
+                    '[[phase]]\nname = "recovery"\nduration = "2s"\n'
+                    '[[step]]\nname = "nothing"\nkind = "noop"\ntarget = "all"\nphase = "fault"\nat = "0s"\nfor = "1s"\n'
+                    # A noop must not stall the job: judged like the quickstart's stall bound.
+                    '[[expect]]\nmetric = "longest_stall"\nop = "<="\nbound = "3s"\n')
         run_dir = os.path.join(tmp, "run")
+        # The second agent listens on agent_port + 1: make sure nobody else does.
+        agent_port = free_consecutive_ports(2)
         job_env = dict(env, RDMACHAOS_BIN_DIR=bindir, RDMACHAOS_PKI=os.path.join(tmp, "pki"), RDMACHAOS_RUN_DIR=run_dir,
                        RDMACHAOS_MGMT_IFACE="lo", RDMACHAOS_DATA_IFACES="lo", RDMACHAOS_PORT=str(agent_port),
-                       RDMACHAOS_STATE_DIR=os.path.join(tmp, "agent-state"), RDMACHAOS_RUN_ARGS="--dry-run",
+                       RDMACHAOS_STATE_DIR=os.path.join(tmp, "agent-state"), RDMACHAOS_AGENTS_PER_NODE="2",
                        RDMACHAOS_READY_TIMEOUT="30")
         out = os.path.join(tmp, "job.out")
         r = subprocess.run([tools["sbatch"], "--parsable", "--wait", "-N", "1", "-o", out,
                             os.path.join(SRC, "deploy", "slurm", "rdmachaos.sbatch"), playbook],
-                           env=job_env, capture_output=True, text=True, timeout=150)
+                           env=job_env, capture_output=True, text=True, timeout=200)
         job = r.stdout.strip().split(";")[0]
         text = open(out).read() if os.path.exists(out) else ""
         print("--- job %s output\n%s---" % (job, text))
-        check(r.returncode == 2, "the job ends with exit 2 (validate refuses a one-node all-reduce) (sbatch --wait: %d %s)" % (r.returncode, r.stderr.strip()))
-        check("allreduce needs at least 2 nodes" in text, "the playbook reached `rdmachaos validate` with the allocation's inventory")
+        check(r.returncode == 0, "the job ends with exit 0: rdmachaos run passed (sbatch --wait: %d %s)" % (r.returncode, r.stderr.strip()))
         inv = open(os.path.join(run_dir, "inventory.toml")).read() if os.path.exists(os.path.join(run_dir, "inventory.toml")) else ""
-        check('name = "rcnode1"' in inv and 'address = "127.0.0.1"' in inv and "port = %d" % agent_port in inv
-              and 'data_addresses = ["127.0.0.1"]' in inv,
-              "the inventory names the allocated node (scontrol show hostnames) with its addresses and port")
-        check(os.path.isfile(os.path.join(tmp, "pki", "agent-rcnode1.pem")), "certs init issued agent-rcnode1.pem for the allocation")
-        check("1 of 1 agents reachable" in text, "`rdmachaos agents` reached the agent started by srun")
-        check("ready: node rcnode1" in text, "the agent ran as a Slurm task on rcnode1")
-        check("signal 15: reverting every fault" in text and "stopped; no fault left applied" in text,
-              "on exit the script SIGTERMs the agent (through scancel on its step) and it reverts")
-        check("agents stopped (srun exit 0)" in text, "srun ends with exit 0: the agent was not SIGKILLed")
-        journal = os.path.join(tmp, "agent-state", "journal")
-        check(os.path.isdir(journal) and not os.listdir(journal), "the agent's journal is there and empty")
+        check('name = "rcnode1-0"' in inv and 'name = "rcnode1-1"' in inv and 'address = "127.0.0.1"' in inv
+              and "port = %d" % agent_port in inv and "port = %d" % (agent_port + 1) in inv
+              and 'data_addresses = ["127.0.0.1"]' in inv and 'data_addresses = ["127.0.0.2"]' in inv,
+              "the inventory names both agents of the allocated node with their addresses and ports")
+        for n in ("rcnode1-0", "rcnode1-1"):
+            check(os.path.isfile(os.path.join(tmp, "pki", "agent-%s.pem" % n)), "certs init issued agent-%s.pem" % n)
+            check("ready: node %s" % n in text, "agent %s ran as a Slurm task" % n)
+        check("2 of 2 agents reachable" in text, "`rdmachaos agents` reached both agents started by srun")
+        result_path = os.path.join(run_dir, "report", "result.json")
+        result = json.load(open(result_path)) if os.path.exists(result_path) else {}
+        faults = result.get("faults", [])
+        check(sorted(f.get("node") for f in faults) == ["rcnode1-0", "rcnode1-1"]
+              and all(f.get("applied_ns") is not None and f.get("reverted_ns") is not None for f in faults),
+              "the run applied and reverted the noop on both agents (result.json: %s)" % [(f.get("node"), f.get("applied_ns"), f.get("reverted_ns")) for f in faults])
+        check(os.path.isfile(os.path.join(run_dir, "report", "report.html")), "the run wrote report.html")
+        check("playbook slurm-quickstart: passed (1 expectations met)" in text, "the run judged its expectation and passed")
+        check(text.count("signal 15: reverting every fault") >= 2 and text.count("stopped; no fault left applied") >= 2,
+              "on exit the script SIGTERMs both agents (through scancel on their step) and they revert")
+        check("agents stopped (srun exit 0)" in text, "srun ends with exit 0: no agent was SIGKILLed")
+        for n in ("0", "1"):
+            journal = os.path.join(tmp, "agent-state", "agent-" + n, "journal")
+            check(os.path.isdir(journal) and not os.listdir(journal), "agent %s's journal is there and empty" % n)
         steps = subprocess.run([tools["squeue"], "--steps", "-h"], env=env, capture_output=True, text=True).stdout.strip()
         check(steps == "", "no job step is left running (%s)" % steps)
     finally:
