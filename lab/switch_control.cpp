@@ -213,6 +213,9 @@ json Fabric::ecn(const json& req, bool set) {
       prev.push_back({{"port", ports_[size_t(pi)].name}, {"queue", prio},
                       {"profile", ecnJson(ports_[size_t(pi)].q[prio].ecn)}});
   if (!set) return {{"ok", true}, {"profiles", prev}};
+  // Every selected queue's new profile is checked before any is changed: a request refused on
+  // its second port must not have changed the first (bad input changes nothing).
+  std::vector<EcnProfile> next;
   for (int pi : *sel)
     for (int prio : *prios) {
       EcnProfile e = ports_[size_t(pi)].q[prio].ecn;
@@ -222,8 +225,11 @@ json Fabric::ecn(const json& req, bool set) {
       if (req.contains("pmax")) e.pmax = req["pmax"].get<double>();
       if (e.kminBytes > e.kmaxBytes) return err("kmin must not exceed kmax");
       if (!(e.pmax >= 0 && e.pmax <= 1)) return err("pmax must be within [0, 1]");
-      ports_[size_t(pi)].q[prio].ecn = e;
+      next.push_back(e);
     }
+  auto it = next.begin();
+  for (int pi : *sel)
+    for (int prio : *prios) ports_[size_t(pi)].q[prio].ecn = *it++;
   return {{"ok", true}, {"previous", prev}};
 }
 
@@ -241,15 +247,19 @@ json Fabric::pfcCmd(const json& req, bool set) {
                       {"lossless", bool(cfg_.losslessMask & (1u << prio))}});
     }
   if (!set) return {{"ok", true}, {"thresholds", prev}};
+  // Checked for every selected queue before any is changed, as in ecn().
+  std::vector<PfcThreshold> next;
   for (int pi : *sel)
     for (int prio : *prios) {
-      auto& t = ports_[size_t(pi)].q[prio].pfc;
-      PfcThreshold n = t;
+      PfcThreshold n = ports_[size_t(pi)].q[prio].pfc;
       if (req.contains("xoff")) n.xoffBytes = req["xoff"].get<uint64_t>();
       if (req.contains("xon")) n.xonBytes = req["xon"].get<uint64_t>();
       if (n.xonBytes > n.xoffBytes) return err("xon must not exceed xoff");
-      t = n;
+      next.push_back(n);
     }
+  auto it = next.begin();
+  for (int pi : *sel)
+    for (int prio : *prios) ports_[size_t(pi)].q[prio].pfc = *it++;
   return {{"ok", true}, {"previous", prev}};
 }
 

@@ -381,3 +381,23 @@ TEST_CASE("the supervisor restarts a killed lab switch, which re-attaches to the
   std::ifstream in(lab.dir.path + "/lab.json");
   CHECK(json::parse(in)["switch"]["restarts"].get<int>() == 1);
 }
+
+TEST_CASE("a set_ecn or set_pfc refused on one port changes no port", "[labswitch][ecn]") {
+  rc::lab::UpOptions o;
+  o.nodes = 2;
+  Lab lab(o);
+  // n2's queue 3 gets a low kmax / xoff, so a higher kmin / xon for every port ("*") is valid on
+  // n1 and refused on n2: the refusal must leave n1 as it was too.
+  REQUIRE(control(lab.control, {{"cmd", "set_ecn"}, {"port", "n2"}, {"queue", 3}, {"kmin", 100}, {"kmax", 200}})["ok"] == true);
+  REQUIRE(control(lab.control, {{"cmd", "set_pfc"}, {"port", "n2"}, {"priority", 3}, {"xon", 100}, {"xoff", 200}})["ok"] == true);
+  json ecnBefore = control(lab.control, {{"cmd", "get_ecn"}, {"port", "*"}, {"queue", 3}});
+  json pfcBefore = control(lab.control, {{"cmd", "get_pfc"}, {"port", "*"}, {"priority", 3}});
+  REQUIRE(ecnBefore["profiles"].size() >= 2);
+  json e = control(lab.control, {{"cmd", "set_ecn"}, {"port", "*"}, {"queue", 3}, {"kmin", 1000}});
+  CHECK(e["ok"] == false);
+  CHECK_THAT(e.value("error", ""), Catch::Contains("kmin must not exceed kmax"));
+  json p = control(lab.control, {{"cmd", "set_pfc"}, {"port", "*"}, {"priority", 3}, {"xon", 1000}});
+  CHECK(p["ok"] == false);
+  CHECK(control(lab.control, {{"cmd", "get_ecn"}, {"port", "*"}, {"queue", 3}}) == ecnBefore);
+  CHECK(control(lab.control, {{"cmd", "get_pfc"}, {"port", "*"}, {"priority", 3}}) == pfcBefore);
+}
