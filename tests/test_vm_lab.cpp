@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
+#include "failure_recap.hpp"
 #include <chrono>
 #include <cstdio>
 #include <cstring>
