@@ -740,6 +740,132 @@ bound = 50
   CHECK(baseline * 8 < 10e9);
 }
 
+// The number after NAME in a guest's `rdma resource show rxe0` line ("0: rxe0: pd 1 cq 2 qp 1
+// cm_id 0 mr 0 ctx 0 srq 0"), or -1 when the guest did not report one.
+long rdmaResource(const rc::lab::NodeRecord& n, const std::string& name) {
+  std::string res = guestReport(n, "rdma_res");
+  auto at = res.find(" " + name + " ");
+  return at == std::string::npos ? -1 : std::stol(res.substr(at + name.size() + 2));
+}
+
+// The number before " B (" in an event detail such as "12345 B (12.1KiB) by RDMA WRITE ...".
+uint64_t bytesIn(const std::string& detail) {
+  auto at = detail.find(" B (");
+  if (at == std::string::npos) return 0;
+  auto from = detail.rfind(' ', at - 1);
+  return std::stoull(detail.substr(from == std::string::npos ? 0 : from + 1, at));
+}
+
+const json* faultEvent(const json& fault, const std::string& what) {
+  for (const auto& e : fault["events"])
+    if (e["what"] == what) return &e;
+  return nullptr;
+}
+
+// The incast fault over verbs (issue 11): with both guests' rxe0 ACTIVE, transport "auto"
+// becomes "verbs" for the receiver and the sender together; n2's QPs RDMA WRITE into n1 while
+// a verbs all-reduce runs. Ground truth: the switch's meter of RoCEv2 (UDP 4791) frames
+// leaving n1's port carried at least the job's bytes into n1 plus what the sink reports, and
+// afterwards neither guest holds a QP or MR more than before.
+TEST_CASE("incast over verbs during a verbs workload: RDMA WRITEs reach the receiver; nothing stays behind",
+          "[incast-verbs]") {
+  auto& lab = sharedLab();
+  std::string control = lab->switchControl();
+  auto n1 = lab->node("n1"), n2 = lab->node("n2");
+  // Resources before (the status is rewritten every 2 s).
+  CHECK(eventually([&] { return rdmaResource(n1, "qp") >= 0 && rdmaResource(n2, "qp") >= 0; }, 10s, 200ms));
+  const long qp1 = rdmaResource(n1, "qp"), mr1 = rdmaResource(n1, "mr");
+  const long qp2 = rdmaResource(n2, "qp"), mr2 = rdmaResource(n2, "mr");
+  INFO("before: n1 " << guestReport(n1, "rdma_res") << "; n2 " << guestReport(n2, "rdma_res"));
+  json set = switchRequest(control, {{"cmd", "set_meter"}, {"port", "n1"}, {"l4_dst", 4791}});
+  REQUIRE(set["ok"] == true);
+  struct DropMeter {
+    std::string control;
+    ~DropMeter() { trySwitchRequest(control, {{"cmd", "del_meter"}, {"port", "n1"}, {"l4_dst", 4791}}); }
+  } dropMeter{control};
+  auto connects = [&] {
+    std::string log = readFile(n1.guestDir + "/agent.log");
+    size_t k = 0;
+    for (size_t at = log.find("verbs: rank"); at != std::string::npos; at = log.find("verbs: rank", at + 1)) k++;
+    return k;
+  };
+  const size_t connectsBefore = connects();
+  Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--transport", "verbs",
+                                "--kind", "allreduce", "--size", "128KiB", "--for", "10s",
+                                "--reconnect-timeout", "10s", "--timeout", "30s", "--json"});
+  CHECK(eventually([&] { return connects() > connectsBefore; }, 20s, 100ms));
+  std::this_thread::sleep_for(1s);
+  std::string out, err;
+  int irc = runCli(cliDir(),
+                   {"inject", "incast", "--inventory", lab->inventory(), "--node", "n2", "--set", "receiver=n1",
+                    "--set", "fan_in=2", "--set", "size=256KiB", "--for", "3s", "--json"},
+                   &out, &err);
+  INFO("inject stdout: " << out << "\nstderr: " << err);
+  int rc = waitCli(wl);
+  std::string wout = readFile(wl.out);
+  INFO("workload stderr: " << readFile(wl.err));
+  REQUIRE(irc == 0);
+  REQUIRE(rc == 0);
+  json report = json::parse(out);
+  REQUIRE(report["nodes"].size() == 2);
+  uint64_t received = 0, sent = 0;
+  for (const auto& n : report["nodes"]) {
+    const json& f = n["fault"];
+    CAPTURE(n["node"], f.dump());
+    CHECK(f.value("error", "") == "");
+    CHECK(f["params"]["transport"] == "verbs");  // "auto", decided by the controller for both
+    if (n["node"] == "n1") {
+      CHECK(f["params"]["role"] == "receiver");
+      const json* got = faultEvent(f, "received");
+      REQUIRE(got);
+      std::string d = (*got)["detail"];
+      CHECK_THAT(d, Catch::Contains("by RDMA WRITE on 2 flows"));
+      received = bytesIn(d);
+    } else {
+      CHECK(f["params"]["role"] == "sender");
+      const json* c = faultEvent(f, "connected");
+      REQUIRE(c);
+      CHECK_THAT((*c)["detail"].get<std::string>(), Catch::StartsWith("2 QPs -> " + n1.dataAddress));
+      const json* s = faultEvent(f, "sent");
+      REQUIRE(s);
+      std::string d = (*s)["detail"];
+      CHECK_THAT(d, Catch::Contains("written by RDMA WRITE"));
+      CHECK(faultEvent(f, "qp_error") == nullptr);
+      sent = bytesIn(d);
+    }
+  }
+  json r = json::parse(wout);
+  uint64_t jobInto1 = 0;
+  for (const auto& n : r["nodes"]) {
+    INFO("node " << n["node"] << ": " << n["error"]);
+    CHECK(n["end_reason"] == "completed");
+    CHECK(n["verified"] == true);
+    if (n["node"] == "n1") jobInto1 = n["counters"]["rx_bytes"].get<uint64_t>();
+  }
+  json meters = switchRequest(control, {{"cmd", "meters"}});
+  uint64_t roce = 0;
+  for (const auto& m : meters["meters"])
+    if (m["port"] == "n1" && m["l4_dst"] == 4791) roce = m["bytes"].get<uint64_t>();
+  std::printf("incast over verbs (2 QPs n2 -> n1, 256 KiB bursts, 3 s) beside a verbs all-reduce: sink %llu B, "
+              "sender %llu B completed; the job %llu B into n1; RoCEv2 frames to n1's port %llu B\n",
+              (unsigned long long)received, (unsigned long long)sent, (unsigned long long)jobInto1,
+              (unsigned long long)roce);
+  // The sink counts what the sender's completions reported (every 200 ms and at the end).
+  CHECK(received > 0);
+  CHECK(received <= sent);
+  // Every payload byte into n1, the job's and the incast's, crossed n1's port as RoCEv2.
+  CHECK(roce >= jobInto1 + received);
+  // Nothing stays behind: every QP and MR of the fault (and the job) is gone.
+  bool clean = eventually(
+      [&] {
+        return rdmaResource(n1, "qp") == qp1 && rdmaResource(n1, "mr") == mr1 && rdmaResource(n2, "qp") == qp2 &&
+               rdmaResource(n2, "mr") == mr2;
+      },
+      15s, 200ms);
+  INFO("after: n1 " << guestReport(n1, "rdma_res") << "; n2 " << guestReport(n2, "rdma_res"));
+  CHECK(clean);
+}
+
 TEST_CASE("link_flap of a guest's lab switch port, injected through the guest's agent") {
   auto& lab = sharedLab();
   std::string control = lab->switchControl();
