@@ -766,7 +766,7 @@ const json* faultEvent(const json& fault, const std::string& what) {
 // becomes "verbs" for the receiver and the sender together; n2's QPs RDMA WRITE into n1 while
 // a verbs all-reduce runs. Ground truth: the switch's meter of RoCEv2 (UDP 4791) frames
 // leaving n1's port carried at least the job's bytes into n1 plus what the sink reports, and
-// afterwards neither guest holds a QP or MR more than before.
+// afterwards neither guest holds a QP, MR or rdma_cm id more than before.
 TEST_CASE("incast over verbs during a verbs workload: RDMA WRITEs reach the receiver; nothing stays behind",
           "[incast-verbs]") {
   auto& lab = sharedLab();
@@ -774,8 +774,12 @@ TEST_CASE("incast over verbs during a verbs workload: RDMA WRITEs reach the rece
   auto n1 = lab->node("n1"), n2 = lab->node("n2");
   // Resources before (the status is rewritten every 2 s).
   CHECK(eventually([&] { return rdmaResource(n1, "qp") >= 0 && rdmaResource(n2, "qp") >= 0; }, 10s, 200ms));
-  const long qp1 = rdmaResource(n1, "qp"), mr1 = rdmaResource(n1, "mr");
-  const long qp2 = rdmaResource(n2, "qp"), mr2 = rdmaResource(n2, "mr");
+  // QPs, MRs and rdma_cm ids (a PD and a device context stay open in an agent once it used
+  // rdma_cm: librdmacm keeps them for the process).
+  auto held = [&](const rc::lab::NodeRecord& n) {
+    return std::vector<long>{rdmaResource(n, "qp"), rdmaResource(n, "mr"), rdmaResource(n, "cm_id")};
+  };
+  const auto held1 = held(n1), held2 = held(n2);
   INFO("before: n1 " << guestReport(n1, "rdma_res") << "; n2 " << guestReport(n2, "rdma_res"));
   json set = switchRequest(control, {{"cmd", "set_meter"}, {"port", "n1"}, {"l4_dst", 4791}});
   REQUIRE(set["ok"] == true);
@@ -855,11 +859,10 @@ TEST_CASE("incast over verbs during a verbs workload: RDMA WRITEs reach the rece
   CHECK(received <= sent);
   // Every payload byte into n1, the job's and the incast's, crossed n1's port as RoCEv2.
   CHECK(roce >= jobInto1 + received);
-  // Nothing stays behind: every QP and MR of the fault (and the job) is gone.
+  // Nothing stays behind: every QP, MR and rdma_cm id of the fault (and of the job) is gone.
   bool clean = eventually(
       [&] {
-        return rdmaResource(n1, "qp") == qp1 && rdmaResource(n1, "mr") == mr1 && rdmaResource(n2, "qp") == qp2 &&
-               rdmaResource(n2, "mr") == mr2;
+        return held(n1) == held1 && held(n2) == held2;
       },
       15s, 200ms);
   INFO("after: n1 " << guestReport(n1, "rdma_res") << "; n2 " << guestReport(n2, "rdma_res"));
