@@ -234,9 +234,9 @@ params = { down = "500ms" }
   for (const auto& n : lab().nodes()) logBefore[n.name] = readFile(n.log).size();
   std::string report = lab().dir() + "/verbs-refused";
   auto r = runPlaybook(pb, report);
-  INFO(r.err);
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
   CHECK(r.code == 2);
-  CHECK_THAT(r.err, Catch::Matches(R"([\s\S]*node 'n[123]' has no RDMA device with an ACTIVE port[\s\S]*)"));
+  CHECK_THAT(r.out + r.err, Catch::Matches(R"([\s\S]*node 'n[123]' has no RDMA device with an ACTIVE port[\s\S]*)"));
   json doc = json::parse(readFile(report + "/result.json"));
   std::string why = doc["run"]["abort_reason"];
   CHECK_THAT(why, Catch::Contains("workload did not start: node 'n"));
