@@ -99,6 +99,21 @@ struct Device {
   std::string name() const { return id && id->verbs ? ibv_get_device_name(id->verbs->device) : "?"; }
 };
 
+// The port's state, MTU and the GID index of ADDR, read again before each set-up: the index
+// changes when the NIC flaps (the kernel removes the address's GID and adds it back).
+Result<void> refreshPort(Device& d, in_addr addr) {
+  ibv_port_attr pa{};
+  if (ibv_query_port(d.id->verbs, d.id->port_num, &pa) != 0)
+    return sysError("incast (verbs): ibv_query_port on " + d.name(), errno);
+  d.active = pa.state == IBV_PORT_ACTIVE;
+  d.mtu = pa.active_mtu;
+  d.gidIndex = roceV2GidIndex(d.id->verbs, d.id->port_num, pa.gid_tbl_len, addr);
+  if (d.gidIndex < 0)
+    return makeError("incast (verbs): " + d.name() + " port " + std::to_string(d.id->port_num) +
+                     " has no RoCEv2 GID for " + addrText(addr) + " (is its port active?)");
+  return {};
+}
+
 Result<std::unique_ptr<Device>> openDevice(in_addr addr) {
   auto d = std::make_unique<Device>();
   d->channel.reset(rdma_create_event_channel());
@@ -114,16 +129,9 @@ Result<std::unique_ptr<Device>> openDevice(in_addr addr) {
     return makeError("incast (verbs): no RDMA device carries " + addrText(addr) +
                      " (RoCE: bind one to the data interface, e.g. 'rdma link add rxe0 type rxe netdev data0'; "
                      "or use transport = \"tcp\")");
-  ibv_port_attr pa{};
-  if (ibv_query_port(id->verbs, id->port_num, &pa) != 0) return sysError("ibv_query_port on " + d->name(), errno);
-  d->active = pa.state == IBV_PORT_ACTIVE;
-  d->mtu = pa.active_mtu;
-  d->gidIndex = roceV2GidIndex(id->verbs, id->port_num, pa.gid_tbl_len, addr);
-  if (d->gidIndex < 0)
-    return makeError("incast (verbs): " + d->name() + " port " + std::to_string(id->port_num) +
-                     " has no RoCEv2 GID for " + addrText(addr) + " (is its port active?)");
   d->gid[10] = d->gid[11] = 0xff;
   std::memcpy(&d->gid[12], &addr, 4);
+  if (auto r = refreshPort(*d, addr); !r) return r.error();
   return d;
 }
 
@@ -244,7 +252,7 @@ bool carries(in_addr addr) {
 Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock::time_point end, EventLog& events) {
   auto dev = openDevice(o.receiverAddr);
   if (!dev) return dev.error();
-  const Device& d = **dev;
+  Device& d = **dev;
   Pd pd(ibv_alloc_pd(d.id->verbs));
   if (!pd) return sysError("incast (verbs): ibv_alloc_pd on " + d.name(), errno);
   const size_t regionLen = std::clamp<size_t>(size_t(o.sizeBytes), kChunk, kMaxRegion);
@@ -353,7 +361,8 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
           retire(f);
           break;
         }
-        auto qp = createQp(d, pd.get(), cq.get(), 1);
+        auto fresh = refreshPort(d, o.receiverAddr);  // our NIC may have flapped since the last flow
+        auto qp = fresh ? createQp(d, pd.get(), cq.get(), 1) : Result<QpHandle>(fresh.error());
         uint32_t psn = randomPsn();
         Result<void> ok = qp ? toRts(d, qp->get(), h.qpn, h.psn, h.gid, psn, o.dscp) : Result<void>(qp.error());
         if (!ok) {
@@ -420,7 +429,7 @@ uint64_t wrId(size_t flow, uint32_t gen, size_t len) {
 Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock::time_point end, EventLog& events) {
   auto dev = openDevice(o.localAddr);
   if (!dev) return dev.error();
-  const Device& d = **dev;
+  Device& d = **dev;
   Pd pd(ibv_alloc_pd(d.id->verbs));
   if (!pd) return sysError("incast (verbs): ibv_alloc_pd on " + d.name(), errno);
   const size_t chunk = std::min<size_t>(kChunk, size_t(o.sizeBytes));
@@ -482,6 +491,7 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
       pollfd pf{wakeFd, POLLIN, 0};
       ::poll(&pf, 1, 20);  // refused: the sink starts at the same instant and may be a moment late
     }
+    if (auto r = refreshPort(d, o.localAddr); !r) return r;
     auto qp = createQp(d, pd.get(), cq.get(), kDepth + 1);
     if (!qp) return qp.error();
     f.qp = std::move(*qp);

@@ -917,6 +917,77 @@ TEST_CASE("incast over verbs during a verbs workload: RDMA WRITEs reach the rece
   CHECK(clean);
 }
 
+// A verbs incast whose sender's data NIC goes down for 3 s: its QPs fail (rxe: "local QP
+// operation error" while the GID is gone), the fault counts and reports each error with its
+// status and time, sets the flows up again once the NIC is back, and runs to its end.
+TEST_CASE("incast over verbs: a QP error is reported, the flow set up again, nothing left behind",
+          "[incast-verbs][qp-error]") {
+  auto& lab = sharedLab();
+  std::string control = lab->switchControl();
+  auto n1 = lab->node("n1"), n2 = lab->node("n2");
+  json set = switchRequest(control, {{"cmd", "set_meter"}, {"port", "n1"}, {"l4_dst", 4791}});
+  REQUIRE(set["ok"] == true);
+  struct DropMeter {
+    std::string control;
+    ~DropMeter() { trySwitchRequest(control, {{"cmd", "del_meter"}, {"port", "n1"}, {"l4_dst", 4791}}); }
+  } dropMeter{control};
+  auto roceTo1 = [&] {
+    json m = switchRequest(control, {{"cmd", "meters"}});
+    for (const auto& x : m["meters"])
+      if (x["port"] == "n1" && x["l4_dst"] == 4791) return x["bytes"].get<uint64_t>();
+    return uint64_t(0);
+  };
+  Proc incast = spawnCli(cliDir(), {"inject", "incast", "--inventory", lab->inventory(), "--node", "n2", "--set",
+                                    "receiver=n1", "--set", "fan_in=2", "--set", "size=256KiB", "--set",
+                                    "transport=verbs", "--for", "12s", "--json"});
+  // Flap once the WRITEs flow.
+  CHECK(eventually([&] { return roceTo1() > (1u << 20); }, 20s, 100ms));
+  std::string fout, ferr;
+  int frc = runCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--node", "n2", "--set",
+                              "down=3s", "--for", "30s"},
+                   &fout, &ferr);
+  INFO("link_flap stdout: " << fout << "\nstderr: " << ferr);
+  CHECK(frc == 0);
+  const uint64_t afterFlap = roceTo1();
+  int irc = waitCli(incast);
+  std::string out = readFile(incast.out);
+  INFO("incast stdout: " << out << "\nstderr: " << readFile(incast.err));
+  REQUIRE(irc == 0);
+  json report = json::parse(out);
+  std::string sentDetail, errors;
+  uint64_t received = 0;
+  for (const auto& n : report["nodes"]) {
+    const json& f = n["fault"];
+    CHECK(f.value("error", "") == "");  // the fault ran to its end: no crash, no give-up
+    if (n["node"] == "n1") {
+      if (const json* got = faultEvent(f, "received")) received = bytesIn((*got)["detail"]);
+      continue;
+    }
+    for (const auto& e : f["events"])
+      if (e["what"] == "qp_error") errors += e["detail"].get<std::string>() + "\n";
+    if (const json* s = faultEvent(f, "sent")) sentDetail = (*s)["detail"];
+  }
+  std::printf("verbs incast, n2's data NIC down 3 s: QP errors reported:\n%s n2 sent: %s\n n1 received %llu B; "
+              "RoCEv2 to n1 after the flap: %llu B\n",
+              errors.c_str(), sentDetail.c_str(), (unsigned long long)received,
+              (unsigned long long)(roceTo1() - afterFlap));
+  REQUIRE_FALSE(errors.empty());
+  CHECK_THAT(errors, Catch::Contains("(status "));
+  CHECK_THAT(errors, Catch::Contains(" UTC"));
+  CHECK_THAT(sentDetail, Catch::Contains(" QP errors"));
+  CHECK_THAT(sentDetail, Catch::Matches(R"([\s\S]*QPs set up again [1-9][\s\S]*)"));
+  CHECK(received > 0);
+  // The flows moved again after the flap.
+  CHECK(roceTo1() > afterFlap);
+  auto held = [&](const rc::lab::NodeRecord& n) {
+    return std::vector<long>{rdmaResource(n, "qp"), rdmaResource(n, "mr"), rdmaResource(n, "cm_id")};
+  };
+  const std::vector<long> idle{1, 0, 0};
+  bool clean = eventually([&] { return held(n1) == idle && held(n2) == idle; }, 20s, 200ms);
+  INFO("after: n1 " << guestReport(n1, "rdma_res") << "; n2 " << guestReport(n2, "rdma_res"));
+  CHECK(clean);
+}
+
 TEST_CASE("link_flap of a guest's lab switch port, injected through the guest's agent") {
   auto& lab = sharedLab();
   std::string control = lab->switchControl();
