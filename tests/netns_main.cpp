@@ -8,6 +8,8 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 
+#include "failure_recap.hpp"
+
 namespace {
 // Tries to create a network namespace in a throwaway child, so this process is untouched.
 bool canUseNetns() {

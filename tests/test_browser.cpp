@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
+#include "failure_recap.hpp"
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>

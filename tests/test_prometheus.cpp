@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+
+#include "failure_recap.hpp"
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+
+#include "failure_recap.hpp"
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -771,6 +773,20 @@ bound = 50
   std::string out, err;
   int rc = runCli(cliDir(), {"run", pb, "--inventory", lab->inventory(), "--report-dir", dir + "/report"},
                   &out, &err);
+  // rxe between TCG guests sometimes ends an ib_write_bw early: the client's WRITE completes
+  // with status 9 (remote invalid request) and both ends exit (docs/soft-roce.md; one 20 s run
+  // in five). The workload reports that as an error naming the node, as it must; it is not
+  // what this case is about, so one run more tells it from a perftest workload that never works.
+  if (auto at = err.find("before the end of the run"); rc == 2 && at != std::string::npos) {
+    std::printf("perftest ended early (%s); once more\n", err.substr(at > 300 ? at - 300 : 0, 400).c_str());
+    std::fflush(stdout);
+    out.clear();
+    err.clear();
+    rc = runCli(cliDir(), {"run", pb, "--inventory", lab->inventory(), "--report-dir", dir + "/report-again"},
+                &out, &err);
+    fs::remove_all(dir + "/report");
+    fs::rename(dir + "/report-again", dir + "/report");
+  }
   std::string log1 = readFile(n1.guestDir + "/agent.log").substr(log1Before);
   std::string log2 = readFile(n2.guestDir + "/agent.log").substr(log2Before);
   INFO("stdout: " << out << "\nstderr: " << err << "\nn1's agent log: " << log1 << "\nn2's agent log: " << log2);
