@@ -43,6 +43,10 @@ constexpr auto kHelloPatience = std::chrono::seconds(2);   // a set-up connectio
 constexpr auto kReportEvery = std::chrono::milliseconds(200);
 constexpr auto kRetryFlowAfter = std::chrono::seconds(1);
 constexpr auto kDrain = std::chrono::milliseconds(500);  // writes in flight at the end
+// A QP with writes in flight and no completion for this long is dead (rxe may retry forever).
+// Far above a burst's time on the lab (p50 30-40 ms, max 0.3 s) and above the QP's own
+// give-up (timeout 14 x retry_cnt 7: about 0.5 s) on a NIC that honours it.
+constexpr auto kStall = std::chrono::seconds(5);
 
 // Both ends are x86-64 nodes of one lab or cluster: host byte order, as the workload's set-up.
 struct Hello {
@@ -284,7 +288,9 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
   std::vector<std::unique_ptr<SinkFlow>> flows;
   uint64_t closedBytes = 0;
   size_t accepted = 0, strangers = 0, extra = 0, bad = 0;
+  size_t replaced = 0;
   auto retire = [&](SinkFlow& f) {
+    if (!f.ctl.isValid()) return;  // once
     closedBytes += f.last.bytes;
     f.qp.reset();
     f.ctl.reset();
@@ -313,8 +319,18 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
         }
         size_t live = size_t(std::count_if(flows.begin(), flows.end(), [](auto& f) { return f->ctl.isValid(); }));
         if (live >= size_t(o.fanIn)) {
-          extra++;
-          continue;
+          // A sender setting a flow up again has dropped the old one, whose close may not have
+          // arrived yet (after its NIC flapped, TCP retransmits it with back-off): its oldest
+          // connection goes, so the new one need not wait for that.
+          auto old = std::find_if(flows.begin(), flows.end(), [&](auto& f) {
+            return f->ctl.isValid() && f->established && f->peer.s_addr == peer.sin_addr.s_addr;
+          });
+          if (old == flows.end()) {
+            extra++;
+            continue;
+          }
+          retire(**old);
+          replaced++;
         }
         ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         auto f = std::make_unique<SinkFlow>();
@@ -326,6 +342,7 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
     }
     for (size_t i = 2; i < pfds.size(); i++) {
       SinkFlow& f = *flows[i - 2];
+      if (!f.ctl.isValid()) continue;
       if (!f.established && Clock::now() - f.since > kHelloPatience) {
         bad++;
         retire(f);
@@ -398,7 +415,9 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
   if (!why.empty()) why += ")";
   events.add(Event{wallNs(), "received",
                    std::to_string(bytes) + " B (" + formatSize(bytes) + ") by RDMA WRITE on " +
-                       std::to_string(accepted) + " flows, as the senders' completions report" + why,
+                       std::to_string(accepted) + " flows, as the senders' completions report" +
+                       (replaced ? "; " + std::to_string(replaced) + " flows set up again by their sender" : std::string()) +
+                       why,
                    false});
   return bytes;
 }
@@ -418,6 +437,7 @@ struct SendFlow {
   uint32_t rkey = 0;
   uint64_t connBytes = 0;  // completed on this connection (what its progress reports say)
   Clock::time_point retryAt{};
+  Clock::time_point lastCompletion{};  // or the set-up: for the stall check
 };
 
 uint64_t wrId(size_t flow, uint32_t gen, size_t len) {
@@ -515,6 +535,7 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
 
   for (size_t i = 0; i < flows.size(); i++)
     if (auto r = connectFlow(i, Clock::now() + kConnectPatience); !r) return r.error();
+  for (auto& f : flows) f.lastCompletion = Clock::now();
   events.add(Event{wallNs(), "connected",
                    std::to_string(o.flows) + " QPs -> " + o.receiver + " (RDMA WRITE, set up on port " +
                        std::to_string(o.port) + ", " + d.name() + ")",
@@ -525,13 +546,31 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
   std::vector<int64_t> burstNs;
   auto lastReport = Clock::now();
 
+  auto reportFlow = [&](SendFlow& f) {
+    Progress p{kProgressMagic, uint32_t(qpErrors), f.connBytes};
+    (void)sendRecord(f.ctl.get(), &p, sizeof p);
+  };
   auto report = [&] {
-    for (auto& f : flows) {
-      if (!f.up) continue;
-      Progress p{kProgressMagic, uint32_t(qpErrors), f.connBytes};
-      (void)sendRecord(f.ctl.get(), &p, sizeof p);
-    }
+    for (auto& f : flows)
+      if (f.up) reportFlow(f);
     lastReport = Clock::now();
+  };
+  // A flow whose QP failed, stalled or lost its set-up connection: counted, reported with
+  // why and when, its QP and connection closed (the sink keeps what it last heard), and set up
+  // again after a second while the other flows carry on.
+  auto dropFlow = [&](size_t i, const std::string& why) {
+    SendFlow& f = flows[i];
+    qpErrors++;
+    events.add(Event{wallNs(), "qp_error", "flow " + std::to_string(i) + " -> " + o.receiver + ": " + why + " at " + utcNow(),
+                     false});
+    reportFlow(f);
+    f.qp.reset();
+    f.ctl.reset();
+    f.up = false;
+    f.gen++;  // its writes still in the CQ are ignored
+    f.left = 0;
+    f.inflight = 0;
+    f.retryAt = Clock::now() + kRetryFlowAfter;
   };
   auto postWrites = [&](size_t i) -> void {
     SendFlow& f = flows[i];
@@ -548,13 +587,7 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
       wr.wr.rdma.remote_addr = f.raddr + f.off;
       wr.wr.rdma.rkey = f.rkey;
       if (int e = ibv_post_send(f.qp.get(), &wr, &badWr); e != 0) {
-        qpErrors++;
-        events.add(Event{wallNs(), "qp_error",
-                         "flow " + std::to_string(i) + " -> " + o.receiver + ": ibv_post_send failed: " + errnoText(e) +
-                             " at " + utcNow(),
-                         false});
-        f.up = false;
-        f.retryAt = Clock::now() + kRetryFlowAfter;
+        dropFlow(i, "ibv_post_send failed: " + errnoText(e));
         return;
       }
       f.off += len;
@@ -571,37 +604,63 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
       for (int k = 0; k < n; k++) {
         size_t i = size_t(wc[k].wr_id >> 48);
         uint32_t gen = uint32_t(wc[k].wr_id >> 32) & 0xffff;
-        if (i >= flows.size() || gen != (flows[i].gen & 0xffff)) continue;  // a replaced QP's
+        if (i >= flows.size() || !flows[i].up || gen != (flows[i].gen & 0xffff)) continue;  // a dropped QP's
         SendFlow& f = flows[i];
         if (wc[k].status == IBV_WC_SUCCESS) {
           f.inflight--;
+          f.lastCompletion = Clock::now();
           uint64_t len = wc[k].wr_id & 0xffffffffu;
           f.connBytes += len;
           bytes += len;
           continue;
         }
-        if (!f.up) continue;  // the rest of a failed QP's writes, flushed
-        qpErrors++;
-        events.add(Event{wallNs(), "qp_error",
-                         "flow " + std::to_string(i) + " -> " + o.receiver + ": " +
-                             ibv_wc_status_str(wc[k].status) + " (status " + std::to_string(int(wc[k].status)) +
-                             ") at " + utcNow(),
-                         false});
-        f.up = false;
-        f.left = 0;
-        f.retryAt = Clock::now() + kRetryFlowAfter;
+        dropFlow(i, std::string(ibv_wc_status_str(wc[k].status)) + " (status " + std::to_string(int(wc[k].status)) +
+                        ")");
       }
       if (n < 32) return true;
     }
   };
+  // rxe may retry a QP without end (seen after a flap of the sender's NIC, no error ever
+  // completing its writes): writes in flight with no completion for kStall mean a dead QP.
+  auto dropStalled = [&] {
+    auto now = Clock::now();
+    for (size_t i = 0; i < flows.size(); i++) {
+      SendFlow& f = flows[i];
+      if (f.up && f.inflight > 0 && now - f.lastCompletion >= kStall)
+        dropFlow(i, "no completion for " + formatDuration(kStall) + " with " + std::to_string(f.inflight) +
+                        " WRITEs in flight (the QP stalled)");
+    }
+  };
+  // Flows whose retry time came get a new QP (a new set-up); with JOIN, they take their part
+  // of the burst under way.
+  auto setUpAgain = [&](bool join) {
+    for (size_t i = 0; i < flows.size() && !stop.stop_requested(); i++) {
+      if (flows[i].up || Clock::now() < flows[i].retryAt) continue;
+      auto r = connectFlow(i, std::min(end, Clock::now() + kConnectPatience));
+      if (r) {
+        reconnects++;
+        flows[i].lastCompletion = Clock::now();
+        if (join) flows[i].left = o.sizeBytes;
+      } else {
+        failedReconnects++;
+        flows[i].ctl.reset();
+        flows[i].qp.reset();
+        flows[i].retryAt = Clock::now() + kRetryFlowAfter;
+      }
+    }
+  };
   // Waits for a completion, the wake fd (unless WAKE is false: once stopped it stays
-  // readable), a sink closing a flow, or UNTIL.
+  // readable), a set-up connection becoming readable, or UNTIL.
   auto wait = [&](Clock::time_point until, bool wake) -> Result<void> {
     if (auto r = checkRet(ibv_req_notify_cq(cq.get(), 0), "incast (verbs): ibv_req_notify_cq"); !r) return r;
     if (!reap()) return makeError("incast (verbs): ibv_poll_cq failed");  // arrived before the request
     std::vector<pollfd> pfds{{wake ? wakeFd : -1, POLLIN, 0}, {comp->fd, POLLIN, 0}};
-    for (auto& f : flows)
-      if (f.up) pfds.push_back({f.ctl.get(), POLLIN, 0});
+    std::vector<size_t> which;  // pfds[2 + k] is flows[which[k]]'s connection
+    for (size_t i = 0; i < flows.size(); i++)
+      if (flows[i].up) {
+        pfds.push_back({flows[i].ctl.get(), POLLIN, 0});
+        which.push_back(i);
+      }
     int n = ::poll(pfds.data(), pfds.size(), msUntil(until));
     if (n < 0 && errno != EINTR) return sysError("incast (verbs): poll", errno);
     if (pfds[1].revents & POLLIN) {
@@ -609,15 +668,20 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
       void* ctx = nullptr;
       if (ibv_get_cq_event(comp.get(), &evCq, &ctx) == 0) acks.n++;
     }
-    for (size_t k = 2; k < pfds.size(); k++) {
-      if (!(pfds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    for (size_t k = 0; k < which.size(); k++) {
+      if (!(pfds[k + 2].revents & (POLLIN | POLLHUP | POLLERR)) || !flows[which[k]].up) continue;
       char c;
-      ssize_t r = ::recv(pfds[k].fd, &c, 1, MSG_DONTWAIT);
+      ssize_t r = ::recv(pfds[k + 2].fd, &c, 1, MSG_DONTWAIT);
       if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      // The sink sends nothing after its reply: readable means it closed (its fault ended).
-      ended = "receiver closed the flow (its incast ended)";
+      // The sink sends nothing after its reply: an orderly end (or a reset: it closed with our
+      // last report unread) means its fault ended; any other error is this flow's path.
+      if (r >= 0 || errno == ECONNRESET)
+        ended = "receiver closed the flow (its incast ended)";
+      else
+        dropFlow(which[k], "set-up connection failed: " + errnoText(errno));
     }
     if (!reap()) return makeError("incast (verbs): ibv_poll_cq failed");
+    dropStalled();
     return {};
   };
 
@@ -635,18 +699,7 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
       auto late = Clock::now() - t0;
       burst = std::max<int64_t>(burst, std::chrono::duration_cast<std::chrono::nanoseconds>(late).count() / o.intervalNs);
     }
-    // A flow whose QP failed gets a new one (a new set-up) a second later.
-    for (size_t i = 0; i < flows.size(); i++) {
-      if (flows[i].up || Clock::now() < flows[i].retryAt) continue;
-      auto r = connectFlow(i, std::min(end, Clock::now() + kConnectPatience));
-      if (r) {
-        reconnects++;
-      } else {
-        failedReconnects++;
-        flows[i].retryAt = Clock::now() + kRetryFlowAfter;
-        if (stop.stop_requested()) break;
-      }
-    }
+    setUpAgain(false);
     auto bStart = Clock::now();
     bool any = false;
     for (size_t i = 0; i < flows.size(); i++) {
@@ -661,6 +714,7 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
       continue;
     }
     for (;;) {
+      setUpAgain(true);
       bool busy = false;
       for (size_t i = 0; i < flows.size(); i++) {
         postWrites(i);
@@ -671,7 +725,9 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
       failure = wait(std::min(end, lastReport + kReportEvery), true);
       if (!failure) break;
     }
-    bool completed = std::all_of(flows.begin(), flows.end(),
+    // A burst counts when every flow that is up wrote its part (and one was).
+    bool completed = std::any_of(flows.begin(), flows.end(), [](const SendFlow& f) { return f.up; }) &&
+                     std::all_of(flows.begin(), flows.end(),
                                  [](const SendFlow& f) { return !f.up || (f.left == 0 && f.inflight == 0); });
     if (completed && ended.empty() && !stop.stop_requested() && Clock::now() < end) {
       burstNs.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - bStart).count());
