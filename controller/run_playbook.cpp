@@ -336,6 +336,12 @@ class PlanRun {
       applied = events.front().value("t_ns", applied);
       reverted = events.back().value("t_ns", reverted);
     }
+    fr.events.clear();
+    for (const auto& e : events) {
+      if (fr.events.size() >= kMaxFaultEvents) break;
+      fr.events.push_back({e.value("t_ns", int64_t(0)) - off - t0_, e.value("what", std::string()),
+                           e.value("detail", std::string()).substr(0, 1000)});
+    }
     if (applied > 0) fr.appliedNs = applied - off - t0_;
     if (reverted > 0) fr.revertedNs = reverted - off - t0_;
     if (!rec.value("error", std::string()).empty()) fr.error = rec["error"];

@@ -125,6 +125,12 @@ TEST_CASE("quickstart: reported impact and recovery agree with the link's real d
   CHECK(late < 1'000'000'000);
   CHECK(up - down >= 2'000'000'000 - 20'000'000);
   CHECK(up - down < 3'000'000'000);
+  // What the agent recorded rides along: the link's down and up, at the times above.
+  bool sawDown = false;
+  for (const auto& e : f["events"])
+    if (e["what"] == "down" && e["t_ns"] == down) sawDown = true;
+  INFO("the fault's events: " << f["events"].dump());
+  CHECK(sawDown);
   const json& trial = doc["trials"][0];
   CHECK(trial["fault_start_ns"] == down);
   CHECK(trial["fault_end_ns"] == up);
