@@ -240,6 +240,8 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   e->spec = spec;
   e->memory = memory;
   e->transport = std::move(transport);
+  // Read here: once the engine ends, it releases the transport (the reply is built after).
+  const std::string transportName = e->transport ? e->transport->name() : std::string("perftest");
   e->port = port;
   e->telemetry = std::make_unique<wl::Telemetry>(spec.startNs, r.binUs * 1000);
   if (perftest) {
@@ -364,18 +366,23 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
               s.counters.corruptions, s.counters.reconnects,
               s.error.empty() ? "" : " — " + s.error);
     e->emit(proto::toJson(ended));
+    // The transport goes now, not when the next workload reaps this entry: a verbs
+    // transport holds its PD, registered buffer, rdma_cm id and listener until destroyed.
+    // Under m_ with finished set: nothing else touches a finished entry's transport.
+    std::unique_ptr<wl::Transport> done;
     {
       std::lock_guard lock(m_);
       e->finished = true;
+      done = std::move(e->transport);
       generation_++;
     }
+    done.reset();
     cv_.notify_all();
   });
   generation_++;
   cv_.notify_all();
   return json{{"workload", e->id}, {"rank", e->rank}, {"start_ns", spec.startNs},
-              {"port", e->port},
-              {"transport", e->transport ? e->transport->name() : std::string("perftest")}};
+              {"port", e->port}, {"transport", transportName}};
 }
 
 Result<void> WorkloadManager::stop(const std::string& id) {

@@ -336,6 +336,12 @@ int cmdInject(const InjectOptions& o) {
         wake.cancel();
       });
     }
+    // incast's transport = "auto": one decision for the receiver and every sender.
+    if (kind->name == "incast") {
+      std::string transport = incastTransport(fleet.clients());
+      for (auto& [node, p] : params)
+        if (p.value("transport", "") == "auto") p["transport"] = transport;
+    }
     std::vector<std::function<asio::awaitable<void>()>> tasks;
     std::map<std::string, std::string> refused;
     for (auto& c : fleet.clients()) {

@@ -283,11 +283,14 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
     iters.push_back({{"node", r.node}, {"iteration", r.iteration}, {"start_ns", r.startNs}, {"end_ns", r.endNs}});
   doc["iterations"] = iters;
   json faults = json::array();
-  for (const auto& f : run.faults)
+  for (const auto& f : run.faults) {
+    json events = json::array();
+    for (const auto& e : f.events) events.push_back({{"t_ns", e.tNs}, {"what", e.what}, {"detail", e.detail}});
     faults.push_back({{"trial", f.trial}, {"step", f.step}, {"node", f.node}, {"kind", f.kind}, {"role", f.role},
                       {"params", f.params}, {"scheduled_ns", f.scheduledNs},
                       {"applied_ns", optInt(f.appliedNs)}, {"reverted_ns", optInt(f.revertedNs)},
-                      {"error", f.error}});
+                      {"error", f.error}, {"events", events}});
+  }
   doc["faults"] = faults;
   json counters = json::array();
   for (const auto& c : run.counters) {

@@ -116,6 +116,7 @@ class PlanRun {
     // connect() started; a crash in every run).
     bool connected = co_await connect(self);
     if (!connected) co_return self.finish();
+    self.resolveAutoTransports();
     self.watchForAbort();
     bool started = co_await startWorkload(self);
     if (!started) co_return self.finish();
@@ -167,6 +168,24 @@ class PlanRun {
     co_return true;
   }
 
+  // Each incast step with transport = "auto" becomes "verbs" or "tcp" for its receiver and all
+  // its senders together, from what their agents reported when they connected; the result's
+  // plan shows what ran.
+  void resolveAutoTransports() {
+    for (auto& t : plan_.trials) {
+      std::map<std::string, std::vector<PlannedFault*>> steps;
+      for (auto& f : t.faults)
+        if (f.kind == "incast" && f.params.value("transport", "") == "auto") steps[f.step].push_back(&f);
+      for (auto& [step, faults] : steps) {
+        std::vector<std::shared_ptr<AgentClient>> nodes;
+        for (auto* f : faults) nodes.push_back(fleet_.find(f->node));
+        std::string transport = incastTransport(nodes);
+        for (auto* f : faults) f->params["transport"] = transport;
+      }
+    }
+    run_.plan = plan_;
+  }
+
   // The abort plumbing: guardrails call abort(); lost agents and Ctrl-C too.
   void abort(std::string why) {
     if (aborted_) return;
@@ -216,7 +235,10 @@ class PlanRun {
       std::set<FabricMeter> meters;
       for (const auto& t : self.plan_.trials)
         for (const auto& f : t.faults)
-          if (f.kind == "incast" && f.role == "sink" && f.params.contains("port") && f.params["port"].is_number_integer())
+          // (A verbs incast's data is RoCEv2 on UDP 4791, like the workload's: no meter tells
+          // them apart, so its end is the fault's own.)
+          if (f.kind == "incast" && f.role == "sink" && f.params.value("transport", "") != "verbs" &&
+              f.params.contains("port") && f.params["port"].is_number_integer())
             meters.insert({f.node, f.params["port"].get<int>()});
       self.fabric_ = std::make_unique<FabricSampler>(self.inventory_.switchControl, self.t0_,
                                                 std::vector<FabricMeter>(meters.begin(), meters.end()));
@@ -313,6 +335,12 @@ class PlanRun {
     if (!events.empty()) {
       applied = events.front().value("t_ns", applied);
       reverted = events.back().value("t_ns", reverted);
+    }
+    fr.events.clear();
+    for (const auto& e : events) {
+      if (fr.events.size() >= kMaxFaultEvents) break;
+      fr.events.push_back({e.value("t_ns", int64_t(0)) - off - t0_, e.value("what", std::string()),
+                           e.value("detail", std::string()).substr(0, 1000)});
     }
     if (applied > 0) fr.appliedNs = applied - off - t0_;
     if (reverted > 0) fr.revertedNs = reverted - off - t0_;
@@ -547,7 +575,7 @@ class PlanRun {
 
   asio::io_context& io_;
   const Playbook& playbook_;
-  const Plan& plan_;
+  Plan plan_;  // a copy: incast's transport = "auto" is decided once the agents are connected
   const Inventory& inventory_;
   RunnerOptions options_;
   RunResult run_;

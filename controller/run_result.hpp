@@ -61,7 +61,15 @@ struct FaultRecord {
   std::optional<int64_t> revertedNs;  // actual; missing if the run ended before
   std::string error;                  // non-empty if the fault could not be applied
   std::string role;  // "" or, for kinds with several parties, e.g. incast: sink, sender
+  // What the agent recorded while it ran (its first kMaxFaultEvents events), times from the
+  // run start: e.g. incast's "received" / "sent" bytes and "qp_error"s.
+  struct Event {
+    int64_t tNs = 0;
+    std::string what, detail;
+  };
+  std::vector<Event> events;
 };
+inline constexpr size_t kMaxFaultEvents = 64;
 
 struct CounterSnapshot {
   int trial = 0;

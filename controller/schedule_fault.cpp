@@ -17,4 +17,19 @@ boost::asio::awaitable<Result<json>> scheduleFault(std::shared_ptr<AgentClient> 
   co_return co_await client->request("schedule", std::move(body), timeout);
 }
 
+bool hasActiveRdmaPort(const json& hello) {
+  const json& caps = hello.value("capabilities", json::object());
+  for (const auto& d : caps.value("rdma_devices", json::array()))
+    for (const auto& p : d.value("ports", json::array()))
+      if (p.value("state", "").find("ACTIVE") != std::string::npos) return true;
+  return false;
+}
+
+std::string incastTransport(const std::vector<std::shared_ptr<AgentClient>>& nodes) {
+  if (nodes.empty()) return "tcp";
+  for (const auto& c : nodes)
+    if (!c || !hasActiveRdmaPort(c->hello())) return "tcp";
+  return "verbs";
+}
+
 }  // namespace rc::controller

@@ -4,6 +4,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/result.hpp"
 #include "controller/fleet.hpp"
@@ -17,5 +18,13 @@ namespace rc::controller {
 boost::asio::awaitable<Result<json>> scheduleFault(std::shared_ptr<AgentClient> client, std::string faultId,
                                                    std::string kind, json params, int64_t startNs, int64_t forNs,
                                                    Duration timeout);
+
+// Whether an agent's hello reports an RDMA device with an ACTIVE port.
+bool hasActiveRdmaPort(const json& hello);
+
+// What an incast step's transport = "auto" becomes, decided once for the receiver and every
+// sender together (each node deciding alone could pick differently from its peers): "verbs"
+// when every one of NODES reports an RDMA device with an ACTIVE port, else "tcp".
+std::string incastTransport(const std::vector<std::shared_ptr<AgentClient>>& nodes);
 
 }  // namespace rc::controller

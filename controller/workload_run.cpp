@@ -9,6 +9,7 @@
 
 #include "common/clock.hpp"
 #include "common/log.hpp"
+#include "controller/schedule_fault.hpp"
 #include "workload/collectives.hpp"
 #include "workload/perftest.hpp"
 
@@ -125,12 +126,7 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
   if (spec.transport == "verbs" || perftest) {
     // Refuse before anything starts, from what the agents reported when they connected.
     for (const auto& c : impl->ranks) {
-      const json& caps = c->hello().value("capabilities", json::object());
-      bool active = false;
-      for (const auto& d : caps.value("rdma_devices", json::array()))
-        for (const auto& p : d.value("ports", json::array()))
-          if (p.value("state", "").find("ACTIVE") != std::string::npos) active = true;
-      if (!active)
+      if (!hasActiveRdmaPort(c->hello()))
         co_return makeError("node '" + c->node().name + "' has no RDMA device with an ACTIVE port " +
                             "(its agent reports none): " +
                             (perftest ? std::string("perftest") : std::string("transport \"verbs\"")) +

@@ -8,7 +8,10 @@
 // (or every `interval` from the common start instant, so senders stay in step). The controller
 // turns a receiver node name into its data address and schedules the sink with the senders.
 //
-// Flows are TCP by default. With transport = "udp" they are UDP datagrams that never back
+// Flows are TCP where the nodes have no RDMA device. With transport = "verbs" (what "auto", the
+// default, becomes when the receiver and every sender have an RDMA device with an ACTIVE port)
+// they are RC queue pairs doing RDMA WRITEs into the receiver (faults/incast_verbs.cpp). With
+// transport = "udp" they are UDP datagrams that never back
 // off, the way RoCEv2 traffic without DCQCN behaves: the only thing that slows a sender is its
 // own NIC being paused. A scenario that needs a paused queue to spread upstream (the PFC
 // watchdog's) needs that; TCP backs off and may never fill the senders' ingress.
@@ -40,6 +43,10 @@
 #include "common/unique_fd.hpp"
 #include "common/units.hpp"
 #include "faults/fault.hpp"
+#include "rdmachaos_config.h"
+#if RDMACHAOS_HAVE_VERBS_TRANSPORT
+#include "faults/incast_verbs.hpp"
+#endif
 
 namespace rc::faults {
 namespace {
@@ -64,6 +71,7 @@ struct IncastParams {
   int64_t intervalNs = 0;  // 0 = back to back
   bool isReceiver = false;
   bool udp = false;
+  bool verbs = false;
   std::string interface;  // the data interface the traffic uses
   in_addr localAddr{};
   std::vector<in_addr> from;  // the sink accepts flows only from these (empty = any)
@@ -143,6 +151,7 @@ class Incast final : public Fault {
     if (wake.fd() < 0) return makeError("incast: cannot create an eventfd: " + errnoText(errno), errno);
     auto end = p_.durationNs > 0 ? Clock::now() + std::chrono::nanoseconds(p_.durationNs)
                                  : Clock::time_point::max();
+    if (p_.verbs) return runVerbs(stop, wake.fd(), end, events);
     if (p_.isReceiver) return p_.udp ? udpSink(stop, wake.fd(), end, events) : sink(stop, wake.fd(), end, events);
     return send(stop, wake.fd(), end, events);
   }
@@ -154,7 +163,7 @@ class Incast final : public Fault {
   }
 
   std::string describe() const override {
-    std::string to = p_.receiver + ":" + std::to_string(p_.port) + (p_.udp ? "/udp" : "");
+    std::string to = p_.receiver + ":" + std::to_string(p_.port) + (p_.udp ? "/udp" : p_.verbs ? "/verbs" : "");
     if (p_.isReceiver)
       return "incast sink on " + to + " (" + p_.interface + "), expecting " + std::to_string(p_.fanIn) + " flows";
     return "incast " + std::to_string(p_.flows) + " of " + std::to_string(p_.fanIn) + " flows -> " + to + " from " +
@@ -170,6 +179,32 @@ class Incast final : public Fault {
     sa.sin_addr = p_.receiverAddr;
     return sa;
   }
+
+#if RDMACHAOS_HAVE_VERBS_TRANSPORT
+  Result<void> runVerbs(std::stop_token& stop, int wakeFd, Clock::time_point end, EventLog& events) {
+    incast_verbs::Options o;
+    o.receiver = p_.receiver;
+    o.receiverAddr = p_.receiverAddr;
+    o.port = p_.port;
+    o.localAddr = p_.localAddr;
+    o.flows = p_.flows;
+    o.fanIn = p_.fanIn;
+    o.sizeBytes = p_.sizeBytes;
+    o.intervalNs = p_.intervalNs;
+    o.dscp = p_.dscp;
+    o.from = p_.from;
+    auto bytes = p_.isReceiver ? incast_verbs::sink(o, stop, wakeFd, end, events)
+                               : incast_verbs::send(o, stop, wakeFd, end, events);
+    if (!bytes) return bytes.error();
+    std::lock_guard lock(m_);
+    bytes_ = *bytes;
+    return {};
+  }
+#else
+  Result<void> runVerbs(std::stop_token&, int, Clock::time_point, EventLog&) {
+    return makeError("incast: transport \"verbs\" needs an agent built with rdma-core");
+  }
+#endif
 
   // ------------------------------------------------------------ the receiver's sink
   static std::string refusals(size_t strangers, size_t extra, size_t starved) {
@@ -562,9 +597,10 @@ const FaultKind kind_incast{
          "empty = any)",
          "", 0, 0, false},
         {"transport", ParamType::string,
-         "tcp (flows back off under congestion) or udp (datagrams at the burst schedule that never back "
-         "off, like RoCEv2 without DCQCN)",
-         "tcp", 0, 0, false, {"tcp", "udp"}},
+         "auto (verbs where the receiver and every sender have an RDMA device with an ACTIVE port, else "
+         "tcp), verbs (RC QPs doing RDMA WRITEs into the receiver), tcp (flows back off under congestion) "
+         "or udp (datagrams at the burst schedule that never back off, like RoCEv2 without DCQCN)",
+         "auto", 0, 0, false, {"auto", "verbs", "tcp", "udp"}},
     },
     [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
       if (!params.is_object()) return makeError("incast parameters must be a table");
@@ -585,9 +621,16 @@ const FaultKind kind_incast{
       p.dscp = params["dscp"].get<int>();
       p.port = uint16_t(params["port"].get<int>());
       auto tr = params.find("transport");
-      if (tr != params.end() && (!tr->is_string() || (*tr != "tcp" && *tr != "udp")))
-        return makeError("incast parameter 'transport' must be \"tcp\" or \"udp\"");
-      p.udp = tr != params.end() && *tr == "udp";
+      std::string transport = tr != params.end() && tr->is_string() ? tr->get<std::string>() : "auto";
+      if (transport != "auto" && transport != "verbs" && transport != "tcp" && transport != "udp")
+        return makeError("incast parameter 'transport' must be \"auto\", \"verbs\", \"tcp\" or \"udp\"");
+      p.udp = transport == "udp";
+      p.verbs = transport == "verbs";
+#if !RDMACHAOS_HAVE_VERBS_TRANSPORT
+      if (p.verbs)
+        return makeError("incast: transport \"verbs\" needs an agent built with rdma-core (libibverbs-dev, "
+                         "librdmacm-dev); use transport = \"tcp\"");
+#endif
       if (auto f = params.find("from"); f != params.end() && f->is_string()) {
         std::string list = f->get<std::string>();
         size_t start = 0;
@@ -632,7 +675,20 @@ const FaultKind kind_incast{
         return makeError("incast: the path to " + p.receiver + " leaves through " + p.interface + ": " +
                          ok.error().message,
                          EPERM);
+      // "auto" that reached an agent (the controller decides it for the whole step from the
+      // agents' capabilities): this node's own device decides.
+#if RDMACHAOS_HAVE_VERBS_TRANSPORT
+      if (transport == "auto") p.verbs = incast_verbs::carries(p.localAddr);
+#endif
+#if RDMACHAOS_HAVE_VERBS_TRANSPORT
+      // Refused here, before the instant, rather than failing when it runs.
+      if (p.verbs && transport == "verbs" && !incast_verbs::carries(p.localAddr))
+        return makeError("incast: transport \"verbs\" but no RDMA device with an ACTIVE port carries " +
+                         std::string(inet_ntoa(p.localAddr)) + " (this node's end of the path to " + p.receiver +
+                         "); use transport = \"tcp\" or \"auto\"");
+#endif
       json resolved = params;
+      resolved["transport"] = p.verbs ? "verbs" : p.udp ? "udp" : "tcp";
       resolved["role"] = p.isReceiver ? "receiver" : "sender";
       resolved["interface"] = p.interface;
       return std::unique_ptr<Fault>(std::make_unique<Incast>(std::move(resolved), std::move(p)));

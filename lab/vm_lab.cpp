@@ -253,6 +253,9 @@ report() {
     echo "uptime=$(cut -d' ' -f1 /proc/uptime)"
     [ -d $p ] && echo "rdma=rxe0" && echo "port_state=$(cat $p/state)" &&
       echo "phys_state=$(cat $p/phys_state)" && echo "link_downed=$(cat $p/hw_counters/link_downed 2>/dev/null)"
+    # RDMA resources held on the device (pd, cq, qp, mr...): what a test reads to see that a
+    # fault or workload left none behind.
+    [ -d $p ] && echo "rdma_res=$(rdma resource show rxe0 2>/dev/null)"
     echo "data0=$(cat /sys/class/net/data0/operstate 2>/dev/null)"
     echo "agent_listening=$listening"
     echo "agent_restarts=$(cat /run/rdmachaos/restarts)"

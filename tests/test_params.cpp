@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "faults/fault.hpp"
+#include "rdmachaos_config.h"
 
 using namespace rc;
 using namespace rc::faults;
@@ -178,7 +179,13 @@ TEST_CASE("incast refuses what it cannot do safely, and picks its role from the 
   fails({{"receiver", "127.0.0.1"}, {"senders", 1}, {"fan_in", 1000}}, lo, "1000 flows per sender is more than 512");
   fails({{"receiver", "127.0.0.1"}, {"senders", 1}, {"size", "10B"}}, lo, "'size' = 10B is out of range");
   fails({{"receiver", "127.0.0.1"}, {"senders", 1}, {"transport", "rdma"}}, lo,
-        "'transport' = 'rdma' is not one of tcp, udp");
+        "'transport' = 'rdma' is not one of auto, verbs, tcp, udp");
+#if RDMACHAOS_HAVE_VERBS_TRANSPORT
+  // Verbs asked for where no RDMA device carries the address (loopback never is one's):
+  // refused when scheduled, naming the address and the way out, not when the instant comes.
+  fails({{"receiver", "127.0.0.1"}, {"senders", 1}, {"transport", "verbs"}}, lo,
+        "transport \"verbs\" but no RDMA device with an ACTIVE port carries 127.0.0.1");
+#endif
   // The traffic's interface must be allowlisted: here the path is lo, which is not.
   Policy none;
   none.allowlist = {"data0"};
@@ -192,6 +199,8 @@ TEST_CASE("incast refuses what it cannot do safely, and picks its role from the 
   REQUIRE(sink);
   CHECK((*sink)->describe() == "incast sink on 127.0.0.1:7490 (lo), expecting 8 flows");
   CHECK((*sink)->params()["role"] == "receiver");
+  // "auto" that reaches an agent is decided by its own device: none carries loopback.
+  CHECK((*sink)->params()["transport"] == "tcp");
   auto udpSink = make({{"receiver", "127.0.0.1"}, {"senders", 2}, {"fan_in", 8}, {"transport", "udp"}}, lo);
   REQUIRE(udpSink);
   CHECK((*udpSink)->describe() == "incast sink on 127.0.0.1:7490/udp (lo), expecting 8 flows");

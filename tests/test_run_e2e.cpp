@@ -1,6 +1,7 @@
 // Playbook runs end to end on the namespace lab: quickstart's scores agree with the link's
 // real down time; an expectation that cannot hold exits 1 with a JUnit failure; a guardrail
-// abort and Ctrl-C exit 2 with every fault reverted and a partial report written.
+// abort and Ctrl-C exit 2 with every fault reverted and a partial report written; a verbs
+// workload on nodes without an RDMA device is refused, naming one, before anything starts.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -123,6 +125,12 @@ TEST_CASE("quickstart: reported impact and recovery agree with the link's real d
   CHECK(late < 1'000'000'000);
   CHECK(up - down >= 2'000'000'000 - 20'000'000);
   CHECK(up - down < 3'000'000'000);
+  // What the agent recorded rides along: the link's down and up, at the times above.
+  bool sawDown = false;
+  for (const auto& e : f["events"])
+    if (e["what"] == "down" && e["t_ns"] == down) sawDown = true;
+  INFO("the fault's events: " << f["events"].dump());
+  CHECK(sawDown);
   const json& trial = doc["trials"][0];
   CHECK(trial["fault_start_ns"] == down);
   CHECK(trial["fault_end_ns"] == up);
@@ -199,5 +207,52 @@ TEST_CASE("Ctrl-C during the fault reverts everything, exits 2, keeps a partial 
   CHECK_THAT(r.err, Catch::Contains("interrupted"));
   json doc = json::parse(readFile(report + "/result.json"));
   CHECK(doc["run"]["abort_reason"] == "interrupted by the operator");
+  requireEverythingReverted();
+}
+
+// Issue 11: the inventory cannot say which node has an RDMA device, so the run refuses
+// transport = "verbs" from what the agents report in their hello, before anything starts.
+// The namespace lab has no RDMA device at all: the run must name a node and start nothing (no
+// workload on any agent, no fault scheduled, nothing journaled).
+TEST_CASE("a verbs playbook on nodes without an RDMA device is refused naming the node; nothing starts") {
+  std::string pb = writePlaybook("verbs-refused", R"(
+name = "verbs-refused"
+[workload]
+kind = "allreduce"
+size = "1MiB"
+nodes = "all"
+transport = "verbs"
+[[phase]]
+name = "baseline"
+duration = "2s"
+[[phase]]
+name = "fault"
+duration = "2s"
+[[step]]
+kind = "link_flap"
+target = "n3"
+phase = "fault"
+at = "500ms"
+for = "1s"
+params = { down = "500ms" }
+)");
+  std::map<std::string, size_t> logBefore;
+  for (const auto& n : lab().nodes()) logBefore[n.name] = readFile(n.log).size();
+  std::string report = lab().dir() + "/verbs-refused";
+  auto r = runPlaybook(pb, report);
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out + r.err, Catch::Matches(R"([\s\S]*node 'n[123]' has no RDMA device with an ACTIVE port[\s\S]*)"));
+  json doc = json::parse(readFile(report + "/result.json"));
+  std::string why = doc["run"]["abort_reason"];
+  CHECK_THAT(why, Catch::Contains("workload did not start: node 'n"));
+  CHECK_THAT(why, Catch::Contains("transport \"verbs\" needs one on every workload node; nothing was started"));
+  CHECK(doc["faults"].empty());
+  for (const auto& n : lab().nodes()) {
+    std::string log = readFile(n.log).substr(logBefore[n.name]);
+    INFO("node " << n.name << " log since: " << log);
+    CHECK(log.find("workload '") == std::string::npos);  // no workload started, none ended
+    CHECK(log.find("schedul") == std::string::npos);
+  }
   requireEverythingReverted();
 }

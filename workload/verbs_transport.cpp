@@ -217,20 +217,10 @@ Result<void> VerbsTransport::findGid() {
   ibv_gid want{};  // RoCEv2's GID of an IPv4 address: ::ffff:a.b.c.d
   want.raw[10] = want.raw[11] = 0xff;
   std::memcpy(&want.raw[12], &sa->sin_addr, 4);
-  // Entry by entry from 0 (the kernel fills the lowest free slot, so an address's GID sits
-  // among the first few): a whole-table query may read sysfs per entry, slow under TCG.
-  for (int i = 0, empty = 0; i < pa.gid_tbl_len && empty < 8; i++) {
-    ibv_gid_entry e{};
-    if (ibv_query_gid_ex(ctx, port, uint32_t(i), &e, 0) != 0) {
-      empty++;
-      continue;
-    }
-    empty = 0;
-    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && std::memcmp(e.gid.raw, want.raw, 16) == 0) {
-      gidIndex_ = i;
-      gid_ = want;
-      return {};
-    }
+  if (int i = roceV2GidIndex(ctx, port, pa.gid_tbl_len, sa->sin_addr); i >= 0) {
+    gidIndex_ = i;
+    gid_ = want;
+    return {};
   }
   return makeError(deviceName() + " port " + std::to_string(port) + " has no RoCEv2 GID for " +
                    o_.world[size_t(o_.rank)].address + " (is its port active?)");

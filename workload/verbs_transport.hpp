@@ -14,7 +14,7 @@
 #include "common/unique_fd.hpp"
 #include "workload/tcp_transport.hpp"  // Endpoint
 #include "workload/transport.hpp"
-#include "workload/verbs_handles.hpp"
+#include "common/verbs_handles.hpp"
 
 namespace rc::workload {
 

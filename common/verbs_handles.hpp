@@ -1,18 +1,22 @@
-// Move-only owners of the librdmacm/ibverbs handles the verbs transport uses, with the three
-// verbs error styles (NULL+errno, returned errno, -1+errno) turned into Result values here.
+// Move-only owners of the librdmacm/ibverbs handles (the verbs workload transport, the verbs
+// incast generator), with the three verbs error styles (NULL+errno, returned errno, -1+errno)
+// turned into Result values here. Header-only: only code built with rdma-core includes it.
 #pragma once
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <netinet/in.h>
+
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "common/result.hpp"
 
-namespace rc::workload::verbs {
+namespace rc::verbs {
 
 template <typename T, void (*Destroy)(T*)>
 class Handle {
@@ -75,4 +79,22 @@ inline Result<void> checkMinus1(int ret, const std::string& what) {
   return sysError(what, errno);
 }
 
-}  // namespace rc::workload::verbs
+// The index of the RoCEv2 GID of IPv4 address ADDR (::ffff:a.b.c.d) on CTX's PORT, entry by
+// entry from 0: the kernel fills the lowest free slot, so an address's GID sits among the
+// first few, and a whole-table query may read sysfs per entry (slow under TCG). -1 = none.
+inline int roceV2GidIndex(ibv_context* ctx, uint8_t port, int tableLen, const in_addr& addr) {
+  uint8_t want[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  std::memcpy(&want[12], &addr, 4);
+  for (int i = 0, empty = 0; i < tableLen && empty < 8; i++) {
+    ibv_gid_entry e{};
+    if (ibv_query_gid_ex(ctx, port, uint32_t(i), &e, 0) != 0) {
+      empty++;
+      continue;
+    }
+    empty = 0;
+    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && std::memcmp(e.gid.raw, want, 16) == 0) return i;
+  }
+  return -1;
+}
+
+}  // namespace rc::verbs
