@@ -336,11 +336,12 @@ int cmdInject(const InjectOptions& o) {
         wake.cancel();
       });
     }
-    // incast's transport = "auto": one decision for the receiver and every sender.
-    if (kind->name == "incast") {
-      std::string transport = incastTransport(fleet.clients());
-      for (auto& [node, p] : params)
-        if (p.value("transport", "") == "auto") p["transport"] = transport;
+    // Parameters that depend on what the agents reported (incast's transport = "auto"): one
+    // decision for every node of this inject.
+    {
+      std::vector<json*> stepParams;
+      for (auto& c : fleet.clients()) stepParams.push_back(&params[c->node().name]);
+      settleStep(kind->name, stepParams, fleet.clients());
     }
     std::vector<std::function<asio::awaitable<void>()>> tasks;
     std::map<std::string, std::string> refused;

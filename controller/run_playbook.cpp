@@ -32,7 +32,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Telemetry arrives at least every 100 ms: decisions about "now" look this far back.
+// Telemetry arrives at least every 100 ms: decisions about "now" look this far back, or
+// further when a node's telemetry is later than that (liveInstant).
 constexpr int64_t kTelemetryLagNs = 300'000'000;
 
 std::string faultId(const std::string& run, int trial, const std::string& step,
@@ -116,7 +117,7 @@ class PlanRun {
     // connect() started; a crash in every run).
     bool connected = co_await connect(self);
     if (!connected) co_return self.finish();
-    self.resolveAutoTransports();
+    self.settleSteps();
     self.watchForAbort();
     bool started = co_await startWorkload(self);
     if (!started) co_return self.finish();
@@ -168,19 +169,21 @@ class PlanRun {
     co_return true;
   }
 
-  // Each incast step with transport = "auto" becomes "verbs" or "tcp" for its receiver and all
-  // its senders together, from what their agents reported when they connected; the result's
-  // plan shows what ran.
-  void resolveAutoTransports() {
+  // Each step's parameters that depend on its agents (incast's transport = "auto" becomes
+  // "verbs" or "tcp" for its receiver and all its senders together) are settled once the agents
+  // are connected, from what they reported; the result's plan shows what ran.
+  void settleSteps() {
     for (auto& t : plan_.trials) {
       std::map<std::string, std::vector<PlannedFault*>> steps;
-      for (auto& f : t.faults)
-        if (f.kind == "incast" && f.params.value("transport", "") == "auto") steps[f.step].push_back(&f);
+      for (auto& f : t.faults) steps[f.step].push_back(&f);
       for (auto& [step, faults] : steps) {
+        std::vector<json*> params;
         std::vector<std::shared_ptr<AgentClient>> nodes;
-        for (auto* f : faults) nodes.push_back(fleet_.find(f->node));
-        std::string transport = incastTransport(nodes);
-        for (auto* f : faults) f->params["transport"] = transport;
+        for (auto* f : faults) {
+          params.push_back(&f->params);
+          nodes.push_back(fleet_.find(f->node));
+        }
+        settleStep(faults.front()->kind, params, nodes);
       }
     }
     run_.plan = plan_;
@@ -235,11 +238,7 @@ class PlanRun {
       std::set<FabricMeter> meters;
       for (const auto& t : self.plan_.trials)
         for (const auto& f : t.faults)
-          // (A verbs incast's data is RoCEv2 on UDP 4791, like the workload's: no meter tells
-          // them apart, so its end is the fault's own.)
-          if (f.kind == "incast" && f.role == "sink" && f.params.value("transport", "") != "verbs" &&
-              f.params.contains("port") && f.params["port"].is_number_integer())
-            meters.insert({f.node, f.params["port"].get<int>()});
+          if (auto port = faultMeterPort(f.kind, f.role, f.params)) meters.insert({f.node, *port});
       self.fabric_ = std::make_unique<FabricSampler>(self.inventory_.switchControl, self.t0_,
                                                 std::vector<FabricMeter>(meters.begin(), meters.end()));
     }
@@ -395,7 +394,7 @@ class PlanRun {
         for (auto& cs : run_.counters)
           if (cs.trial == trial.index) cs.after = countersNow(cs.node);
       // The baseline, once it is complete: below the floor means the fabric is not fit to test.
-      if (!baselines_.count(trial.index) && now >= trial.baselineToNs + kTelemetryLagNs) {
+      if (!baselines_.count(trial.index) && liveInstant(now) >= trial.baselineToNs) {
         auto b = baselineRate(jobGrid(trial.baselineFromNs, trial.baselineToNs), trial.baselineFromNs,
                               trial.baselineToNs, playbook_.scoring.smoothNs);
         baselines_[trial.index] = b.value_or(0);
@@ -405,7 +404,7 @@ class PlanRun {
       }
       if (playbook_.guardrails.maxStallNs > 0 && baselines_.count(trial.index) && now >= trial.startNs &&
           now < trial.endNs + kTelemetryLagNs) {
-        int64_t to = now - kTelemetryLagNs, from = to - playbook_.guardrails.maxStallNs;
+        int64_t to = liveInstant(now), from = to - playbook_.guardrails.maxStallNs;
         if (from >= trial.baselineToNs) {
           Grid g = jobGrid(from, to);
           bool stalled = g.size() > 0;
@@ -419,11 +418,20 @@ class PlanRun {
     }
   }
 
+  // The run-timeline instant that live figures describe: kTelemetryLagNs back, or the end of
+  // the slowest node's newest bin if that is earlier (a node whose telemetry is late would
+  // otherwise read as a stall, and the job's throughput as a fall).
+  int64_t liveInstant(int64_t now) const {
+    int64_t at = now - kTelemetryLagNs;
+    if (auto through = telemetryThroughNs(workload_->series())) at = std::min(at, *through - t0_);
+    return at;
+  }
+
   // The live metrics (run --metrics) and the progress line, for one instant.
   void show(int64_t now) {
-    // One instant for every figure: telemetry arrives kTelemetryLagNs late, so the phase,
-    // the faults and the throughput are all those of `at` (said on the progress line).
-    const int64_t at = now - kTelemetryLagNs;
+    // One instant for every figure: the phase, the faults and the throughput are all those
+    // of `at`, and the progress line says how far behind now it is (measured, not assumed).
+    const int64_t at = liveInstant(now);
     std::string phase = "-", label;
     int trialIndex = -1;
     for (const auto& trial : plan_.trials)
@@ -500,7 +508,7 @@ class PlanRun {
       std::fprintf(stderr,
                    "[%s] %-10s t=%5.1fs/%.1fs (the second to t; telemetry lags %.1fs)  "
                    "job throughput %-11s busbw %-11s iter p50 %-9s faults on: %s\n",
-                   where.c_str(), phase.c_str(), at / 1e9, plan_.durationNs / 1e9, kTelemetryLagNs / 1e9,
+                   where.c_str(), phase.c_str(), at / 1e9, plan_.durationNs / 1e9, (now - at) / 1e9,
                    at >= 1'000'000'000 ? formatBitRate(jobBytes * 8).c_str() : "-",
                    st.count ? formatBitRate(st.busbw * 8).c_str() : "-",
                    st.count ? formatDuration(Nanos(int64_t(st.p50Ns))).c_str() : "-",

@@ -17,19 +17,13 @@ boost::asio::awaitable<Result<json>> scheduleFault(std::shared_ptr<AgentClient> 
   co_return co_await client->request("schedule", std::move(body), timeout);
 }
 
-bool hasActiveRdmaPort(const json& hello) {
-  const json& caps = hello.value("capabilities", json::object());
-  for (const auto& d : caps.value("rdma_devices", json::array()))
-    for (const auto& p : d.value("ports", json::array()))
-      if (p.value("state", "").find("ACTIVE") != std::string::npos) return true;
-  return false;
-}
-
-std::string incastTransport(const std::vector<std::shared_ptr<AgentClient>>& nodes) {
-  if (nodes.empty()) return "tcp";
-  for (const auto& c : nodes)
-    if (!c || !hasActiveRdmaPort(c->hello())) return "tcp";
-  return "verbs";
+void settleStep(const std::string& kind, const std::vector<json*>& params,
+                const std::vector<std::shared_ptr<AgentClient>>& nodes) {
+  const faults::FaultKind* k = faults::findKind(kind);
+  if (!k || !k->settle) return;
+  std::vector<json> caps;
+  for (const auto& c : nodes) caps.push_back(c ? c->hello().value("capabilities", json::object()) : json::object());
+  k->settle(params, caps);
 }
 
 }  // namespace rc::controller

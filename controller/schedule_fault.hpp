@@ -19,12 +19,10 @@ boost::asio::awaitable<Result<json>> scheduleFault(std::shared_ptr<AgentClient> 
                                                    std::string kind, json params, int64_t startNs, int64_t forNs,
                                                    Duration timeout);
 
-// Whether an agent's hello reports an RDMA device with an ACTIVE port.
-bool hasActiveRdmaPort(const json& hello);
-
-// What an incast step's transport = "auto" becomes, decided once for the receiver and every
-// sender together (each node deciding alone could pick differently from its peers): "verbs"
-// when every one of NODES reports an RDMA device with an ACTIVE port, else "tcp".
-std::string incastTransport(const std::vector<std::shared_ptr<AgentClient>>& nodes);
+// Settles one step's parameters that depend on its agents (FaultKind::settle, e.g. incast's
+// transport = "auto"), once for the whole step: each node deciding alone could differ from its
+// peers. PARAMS[i] is NODES[i]'s; a kind without the hook is left as it is.
+void settleStep(const std::string& kind, const std::vector<json*>& params,
+                const std::vector<std::shared_ptr<AgentClient>>& nodes);
 
 }  // namespace rc::controller

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/units.hpp"
+#include "faults/fault.hpp"
 
 namespace rc::controller {
 namespace {
@@ -304,13 +305,18 @@ std::optional<WireSpan> wireSpan(const FabricEvidence& f, const std::string& por
   return out;
 }
 
+std::optional<int> faultMeterPort(const std::string& kind, const std::string& role, const json& params) {
+  const faults::FaultKind* k = faults::findKind(kind);
+  if (!k || !k->wireMeter) return std::nullopt;
+  return k->wireMeter(role, params);
+}
+
 std::optional<WireSpan> faultWire(const RunResult& run, const FaultRecord& f, int64_t trialEndNs) {
-  if (f.kind != "incast" || f.role != "sink" || !f.appliedNs || !f.params.is_object() ||
-      !f.params.contains("port") || !f.params["port"].is_number_integer())
-    return std::nullopt;
+  auto port = faultMeterPort(f.kind, f.role, f.params);
+  if (!port || !f.appliedNs) return std::nullopt;
   // From a little before the apply: the sink is applied first, the senders' first frames may
   // beat the sink's own record by the agents' clock offsets.
-  return wireSpan(run.fabric, f.node, f.params["port"].get<int>(), *f.appliedNs - 100'000'000, trialEndNs);
+  return wireSpan(run.fabric, f.node, *port, *f.appliedNs - 100'000'000, trialEndNs);
 }
 
 std::vector<FabricDelta> fabricDeltas(const FabricEvidence& f, int64_t fromNs, int64_t toNs) {
@@ -467,6 +473,8 @@ Scores score(const RunResult& run, const Playbook& pb) {
 
     auto [grids, jobGrid] = trialGrids(t);
     const std::vector<std::string>& nodes = run.plan.workloadNodes;
+    int64_t clockUncertaintyNs = 0;
+    for (const auto& c : run.clocks) clockUncertaintyNs = std::max(clockUncertaintyNs, c.uncertaintyNs);
 
     auto scoreScope = [&](const std::string& scope, const Grid& g, std::vector<double> baseIter,
                           auto windowIter) {
@@ -480,6 +488,10 @@ Scores score(const RunResult& run, const Playbook& pb) {
       sc.baselineIterations = iterationStats(baseIter);
       if (sc.baseline && *sc.baseline > 0 && ts.faultStartNs) {
         sc.impact = scoreImpact(g, *sc.baseline, *ts.faultStartNs, *ts.faultEndNs, ss, sc.band);
+        // Fault instants and bins come from different agents' clocks, each mapped onto the
+        // controller's with an offset known to within its own uncertainty: the worst of them
+        // adds to every time read between the two.
+        sc.impact->uncertaintyNs += clockUncertaintyNs;
         sc.windowIterations = iterationStats(windowIter(sc.impact->windowFromNs,
                                                         std::max(sc.impact->windowToNs, *ts.faultEndNs)));
       }

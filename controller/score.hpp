@@ -152,7 +152,7 @@ struct FabricDelta {
   uint64_t pfcRx = 0, pfcTx = 0, ecnMarked = 0, drops = 0;
   int64_t pausedNs = 0, xoffNs = 0;
   uint64_t maxDepthBytes = 0;
-  uint64_t stormGaps = 0;  // gaps in received PFC longer than the maximum pause time
+  uint64_t stormGaps = 0;  // gaps in received PFC longer than the pause the frame before asked for
   bool any() const { return pfcRx || pfcTx || ecnMarked || drops || pausedNs || xoffNs; }
 };
 // Deltas of every (port, queue) that moved in [fromNs, toNs).
@@ -168,6 +168,8 @@ struct WireSpan {
 };
 std::optional<WireSpan> wireSpan(const FabricEvidence& f, const std::string& port, int l4Dst, int64_t fromNs,
                                  int64_t toNs);
+// The L4 port the lab switch meters a fault's own traffic on (FaultKind::wireMeter), if any.
+std::optional<int> faultMeterPort(const std::string& kind, const std::string& role, const json& params);
 // The wire span of the traffic fault F put on the fabric, for the kinds that are metered (an
 // incast's record on its receiver), up to TRIAL_END_NS; empty for the others.
 std::optional<WireSpan> faultWire(const RunResult& run, const FaultRecord& f, int64_t trialEndNs);

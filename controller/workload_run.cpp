@@ -10,6 +10,7 @@
 #include "common/clock.hpp"
 #include "common/log.hpp"
 #include "controller/schedule_fault.hpp"
+#include "faults/fault.hpp"
 #include "workload/collectives.hpp"
 #include "workload/perftest.hpp"
 
@@ -126,7 +127,7 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
   if (spec.transport == "verbs" || perftest) {
     // Refuse before anything starts, from what the agents reported when they connected.
     for (const auto& c : impl->ranks) {
-      if (!hasActiveRdmaPort(c->hello()))
+      if (!faults::hasActiveRdmaPort(c->hello().value("capabilities", json::object())))
         co_return makeError("node '" + c->node().name + "' has no RDMA device with an ACTIVE port " +
                             "(its agent reports none): " +
                             (perftest ? std::string("perftest") : std::string("transport \"verbs\"")) +
@@ -283,6 +284,16 @@ WorkloadStats workloadStats(const WorkloadSeries& s, int64_t from, int64_t to) {
     st.busbw = st.algbw * s.busFactor;
   }
   return st;
+}
+
+std::optional<int64_t> telemetryThroughNs(const WorkloadSeries& s) {
+  std::optional<int64_t> through;
+  for (const auto& n : s.nodes) {
+    if (n.bins.empty()) continue;
+    int64_t end = n.bins.back().tNs + s.binNs;
+    through = through ? std::min(*through, end) : end;
+  }
+  return through;
 }
 
 json toJson(const WorkloadSeries& s) {

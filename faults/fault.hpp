@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -165,7 +166,20 @@ struct FaultKind {
   // interface is "the default interface"). The planner refuses two steps that hold the same
   // target on one node at once. Empty (or "") = changes nothing another fault could restore over.
   std::function<std::string(const json& normalisedParams)> planTarget;
+  // Optional: settles, for one step once its agents are connected, parameters that depend on
+  // what those agents reported (incast's transport = "auto": verbs only where every node of the
+  // step has an ACTIVE RDMA port). params[i] is the bound node's normalised parameters and
+  // capabilities[i] the `capabilities` of its agent's hello; edited in place, for `inject` and
+  // `run` alike. Empty = nothing to settle.
+  std::function<void(const std::vector<json*>& params, const std::vector<json>& capabilities)> settle;
+  // Optional: the L4 destination port by which the lab switch can meter this fault's own traffic
+  // into NODE (role as bound, parameters as settled), so a score can read when that traffic
+  // stopped on the wire (the ground truth of its recovery). Empty or nullopt = no meter.
+  std::function<std::optional<int>(const std::string& role, const json& params)> wireMeter;
 };
+
+// Whether an agent's `capabilities` (from its hello) list an RDMA device with an ACTIVE port.
+bool hasActiveRdmaPort(const json& capabilities);
 
 // PARAMS' string KEY, or "" (for planTarget).
 std::string stringParam(const json& params, const char* key);

@@ -571,6 +571,24 @@ Result<std::vector<BoundTarget>> bindIncast(const json& params, const std::vecto
   return out;
 }
 
+// transport = "auto" becomes one choice for the whole step: verbs only where the receiver and
+// every sender have an ACTIVE RDMA port (a verbs sender cannot write into a TCP sink).
+void settleIncast(const std::vector<json*>& params, const std::vector<json>& capabilities) {
+  bool verbs = !params.empty();
+  for (const auto& caps : capabilities) verbs = verbs && hasActiveRdmaPort(caps);
+  for (json* p : params)
+    if (p && p->value("transport", "") == "auto") (*p)["transport"] = verbs ? "verbs" : "tcp";
+}
+
+// The sink's TCP or UDP port is metered on the receiver's switch port. A verbs incast's data is
+// RoCEv2 on UDP 4791 like the workload's: no meter tells them apart, so it has none.
+std::optional<int> incastWireMeter(const std::string& role, const json& params) {
+  if (role != "sink" || !params.is_object() || params.value("transport", "") == "verbs") return std::nullopt;
+  auto port = params.find("port");
+  if (port == params.end() || !port->is_number_integer()) return std::nullopt;
+  return port->get<int>();
+}
+
 }  // namespace
 
 extern const FaultKind kind_incast;
@@ -699,6 +717,9 @@ const FaultKind kind_incast{
     },
     checkIncast,
     bindIncast,
+    {},
+    settleIncast,
+    incastWireMeter,
 };
 
 }  // namespace rc::faults

@@ -205,6 +205,14 @@ json wireParams(const std::vector<ParamSpec>& specs, const json& normalised) {
   return out;
 }
 
+bool hasActiveRdmaPort(const json& capabilities) {
+  if (!capabilities.is_object()) return false;
+  for (const auto& d : capabilities.value("rdma_devices", json::array()))
+    for (const auto& p : d.value("ports", json::array()))
+      if (p.is_object() && p.value("state", "").find("ACTIVE") != std::string::npos) return true;
+  return false;
+}
+
 std::string stringParam(const json& params, const char* key) {
   auto it = params.find(key);
   return it != params.end() && it->is_string() ? it->get<std::string>() : std::string();
