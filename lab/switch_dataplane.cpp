@@ -259,14 +259,17 @@ void Fabric::onPfc(int pi, const pfc::Frame& f, int64_t now) {
     Queue& q = p.q[prio];
     q.stats.pfcRx++;
     if (!q.pfcRxActive) event(now, "pfc_rx_start", p.name, prio);
-    // Storm quality: a gap longer than the longest pause at this port's rate left the port
-    // free to send, so the storm did not hold it paused throughout.
-    if (q.pfcRxActive && now - q.lastPfcRx > pfc::quantaToNs(0xffff, p.rateBps)) q.stats.stormGaps++;
+    uint16_t quanta = f.quanta[size_t(prio)];
+    // Storm quality: a frame that arrives after the pause of the one before it ran out (its
+    // own quanta at this port's rate) ends a gap in which the port was free to send, so the
+    // storm did not hold it paused throughout. Counted whether or not this switch honours the
+    // pause (lossy priority, watchdog): it judges the storm, not the switch.
+    if (q.pfcRxActive && now > q.rxPauseEnd) q.stats.stormGaps++;
     q.pfcRxActive = true;
     q.lastPfcRx = now;
+    q.rxPauseEnd = now + pfc::quantaToNs(quanta, p.rateBps);
     if (!(cfg_.losslessMask & (1u << prio))) continue;  // PFC is off for lossy priorities
     if (q.storm && q.wd.action != WatchdogAction::alert) continue;  // the watchdog ignores it
-    uint16_t quanta = f.quanta[size_t(prio)];
     if (q.pausedUntil > now) {
       q.stats.pausedNs += now - q.pauseStart;
     } else if (q.pausedUntil > q.pauseStart) {

@@ -64,7 +64,7 @@ struct QueueStats {
   uint64_t pfcRx = 0, pfcTx = 0, wdStorms = 0, wdRestored = 0, wdDrops = 0;
   int64_t pausedNs = 0;  // closed pause intervals; the open one is added when read
   int64_t xoffNs = 0;    // closed XOFF intervals (this switch pausing the upstream); likewise
-  uint64_t stormGaps = 0;  // gaps in received PFC longer than the maximum pause time
+  uint64_t stormGaps = 0;  // gaps in received PFC longer than the pause the frame before asked for
 };
 
 struct Queue {
@@ -87,6 +87,7 @@ struct Queue {
   WatchdogConfig wd;
   bool storm = false;
   int64_t stalledSince = 0, lastPfcRx = 0;
+  int64_t rxPauseEnd = 0;  // when the last received PFC frame's pause ran out (storm gaps)
   bool pfcRxActive = false;  // an episode of received PFC (a storm, seen on the wire) is open
 };
 

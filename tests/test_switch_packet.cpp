@@ -1,8 +1,17 @@
-// Unit tests of the lab switch's frame inspection and of PFC frames.
+// Unit tests of the lab switch's frame inspection, of PFC frames, and of its storm accounting.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/pfc.hpp"
+#include "common/unique_fd.hpp"
+#include "lab/switch_fabric.hpp"
 #include "lab/switch_packet.hpp"
 
 using namespace rc::labswitch;
@@ -103,4 +112,72 @@ TEST_CASE("PFC frames round-trip; one quantum is 512 bit times", "[switch]") {
   CHECK(p->quanta[3] == 65535);
   CHECK(rc::pfc::quantaToNs(65535, 100e9) == 335539);  // 335 us at 100G
   CHECK_FALSE(rc::pfc::parse(udpFrame(0, 1).data(), 60).has_value());
+}
+
+TEST_CASE("storm gaps: a pause frame after the previous frame's own pause ran out is a gap", "[switch]") {
+  // One switch, one host port whose NIC is a stream socket (the soft-RoCE guests' kind): the
+  // test listens where QEMU would, and feeds the port's received PFC frames at chosen instants.
+  char dir[] = "/tmp/rc-stormgap-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  std::string path = std::string(dir) + "/n1.sock";
+  struct Cleanup {
+    std::string dir, path;
+    ~Cleanup() {
+      ::unlink(path.c_str());
+      ::rmdir(dir.c_str());
+    }
+  } cleanup{dir, path};
+  rc::UniqueFD listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(listener.isValid());
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::strncpy(sa.sun_path, path.c_str(), sizeof sa.sun_path - 1);
+  REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  REQUIRE(::listen(listener.get(), 1) == 0);
+
+  Config cfg;
+  cfg.rateBps = 1e9;
+  cfg.hosts.push_back(HostPort{"n1", "", "", path});
+  Fabric fab(cfg);
+  REQUIRE(fab.build());
+
+  auto frame = [](uint16_t quanta) {
+    rc::pfc::Frame f;
+    f.enableVector = 1 << 3;
+    f.quanta[3] = quanta;
+    return f;
+  };
+  auto gaps = [&](int64_t now) {
+    json c = fab.counters({{"port", "n1"}}, now);
+    return c["ports"][0]["queues"][3]["storm_gaps"].get<uint64_t>();
+  };
+  // 65535 quanta at 1 Gb/s: 33.55 ms of pause; 1000 quanta: 0.512 ms.
+  const int64_t full = rc::pfc::quantaToNs(65535, 1e9), small = rc::pfc::quantaToNs(1000, 1e9);
+  REQUIRE(full == 33'553'920);
+  REQUIRE(small == 512'000);
+  int64_t t = 1'000'000'000;
+  // A storm that refreshes its pause before it runs out holds the port: no gap.
+  for (int i = 0; i < 10; i++, t += 10'000'000) fab.onPfc(0, frame(65535), t);
+  CHECK(gaps(t) == 0);
+  // One frame late by 1 ns after the last one's full pause: one gap.
+  t = t - 10'000'000 + full + 1;
+  fab.onPfc(0, frame(65535), t);
+  CHECK(gaps(t) == 1);
+  // Frames of 1000 quanta 1 ms apart leave the port free to send 0.488 ms of every
+  // millisecond: each is a gap, although 1 ms is far shorter than the longest pause (the old
+  // rule, which judged every gap against 65535 quanta, counted none of them).
+  t += 1'000'000;
+  fab.onPfc(0, frame(1000), t);  // after a full pause still running: not a gap
+  CHECK(gaps(t) == 1);
+  for (int i = 0; i < 5; i++) {
+    t += 1'000'000;
+    fab.onPfc(0, frame(1000), t);
+  }
+  CHECK(gaps(t) == 6);
+  // The same frames 0.5 ms apart keep the port paused: no new gap.
+  for (int i = 0; i < 5; i++) {
+    t += 500'000;
+    fab.onPfc(0, frame(1000), t);
+  }
+  CHECK(gaps(t) == 6);
 }
