@@ -595,6 +595,10 @@ std::string renderText(const json& doc) {
       o << ")";
     }
     o << "\n";
+    // The other named quantity of the live line: bus bandwidth, not the job's throughput.
+    if (auto bw = num(job, "busbw_Bps"))
+      o << "  busbw           " << rateText(bw) << " bus bandwidth (nccl-tests' definition, from the baseline's "
+        << "median iteration)\n";
     if (band.value("capped", false) && base && *base > 0) {
       auto low = num(band, "lowest_Bps");
       o << "  warning         the baseline is noisy: its spread (lowest " << rateText(low) << ", "

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,10 @@ struct WorkloadStats {
   double algbw = 0, busbw = 0;  // bytes per second, from the median iteration time
 };
 WorkloadStats workloadStats(const WorkloadSeries& series, int64_t fromNs, int64_t toNs);
+// The instant (controller clock) up to which every node that has reported bins has reported
+// all of them: the end of the slowest node's newest bin. Empty before any node reported one.
+// Figures for a stated instant must not look past it (a late node would read as a stall).
+std::optional<int64_t> telemetryThroughNs(const WorkloadSeries& series);
 nlohmann::json toJson(const WorkloadSeries& series);
 
 class WorkloadRun {

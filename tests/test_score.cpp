@@ -6,6 +6,7 @@
 
 #include "controller/report.hpp"
 #include "controller/score.hpp"
+#include "controller/workload_run.hpp"
 #include "synthetic_run.hpp"
 
 using namespace rc::controller;
@@ -145,6 +146,28 @@ TEST_CASE("a whole run: scopes, iterations, counters, cost, verdicts") {
   CHECK(exitCodeFor(s.outcome) == 1);
   CHECK(s.verdictsPassed == 2);
   CHECK(s.verdictsFailed == 1);
+}
+
+TEST_CASE("the agents' clock-offset uncertainty widens every time read between fault and bins", "[score]") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  // The synthetic run's own clocks (35 and 40 us) count already: without any, one bin + half
+  // the smoothing; with them, 40 us more.
+  const int64_t withSynthetic = score(run, pb).trials[0].job.impact->uncertaintyNs;
+  run.clocks.clear();
+  const int64_t without = score(run, pb).trials[0].job.impact->uncertaintyNs;
+  CHECK(withSynthetic == without + 40'000);
+  ClockInfo a, b;
+  a.node = "n1";
+  a.uncertaintyNs = 40'000;  // 80 us best round trip
+  b.node = "n2";
+  b.uncertaintyNs = 3 * kMs;  // a slow management path
+  run.clocks = {a, b};
+  Scores s = score(run, pb);
+  // The worst clock counts, once; the answers themselves do not move.
+  CHECK(s.trials[0].job.impact->uncertaintyNs == without + 3 * kMs);
+  CHECK(s.trials[0].job.impact->recoveryTimeNs == 500 * kMs);
+  for (const auto& n : s.trials[0].nodes) CHECK(n.impact->uncertaintyNs == without + 3 * kMs);
 }
 
 TEST_CASE("not recovered fails the recovery expectation") {
@@ -586,4 +609,22 @@ TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may b
                                "bad.toml");
   REQUIRE_FALSE(badStat);
   CHECK(badStat.error().message.find("stat = \"cv\" needs a job metric shown over repeats") != std::string::npos);
+}
+
+TEST_CASE("live figures stop at the slowest node's newest bin", "[score][live]") {
+  WorkloadSeries s;
+  s.binNs = 10'000'000;
+  CHECK_FALSE(telemetryThroughNs(s));  // nothing reported yet
+  NodeSeries a, b, quiet;
+  a.node = "n1";
+  b.node = "n2";
+  quiet.node = "n3";  // no bins yet: not waited for
+  for (int i = 0; i < 100; i++) a.bins.push_back({1'000'000'000 + int64_t(i) * s.binNs, 1000});
+  for (int i = 0; i < 40; i++) b.bins.push_back({1'000'000'000 + int64_t(i) * s.binNs, 1000});
+  s.nodes = {a, b, quiet};
+  // n2's newest bin starts at 1.39 s: everything is known up to 1.40 s, not to n1's 2.0 s.
+  REQUIRE(telemetryThroughNs(s));
+  CHECK(*telemetryThroughNs(s) == 1'400'000'000);
+  s.nodes[1].bins.push_back({1'400'000'000, 0});  // a stalled node still reports (empty) bins
+  CHECK(*telemetryThroughNs(s) == 1'410'000'000);
 }
