@@ -605,11 +605,13 @@ def stop_early(tools, env, job_env, tmp, mode):
     "batch": `scancel --batch --signal=TERM JOBID` signals the batch shell alone: its trap
       SIGTERMs `rdmachaos run` (which reverts what it scheduled, writes its reports and exits
       2), then the agents' step.
-    "timelimit": no scancel: submitted with --time=2 --signal=B:TERM@60, Slurm's timer sends
-      the batch shell SIGTERM 60-90 s before the limit (its resolution is up to a minute),
-      the same path as "batch" (the script's own line is --signal=B:TERM@120)."""
+    "timelimit": no scancel: submitted with --time=2 --signal=B:TERM@45, Slurm's timer sends
+      the batch shell SIGTERM 45 s before the limit or up to a minute earlier (its
+      resolution): 15-75 s into the job (with @60, 33 and 62 s after sbatch were seen; the
+      fault is held 7-10 s after sbatch). The same path as "batch"; the script's own line
+      is --signal=B:TERM@120."""
     how = {"job": "scancel --signal=TERM", "batch": "scancel --batch --signal=TERM",
-           "timelimit": "--signal=B:TERM@60"}[mode]
+           "timelimit": "--time=2 --signal=B:TERM@45"}[mode]
     playbook = os.path.join(tmp, "slurm-hold.toml")
     with open(playbook, "w") as f:
         f.write('name = "slurm-hold"\nseed = 1\n[workload]\nkind = "allreduce"\nsize = "1MiB"\nnodes = "all"\n'
@@ -622,7 +624,7 @@ def stop_early(tools, env, job_env, tmp, mode):
     job_env = dict(job_env, RDMACHAOS_RUN_DIR=run_dir, RDMACHAOS_PORT=str(port))
     out = os.path.join(tmp, "job-%s.out" % mode)
     journals = [os.path.join(tmp, "agent-state", "agent-%d" % i, "journal") for i in (0, 1)]
-    extra = ["--time=2", "--signal=B:TERM@60"] if mode == "timelimit" else []
+    extra = ["--time=2", "--signal=B:TERM@45"] if mode == "timelimit" else []
     r = subprocess.run([tools["sbatch"], "--parsable", "-N", "1", "-o", out] + extra +
                        [os.path.join(SRC, "deploy", "slurm", "rdmachaos.sbatch"), playbook],
                        env=job_env, capture_output=True, text=True, timeout=60)
