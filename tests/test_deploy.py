@@ -566,9 +566,9 @@ PartitionName=rdmachaos Nodes=rcnode1 Default=YES MaxTime=INFINITE State=UP
         steps = subprocess.run([tools["squeue"], "--steps", "-h"], env=env, capture_output=True, text=True).stdout.strip()
         check(steps == "", "no job step is left running (%s)" % steps)
 
-        # Cancelled mid-run, as docs/deploy.md says to stop early: `scancel --signal=TERM JOBID`
-        # while a fault is held. A noop is journaled and reverted like any fault (and never
-        # touches lo, the only data interface here).
+        # Stopped early while a fault is held (docs/deploy.md): first the agents alone
+        # (`scancel --signal=TERM JOBID`). A noop is journaled and reverted like any fault
+        # (and never touches lo, the only data interface here).
         stop_early(tools, env, job_env, tmp, "job")
         # The batch shell alone signalled: by hand, then by Slurm's timer near the time limit.
         stop_early(tools, env, job_env, tmp, "batch")
