@@ -208,6 +208,40 @@ uint64_t nicGrowth(const json& series, const char* key, int64_t t0, int64_t t1) 
   return b > a ? b - a : 0;
 }
 
+// A counter an operator reads first in a fault window: errors, retries, sequence trouble,
+// timeouts, RNR, pause, ECN, CNPs, drops, link downs; the rest are packet and byte counts.
+bool evidenceCounter(std::string_view name) {
+  if (auto slash = name.find('/'); slash != std::string_view::npos) name.remove_prefix(slash + 1);
+  for (std::string_view w : {"err", "retry", "seq", "timeout", "rnr", "duplicate", "pause", "ecn", "cnp", "drop",
+                             "discard", "downed"})
+    if (name.find(w) != std::string_view::npos) return true;
+  return false;
+}
+
+bool rdmaCounter(std::string_view name) {
+  if (auto slash = name.find('/'); slash != std::string_view::npos) name.remove_prefix(slash + 1);
+  return name.substr(0, 5) == "rdma.";
+}
+
+// One node's moved counters of a fault window (doc: trials[].nic.fault_windows[].nodes.NODE),
+// evidence first, then the rest, each group by name.
+std::vector<std::pair<std::string, uint64_t>> nicWindowItems(const json& counters) {
+  std::vector<std::pair<std::string, uint64_t>> items;
+  if (!counters.is_object()) return items;
+  for (auto it = counters.begin(); it != counters.end(); ++it)
+    if (it->is_number_unsigned() || it->is_number_integer()) items.emplace_back(it.key(), it->get<uint64_t>());
+  std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
+    return evidenceCounter(a.first) > evidenceCounter(b.first);
+  });
+  return items;
+}
+
+std::string nicItemText(const std::pair<std::string, uint64_t>& item) {
+  std::string s = item.first;
+  s.append(" +").append(std::to_string(item.second));
+  return s;
+}
+
 }  // namespace
 
 json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& scores) {
@@ -408,6 +442,12 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
                     {"data_plane_restore_time_ns", since(ep.dataPlaneDeliveredNs, ep.stormEndNs)}});
     }
     jt["fabric"] = {{"source", ts.fabric.source}, {"deltas", fd}, {"fault_windows", fw}, {"watchdog", wd}};
+    // The nodes' own NIC and RDMA counters over the same windows as the switch's.
+    json nw = json::array();
+    for (const auto& win : ts.nicWindows)
+      nw.push_back({{"step", win.step}, {"node", win.node}, {"kind", win.kind}, {"role", win.role},
+                    {"from_ns", win.fromNs}, {"to_ns", win.toNs}, {"nodes", win.nodes}});
+    jt["nic"] = {{"fault_windows", nw}};
     (void)t;
     trials.push_back(std::move(jt));
   }
@@ -692,6 +732,44 @@ std::string renderText(const json& doc) {
         o << "\n";
       }
     }
+    // Per fault window, each node's RDMA counters and the NIC's evidence (pause, ECN, errors,
+    // drops) that moved; the rest (byte and packet counts of net.* and ethtool) are counted
+    // only: every moved counter is in result.json.
+    if (t.contains("nic") && t["nic"].is_object())
+      for (const auto& w : t["nic"].value("fault_windows", json::array())) {
+        const int64_t start = i64(t, "start_ns");
+        o << "  NIC counters    while " << str(w, "step") << " (" << str(w, "kind") << " on " << str(w, "node");
+        if (!str(w, "role").empty()) o << ", " << str(w, "role");
+        o << ") was on, " << dur(i64(w, "from_ns") - start) << " to " << dur(i64(w, "to_ns") - start)
+          << " into the trial:";
+        const json& nodes = w.value("nodes", json::object());
+        if (!nodes.is_object() || nodes.empty()) o << " no counter moved on any node";
+        o << "\n";
+        if (!nodes.is_object()) continue;
+        for (auto it = nodes.begin(); it != nodes.end(); ++it) {
+          constexpr size_t kShown = 12;  // a line an operator reads; mlx5 moves dozens at once
+          std::string line;
+          size_t shown = 0, more = 0, others = 0;
+          for (const auto& item : nicWindowItems(*it)) {
+            if (!rdmaCounter(item.first) && !evidenceCounter(item.first)) {
+              others++;
+            } else if (shown == kShown) {
+              more++;
+            } else {
+              if (shown++) line.append(", ");
+              line.append(nicItemText(item));
+            }
+          }
+          if (more) line.append(", ").append(std::to_string(more)).append(" more");
+          if (others) {
+            if (!line.empty()) line.append("; ");
+            line.append(std::to_string(others)).append(" other NIC counter(s) moved (net.*, ethtool)");
+          }
+          if (more || others) line.append(": all in result.json");
+          o << "    " << it.key() << std::string(it.key().size() < 12 ? 12 - it.key().size() : 1, ' ') << line
+            << "\n";
+        }
+      }
     for (const auto& p : t["problems"]) o << "  ERROR " << p.get<std::string>() << "\n";
     const json cond = t.value("condition", json::object());
     for (const auto& c : cond.value("checks", json::array()))
@@ -1211,6 +1289,39 @@ std::string renderHtml(const json& doc) {
             << esc(show("data_plane_restore_time_ns")) << ")";
         h << ".</p>\n";
       }
+    }
+
+    // The nodes' NIC and RDMA counters per fault window, beside the switch's view: every
+    // counter that moved, the evidence (errors, retries, pause, ECN, CNPs, drops) first.
+    if (t.contains("nic") && t["nic"].is_object() && !t["nic"].value("fault_windows", json::array()).empty()) {
+      h << "<h3>NIC and RDMA counters per fault window</h3>\n<p class=\"muted\">Each node's counter deltas from "
+           "the fault's apply to its revert, from the agents' samples (about every 100 ms): the counters that "
+           "moved.</p>\n<table class=\"nicwindows\"><tr><th>fault</th><th>window</th><th>node</th>"
+           "<th>counters that moved</th></tr>\n";
+      for (const auto& w : t["nic"]["fault_windows"]) {
+        std::string fault = str(w, "step");
+        fault.append(" (").append(str(w, "kind")).append(" on ").append(str(w, "node"));
+        if (!str(w, "role").empty()) fault.append(", ").append(str(w, "role"));
+        fault.append(")");
+        std::string when = rel(i64(w, "from_ns") - t0);
+        when.append(" to ").append(rel(i64(w, "to_ns") - t0));
+        const json& nodes = w.value("nodes", json::object());
+        if (!nodes.is_object() || nodes.empty()) {
+          h << "<tr><td>" << esc(fault) << "</td><td class=\"num\">" << esc(when)
+            << "</td><td>–</td><td class=\"muted\">no counter moved on any node</td></tr>\n";
+          continue;
+        }
+        for (auto it = nodes.begin(); it != nodes.end(); ++it) {
+          std::string cell;
+          for (const auto& item : nicWindowItems(*it)) {
+            if (!cell.empty()) cell.append(", ");
+            cell.append(nicItemText(item));
+          }
+          h << "<tr><td>" << esc(fault) << "</td><td class=\"num\">" << esc(when) << "</td><td>" << esc(it.key())
+            << "</td><td>" << esc(cell) << "</td></tr>\n";
+        }
+      }
+      h << "</table>\n";
     }
 
     if (!t["verdicts"].empty()) {

@@ -568,6 +568,7 @@ class PlanRun {
         NicPoint p = nicHighlights(nicNow);
         p.tNs = tNs - t0_;
         run_.nic[ns.node].push_back(p);
+        run_.nicSamples[ns.node].push_back({tNs - t0_, changed});
       }
       for (const auto& it : ns.iterations)
         if (it.ok) run_.iterations.push_back({ns.node, int64_t(it.index), it.startNs - t0_, it.endNs - t0_});

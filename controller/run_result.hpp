@@ -124,6 +124,15 @@ struct NicPoint {
   uint64_t cnpSent = 0;      // rdma.np_cnp_sent
   uint64_t cnpHandled = 0;   // rdma.rp_cnp_handled
 };
+// Every NIC and RDMA counter of one node as the agent sent it (~100 ms): a sample holds the
+// values that changed since the one before (the first, all it had), as on the wire, so a long
+// run costs what moved, not every name every time. The per-fault-window deltas are taken from
+// these (score.hpp, nicDeltas); the result keeps the deltas, not the samples.
+struct NicSample {
+  int64_t tNs = 0;
+  std::map<std::string, uint64_t> values;
+};
+
 // Sums the highlighted counters of one sample (names as in counters/nic_counters.hpp, with an
 // "IFNAME/" prefix on nodes with several data interfaces).
 NicPoint nicHighlights(const std::map<std::string, uint64_t>& values);
@@ -142,6 +151,7 @@ struct RunResult {
   std::vector<ClockInfo> clocks;
   FabricEvidence fabric;
   std::map<std::string, std::vector<NicPoint>> nic;  // per workload node that sent counters
+  std::map<std::string, std::vector<NicSample>> nicSamples;  // the same nodes, every counter
   std::string abortReason;  // empty = ran to the end
 };
 

@@ -355,6 +355,31 @@ std::vector<FabricDelta> fabricDeltas(const FabricEvidence& f, int64_t fromNs, i
   return out;
 }
 
+std::map<std::string, uint64_t> nicDeltas(const std::vector<NicSample>& samples, int64_t fromNs, int64_t toNs) {
+  // In time order: one agent's samples arrive in order, but their times are mapped through a
+  // clock offset and a reordered pair must not read as a reset.
+  std::vector<const NicSample*> ordered;
+  ordered.reserve(samples.size());
+  for (const auto& s : samples) ordered.push_back(&s);
+  std::stable_sort(ordered.begin(), ordered.end(), [](const NicSample* a, const NicSample* b) { return a->tNs < b->tNs; });
+  std::map<std::string, uint64_t> last, grown;
+  for (const NicSample* s : ordered) {
+    if (s->tNs > toNs) break;
+    const bool inside = s->tNs > fromNs;
+    for (const auto& [name, v] : s->values) {
+      auto [it, first] = last.try_emplace(name, v);
+      if (first) continue;
+      if (inside) {
+        // A value below the last one is a counter that was reset: it counted up from 0 to v.
+        uint64_t g = v >= it->second ? v - it->second : v;
+        if (g > 0) grown[name] += g;
+      }
+      it->second = v;
+    }
+  }
+  return grown;
+}
+
 std::string Verdict::describe() const {
   return metric + " " + op + " " + boundText + " (" + scope + "): measured " + measuredText +
          (passed ? " -- ok" : " -- FAILED");
@@ -445,6 +470,17 @@ Scores score(const RunResult& run, const Playbook& pb) {
     ts.trial = t.index;
     ts.label = t.label();
     ts.completed = run.endedNs >= t.endNs;
+    // The nodes' NIC and RDMA counters while each fault was on. Evidence rather than a score,
+    // so also for a trial cut short (what the NICs saw before an abort is the first question).
+    if (!run.nicSamples.empty())
+      for (const auto& f : run.faults) {
+        if (f.trial != t.index || !f.appliedNs) continue;
+        NicWindow win{f.step, f.node, f.kind, f.role, *f.appliedNs,
+                      f.revertedNs.value_or(std::min(t.endNs, std::max(run.endedNs, *f.appliedNs))), {}};
+        for (const auto& [node, samples] : run.nicSamples)
+          if (auto d = nicDeltas(samples, win.fromNs, win.toNs); !d.empty()) win.nodes[node] = std::move(d);
+        ts.nicWindows.push_back(std::move(win));
+      }
     if (!ts.completed) {
       ts.problems.push_back("trial did not complete" +
                             (run.abortReason.empty() ? std::string() : ": " + run.abortReason));

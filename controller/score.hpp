@@ -189,6 +189,24 @@ struct WatchdogEpisode {
   std::optional<int64_t> dataPlaneDeliveredNs;
 };
 
+// How much each of a node's NIC and RDMA counters grew in the window (fromNs, toNs], from its
+// samples (NicSample: changed values only), with the edges read like fabricDeltas reads the
+// switch's: the last value at or before each edge; a counter first seen inside the window
+// counts from that first value (the agent sends every value it has in its first sample, so
+// that is a counter that appeared, not growth). A counter that went back (a driver reload, a
+// reset by hand) counts from 0 again: the value it reached after the reset is growth, never a
+// negative delta. Only counters that moved are in the map. Resolution: one sample interval.
+std::map<std::string, uint64_t> nicDeltas(const std::vector<NicSample>& samples, int64_t fromNs, int64_t toNs);
+
+// The nodes' NIC and RDMA counter deltas while one fault was on: from the instant it was
+// applied to the instant it was reverted (the trial's end, or the run's if it ended first,
+// when never reverted), the window the switch's per-fault deltas use.
+struct NicWindow {
+  std::string step, node, kind, role;  // the fault record's
+  int64_t fromNs = 0, toNs = 0;
+  std::map<std::string, std::map<std::string, uint64_t>> nodes;  // node -> counter -> delta (moved only)
+};
+
 struct FabricScore {
   std::string source;                     // empty: no fabric evidence for this run
   std::vector<FabricDelta> trial;         // over the trial
@@ -218,6 +236,9 @@ struct TrialScore {
   ScopeScore job;
   std::vector<ScopeScore> nodes;
   FabricScore fabric;
+  // Per applied fault of the trial, in record order; also for a trial that did not complete
+  // (the counters are evidence, not a score). Empty where no node sent NIC counters.
+  std::vector<NicWindow> nicWindows;
   // The scenario's [[require]] checks; when one fails, the trial is not scored: its
   // expectations' verdicts say "not scored: condition not reached" and count as neither.
   std::vector<Verdict> conditions;

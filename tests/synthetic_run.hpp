@@ -3,7 +3,7 @@
 #pragma once
 
 #include <algorithm>
-
+#include <map>
 #include <string>
 
 #include "controller/inventory.hpp"
@@ -173,6 +173,39 @@ inline void addStormEvidence(RunResult& r) {
                      {10'200'000'000, "wd_detect", "n2", 3},
                      {12'000'000'000, "pfc_rx_end", "n2", 3},
                      {12'200'000'000, "wd_restore", "n2", 3}};
+}
+
+// Adds soft-RoCE (rxe) counters to RUN as the agents send them: a sample every 100 ms from 0 to
+// 30 s holding only the values that changed (the first, all). The known answers over the
+// fault window (10 s, 12 s]:
+//   n1: rdma.sent_pkts +200 (10 a sample, all the time), rdma.completer_retry_err +10 (one a
+//       sample in 10-11 s only), net.rx_bytes +20000 (1000 a sample); rdma.retry_exceeded_err
+//       moves only outside (at 5 s and 20 s); the samples of 11.1-11.3 s never arrive.
+//   n2: rdma.rcvd_seq_err +7 (1000 from the start, reset to 3 at 10.5 s, 7 at 11 s),
+//       rdma.out_of_seq_request +12 (first seen at 11.2 s with 40, 52 at 11.5 s);
+//       rdma.rcvd_pkts stands still in the window (10 a sample outside it).
+inline void addRxeCounters(RunResult& r) {
+  auto clampK = [](int k, int a, int b) { return std::clamp(k, a, b) - a; };
+  std::map<std::string, std::map<std::string, uint64_t>> sent;  // node -> what the agent sent last
+  for (int k = 0; k <= 300; k++) {
+    std::map<std::string, std::map<std::string, uint64_t>> now;
+    now["n1"]["rdma.sent_pkts"] = uint64_t(10 * k);
+    now["n1"]["rdma.completer_retry_err"] = uint64_t(clampK(k, 100, 110));
+    now["n1"]["rdma.retry_exceeded_err"] = uint64_t((k >= 50) + (k >= 200));
+    now["n1"]["net.rx_bytes"] = uint64_t(1000 * k);
+    now["n2"]["rdma.rcvd_pkts"] = uint64_t(10 * (k - clampK(k, 100, 120)));
+    now["n2"]["rdma.rcvd_seq_err"] = k < 105 ? 1000 : k < 110 ? 3 : 7;
+    if (k >= 112) now["n2"]["rdma.out_of_seq_request"] = k < 115 ? 40 : 52;
+    for (auto& [node, values] : now) {
+      if (node == "n1" && k >= 111 && k <= 113) continue;  // lost: the next sample carries the change
+      NicSample s{int64_t(k) * 100'000'000, {}};
+      for (const auto& [name, v] : values) {
+        auto [it, added] = sent[node].try_emplace(name, v);
+        if (added || it->second != v) s.values[name] = it->second = v;
+      }
+      r.nicSamples[node].push_back(std::move(s));
+    }
+  }
 }
 
 }  // namespace rc::test

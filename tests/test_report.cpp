@@ -205,6 +205,55 @@ TEST_CASE("NIC counters: the highlighted sums, their series in the result, the t
   CHECK(renderHtml(doc).find("NIC counters") == std::string::npos);
 }
 
+TEST_CASE("NIC and RDMA counters per fault window: in the result, per node in the text, beside the switch in the HTML") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  rc::test::addRxeCounters(run);  // rxe's names; known deltas over the flap, 10 s to 12 s
+  rc::test::addStormEvidence(run);
+  json doc = makeResultDocument(run, pb, score(run, pb));
+  REQUIRE(checkResultDocument(doc));
+  const json& ws = doc["trials"][0]["nic"]["fault_windows"];
+  REQUIRE(ws.size() == 1);
+  CHECK(ws[0]["step"] == "flap");
+  CHECK(ws[0]["kind"] == "link_flap");
+  CHECK(ws[0]["node"] == "n2");
+  CHECK(ws[0]["from_ns"] == 10'000'000'000);
+  CHECK(ws[0]["to_ns"] == 12'000'000'000);
+  CHECK(ws[0]["nodes"]["n1"] == json{{"net.rx_bytes", 20000}, {"rdma.completer_retry_err", 10}, {"rdma.sent_pkts", 200}});
+  CHECK(ws[0]["nodes"]["n2"] == json{{"rdma.out_of_seq_request", 12}, {"rdma.rcvd_seq_err", 7}});
+
+  // The text: per window, per node, the RDMA counters that moved, evidence first; the NIC's
+  // byte and packet counts only counted.
+  std::string text = renderText(doc);
+  CHECK_THAT(text, Catch::Contains("  NIC counters    while flap (link_flap on n2) was on, 10.000s to 12.000s into the "
+                                   "trial:\n"
+                                   "    n1          rdma.completer_retry_err +10, rdma.sent_pkts +200; 1 other NIC "
+                                   "counter(s) moved (net.*, ethtool): all in result.json\n"
+                                   "    n2          rdma.out_of_seq_request +12, rdma.rcvd_seq_err +7\n"));
+  CHECK_THAT(text, !Catch::Contains("retry_exceeded_err"));  // moved only outside the window
+
+  // The HTML: the table after the switch's, one row per node, every counter that moved.
+  std::string h = renderHtml(doc);
+  size_t fabric = h.find("<table class=\"fabric\">"), nic = h.find("<table class=\"nicwindows\">");
+  REQUIRE(fabric != std::string::npos);
+  REQUIRE(nic != std::string::npos);
+  CHECK(fabric < nic);
+  CHECK(count(h, "<h3>NIC and RDMA counters per fault window</h3>") == 1);
+  CHECK_THAT(h, Catch::Contains("<td>n1</td><td>rdma.completer_retry_err +10, net.rx_bytes +20000, rdma.sent_pkts "
+                                "+200</td>"));
+  CHECK_THAT(h, Catch::Contains("<td>n2</td><td>rdma.out_of_seq_request +12, rdma.rcvd_seq_err +7</td>"));
+  CHECK_THAT(h, Catch::Contains("+10.000s to +12.000s"));
+  // A window in which nothing moved says so; a document from before these windows renders.
+  json quiet = doc;
+  quiet["trials"][0]["nic"]["fault_windows"][0]["nodes"] = json::object();
+  CHECK_THAT(renderText(quiet), Catch::Contains("into the trial: no counter moved on any node\n"));
+  CHECK_THAT(renderHtml(quiet), Catch::Contains("no counter moved on any node"));
+  json old = doc;
+  old["trials"][0].erase("nic");
+  CHECK(renderHtml(old).find("nicwindows") == std::string::npos);
+  CHECK(renderText(old).find("NIC counters    while") == std::string::npos);
+}
+
 TEST_CASE("an aborted run with NIC counters renders: text, HTML, JUnit") {
   Playbook pb = rc::test::syntheticPlaybook();
   RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
@@ -212,8 +261,12 @@ TEST_CASE("an aborted run with NIC counters renders: text, HTML, JUnit") {
   run.endedNs = 3'000'000'000;
   run.nic["n1"].push_back({0, 1, 2, 3, 4});
   run.nic["n1"].push_back({1'000'000'000, 5, 6, 7, 8});
+  rc::test::addRxeCounters(run);
+  run.faults[0].revertedNs.reset();  // applied at 10 s; the run never got there
   json doc = makeResultDocument(run, pb, score(run, pb));
   REQUIRE(checkResultDocument(doc));
+  CHECK(doc["trials"][0]["nic"]["fault_windows"][0]["to_ns"] == 10'000'000'000);
+  CHECK(doc["trials"][0]["nic"]["fault_windows"][0]["nodes"].empty());
   CHECK_NOTHROW(renderText(doc));
   CHECK_NOTHROW(renderHtml(doc));
   CHECK_NOTHROW(renderJunit(doc));

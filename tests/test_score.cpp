@@ -465,6 +465,65 @@ TEST_CASE("fabric evidence: deltas per queue, fabric metrics, and the watchdog's
   CHECK(flowing.trials[0].fabric.watchdog.at(0).dataPlaneDeliveredNs == std::nullopt);
 }
 
+TEST_CASE("NIC counter deltas per fault window: inside counts, outside does not, a reset or a lost sample never goes negative") {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  rc::test::addRxeCounters(run);
+  const auto& n1 = run.nicSamples.at("n1");
+  const auto& n2 = run.nicSamples.at("n2");
+  using Deltas = std::map<std::string, uint64_t>;
+  // The fault window (10 s, 12 s]: what moved in it, by exactly as much; not what moved only
+  // outside it (retry_exceeded_err) or stood still in it (rcvd_pkts).
+  CHECK(nicDeltas(n1, 10 * kSec, 12 * kSec) ==
+        Deltas{{"net.rx_bytes", 20000}, {"rdma.completer_retry_err", 10}, {"rdma.sent_pkts", 200}});
+  // A reset inside the window counts up from 0 (3, then 4 more), never 7 - 1000; a counter
+  // first seen inside it counts from its first value.
+  CHECK(nicDeltas(n2, 10 * kSec, 12 * kSec) == Deltas{{"rdma.out_of_seq_request", 12}, {"rdma.rcvd_seq_err", 7}});
+  // Before the fault: the retry counter moved once, the completer's did not.
+  Deltas before = nicDeltas(n1, 0, 10 * kSec);
+  CHECK(before.at("rdma.retry_exceeded_err") == 1);
+  CHECK(before.count("rdma.completer_retry_err") == 0);
+  CHECK(before.at("rdma.sent_pkts") == 1000);
+  // Edges: a sample at the window's start is its "before"; one at its end is in it. A window
+  // that starts before the first sample counts from that sample.
+  CHECK(nicDeltas(n1, 10 * kSec, 10'100 * kMs).at("rdma.completer_retry_err") == 1);
+  CHECK(nicDeltas(n1, -5 * kSec, kSec).at("rdma.sent_pkts") == 100);
+  // Nothing moved, no samples, or a window before any: empty, never a zero entry.
+  CHECK(nicDeltas(n1, 10 * kSec, 10 * kSec).empty());
+  CHECK(nicDeltas({}, 0, 30 * kSec).empty());
+  CHECK(nicDeltas(n1, -5 * kSec, -kSec).empty());
+  // Samples out of order (times through a clock offset) read the same.
+  std::vector<NicSample> reversed(n2.rbegin(), n2.rend());
+  CHECK(nicDeltas(reversed, 10 * kSec, 12 * kSec) == nicDeltas(n2, 10 * kSec, 12 * kSec));
+
+  // Scored: one window per applied fault, applied to reverted, per node.
+  Scores s = score(run, pb);
+  REQUIRE(s.trials.at(0).nicWindows.size() == 1);
+  const NicWindow& w = s.trials[0].nicWindows[0];
+  CHECK(w.step == "flap");
+  CHECK(w.node == "n2");
+  CHECK(w.kind == "link_flap");
+  CHECK(w.fromNs == 10 * kSec);
+  CHECK(w.toNs == 12 * kSec);
+  CHECK(w.nodes.at("n1") == nicDeltas(n1, 10 * kSec, 12 * kSec));
+  CHECK(w.nodes.at("n2").at("rdma.rcvd_seq_err") == 7);
+  // Without NIC counters there is no window.
+  CHECK(score(rc::test::syntheticRun(pb, Shape::cleanStep), pb).trials.at(0).nicWindows.empty());
+  // A run cut short at 11 s with the fault never reverted: the window ends with the run, and
+  // the trial that did not complete still has it.
+  run.endedNs = 11 * kSec;
+  run.faults[0].revertedNs.reset();
+  Scores cut = score(run, pb);
+  REQUIRE(cut.trials.at(0).nicWindows.size() == 1);
+  CHECK_FALSE(cut.trials[0].completed);
+  CHECK(cut.trials[0].nicWindows[0].toNs == 11 * kSec);
+  CHECK(cut.trials[0].nicWindows[0].nodes.at("n1").at("rdma.sent_pkts") == 100);
+  CHECK(cut.trials[0].nicWindows[0].nodes.at("n1").at("rdma.completer_retry_err") == 10);
+  // A fault that was never applied has no window.
+  run.faults[0].appliedNs.reset();
+  CHECK(score(run, pb).trials.at(0).nicWindows.empty());
+}
+
 TEST_CASE("the data plane's detection is the stall the storm caused, not a longer one after the watchdog acted") {
   Playbook pb = rc::test::syntheticPlaybook();
   RunResult run = rc::test::syntheticRun(pb, Shape::spreadThenBusy);

@@ -235,6 +235,20 @@ TEST_CASE("demo --soft-roce: lab up, a scored verbs quickstart, lab down with on
   json result = json::parse(readFile(dir + "/report/result.json"));
   CHECK(result["trials"][0]["job"]["baseline_Bps"].get<double>() > 0);
   CHECK(result["faults"].size() == 1);
+  // RDMA counters as evidence (issue 11): the flap's window holds, per guest, rxe's counters
+  // that moved while the port was held down and after (the all-reduce runs on both, so at
+  // least their packet counters move), and the summary prints them.
+  const json& windows = result["trials"][0]["nic"]["fault_windows"];
+  REQUIRE(windows.size() == 1);
+  for (const char* node : {"n1", "n2"}) {
+    const json moved = windows[0]["nodes"].value(node, json::object());
+    INFO(node << "'s counters that moved in the flap's window: " << moved.dump());
+    bool rdma = false;
+    for (auto it = moved.begin(); it != moved.end(); ++it) rdma = rdma || it.key().rfind("rdma.", 0) == 0;
+    CHECK(rdma);
+  }
+  CHECK_THAT(out, Catch::Contains("NIC counters    while flap-n2-switch-port (link_flap on n2) was on"));
+  CHECK_THAT(out, Catch::Contains("rdma."));
   // Only the report stays; no process of the lab runs.
   for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename() == "report");
   auto procs = processesNaming(dir);
