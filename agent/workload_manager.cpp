@@ -53,7 +53,7 @@ Result<wl::PerftestRunSpec> perftestSpec(const proto::WorkloadStart& r) {
                      std::to_string(r.world.size()));
   if (r.durationMs == 0)
     return makeError("a perftest workload runs for a duration, not a count of iterations");
-  if (r.streams > 16) return makeError("a perftest workload runs 1 to 16 QPs (streams)");
+  if (r.streams > proto::kMaxVerbsQps) return makeError("a perftest workload runs 1 to 16 QPs (streams)");
   if (::access(std::string(program->path).c_str(), X_OK) != 0)
     return makeError(std::string(program->path) +
                      " is not installed on this node: install Debian's perftest package");
