@@ -14,6 +14,7 @@
 #include "agent/capabilities.hpp"
 #include "common/channel.hpp"
 #include "common/clock.hpp"
+#include "common/fd_reserve.hpp"
 #include "common/log.hpp"
 #include "common/tls.hpp"
 #include "rdmachaos_config.h"
@@ -527,6 +528,15 @@ asio::awaitable<void> Server::Impl::acceptLoop() {
     }
     std::string address = "unknown peer";
     if (auto ep = socket.remote_endpoint(ec); !ec) address = ep.address().to_string();
+    // The descriptors kept for reverts come first: a connection that would leave the reserve
+    // short is refused (and its descriptor goes back to the reserve).
+    if (!fdReserve().refill()) {
+      socket.close(ec);
+      (void)fdReserve().refill();
+      logRefusal(refusedLog, "a connection from " + address +
+                                 ": the agent is short of descriptors (it keeps some for reverts)");
+      continue;
+    }
     std::string why = sessionRefusal(address);
     ThrottledLog& throttle = why.empty() ? refusedLog : sessionRefusedLog;
     if (auto it = handshakes.find(address); why.empty() && it != handshakes.end() && it->second >= kMaxHandshakesPerAddress)
