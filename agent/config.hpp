@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/protocol.hpp"
 #include "common/result.hpp"
 #include "common/tls.hpp"
 #include "faults/fault.hpp"
@@ -18,7 +19,7 @@ struct Config {
   uint16_t listenPort = 7470;
   std::string stateDir;             // journal lives here
   std::chrono::milliseconds leaseTimeout{5000};
-  std::chrono::milliseconds maxFaultLifetime{600'000};
+  std::chrono::milliseconds maxFaultLifetime{proto::kDefaultMaxFaultLifetimeMs};
   tls::Material tls;
   std::vector<std::string> dataInterfaces;  // first is the default fault target
   std::vector<std::string> allowInterfaces;

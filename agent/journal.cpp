@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include "common/atomic_file.hpp"
 #include "common/protocol.hpp"
@@ -33,6 +34,8 @@ Result<void> mkdirs(const std::string& path) {
   return {};
 }
 
+bool isEntryName(std::string_view name) { return name.size() > 5 && name.substr(name.size() - 5) == ".json"; }
+
 }  // namespace
 
 Result<Journal> Journal::open(const std::string& stateDir) {
@@ -40,7 +43,13 @@ Result<Journal> Journal::open(const std::string& stateDir) {
   if (auto r = mkdirs(dir); !r) return r.error();
   if (::access(dir.c_str(), W_OK) != 0)
     return makeError(errnoText("journal directory is not writable", dir), errno);
-  return Journal(dir);
+  // Names only (as list() sees them): no entry is read here.
+  size_t entries = 0;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) entries += isEntryName(e->d_name);
+    ::closedir(d);
+  }
+  return Journal(dir, entries);
 }
 
 
@@ -55,6 +64,7 @@ Result<void> Journal::add(const std::string& faultId, const nlohmann::json& reco
     return makeError("journal entry '" + path + "' already exists (a fault with the same id "
                      "is active or was left unrevertable); it is not overwritten",
                      EEXIST);
+  if (r) (*count_)++;
   return r;
 }
 
@@ -77,6 +87,7 @@ Result<std::string> Journal::quarantine(const std::string& faultId) {
   for (int i = 1; ::access(to.c_str(), F_OK) == 0 && i < 1000; i++)
     to = qdir + "/" + faultId + "." + std::to_string(i) + ".json";
   if (::rename(from.c_str(), to.c_str()) != 0) return makeError(errnoText("cannot move", from), errno);
+  (*count_)--;
   if (auto r = fsyncDirectory(qdir); !r) return r.error();
   if (auto r = fsyncDirectory(dir_); !r) return r.error();
   return to;
@@ -84,7 +95,9 @@ Result<std::string> Journal::quarantine(const std::string& faultId) {
 
 Result<void> Journal::remove(const std::string& faultId) {
   std::string path = dir_ + "/" + faultId + ".json";
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+  if (::unlink(path.c_str()) == 0)
+    (*count_)--;
+  else if (errno != ENOENT)
     return makeError(errnoText("cannot remove", path), errno);
   return fsyncDirectory(dir_);
 }
@@ -95,7 +108,7 @@ Result<std::vector<JournalEntry>> Journal::list() const {
   if (!d) return makeError(errnoText("cannot read", dir_), errno);
   while (dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
-    if (name.size() <= 5 || name.substr(name.size() - 5) != ".json") continue;
+    if (!isEntryName(name)) continue;
     JournalEntry entry;
     entry.faultId = name.substr(0, name.size() - 5);
     std::string path = dir_ + "/" + name;

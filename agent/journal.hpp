@@ -2,6 +2,8 @@
 // fault is applied and removed after the revert, so a crash leaves enough to revert on restart.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -32,10 +34,15 @@ class Journal {
   // Entries that are unreadable are returned with record = null so the caller can report them.
   Result<std::vector<JournalEntry>> list() const;
   const std::string& dir() const { return dir_; }
+  // Entries on disk, kept as a count by add/remove/quarantine (read once at open()): what the
+  // metrics tick shows without reading every entry on the agent's event loop.
+  size_t count() const { return count_->load(); }
 
  private:
-  explicit Journal(std::string dir) : dir_(std::move(dir)) {}
+  explicit Journal(std::string dir, size_t count)
+      : dir_(std::move(dir)), count_(std::make_shared<std::atomic<size_t>>(count)) {}
   std::string dir_;
+  std::shared_ptr<std::atomic<size_t>> count_;  // shared: a Journal is moved, never copied apart
 };
 
 }  // namespace rc

@@ -16,6 +16,7 @@
 #include "agent/fault_manager.hpp"
 #include "agent/server.hpp"
 #include "agent/workload_manager.hpp"
+#include "common/fd_reserve.hpp"
 #include "common/log.hpp"
 #include "common/tls.hpp"
 #include "metrics/exporter.hpp"
@@ -38,6 +39,9 @@ int main(int argc, char** argv) {
     nofile.rlim_cur = nofile.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &nofile);
   }
+  // And some kept back for reverts (a netlink socket, a control socket, a command's pipes):
+  // released while a revert runs; new connections are refused while they cannot be refilled.
+  rc::fdReserve().setWanted(16);
 
   auto config = rc::agent::loadConfig(configPath);
   if (!config) {

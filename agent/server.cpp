@@ -14,6 +14,7 @@
 #include "agent/capabilities.hpp"
 #include "common/channel.hpp"
 #include "common/clock.hpp"
+#include "common/fd_reserve.hpp"
 #include "common/log.hpp"
 #include "common/tls.hpp"
 #include "rdmachaos_config.h"
@@ -28,10 +29,19 @@ namespace {
 // Replies and telemetry queued for one controller: far above what a reading peer leaves queued
 // (telemetry is sent in pages of at most a frame), small beside the agent's memory.
 constexpr size_t kMaxOutboxBytes = 16u << 20;
-// Connections from one address still in their TLS handshake: a peer without a certificate that
-// opens connections and sends nothing holds each for the handshake's 10 s; from one address it
-// takes at most this many of the max_connections slots, so controllers still get in.
+// Connections still in their TLS handshake are counted apart from sessions (max_connections
+// counts only authenticated ones), so a peer without a certificate never takes a controller's
+// slot. A peer that opens connections and sends nothing holds each for the handshake's 10 s:
+// from one address at most kMaxHandshakesPerAddress, in all at most kMaxHandshakes. When
+// those are taken, a new connection replaces the oldest handshake if that one has waited
+// kHandshakeRecycleAfter (a controller's handshake takes milliseconds, even on a TCG guest),
+// so that silent connections from many addresses cannot lock controllers out.
 constexpr size_t kMaxHandshakesPerAddress = 4;
+constexpr size_t kMaxHandshakes = 16;
+constexpr auto kHandshakeRecycleAfter = std::chrono::seconds(2);
+// Authenticated sessions from one address: a controller host runs a few controllers, not
+// hundreds; a peer with a valid certificate gone wrong must leave max_connections to others.
+constexpr size_t kMaxSessionsPerAddress = 16;
 
 // A log line that may repeat at the peer's will (failed handshakes, refused connections): at
 // most one per 10 s, with how many were held back.
@@ -58,6 +68,13 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::awaitable<void> run();
   void close();
   void endHandshake();  // frees its address's handshake slot (once)
+  void endSession();    // frees its session slot, if it was given one (once)
+  // Ends a handshake that has waited too long, for a newer connection: closes the socket (the
+  // pending handshake then fails) and frees the slot at once.
+  void abortHandshake();
+  bool handshaking() const { return handshaking_; }
+  std::chrono::steady_clock::time_point handshakeSince() const { return handshakeSince_; }
+  const std::string& peerAddress() const { return peerAddress_; }
 
  private:
   asio::awaitable<void> writer();
@@ -71,6 +88,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string peer_;
   std::string peerAddress_;   // without the port: handshake slots are per address
   bool handshaking_ = false;  // holds one of its address's handshake slots
+  bool inSession_ = false;    // holds a session slot (after its handshake)
+  std::chrono::steady_clock::time_point handshakeSince_ = std::chrono::steady_clock::now();
   // The verified client certificate's fingerprint: who the peer is. Leases and fault ownership
   // are bound to it; the controller id a peer claims in hello only tells its runs apart.
   std::string principal_;
@@ -99,7 +118,12 @@ struct Server::Impl {
   uint64_t acceptFailures = 0;  // since the last log line
   std::chrono::steady_clock::time_point nextAcceptLog{};
   std::map<std::string, size_t> handshakes;  // per peer address, connections in their handshake
-  ThrottledLog handshakeFailedLog, refusedLog;
+  size_t handshaking = 0;                    // all of them
+  std::map<std::string, size_t> established;  // per peer address, authenticated sessions
+  size_t sessionSlots = 0;                      // all of them (max_connections counts these)
+  // Refusals for want of a handshake slot and for want of a session slot are logged apart: a
+  // flood of silent connections must not hide that a certificate holder was turned away.
+  ThrottledLog handshakeFailedLog, refusedLog, sessionRefusedLog;
   // Work that can block (a schedule's journal fsync and netlink checks, the capability scan
   // of hello and of the capabilities request, binding a workload's transport or opening an RDMA device) runs here, off the event loop:
   // heartbeats, clock probes and reverts of every session go on meanwhile. Declared last, so
@@ -111,6 +135,12 @@ struct Server::Impl {
       : io(i), config(c), manager(m), workloads(w), tls(t), acceptor(i) {}
 
   asio::awaitable<void> acceptLoop();
+  // Why a connection from ADDRESS may not have a session now (empty: it may).
+  std::string sessionRefusal(const std::string& address) const;
+  // Logs a refusal at a bounded rate (once per 10 s with a count).
+  void logRefusal(ThrottledLog& throttle, const std::string& what);
+  // Ends S's slots and forgets it.
+  void drop(const std::shared_ptr<Session>& s);
 };
 
 namespace {
@@ -123,14 +153,30 @@ Session::Session(Server::Impl& server, tcp::socket socket, asio::ssl::context& t
   peer_ = ec ? peerAddress_ : peerAddress_ + ":" + std::to_string(ep.port());
   wake_.expires_at(std::chrono::steady_clock::time_point::max());
   server_.handshakes[peerAddress_]++;
+  server_.handshaking++;
   handshaking_ = true;
 }
 
 void Session::endHandshake() {
   if (!handshaking_) return;
   handshaking_ = false;
+  server_.handshaking--;
   auto it = server_.handshakes.find(peerAddress_);
   if (it != server_.handshakes.end() && --it->second == 0) server_.handshakes.erase(it);
+}
+
+void Session::endSession() {
+  if (!inSession_) return;
+  inSession_ = false;
+  server_.sessionSlots--;
+  auto it = server_.established.find(peerAddress_);
+  if (it != server_.established.end() && --it->second == 0) server_.established.erase(it);
+}
+
+void Session::abortHandshake() {
+  endHandshake();
+  boost::system::error_code ignored;
+  stream_.lowest_layer().close(ignored);
 }
 
 void Session::close() {
@@ -228,7 +274,7 @@ asio::awaitable<void> Session::run() {
                 held ? fmt::format(" ({} more failed handshakes since the last report)", held) : "");
     boost::system::error_code ignored;
     stream_.lowest_layer().close(ignored);
-    server_.sessions.erase(self);
+    server_.drop(self);
     co_return;
   }
   principal_ = tls::peerFingerprint(stream_.native_handle());
@@ -237,9 +283,20 @@ asio::awaitable<void> Session::run() {
     log::warn("closing {}: no verified client certificate", peer_);
     boost::system::error_code ignored;
     stream_.lowest_layer().close(ignored);
-    server_.sessions.erase(self);
+    server_.drop(self);
     co_return;
   }
+  // Checked again now that it is authenticated: other handshakes may have ended first.
+  if (auto why = server_.sessionRefusal(peerAddress_); !why.empty()) {
+    server_.logRefusal(server_.sessionRefusedLog, "a session from " + peer_ + ": " + why);
+    boost::system::error_code ignored;
+    stream_.lowest_layer().close(ignored);
+    server_.drop(self);
+    co_return;
+  }
+  inSession_ = true;
+  server_.sessionSlots++;
+  server_.established[peerAddress_]++;
   log::info("controller connected from {} (certificate '{}', {})", peer_,
             tls::peerCommonName(stream_.native_handle()), principal_);
   asio::co_spawn(server_.io, writer(), asio::detached);
@@ -270,7 +327,7 @@ asio::awaitable<void> Session::run() {
     handle(*msg);
   }
   close();
-  server_.sessions.erase(self);
+  server_.drop(self);
   if (!owner_.empty()) log::info("controller '{}' at {} disconnected", owner_, peer_);
 }
 
@@ -469,23 +526,36 @@ asio::awaitable<void> Server::Impl::acceptLoop() {
       }
       continue;
     }
-    if (sessions.size() >= config.maxConnections) {
-      if (uint64_t held = 0; refusedLog.allow(held))
-        log::warn("refusing a connection: {} sessions open (max_connections){}", sessions.size(),
-                  held ? fmt::format("; {} more refused since the last report", held) : "");
+    std::string address = "unknown peer";
+    if (auto ep = socket.remote_endpoint(ec); !ec) address = ep.address().to_string();
+    // The descriptors kept for reverts come first: a connection that would leave the reserve
+    // short is refused (and its descriptor goes back to the reserve).
+    if (!fdReserve().refill()) {
       socket.close(ec);
+      (void)fdReserve().refill();
+      logRefusal(refusedLog, "a connection from " + address +
+                                 ": the agent is short of descriptors (it keeps some for reverts)");
       continue;
     }
-    if (auto ep = socket.remote_endpoint(ec); !ec) {
-      auto it = handshakes.find(ep.address().to_string());
-      if (it != handshakes.end() && it->second >= kMaxHandshakesPerAddress) {
-        if (uint64_t held = 0; refusedLog.allow(held))
-          log::warn("refusing a connection from {}: {} of its connections are still in their TLS "
-                    "handshake{}", ep.address().to_string(), it->second,
-                    held ? fmt::format("; {} more refused since the last report", held) : "");
-        socket.close(ec);
-        continue;
-      }
+    std::string why = sessionRefusal(address);
+    ThrottledLog& throttle = why.empty() ? refusedLog : sessionRefusedLog;
+    if (auto it = handshakes.find(address); why.empty() && it != handshakes.end() && it->second >= kMaxHandshakesPerAddress)
+      why = std::to_string(it->second) + " of its connections are still in their TLS handshake";
+    if (why.empty() && handshaking >= kMaxHandshakes) {
+      // Every handshake slot taken: the oldest gives way if it has waited long enough.
+      std::shared_ptr<Session> oldest;
+      for (const auto& x : sessions)
+        if (x->handshaking() && (!oldest || x->handshakeSince() < oldest->handshakeSince())) oldest = x;
+      if (oldest && std::chrono::steady_clock::now() - oldest->handshakeSince() >= kHandshakeRecycleAfter)
+        oldest->abortHandshake();
+      else
+        why = std::to_string(handshaking) + " connections are in their TLS handshake (at most " +
+              std::to_string(kMaxHandshakes) + ")";
+    }
+    if (!why.empty()) {
+      logRefusal(throttle, "a connection from " + address + ": " + why);
+      socket.close(ec);
+      continue;
     }
     auto s = std::make_shared<Session>(*this, std::move(socket), tls);
     sessions.insert(s);
@@ -499,11 +569,30 @@ asio::awaitable<void> Server::Impl::acceptLoop() {
       } catch (...) {
         log::error("session ended by an unknown exception");
       }
-      s->endHandshake();
       s->close();
-      sessions.erase(s);
+      drop(s);
     });
   }
+}
+
+std::string Server::Impl::sessionRefusal(const std::string& address) const {
+  if (sessionSlots >= config.maxConnections)
+    return std::to_string(sessionSlots) + " sessions open (max_connections)";
+  if (auto it = established.find(address); it != established.end() && it->second >= kMaxSessionsPerAddress)
+    return std::to_string(it->second) + " sessions open from that address (at most " +
+           std::to_string(kMaxSessionsPerAddress) + " per address)";
+  return {};
+}
+
+void Server::Impl::logRefusal(ThrottledLog& throttle, const std::string& what) {
+  if (uint64_t held = 0; throttle.allow(held))
+    log::warn("refusing {}{}", what, held ? fmt::format("; {} more refused since the last report", held) : "");
+}
+
+void Server::Impl::drop(const std::shared_ptr<Session>& s) {
+  s->endHandshake();
+  s->endSession();
+  sessions.erase(s);
 }
 
 Server::Server(asio::io_context& io, const Config& config, FaultManager& manager,

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <new>
+
 #include "common/clock.hpp"
 #include "common/log.hpp"
 #include "common/units.hpp"
@@ -51,7 +53,7 @@ Result<wl::PerftestRunSpec> perftestSpec(const proto::WorkloadStart& r) {
                      std::to_string(r.world.size()));
   if (r.durationMs == 0)
     return makeError("a perftest workload runs for a duration, not a count of iterations");
-  if (r.streams > 16) return makeError("a perftest workload runs 1 to 16 QPs (streams)");
+  if (r.streams > proto::kMaxVerbsQps) return makeError("a perftest workload runs 1 to 16 QPs (streams)");
   if (::access(std::string(program->path).c_str(), X_OK) != 0)
     return makeError(std::string(program->path) +
                      " is not installed on this node: install Debian's perftest package");
@@ -94,6 +96,7 @@ struct WorkloadManager::Entry {
   std::mutex m;
   std::string stopReason;  // guarded by m
   bool finished = false;   // guarded by WorkloadManager::m_
+  bool committed = false;  // created and running (guarded by m_); before: a reservation
   Clock::time_point deadline;
   // NIC counters, used under the telemetry's sequence mutex only.
   std::vector<counters::NicSampler> samplers;
@@ -102,6 +105,7 @@ struct WorkloadManager::Entry {
   std::vector<bool> samplerFailed;
   std::jthread engine, reporter;
   uint64_t memory = 0;  // bytes of buffers its collective holds
+  std::vector<std::byte> buffer;  // allocated at start, handed to the engine
 
   void requestStop(const std::string& reason) {
     {
@@ -174,64 +178,9 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   if (!start) return start.error();
   spec.startNs = *start;
 
-  std::lock_guard guard(m_);
-  if (shuttingDown_) return makeError("the agent is shutting down");
-  reapLocked();
-  if (entries_.count(r.workloadId)) return makeError("workload '" + r.workloadId + "' exists");
-  if (entries_.size() >= 4) return makeError("4 workloads already run on this agent");
-  uint64_t held = 0;
-  for (const auto& [id, x] : entries_) held += x->finished ? 0 : x->memory;
-  if (held + memory > memoryBudget_)
-    return makeError("this workload needs " + formatSize(memory) + " of buffers (" + r.kind +
-                     ", size " + formatSize(uint64_t(r.size)) +
-                     (r.kind == "incast" ? " x fan_in on the receiver" : "") + ") and this agent holds " +
-                     formatSize(held) + " for others, beyond its budget of " + formatSize(memoryBudget_) +
-                     " ([agent] max_workload_memory, default a quarter of the host's memory): lower "
-                     "size or fan_in");
-
-  std::unique_ptr<wl::Transport> transport;
-  uint16_t port = 0;
-  if (isPerftest) {
-    port = uint16_t(r.world[1].port);
-    perftest->startNs = spec.startNs;
-    perftest->durationNs = spec.durationNs;
-  } else if (r.transport == "verbs") {
-#if RDMACHAOS_HAVE_VERBS_TRANSPORT
-    wl::VerbsOptions vo;
-    vo.rank = r.rank;
-    for (const auto& mb : r.world) vo.world.push_back({mb.address, uint16_t(mb.port)});
-    vo.qpsPerPeer = r.streams;
-    vo.tag = tagOf(r.workloadId);
-    vo.checksum = r.checksum;
-    vo.progressTimeoutMs = r.reconnectTimeoutMs;
-    vo.timeout = uint8_t(r.qp.timeout);
-    vo.retryCount = uint8_t(r.qp.retryCount);
-    vo.rnrRetry = uint8_t(r.qp.rnrRetry);
-    vo.tos = uint8_t(r.qp.dscp << 2);
-    auto v = wl::VerbsTransport::create(vo);
-    if (!v)
-      return makeError("cannot run a verbs workload on this node: " + v.error().message);
-    port = (*v)->port();
-    transport = std::move(*v);
-#else
-    return makeError("this agent was built without rdma-core (libibverbs, librdmacm): it cannot "
-                     "run a verbs workload");
-#endif
-  } else {
-    wl::TcpOptions to;
-    to.rank = r.rank;
-    for (const auto& mb : r.world) to.world.push_back({mb.address, uint16_t(mb.port)});
-    to.streams = r.streams;
-    to.tag = tagOf(r.workloadId);
-    to.userTimeoutMs = r.reconnectTimeoutMs;
-    to.checksum = r.checksum;
-    to.dscp = r.qp.dscp;
-    auto t = wl::TcpTransport::create(to);
-    if (!t) return t.error();
-    port = (*t)->port();
-    transport = std::move(*t);
-  }
-
+  // Three steps, so that nothing slow runs under m_ (heartbeat() takes it on the event loop:
+  // a verbs device that takes seconds to open must not expire a controller's lease).
+  // 1. Reserve, under the lock: the id, a slot and the memory, held by a placeholder entry.
   auto e = std::make_shared<Entry>();
   e->id = r.workloadId;
   e->owner = owner;
@@ -239,31 +188,121 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   e->rank = r.rank;
   e->spec = spec;
   e->memory = memory;
-  e->transport = std::move(transport);
-  // Read here: once the engine ends, it releases the transport (the reply is built after).
-  const std::string transportName = e->transport ? e->transport->name() : std::string("perftest");
-  e->port = port;
-  e->telemetry = std::make_unique<wl::Telemetry>(spec.startNs, r.binUs * 1000);
-  if (perftest) {
-    e->drainLagNs = int64_t(perftest->options.reportSeconds) * 2'000'000'000 + 500'000'000;
-    e->perftest = std::move(perftest);
+  {
+    std::lock_guard guard(m_);
+    if (shuttingDown_) return makeError("the agent is shutting down");
+    reapLocked();
+    if (entries_.count(r.workloadId)) return makeError("workload '" + r.workloadId + "' exists");
+    if (entries_.size() >= 4) return makeError("4 workloads already run on this agent");
+    uint64_t held = 0;
+    for (const auto& [id, x] : entries_) held += x->finished ? 0 : x->memory;
+    if (held + memory > memoryBudget_)
+      return makeError("this workload needs " + formatSize(memory) + " of buffers (" + r.kind +
+                       ", size " + formatSize(uint64_t(r.size)) +
+                       (r.kind == "incast" ? " x fan_in on the receiver" : "") + ") and this agent holds " +
+                       formatSize(held) + " for others, beyond its budget of " + formatSize(memoryBudget_) +
+                       " ([agent] max_workload_memory, default a quarter of the host's memory): lower "
+                       "size or fan_in");
+    entries_[e->id] = e;
+    creating_++;
   }
-  e->emit = std::move(emit);
-  for (const auto& ifname : counters_.interfaces) {
-    auto sampler = counters::NicSampler::create(ifname, {counters_.sysRoot, counters_.ethtool});
-    if (!sampler) {
-      log::warn("workload '{}': no counters from '{}': {}", e->id, ifname, sampler.error().message);
-      continue;
+
+  // 2. Create, without the lock: the transport (binds its listener, opens the RDMA device),
+  // the buffers (allocated before the reply, so that a node without the memory answers with an
+  // error) and the counter samplers. Nothing else touches these until the commit.
+  std::unique_ptr<wl::Transport> transport;
+  uint16_t port = 0;
+  try {
+    if (createHook_) createHook_(r.workloadId);
+    if (isPerftest) {
+      port = uint16_t(r.world[1].port);
+      perftest->startNs = spec.startNs;
+      perftest->durationNs = spec.durationNs;
+    } else {
+      auto buffer = wl::allocateRunBuffer(spec.shape);
+      if (!buffer) return abandon(e, buffer.error());
+      e->buffer = std::move(*buffer);
+      if (r.transport == "verbs") {
+#if RDMACHAOS_HAVE_VERBS_TRANSPORT
+        wl::VerbsOptions vo;
+        vo.rank = r.rank;
+        for (const auto& mb : r.world) vo.world.push_back({mb.address, uint16_t(mb.port)});
+        vo.qpsPerPeer = r.streams;
+        vo.tag = tagOf(r.workloadId);
+        vo.checksum = r.checksum;
+        vo.progressTimeoutMs = r.reconnectTimeoutMs;
+        vo.timeout = uint8_t(r.qp.timeout);
+        vo.retryCount = uint8_t(r.qp.retryCount);
+        vo.rnrRetry = uint8_t(r.qp.rnrRetry);
+        vo.tos = uint8_t(r.qp.dscp << 2);
+        auto v = wl::VerbsTransport::create(vo);
+        if (!v) return abandon(e, makeError("cannot run a verbs workload on this node: " + v.error().message));
+        port = (*v)->port();
+        transport = std::move(*v);
+#else
+        return abandon(e, makeError("this agent was built without rdma-core (libibverbs, librdmacm): it "
+                                    "cannot run a verbs workload"));
+#endif
+      } else {
+        wl::TcpOptions to;
+        to.rank = r.rank;
+        for (const auto& mb : r.world) to.world.push_back({mb.address, uint16_t(mb.port)});
+        to.streams = r.streams;
+        to.tag = tagOf(r.workloadId);
+        to.userTimeoutMs = r.reconnectTimeoutMs;
+        to.checksum = r.checksum;
+        to.dscp = r.qp.dscp;
+        auto t = wl::TcpTransport::create(to);
+        if (!t) return abandon(e, t.error());
+        port = (*t)->port();
+        transport = std::move(*t);
+      }
     }
-    e->samplers.push_back(std::move(*sampler));
+    e->port = port;
+    e->telemetry = std::make_unique<wl::Telemetry>(spec.startNs, r.binUs * 1000);
+    if (perftest) {
+      e->drainLagNs = int64_t(perftest->options.reportSeconds) * 2'000'000'000 + 500'000'000;
+      e->perftest = std::move(perftest);
+    }
+    e->emit = std::move(emit);
+    for (const auto& ifname : counters_.interfaces) {
+      auto sampler = counters::NicSampler::create(ifname, {counters_.sysRoot, counters_.ethtool});
+      if (!sampler) {
+        log::warn("workload '{}': no counters from '{}': {}", e->id, ifname, sampler.error().message);
+        continue;
+      }
+      e->samplers.push_back(std::move(*sampler));
+    }
+    e->samplerFailed.assign(e->samplers.size(), false);
+  } catch (const std::exception& ex) {
+    // An exception barrier: the reservation is given back, the controller gets an error.
+    std::string msg = "cannot set up workload '";
+    msg += e->id;
+    msg += "': ";
+    msg += ex.what();
+    return abandon(e, makeError(msg));
   }
-  e->samplerFailed.assign(e->samplers.size(), false);
+  // Read here: once the engine ends, it releases the transport (the reply is built after).
+  const std::string transportName = transport ? transport->name() : std::string("perftest");
+
+  // 3. Commit under the lock, unless the workload was stopped or the agent began shutting
+  // down meanwhile.
+  std::lock_guard guard(m_);
+  creating_--;
+  if (shuttingDown_ || e->stop) {
+    const bool shutting = shuttingDown_;
+    entries_.erase(e->id);
+    generation_++;
+    cv_.notify_all();
+    if (shutting) return makeError("the agent is shutting down");
+    return makeError("workload '" + e->id + "' was stopped while it was being set up");
+  }
+  e->transport = std::move(transport);
+  e->committed = true;
   // Lead time before the common start counts against nothing; the run itself is capped.
   int64_t leadMs = std::max<int64_t>(0, (spec.startNs - wallNs()) / 1'000'000);
   e->deadline = Clock::now() + std::chrono::milliseconds(leadMs) + maxDuration_;
   leases_[owner] = Clock::now() + leaseTimeout_;
-
-  entries_[e->id] = e;
   auto send = [this, e](bool final, int64_t& seq) {
     auto b = e->telemetry->drain(wallNs() - e->drainLagNs, final);
     // Counters go out before the common start too: the controller's first snapshot is taken
@@ -327,62 +366,106 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   };
   auto seq = std::make_shared<int64_t>(0);
   auto seqMutex = std::make_shared<std::mutex>();
-  e->reporter = std::jthread([e, send, seq, seqMutex](std::stop_token st) {
-    std::mutex mx;
-    std::condition_variable_any cv;
-    std::unique_lock lock(mx);
-    // Every 50 ms: well inside the 100 ms the controller expects.
-    while (!cv.wait_for(lock, st, std::chrono::milliseconds(50), [] { return false; })) {
-      if (st.stop_requested()) break;
-      std::lock_guard sl(*seqMutex);
-      send(false, *seq);
-    }
-  });
-  e->engine = std::jthread([this, e, send, seq, seqMutex](std::stop_token) {
-    log::info("workload '{}' ({} over {}, rank {} of {}) starting", e->id, e->kind,
-              e->transport ? e->transport->name() : std::string(e->perftest->options.program.test),
-              e->rank, e->spec.shape.world);
-    wl::Summary s = e->perftest ? wl::runPerftest(*e->perftest, *e->telemetry, e->stop)
-                                : wl::runWorkload(e->spec, *e->transport, *e->telemetry, e->stop);
-    e->reporter.request_stop();
-    e->reporter.join();
-    {
-      std::lock_guard sl(*seqMutex);
-      send(true, *seq);
-    }
-    proto::WorkloadEnded ended;
-    ended.workloadId = e->id;
-    ended.rank = e->rank;
-    {
-      std::lock_guard lock(e->m);
-      ended.endReason = e->stop.load() && !e->stopReason.empty() ? e->stopReason : s.endReason;
-    }
-    ended.error = s.error.substr(0, 1000);
-    ended.verified = s.verified;
-    s.counters.rxBytes = e->telemetry->rxBytes();
-    ended.counters = toProto(s.counters);
-    log::info("workload '{}' ended ({}): {} iterations, {} errors, {} corruptions, {} reconnects{}",
-              e->id, ended.endReason, s.counters.iterations, s.counters.errors,
-              s.counters.corruptions, s.counters.reconnects,
-              s.error.empty() ? "" : " — " + s.error);
-    e->emit(proto::toJson(ended));
-    // The transport goes now, not when the next workload reaps this entry: a verbs
-    // transport holds its PD, registered buffer, rdma_cm id and listener until destroyed.
-    // Under m_ with finished set: nothing else touches a finished entry's transport.
-    std::unique_ptr<wl::Transport> done;
-    {
-      std::lock_guard lock(m_);
-      e->finished = true;
-      done = std::move(e->transport);
-      generation_++;
-    }
-    done.reset();
+  try {
+    e->reporter = std::jthread([e, send, seq, seqMutex](std::stop_token st) {
+      std::mutex mx;
+      std::condition_variable_any cv;
+      std::unique_lock lock(mx);
+      bool failed = false;
+      // Every 50 ms: well inside the 100 ms the controller expects.
+      while (!cv.wait_for(lock, st, std::chrono::milliseconds(50), [] { return false; })) {
+        if (st.stop_requested()) break;
+        std::lock_guard sl(*seqMutex);
+        try {  // an exception barrier: a report lost, never std::terminate
+          send(false, *seq);
+        } catch (const std::exception& ex) {
+          if (!failed) log::error("workload '{}': telemetry not sent: {}", e->id, ex.what());
+          failed = true;
+        }
+      }
+    });
+    e->engine = std::jthread([this, e, send, seq, seqMutex](std::stop_token) {
+      // An exception barrier: whatever the run throws (an allocation, a thread) ends this
+      // workload with an error its controller hears about, never std::terminate.
+      wl::Summary s;
+      try {
+        log::info("workload '{}' ({} over {}, rank {} of {}) starting", e->id, e->kind,
+                  e->transport ? e->transport->name() : std::string(e->perftest->options.program.test),
+                  e->rank, e->spec.shape.world);
+        s = e->perftest ? wl::runPerftest(*e->perftest, *e->telemetry, e->stop)
+                        : wl::runWorkload(e->spec, *e->transport, *e->telemetry, e->stop, std::move(e->buffer));
+      } catch (const std::exception& ex) {
+        if (e->transport) e->transport->disconnect();  // peers learn at once that we are gone
+        s = wl::Summary{};
+        s.endReason = "error";
+        s.counters.errors = 1;
+        s.error = dynamic_cast<const std::bad_alloc*>(&ex) ? "cannot allocate memory for the workload: "
+                                                           : "the workload failed: ";
+        s.error += ex.what();
+      }
+      e->reporter.request_stop();
+      e->reporter.join();
+      try {
+        {
+          std::lock_guard sl(*seqMutex);
+          send(true, *seq);
+        }
+        proto::WorkloadEnded ended;
+        ended.workloadId = e->id;
+        ended.rank = e->rank;
+        {
+          std::lock_guard lock(e->m);
+          ended.endReason = e->stop.load() && !e->stopReason.empty() ? e->stopReason : s.endReason;
+        }
+        ended.error = s.error.substr(0, 1000);
+        ended.verified = s.verified;
+        s.counters.rxBytes = e->telemetry->rxBytes();
+        ended.counters = toProto(s.counters);
+        log::info("workload '{}' ended ({}): {} iterations, {} errors, {} corruptions, {} reconnects{}",
+                  e->id, ended.endReason, s.counters.iterations, s.counters.errors,
+                  s.counters.corruptions, s.counters.reconnects,
+                  s.error.empty() ? "" : " — " + s.error);
+        e->emit(proto::toJson(ended));
+      } catch (const std::exception& ex) {
+        log::error("workload '{}': its end was not reported: {}", e->id, ex.what());
+      }
+      // The transport goes now, not when the next workload reaps this entry: a verbs
+      // transport holds its PD, registered buffer, rdma_cm id and listener until destroyed.
+      // Under m_ with finished set: nothing else touches a finished entry's transport.
+      std::unique_ptr<wl::Transport> done;
+      {
+        std::lock_guard lock(m_);
+        e->finished = true;
+        done = std::move(e->transport);
+        generation_++;
+      }
+      done.reset();
+      cv_.notify_all();
+    });
+  } catch (const std::exception& ex) {
+    // No thread for it: the reporter (if it started) is stopped and joined, the entry goes.
+    e->reporter = std::jthread();
+    entries_.erase(e->id);
+    generation_++;
     cv_.notify_all();
-  });
+    return makeError("cannot start workload '" + e->id + "': " + ex.what());
+  }
   generation_++;
   cv_.notify_all();
   return json{{"workload", e->id}, {"rank", e->rank}, {"start_ns", spec.startNs},
               {"port", e->port}, {"transport", transportName}};
+}
+
+Result<json> WorkloadManager::abandon(const std::shared_ptr<Entry>& e, Error why) {
+  {
+    std::lock_guard lock(m_);
+    creating_--;
+    auto it = entries_.find(e->id);
+    if (it != entries_.end() && it->second == e) entries_.erase(it);
+    generation_++;
+  }
+  cv_.notify_all();
+  return why;
 }
 
 Result<void> WorkloadManager::stop(const std::string& id) {
@@ -436,7 +519,7 @@ void WorkloadManager::watch(std::stop_token stop) {
     auto now = Clock::now();
     auto next = Clock::time_point::max();
     for (auto& [id, e] : entries_) {
-      if (e->finished || e->stop) continue;
+      if (!e->committed || e->finished || e->stop) continue;  // still being created: no deadline yet
       if (e->deadline <= now) {
         log::warn("workload '{}' reached the maximum duration of {} ms: stopping", id,
                   maxDuration_.count());
@@ -470,7 +553,10 @@ void WorkloadManager::shutdown() {
   // Outside the lock: the engines take it when they finish.
   for (auto& e : all)
     if (e->engine.joinable()) e->engine.join();
-  std::lock_guard lock(m_);
+  std::unique_lock lock(m_);
+  // Starts still creating their transport see shuttingDown_ at their commit and give back
+  // what they created: wait for them, so that nothing outlives the manager.
+  cv_.wait(lock, [this] { return creating_ == 0; });
   entries_.clear();
   if (watcher_.joinable()) {
     watcher_.request_stop();

@@ -18,6 +18,8 @@
 
 namespace rc::agent {
 
+using json = nlohmann::json;
+
 // The common start of a workload on this agent's clock (NOW_NS): its telemetry bins count from
 // there.
 Result<int64_t> workloadStartNs(const proto::WorkloadStart& request, int64_t nowNs);
@@ -54,10 +56,18 @@ class WorkloadManager {
   nlohmann::json list() const;
   void shutdown();
 
+  // Called by start() with the workload's id where it creates what the workload needs (its
+  // transport, buffers and counter samplers), outside the manager's lock; what it throws is
+  // what creating would have thrown. For the tests (a slow RDMA device, an allocation that
+  // fails); the agent sets none. Set it before starting.
+  using CreateHook = std::function<void(const std::string& workloadId)>;
+  void setCreateHook(CreateHook hook) { createHook_ = std::move(hook); }
+
  private:
   struct Entry;
   void watch(std::stop_token stop);
   void reapLocked();
+  Result<json> abandon(const std::shared_ptr<Entry>& e, Error why);
 
   std::chrono::milliseconds leaseTimeout_, maxDuration_;
   CounterOptions counters_;
@@ -67,7 +77,9 @@ class WorkloadManager {
   std::map<std::string, std::shared_ptr<Entry>> entries_;
   std::map<std::string, std::chrono::steady_clock::time_point> leases_;
   uint64_t generation_ = 0;
+  size_t creating_ = 0;  // starts between their reservation and their commit
   bool shuttingDown_ = false;
+  CreateHook createHook_;
   std::jthread watcher_;
 };
 

@@ -318,7 +318,7 @@ Result<Envelope> parseRequest(const json& m) {
     auto rk = getInt(m, "rank", 0, n - 1, true);
     if (!rk) return rk.error();
     w.rank = int(*rk);
-    auto sz = getInt(m, "size", 1, int64_t(1) << 30, true);
+    auto sz = getInt(m, "size", 1, kMaxWorkloadSize, true);
     if (!sz) return sz.error();
     w.size = *sz;
     auto it = getInt(m, "iterations", 0, 1'000'000'000, false);
@@ -329,7 +329,7 @@ Result<Envelope> parseRequest(const json& m) {
     w.durationMs = *du;
     if ((w.iterations == 0) == (w.durationMs == 0))
       return rc::makeError("exactly one of 'iterations' and 'duration_ms' must be set");
-    auto st = getInt(m, "streams", 1, 64, false, 1);
+    auto st = getInt(m, "streams", 1, kMaxWorkloadStreams, false, 1);
     if (!st) return st.error();
     w.streams = int(*st);
     auto ir = getInt(m, "incast_receiver", 0, n - 1, false);

@@ -34,6 +34,15 @@ inline constexpr size_t kMaxDepth = 32;
 // is checked against both before anything is sent: controller/playbook_plan.cpp).
 inline constexpr size_t kMaxActiveFaults = 64;
 inline constexpr int64_t kMaxScheduleAheadNs = 86'400'000'000'000;  // 24 h
+// What an agent accepts of a workload, checked by the playbook parser too (validate,
+// --dry-run), so that a valid playbook's workload is never refused at the run's start.
+inline constexpr int64_t kMaxWorkloadSize = int64_t(1) << 30;  // bytes of one rank's message
+inline constexpr int kMaxWorkloadStreams = 64;                 // TCP connections per peer
+inline constexpr int kMaxVerbsQps = 16;                        // verbs QPs per peer, perftest's -q
+// An agent's [agent] max_fault_lifetime unless its configuration says otherwise: the longest a
+// fault stays applied and a workload runs. A run's workload lasts the whole run, so a playbook
+// is held to it (the controller cannot know a node's configuration before it connects).
+inline constexpr int64_t kDefaultMaxFaultLifetimeMs = 600'000;  // 10 min
 
 // Error codes sent in "error" replies.
 inline constexpr std::string_view kErrBadMessage = "bad_message";

@@ -187,6 +187,10 @@ struct Trial {
   std::string label() const;  // "link-flap #2 kmin=200KiB"
 };
 
+// A run's workload lasts the whole plan and this much more (the last bins drain): an agent
+// must accept that long a workload (proto::kDefaultMaxFaultLifetimeMs, checked when planning).
+inline constexpr int64_t kRunWorkloadTailNs = 500'000'000;
+
 struct Plan {
   std::string playbook;
   uint64_t seed = 0;

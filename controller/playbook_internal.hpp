@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/protocol.hpp"
 #include "common/units.hpp"
 #include "controller/playbook.hpp"
 
@@ -33,6 +34,14 @@ constexpr int64_t kMaxRunNs = 7 * kDay;
 struct Fail {
   std::string message;
 };
+
+// An agent's default max_fault_lifetime, in the units of the plan.
+constexpr int64_t kAgentLifetimeNs = proto::kDefaultMaxFaultLifetimeMs * kMs;
+
+// Why a run of RUN_NS over TRIALS trials is longer than an agent runs its workload (empty: it
+// is not). The run's workload lasts the whole run, and an agent refuses one longer than its
+// max_fault_lifetime: found when planning, so the run does not abort at its start.
+std::string runTooLong(int64_t runNs, size_t trials);
 
 inline std::string fmtDur(int64_t ns) {
   // Whole seconds and milliseconds print the way users write them.

@@ -316,6 +316,11 @@ Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
                                              fmtDur(sc.durationNs()) + ")");
   if (auto* f = t.get("for")) {
     s.forNs = duration(*f, "step '" + s.name + "' for", kMs, kDay);
+    // An agent reverts a fault at its max_fault_lifetime whatever the step asked for.
+    if (s.forNs > kAgentLifetimeNs)
+      fail(*f, "step '" + s.name + "' for = " + fmtDur(s.forNs) + " is longer than an agent keeps a fault (" +
+                   fmtDur(kAgentLifetimeNs) + ", [agent] max_fault_lifetime's default): set for = \"" +
+                   fmtDur(kAgentLifetimeNs) + "\" or less, or split the step");
   } else {
     s.forNs = (phaseEnd > latest ? phaseEnd : sc.durationNs()) - latest;
   }
@@ -569,8 +574,20 @@ Playbook Parser::parse(const std::string& text) {
       if (!rc::workload::perftestProgram(pb.workload.test))
         fail(*te, "perftest test '" + pb.workload.test + "' is unknown (known: " + rc::workload::perftestTests() + ")");
     }
-    if (auto* s = t.get("size")) pb.workload.sizeBytes = size(*s, "workload size", 1, uint64_t(16) << 30);
-    if (auto* s = t.get("streams")) pb.workload.streams = int(integer(*s, "workload streams", 1, 1024));
+    // Parsed wider than an agent accepts, so that the message can say what an agent accepts.
+    if (auto* s = t.get("size")) {
+      pb.workload.sizeBytes = size(*s, "workload size", 1, uint64_t(16) << 30);
+      if (pb.workload.sizeBytes > uint64_t(proto::kMaxWorkloadSize))
+        fail(*s, "workload size " + formatSize(pb.workload.sizeBytes) + " is more than an agent accepts (" +
+                     formatSize(uint64_t(proto::kMaxWorkloadSize)) +
+                     " per rank's message): lower size, e.g. size = \"256MiB\"");
+    }
+    if (auto* s = t.get("streams")) {
+      pb.workload.streams = int(integer(*s, "workload streams", 1, 1024));
+      if (pb.workload.streams > proto::kMaxWorkloadStreams)
+        fail(*s, "workload streams = " + std::to_string(pb.workload.streams) + " is more than an agent opens (" +
+                     std::to_string(proto::kMaxWorkloadStreams) + " connections per peer): lower streams");
+    }
     if (auto* tr = t.get("transport")) {
       pb.workload.transport = str(*tr, "workload transport", 16);
       if (pb.workload.transport != "tcp" && pb.workload.transport != "verbs")
@@ -673,6 +690,7 @@ Playbook Parser::parse(const std::string& text) {
     if (trials > kMaxTrials) fail(sc.pos, "the playbook expands to more than 1000 trials");
     if (total > kMaxRunNs)
       fail(sc.pos, "the playbook runs for more than 7 days (" + fmtDur(total) + "); split it");
+    if (auto why = runTooLong(total, trials); !why.empty()) fail(sc.pos, why);
   }
   return pb;
 }

@@ -11,6 +11,22 @@
 #include "faults/fault.hpp"
 
 namespace rc::controller {
+
+std::string detail::runTooLong(int64_t runNs, size_t trials) {
+  if (runNs + kRunWorkloadTailNs <= kAgentLifetimeNs) return {};
+  std::string msg = "the playbook runs for ";
+  msg += fmtDur(runNs);
+  msg += " (";
+  msg += std::to_string(trials);
+  msg += " trial(s)), and its workload for the whole run and ";
+  msg += fmtDur(kRunWorkloadTailNs);
+  msg += " more: longer than an agent runs a workload (its [agent] max_fault_lifetime, ";
+  msg += fmtDur(kAgentLifetimeNs);
+  msg += " by default); lower repeat, shorten the phases, or split the playbook into runs under ";
+  msg += fmtDur(kAgentLifetimeNs);
+  return msg;
+}
+
 namespace {
 
 using namespace detail;
@@ -250,6 +266,8 @@ Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
                    " scheduled or running faults and a run schedules every fault at its start: "
                    "lower repeat, narrow the targets, or split the playbook");
     }
+    // A target sweep's trials are known only now: the parser checked the rest.
+    if (auto why = runTooLong(cursor, plan.trials.size()); !why.empty()) p.fail(pb.scenarios.front().pos, why);
     plan.durationNs = cursor;
     return plan;
   } catch (const Fail& f) {

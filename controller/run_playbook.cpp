@@ -222,7 +222,7 @@ class PlanRun {
     spec.qp = self.playbook_.workload.qp;
     spec.perftest = self.playbook_.workload.test;
     spec.bin = std::chrono::nanoseconds(self.playbook_.scoring.binNs);
-    spec.duration = std::chrono::nanoseconds(self.plan_.durationNs + 500'000'000);
+    spec.duration = std::chrono::nanoseconds(self.plan_.durationNs + kRunWorkloadTailNs);
     spec.lead = 1s;
     self.workload_ = std::make_unique<WorkloadRun>(self.io_, ranks, spec, "wl-" + self.ctl_.substr(self.ctl_.size() - 4));
     auto started = co_await self.workload_->start(self.options_.connectTimeout);

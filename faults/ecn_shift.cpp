@@ -40,6 +40,17 @@ struct ShiftParams {
   CommandTemplate tmpl;
 };
 
+// The lab switch reads port "*" as every port: one fault would then hold every queue of that
+// priority while its target (and its one-owner rule) named a port called "*", so it would not
+// collide with a fault on port n1 of the same queue, and the two reverts would fight.
+Result<void> checkLabswitchPort(const std::string& port) {
+  if (port == "*")
+    return makeError("port \"*\" (every switch port) is not allowed: ecn_shift moves one port's queue; "
+                     "name one port (e.g. n2), or leave port out and set target = \"all\" so that "
+                     "each agent shifts its own port");
+  return {};
+}
+
 std::string str(const json& p, const char* key) {
   auto it = p.find(key);
   return it != p.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -340,6 +351,7 @@ const FaultKind kind_ecn_shift{
         // Without a port, the queue toward this host: so `target = "all"` shifts every host's
         // egress queue, each agent its own.
         p.port = labswitchHostPort(p.port, policy);
+        if (auto ok = checkLabswitchPort(p.port); !ok) return makeError("ecn_shift: " + ok.error().message);
         if (p.port.empty())
           return makeError("ecn_shift labswitch: set 'port' (a switch port such as n2); only agents "
                            "under `rdmachaos lab up` know their own port");
@@ -381,7 +393,12 @@ const FaultKind kind_ecn_shift{
         return makeError(std::string("ecn_shift journal snapshot is incomplete: ") + e.what());
       }
     },
-    nullptr,  // check
+    // check: what validate can refuse before a run
+    [](const json& params) -> Result<void> {
+      const std::string backend = stringParam(params, "backend");
+      if (backend.empty() || backend == "labswitch") return checkLabswitchPort(stringParam(params, "port"));
+      return {};
+    },
     nullptr,  // bind
     [](const json& params) {
       auto q = params.find("queue");

@@ -241,3 +241,21 @@ TEST_CASE("the socket parameter may only name the agent's own lab switch socket"
   REQUIRE_FALSE(none.ok());
   CHECK_THAT(none.error().message, Catch::Contains("has no lab switch"));
 }
+
+TEST_CASE("port \"*\" is refused: it would shift every switch port under a target named \"*\"", "[ecn_shift]") {
+  // The lab switch reads "*" as every port, so a fault on "*" would hold port n1's queue 3
+  // without colliding with a fault on n1 queue 3, and their reverts would fight.
+  auto star = make({{"port", "*"}, {"queue", 3}, {"kmin", "1KiB"}, {"kmax", "2KiB"}});
+  REQUIRE_FALSE(star.ok());
+  CHECK_THAT(star.error().message, Catch::Contains("port \"*\"") && Catch::Contains("name one port"));
+  // validate says it too (the kind's check, shared with the playbook parser).
+  const FaultKind* k = findKind("ecn_shift");
+  auto p = normaliseParams("ecn_shift", k->params, {{"port", "*"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}});
+  REQUIRE(p.ok());
+  REQUIRE(k->check);
+  auto checked = k->check(*p);
+  REQUIRE_FALSE(checked.ok());
+  CHECK_THAT(checked.error().message, Catch::StartsWith("port"));
+  // One named port is fine.
+  CHECK(make({{"port", "n1"}, {"queue", 3}, {"kmin", "1KiB"}, {"kmax", "2KiB"}}).ok());
+}

@@ -3,10 +3,12 @@
 // namespace (unshare) with a veth pair, so nothing outside this process is touched.
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -17,6 +19,8 @@
 
 #include "agent/fault_manager.hpp"
 #include "common/clock.hpp"
+#include "common/fd_reserve.hpp"
+#include "common/unique_fd.hpp"
 #include "faults/netlink.hpp"
 
 using namespace rc;
@@ -603,5 +607,59 @@ TEST_CASE("an exception in a fault's step reverts and reports; it never ends the
   std::promise<json> done;
   REQUIRE(m.revert("after", [&](json rec) { done.set_value(rec); }).ok());
   REQUIRE(done.get_future().wait_for(10s) == std::future_status::ready);
+  CHECK(adminUp("vethA"));
+}
+
+TEST_CASE("out of descriptors, a revert still gets the ones it needs from the reserve") {
+  // A process that has used every descriptor it may open (sessions, flows, workloads): the
+  // link_flap revert opens netlink sockets. In a child, so that its lowered RLIMIT_NOFILE and
+  // the descriptors it uses up end with it.
+  privateNamespace();
+  UpAtEnd up;
+  TempDir d;
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    size_t inUse = 0;
+    for ([[maybe_unused]] auto& e : fs::directory_iterator("/proc/self/fd")) inUse++;
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(10);
+    lim.rlim_cur = inUse + 64;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(11);
+    fdReserve().setWanted(16);
+    if (fdReserve().held() != 16) _exit(12);
+    int code = 0;
+    try {  // nothing of Catch's may unwind into the parent's test run from here
+      FaultManager m(policy(), *Journal::open(d.path), 60s, 60s);
+      if (!m.schedule("ctl", flap("f-fd", "30s")).ok()) _exit(13);
+      if (!eventually([] { return !adminUp("vethA"); })) _exit(14);
+      // Every descriptor the process may still open, taken.
+      std::vector<UniqueFD> hog;
+      for (;;) {
+        UniqueFD fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        if (!fd.isValid()) break;
+        hog.push_back(std::move(fd));
+      }
+      if (errno != EMFILE) _exit(15);
+      std::promise<json> done;
+      if (!m.revert("f-fd", [&](json r) { done.set_value(r); }).ok()) _exit(16);
+      auto fut = done.get_future();
+      // Without the reserve the revert fails with EMFILE and is retried until descriptors come
+      // back: it does not end in time.
+      if (fut.wait_for(20s) != std::future_status::ready) code = 17;
+      else if (fut.get()["end_reason"] != "reverted") code = 18;
+      hog.clear();
+      if (code == 0 && !adminUp("vethA")) code = 19;
+      if (code == 0 && fdReserve().held() != 16) code = 20;  // refilled after the revert
+    } catch (...) {
+      code = 30;
+    }
+    _exit(code);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("child status " << status << " (exit codes: see the test)");
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
   CHECK(adminUp("vethA"));
 }

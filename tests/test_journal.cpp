@@ -142,3 +142,35 @@ TEST_CASE("quarantine moves an entry out of the replay, keeping every copy") {
   CHECK(fs::exists(*moved));
   CHECK(fs::exists(*second));
 }
+
+TEST_CASE("the entry count follows add, remove and quarantine, and a reopened journal counts what is there") {
+  // The agent's metrics show this count every second from its event loop: kept as a number,
+  // not by reading every entry there.
+  TempDir d;
+  {
+    auto j = Journal::open(d.path + "/state");
+    REQUIRE(j.ok());
+    CHECK(j->count() == 0);
+    REQUIRE(j->add("f1", {{"kind", "link_flap"}}).ok());
+    REQUIRE(j->add("f2", {{"kind", "link_flap"}}).ok());
+    REQUIRE(j->add("f3", {{"kind", "link_flap"}}).ok());
+    CHECK(j->count() == 3);
+    CHECK_FALSE(j->add("f1", {{"kind", "link_flap"}}).ok());  // refused: no change
+    CHECK(j->count() == 3);
+    REQUIRE(j->remove("f2").ok());
+    REQUIRE(j->remove("f2").ok());  // idempotent: counted once
+    CHECK(j->count() == 2);
+    REQUIRE(j->quarantine("f3").ok());
+    CHECK(j->count() == 1);
+    REQUIRE(j->replace("f1", {{"kind", "link_flap"}, {"snapshot", nlohmann::json::object()}}).ok());
+    CHECK(j->count() == 1);
+  }
+  std::ofstream(d.path + "/state/journal/garbage.json") << "{not json";
+  auto j = Journal::open(d.path + "/state");
+  REQUIRE(j.ok());
+  CHECK(j->count() == 2);  // f1 and the unreadable one, as list() shows them
+  CHECK(j->count() == j->list()->size());
+  Journal moved = std::move(*j);
+  REQUIRE(moved.remove("garbage").ok());
+  CHECK(moved.count() == 1);
+}

@@ -731,23 +731,67 @@ at = "1s"
 for = "1s"
 target = "n1"
 )";
-  auto ok = parsePlaybook("repeat = 64\n" + kHead + step, "p.toml");
+  // Short trials (9 s), so that 65 of them stay within an agent's workload lifetime.
+  std::string shortHead = kHead;
+  shortHead.replace(shortHead.find("duration = \"10s\""), 16, "duration = \"5s\"");
+  shortHead.replace(shortHead.find("duration = \"10s\""), 16, "duration = \"4s\"");
+  auto ok = parsePlaybook("repeat = 64\n" + shortHead + step, "p.toml");
   REQUIRE(ok);
   CHECK(resolvePlan(*ok, inventory()));
-  auto many = parsePlaybook("repeat = 65\n" + kHead + step, "p.toml");
+  auto many = parsePlaybook("repeat = 65\n" + shortHead + step, "p.toml");
   REQUIRE(many);
   auto plan = resolvePlan(*many, inventory());
   REQUIRE_FALSE(plan);
   INFO(plan.error().message);
   CHECK(plan.error().message.find("node n1 65 faults (step1 x65)") != std::string::npos);
   CHECK(plan.error().message.find("at most 64") != std::string::npos);
-  // Faults are scheduled at most a day ahead.
+  // The run's workload lasts the whole run (and 500 ms more); an agent runs one at most its
+  // max_fault_lifetime, 10 min by default: 29 trials of 20 s fit, 30 do not.
+  auto fits = parsePlaybook("repeat = 29\n" + kHead + step, "p.toml");
+  INFO((fits ? std::string() : fits.error().message));
+  REQUIRE(fits);
+  CHECK(resolvePlan(*fits, inventory()));
+  auto longRun = parsePlaybook("repeat = 30\n" + kHead + step, "p.toml");
+  REQUIRE_FALSE(longRun);
+  INFO(longRun.error().message);
+  CHECK_THAT(longRun.error().message, Catch::StartsWith("p.toml:1:1: the playbook runs for 10m (30 trial(s))") &&
+                                          Catch::Contains("max_fault_lifetime, 10m by default") &&
+                                          Catch::Contains("lower repeat, shorten the phases, or split"));
+  // Faults a day ahead: the lifetime says it first.
   std::string head = kHead;
   head.replace(head.find("duration = \"10s\"\n[[phase]]"), 16, "duration = \"13h\"");
-  auto late = parsePlaybook("repeat = 2\n" + head + step, "p.toml");  // the second trial's fault: 26h in
-  INFO((late ? std::string() : late.error().message));
-  REQUIRE(late);
-  auto latePlan = resolvePlan(*late, inventory());
-  REQUIRE_FALSE(latePlan);
-  CHECK(latePlan.error().message.find("at most 24h ahead") != std::string::npos);
+  auto late = parsePlaybook("repeat = 2\n" + head + step, "p.toml");
+  REQUIRE_FALSE(late);
+  CHECK_THAT(late.error().message, Catch::Contains("max_fault_lifetime"));
+}
+
+TEST_CASE("a workload or a step beyond what an agent accepts is refused at its place, naming the fix") {
+  auto with = [](const std::string& workloadLine, const std::string& steps = "") {
+    std::string text = kHead;
+    text.insert(text.find("[[phase]]"), workloadLine + "\n");
+    return parsePlaybook(text + steps, "p.toml");
+  };
+  // The protocol's (and so every agent's) bounds on a workload.
+  auto big = with("size = \"2GiB\"");
+  REQUIRE_FALSE(big);
+  CHECK_THAT(big.error().message, Catch::StartsWith("p.toml:4:8: workload size 2.0GiB is more than an agent accepts (1.0GiB") &&
+                                      Catch::Contains("lower size"));
+  CHECK(with("size = \"1GiB\""));
+  auto streams = with("streams = 100");
+  REQUIRE_FALSE(streams);
+  CHECK_THAT(streams.error().message, Catch::StartsWith("p.toml:4:11: workload streams = 100 is more than an agent opens (64") &&
+                                          Catch::Contains("lower streams"));
+  CHECK(with("streams = 64"));
+  // A step's lifetime beyond what an agent keeps a fault: it would be reverted early.
+  std::string longStep = R"([[step]]
+kind = "link_flap"
+phase = "fault"
+at = "1s"
+for = "11m"
+target = "n1"
+)";
+  auto pb = parsePlaybook(kHead + longStep, "p.toml");
+  REQUIRE_FALSE(pb);
+  CHECK_THAT(pb.error().message, Catch::StartsWith("p.toml:14:7: step 'step1' for = 11m is longer than an agent keeps a fault (10m") &&
+                                     Catch::Contains("set for = \"10m\" or less"));
 }

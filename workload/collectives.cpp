@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "common/protocol.hpp"
+
 namespace rc::workload {
 
 std::optional<Kind> parseKind(std::string_view n) {
@@ -40,7 +42,7 @@ double busFactor(Kind k, int n) {
 Result<void> validateShape(const Shape& s) {
   if (s.world < 2 || s.world > 256) return makeError("a workload needs 2 to 256 ranks");
   if (s.rank < 0 || s.rank >= s.world) return makeError("rank is outside the world");
-  if (s.size == 0 || s.size > (1ull << 30)) return makeError("size must be 1 B to 1 GiB");
+  if (s.size == 0 || s.size > uint64_t(proto::kMaxWorkloadSize)) return makeError("size must be 1 B to 1 GiB");
   if (s.kind == Kind::allreduce && s.size % 4 != 0)
     return makeError("allreduce size must be a multiple of 4 bytes (float32 elements)");
   if (s.kind == Kind::pairwise && s.world % 2 != 0)

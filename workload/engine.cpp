@@ -6,11 +6,13 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include "common/clock.hpp"
 #include "common/log.hpp"
+#include "common/units.hpp"
 
 namespace rc::workload {
 
@@ -27,10 +29,27 @@ void sleepUntilWall(int64_t t, const std::atomic<bool>& stop) {
   }
 }
 
+size_t runBufferBytes(const Collective& coll) { return coll.bufferBytes() + 8 * (1 + coll.peers().size()); }
+
 }  // namespace
 
+Result<std::vector<std::byte>> allocateRunBuffer(const Shape& shape) {
+  if (auto v = validateShape(shape); !v) return v.error();
+  const size_t bytes = runBufferBytes(*makeCollective(shape));
+  try {
+    return std::vector<std::byte>(bytes);
+  } catch (const std::exception& ex) {  // bad_alloc, or length_error past the address space
+    std::string msg = "cannot allocate ";
+    msg += formatSize(bytes);
+    msg += " of workload buffers on this node (";
+    msg += ex.what();
+    msg += "): lower the workload's size, or free memory on the node";
+    return makeError(msg, ENOMEM);
+  }
+}
+
 Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& tel,
-                    const std::atomic<bool>& stop) {
+                    const std::atomic<bool>& stop, std::vector<std::byte> buffer) {
   Summary sum;
   Counters& c = sum.counters;
   auto fail = [&](std::string why) {
@@ -48,7 +67,11 @@ Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& tel,
   // The one buffer, allocated and registered once up front (a verbs transport pins it here);
   // behind the collective's part, 8 bytes to send and 8 per peer to receive for the resync.
   const size_t ctl = coll->bufferBytes();
-  std::vector<std::byte> buffer(ctl + 8 * (1 + peers.size()));
+  if (buffer.size() != runBufferBytes(*coll)) {
+    auto b = allocateRunBuffer(spec.shape);
+    if (!b) return fail(b.error().message);
+    buffer = std::move(*b);
+  }
   std::span<std::byte> buf(buffer.data(), ctl);
   if (auto r = transport.registerBuffer(buffer); !r) return fail(r.error().message);
   transport.setOnReceived([&tel](size_t n) { tel.addBytes(wallNs(), n); });

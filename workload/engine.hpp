@@ -3,7 +3,9 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "workload/collectives.hpp"
 #include "workload/telemetry.hpp"
@@ -26,9 +28,16 @@ struct Summary {
   std::string error;      // set when endReason is "error"
 };
 
+// The one buffer a run of SHAPE uses (the collective's part and the resync words), allocated
+// and zeroed now: the agent does it before it replies, so that a node without the memory
+// answers with an error instead of failing later on the engine's thread.
+Result<std::vector<std::byte>> allocateRunBuffer(const Shape& shape);
+
 // Runs to the end (iterations or duration), until STOP becomes true (the caller also calls
 // transport.interrupt()), or until a peer stays unreachable past the reconnect timeout.
+// BUFFER: from allocateRunBuffer(spec.shape); empty: allocated here (a failure ends the run
+// with an error).
 Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& telemetry,
-                    const std::atomic<bool>& stop);
+                    const std::atomic<bool>& stop, std::vector<std::byte> buffer = {});
 
 }  // namespace rc::workload
