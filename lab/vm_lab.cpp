@@ -259,17 +259,33 @@ report() {
     echo "data0=$(cat /sys/class/net/data0/operstate 2>/dev/null)"
     echo "agent_listening=$listening"
     echo "agent_restarts=$(cat /run/rdmachaos/restarts)"
+    echo "agent_pid=$(cat /run/rdmachaos/agent.pid 2>/dev/null)"
   } > $out/status.tmp && mv $out/status.tmp $out/status
+}
+# A signal for the agent from the host (a crash on purpose, for tests and drills): the host
+# writes its name (KILL, TERM...) into the node's share as signal-agent; looked at every 2 s.
+signal_agent() {
+  [ -f $out/signal-agent ] || return 0
+  sig=$(cat $out/signal-agent); rm -f $out/signal-agent
+  pid=$(cat /run/rdmachaos/agent.pid 2>/dev/null)
+  case "$sig" in
+    KILL|TERM|HUP|INT|QUIT) [ -n "$pid" ] && kill -s "$sig" "$pid" &&
+      echo "guest init: sent SIG$sig to the agent (pid $pid), as the host asked" ;;
+    *) echo "guest init: ignored signal-agent '$sig' (KILL, TERM, HUP, INT or QUIT)" ;;
+  esac
 }
 restarts=0
 echo 0 > /run/rdmachaos/restarts
-(while :; do report; sleep 2; done) &
+(while :; do signal_agent; report; sleep 2; done) &
 # The agent's journal lives in the guest's tmpfs: it survives the agent, not the guest.
 while :; do
   echo "guest init: starting rdmachaos-agent (restart $restarts)"
   ")SH" + agentBinary +
-                  R"SH(" --config "$rc_config" >>$out/agent.log 2>&1
+                  R"SH(" --config "$rc_config" >>$out/agent.log 2>&1 &
+  echo $! > /run/rdmachaos/agent.pid
+  wait $!
   echo "guest init: agent exited with status $?"
+  rm -f /run/rdmachaos/agent.pid
   restarts=$((restarts + 1))
   echo $restarts > /run/rdmachaos/restarts
   sleep 1

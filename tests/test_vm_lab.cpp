@@ -55,19 +55,22 @@ const std::string& cliDir() {
   return holder.path;
 }
 
-// One two-guest lab shared by the test cases that need it (booting guests is the slow part),
-// booted by the first that asks; main() takes it down if a test case did not.
+// One three-guest lab shared by the test cases that need it (booting guests is the slow part),
+// booted by the first that asks; main() takes it down if a test case did not. Most cases pick
+// n1 and n2 by name; n3 makes the 3-guest collectives and a node whose agent can be killed
+// without disturbing the others.
+constexpr int kSharedNodes = 3;
 std::unique_ptr<Lab> theLab;
 std::unique_ptr<Lab>& sharedLab() {
   auto& lab = theLab;
   if (!lab) {
     rc::lab::UpOptions o;
-    o.nodes = 2;
+    o.nodes = kSharedNodes;
     o.softRoce = true;
     auto t0 = std::chrono::steady_clock::now();
     lab = std::make_unique<Lab>("rc-test-vm", o);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("soft-RoCE lab with 2 guests up in %.1f s (rxe0 ACTIVE, agents listening)\n", s);
+    std::printf("soft-RoCE lab with %d guests up in %.1f s (rxe0 ACTIVE, agents listening)\n", kSharedNodes, s);
   }
   return lab;
 }
@@ -261,7 +264,7 @@ TEST_CASE("guests boot; every agent shows rxe0 with its port ACTIVE") {
   auto st = rc::lab::loadState(lab->dir());
   REQUIRE(st.ok());
   REQUIRE(st->kind == "vm");
-  REQUIRE(st->nodes.size() == 2);
+  REQUIRE(st->nodes.size() == size_t(kSharedNodes));
   for (const auto& n : st->nodes) {
     INFO("node " << n.name);
     CHECK(rc::lab::stillRunning(n.vm));
@@ -274,11 +277,13 @@ TEST_CASE("guests boot; every agent shows rxe0 with its port ACTIVE") {
   CHECK(rc::lab::stillRunning(st->sw.proc));
 
   std::string out, err;
-  int rc = runCli(cliDir(), {"agents", "--inventory", lab->inventory(), "--json"}, &out, &err);
+  // --timeout 30s: an agent's first hello scans its RDMA devices, which over 9p under TCG, with
+  // three guests just booted on two cores, took more than the default 5 s (seen: n3).
+  int rc = runCli(cliDir(), {"agents", "--inventory", lab->inventory(), "--json", "--timeout", "30s"}, &out, &err);
   INFO("stderr: " << err);
   REQUIRE(rc == 0);
   json agents = json::parse(out);
-  REQUIRE(agents.size() == 2);
+  REQUIRE(agents.size() == size_t(kSharedNodes));
   for (const auto& a : agents) {
     INFO("agent " << a.dump());
     const json& devs = a["capabilities"]["rdma_devices"];
@@ -289,7 +294,7 @@ TEST_CASE("guests boot; every agent shows rxe0 with its port ACTIVE") {
     CHECK(devs[0]["ports"][0]["link_layer"] == "Ethernet");
   }
   // The table an operator reads names the device and its state.
-  rc = runCli(cliDir(), {"agents", "--inventory", lab->inventory()}, &out, &err);
+  rc = runCli(cliDir(), {"agents", "--inventory", lab->inventory(), "--timeout", "30s"}, &out, &err);
   CHECK(rc == 0);
   CHECK(out.find("rxe0:ACTIVE") != std::string::npos);
 
@@ -312,8 +317,8 @@ TEST_CASE("the guests' data NICs are ports of the lab switch: a workload crosses
   uint64_t before1 = switchTxBytes(control, "n1"), before2 = switchTxBytes(control, "n2");
   std::string out, err;
   int rc = runCli(cliDir(),
-                  {"workload", "--inventory", lab->inventory(), "--kind", "allreduce", "--size",
-                   "256KiB", "--for", "3s"},
+                  {"workload", "--inventory", lab->inventory(), "--node", "n1", "--node", "n2", "--kind",
+                   "allreduce", "--size", "256KiB", "--for", "3s"},
                   &out, &err);
   INFO("stdout: " << out << "\nstderr: " << err);
   CHECK(rc == 0);
@@ -327,23 +332,39 @@ TEST_CASE("the guests' data NICs are ports of the lab switch: a workload crosses
   CHECK(sent2 > 256 * 1024);
 }
 
-TEST_CASE("a verbs workload between the guests: RC QPs, WRITE WITH IMM, verified, via the switch") {
+// Every collective over verbs (issue 11): the all-reduce on 2 and on 3 guests, the other
+// collectives on the ranks they take (pairwise needs an even count: n1 -> n2; incast: n1 and n2
+// into n3, the last rank). Each verified, its bins summing to the bytes it received, and
+// every payload byte through the lab switch.
+TEST_CASE("a verbs workload between the guests: RC QPs, WRITE WITH IMM, verified, via the switch",
+          "[verbs]") {
   auto& lab = sharedLab();
   std::string control = lab->switchControl();
-  // allreduce is the ring (both directions); alltoall and pairwise use the other plans.
-  auto [kind, size] = GENERATE(table<std::string, std::string>(
-      {{"allreduce", "256KiB"}, {"alltoall", "128KiB"}, {"pairwise", "128KiB"}}));
+  // allreduce is the ring (both directions); allgather the ring's second half; alltoall,
+  // incast and pairwise use the other plans.
+  auto [kind, size, world] = GENERATE(table<std::string, std::string, int>({{"allreduce", "256KiB", 2},
+                                                                            {"allreduce", "256KiB", 3},
+                                                                            {"allgather", "256KiB", 3},
+                                                                            {"alltoall", "128KiB", 3},
+                                                                            {"incast", "128KiB", 3},
+                                                                            {"pairwise", "128KiB", 2}}));
+  INFO("kind " << kind << " on " << world << " guests");
+  std::vector<std::string> ports;
+  for (int i = 1; i <= world; i++) ports.push_back("n" + std::to_string(i));
+  std::vector<uint64_t> before;
+  for (const auto& p : ports) before.push_back(switchTxBytes(control, p));
   // A count of iterations, not a duration: an agent's first verbs workload spends seconds
   // opening the device list (below), which would eat a short duration.
-  INFO("kind " << kind);
-  uint64_t before1 = switchTxBytes(control, "n1"), before2 = switchTxBytes(control, "n2");
-  std::string out, err;
+  std::vector<std::string> args = {"workload", "--inventory", lab->inventory()};
+  for (const auto& p : ports) args.insert(args.end(), {"--node", p});
   // --timeout 30s: an agent's first verbs workload opens the RDMA device list, which loads
   // every rdma-core provider over 9p under TCG (seen: more than 5 s).
-  int rc = runCli(cliDir(),
-                  {"workload", "--inventory", lab->inventory(), "--transport", "verbs", "--kind",
-                   kind, "--size", size, "--streams", "2", "--iterations", "8", "--timeout", "30s", "--json"},
-                  &out, &err);
+  args.insert(args.end(), {"--transport", "verbs", "--kind", kind, "--size", size, "--streams", "2",
+                           "--iterations", "8", "--timeout", "30s", "--json"});
+  std::string out, err;
+  auto t0 = std::chrono::steady_clock::now();
+  int rc = runCli(cliDir(), args, &out, &err);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO("stdout: " << out << "\nstderr: " << err);
   REQUIRE(rc == 0);
   json r = json::parse(out);
@@ -351,6 +372,7 @@ TEST_CASE("a verbs workload between the guests: RC QPs, WRITE WITH IMM, verified
   CHECK(r["summary"]["ok"] == true);
   CHECK(r["summary"]["iterations"].get<int64_t>() >= 8);
   CHECK(r["summary"]["busbw_Bps"].get<double>() > 0);
+  REQUIRE(r["nodes"].size() == size_t(world));
   uint64_t rx = 0;
   for (const auto& n : r["nodes"]) {
     INFO("node " << n["node"] << ": " << n["error"]);
@@ -361,23 +383,29 @@ TEST_CASE("a verbs workload between the guests: RC QPs, WRITE WITH IMM, verified
     CHECK(n["counters"]["iterations"].get<int64_t>() == 8);
     uint64_t nodeRx = n["counters"]["rx_bytes"].get<uint64_t>(), binned = 0;
     for (const auto& b : n["bins"]) binned += b[1].get<uint64_t>();
-    // The bins hold every byte the node received (pairwise: rank 0 only sends).
-    CHECK((nodeRx > 0 || (kind == "pairwise" && n["rank"] == 0)));
+    // The bins hold every byte the node received. Only pairwise's rank 0 and incast's
+    // senders receive nothing.
+    const int rank = n["rank"].get<int>();
+    const bool receives = kind == "pairwise" ? rank == 1 : kind == "incast" ? rank == world - 1 : true;
+    CHECK((nodeRx > 0) == receives);
     CHECK(binned == nodeRx);
     rx += nodeRx;
   }
-  // RoCEv2 between the guests crossed the switch both ways.
-  uint64_t sent1 = switchTxBytes(control, "n1") - before1;
-  uint64_t sent2 = switchTxBytes(control, "n2") - before2;
-  std::printf("verbs %s through the switch: %.2f MB to n1, %.2f MB to n2, %.2f MB received, "
+  // RoCEv2 between the guests crossed the switch, to every port that receives.
+  uint64_t sent = 0;
+  std::string perPort;
+  for (size_t i = 0; i < ports.size(); i++) {
+    uint64_t d = switchTxBytes(control, ports[i]) - before[i];
+    sent += d;
+    perPort += " " + ports[i] + " " + std::to_string(d / 1000) + " kB";
+    CHECK(d > 0);  // at least the ACKs
+  }
+  std::printf("verbs %s on %d guests in %.1f s: to%s through the switch, %.2f MB received, "
               "busbw %.1f Mb/s (iteration p50 %.0f ms)\n",
-              kind.c_str(), sent1 / 1e6, sent2 / 1e6, rx / 1e6,
-              r["summary"]["busbw_Bps"].get<double>() * 8 / 1e6,
+              kind.c_str(), world, took, perPort.c_str(), rx / 1e6, r["summary"]["busbw_Bps"].get<double>() * 8 / 1e6,
               r["summary"]["p50_ns"].get<double>() / 1e6);
-  // Every payload byte crossed the switch (plus headers and ACKs), both ways.
-  CHECK(sent1 + sent2 > rx);
-  CHECK(sent1 > 0);
-  CHECK(sent2 > 0);
+  // Every payload byte crossed the switch (plus headers and ACKs).
+  CHECK(sent > rx);
 }
 
 // The QP attributes and the traffic class a workload asks for are the ones rxe gives its QPs
@@ -398,8 +426,8 @@ TEST_CASE("verbs QP attributes and DSCP from the command line reach rxe's QPs an
   uint64_t before = queue6("n2");
   std::string out, err;
   int rc = runCli(cliDir(),
-                  {"workload", "--inventory", lab->inventory(), "--transport", "verbs", "--kind", "allreduce",
-                   "--size", "128KiB", "--iterations", "4", "--timeout", "30s", "--qp-timeout", "10",
+                  {"workload", "--inventory", lab->inventory(), "--node", "n1", "--node", "n2", "--transport",
+                   "verbs", "--kind", "allreduce", "--size", "128KiB", "--iterations", "4", "--timeout", "30s", "--qp-timeout", "10",
                    "--qp-retry-cnt", "3", "--qp-rnr-retry", "5", "--dscp", "48", "--json"},
                   &out, &err);
   INFO("stdout: " << out << "\nstderr: " << err);
@@ -468,11 +496,14 @@ TEST_CASE("a verbs QP in error after a data NIC flap is reported, re-created, an
     return k;
   };
   const size_t connectsBefore = connects();
-  Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--transport",
-                                "verbs", "--kind", "allreduce", "--size", "64KiB", "--for", "12s",
+  Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--node", "n1", "--node",
+                                "n2", "--transport", "verbs", "--kind", "allreduce", "--size", "64KiB", "--for", "18s",
                                 "--reconnect-timeout", "10s", "--timeout", "30s", "--json"});
   // Flap once the QPs carry traffic (a fresh guest's first verbs use takes seconds): a flap
-  // before the connection would only delay it.
+  // before the connection would only delay it. 18 s: the flap comes 5-6 s after the QPs
+  // connect on a loaded host, and the QPs must be set up again before the job's end (with a
+  // 12 s job, seen twice with the three-guest lab: the job ran out during the reconnect, n2
+  // counting no error).
   CHECK(eventually([&] { return connects() > connectsBefore; }, 20s, 100ms));
   std::this_thread::sleep_for(1s);
   Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(),
@@ -543,8 +574,8 @@ TEST_CASE("a 2 s flap of a guest's switch port stalls a verbs all-reduce; the jo
     return k;
   };
   const size_t connectsBefore = connects();
-  Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--transport", "verbs",
-                                "--kind", "allreduce", "--size", "256KiB", "--for", "14s",
+  Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--node", "n1", "--node", "n2",
+                                "--transport", "verbs", "--kind", "allreduce", "--size", "256KiB", "--for", "14s",
                                 "--reconnect-timeout", "10s", "--timeout", "30s", "--json"});
   // Flap once the QPs carry traffic (a guest's first verbs use takes seconds).
   CHECK(eventually([&] { return connects() > connectsBefore; }, 20s, 100ms));
@@ -610,6 +641,143 @@ TEST_CASE("a 2 s flap of a guest's switch port stalls a verbs all-reduce; the jo
   CHECK(stallStart <= downNs + 400'000'000);
   // The job came back: it moves data again after the port is up.
   CHECK(after > 0);
+}
+
+// Acceptance 3 of issue 11, second half: with a short QP timeout (qp_timeout 14, 67 ms per
+// try, and retry_cnt 1 instead of NCCL's 7) a switch port held down for 6 s ends the QPs that
+// write into it in IBV_WC_RETRY_EXC_ERR, reported with its status string and time; the engine
+// re-creates its QPs once the port is back and the job completes, verified (the errors are
+// asserted from the hold on, not inside it: see below). QEMU keeps the
+// guest NIC's carrier up, so rxe sees no port event: what ends the QPs is the transport's own
+// retry limit. (rxe at retry_cnt 7 retries without end, so the default never ends a QP, see
+// [switch-flap]; qp_timeout 10 with retry_cnt 1 ended QPs every few hundred ms on the TCG
+// guests without any fault: docs/soft-roce.md.)
+TEST_CASE("a short QP timeout: a 6 s switch-port hold ends the QPs in error; the job re-creates them and completes",
+          "[qp-timeout]") {
+  auto& lab = sharedLab();
+  std::string control = lab->switchControl();
+  auto adminUp = [&] {
+    json r = switchRequest(control, {{"cmd", "counters"}, {"port", "n2"}});
+    REQUIRE(r["ok"] == true);
+    return r["ports"][0]["admin_up"].get<bool>();
+  };
+  auto n1 = lab->node("n1"), n2 = lab->node("n2");
+  const size_t log1Before = readFile(n1.guestDir + "/agent.log").size();
+  const size_t log2Before = readFile(n2.guestDir + "/agent.log").size();
+  auto connects = [&] {
+    std::string log = readFile(n1.guestDir + "/agent.log").substr(log1Before);
+    size_t k = 0;
+    for (size_t at = log.find("verbs: rank"); at != std::string::npos; at = log.find("verbs: rank", at + 1)) k++;
+    return k;
+  };
+  Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--node", "n1", "--node", "n2",
+                                "--transport", "verbs", "--kind", "allreduce", "--size", "128KiB", "--for", "22s",
+                                "--qp-timeout", "14", "--qp-retry-cnt", "1", "--reconnect-timeout", "20s",
+                                "--timeout", "60s", "--json"});
+  CHECK(eventually([&] { return connects() > 0; }, 20s, 100ms));
+  std::this_thread::sleep_for(2s);
+  const size_t connectsAtFlap = connects();
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--node", "n2",
+                                    "--set", "switch_port=n2", "--set", "down=6s", "--for", "30s"});
+  int64_t downNs = 0, upNs = 0;
+  CHECK(eventually([&] { return !adminUp(); }, 20s, 20ms));
+  downNs = rc::wallNs();
+  // What the agents logged before the port went down: losses there are not the hold's.
+  const size_t log1AtDown = readFile(n1.guestDir + "/agent.log").size() - log1Before;
+  const size_t log2AtDown = readFile(n2.guestDir + "/agent.log").size() - log2Before;
+  CHECK(eventually([&] { return adminUp(); }, 20s, 20ms));
+  upNs = rc::wallNs();
+  int irc = waitCli(inject);
+  INFO("inject stdout: " << readFile(inject.out) << "\nstderr: " << readFile(inject.err));
+  CHECK(irc == 0);
+  int rc = waitCli(wl);
+  std::string out = readFile(wl.out);
+  std::string log1 = readFile(n1.guestDir + "/agent.log").substr(log1Before);
+  std::string log2 = readFile(n2.guestDir + "/agent.log").substr(log2Before);
+  INFO("workload stderr: " << readFile(wl.err) << "\nn1's agent log: " << log1 << "\nn2's agent log: " << log2);
+  // What each rank saw, for the record (and for a failure below).
+  // Lost connections before the hold, and QP errors and other losses from it on.
+  std::string errorLines, lostLines, beforeLines;
+  for (const auto& [name, log, atDown] : {std::tuple{"n1", log1, log1AtDown}, std::tuple{"n2", log2, log2AtDown}}) {
+    std::istringstream in(log);
+    size_t at = 0;
+    for (std::string l; std::getline(in, l); at += l.size() + 1) {
+      if (l.find("lost a connection") == std::string::npos) continue;
+      if (at < atDown) {
+        beforeLines += std::string(name) + ": " + l + "\n";
+        continue;
+      }
+      (l.find("in error at") != std::string::npos ? errorLines : lostLines) += std::string(name) + ": " + l + "\n";
+    }
+  }
+  std::printf("short QP timeout (14, retry_cnt 1), n2's switch port down %.2f s; lost connections before it:\n%s"
+              "QP errors from it on:\n%sother losses from it on:\n%s",
+              (upNs - downNs) / 1e9, beforeLines.c_str(), errorLines.c_str(), lostLines.c_str());
+  REQUIRE(rc == 0);
+  json r = json::parse(out);
+  int64_t reconnects = 0, errors = 0;
+  for (const auto& n : r["nodes"]) {
+    INFO("node " << n["node"] << ": " << n["error"]);
+    CHECK(n["end_reason"] == "completed");
+    CHECK(n["verified"] == true);
+    errors += n["counters"]["errors"].get<int64_t>();
+    reconnects += n["counters"]["reconnects"].get<int64_t>();
+  }
+  // The job's bytes after the port came back.
+  uint64_t after = 0;
+  int64_t firstAfter = 0;
+  for (const auto& n : r["nodes"])
+    for (const auto& b : n["bins"])
+      if (int64_t t = b[0].get<int64_t>(); t >= upNs && b[1].get<uint64_t>() > 0) {
+        after += b[1].get<uint64_t>();
+        if (firstAfter == 0 || t < firstAfter) firstAfter = t;
+      }
+  std::printf("errors %lld, reconnects %lld, QP set-ups from the hold on %zu; %.3f MB moved after the port came "
+              "up, the first of it %.2f s after\n",
+              (long long)errors, (long long)reconnects, connects() - connectsAtFlap, after / 1e6,
+              firstAfter ? (firstAfter - upNs) / 1e9 : -1.0);
+  CHECK(errors >= 1);
+  CHECK(reconnects >= 1);
+  CHECK(after > 0);
+  // The hold ended a QP at its retry limit, reported with its status string and number and
+  // the time: "QP 0 (qpn 46) in error at 18:40:08.937 UTC: transport retry counter exceeded
+  // (status 12, vendor error 0, on a send)".
+  REQUIRE_FALSE(errorLines.empty());
+  CHECK_THAT(errorLines, Catch::Contains("transport retry counter exceeded (status 12"));
+  CHECK_THAT(errorLines, Catch::Contains(" UTC: "));
+  // When, on the host's clock: the agent's UTC time less its clock offset (measured by the
+  // controller, in the result), for the record. Not asserted: at this setting QPs also end
+  // without any fault on a loaded host, and a QP being set up again when the port goes down
+  // waits for it (set-up is over TCP), so the hold's error can come after it (seen: +7.1 s,
+  // +8.1 s, +8.7 s after a 6 s hold, with 16 errors in the job).
+  std::map<std::string, int64_t> offset;
+  for (const auto& n : r["nodes"]) offset[n["node"].get<std::string>()] = n["clock_offset_ns"].get<int64_t>();
+  int duringHold = 0;
+  std::string whens;
+  {
+    std::istringstream in(errorLines);
+    for (std::string l; std::getline(in, l);) {
+      if (l.find("transport retry counter exceeded") == std::string::npos) continue;
+      auto at = l.find("in error at ");
+      int h = 0, m = 0, sec = 0, ms = 0;
+      if (at == std::string::npos ||
+          std::sscanf(l.c_str() + at + 12, "%d:%d:%d.%d", &h, &m, &sec, &ms) != 4)
+        continue;
+      const int64_t day = 86'400'000'000'000;
+      int64_t t = downNs - downNs % day + ((h * 60 + m) * 60 + sec) * 1'000'000'000LL + ms * 1'000'000LL;
+      if (t - downNs > day / 2) t -= day;
+      if (downNs - t > day / 2) t += day;
+      t -= offset[l.substr(0, 2)];
+      if (t >= downNs - 200'000'000 && t <= upNs + 200'000'000) duringHold++;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, " %s %+.2f s", l.substr(0, 2).c_str(), (t - downNs) / 1e9);
+      whens += buf;
+    }
+  }
+  std::printf("retry-exceeded errors, from the port going down (%.2f s held):%s; %d inside the hold\n",
+              (upNs - downNs) / 1e9, whens.c_str(), duringHold);
+  // And the engine set its QPs up again afterwards (the agent logs every set-up).
+  CHECK(connects() > connectsAtFlap);
 }
 
 // Acceptance 4 of issue 11, in the shape two guests allow: n2's agent floods pause frames on
@@ -876,8 +1044,8 @@ TEST_CASE("incast over verbs during a verbs workload: RDMA WRITEs reach the rece
     return k;
   };
   const size_t connectsBefore = connects();
-  Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--transport", "verbs",
-                                "--kind", "allreduce", "--size", "128KiB", "--for", "10s",
+  Proc wl = spawnCli(cliDir(), {"workload", "--inventory", lab->inventory(), "--node", "n1", "--node", "n2",
+                                "--transport", "verbs", "--kind", "allreduce", "--size", "128KiB", "--for", "10s",
                                 "--reconnect-timeout", "10s", "--timeout", "30s", "--json"});
   CHECK(eventually([&] { return connects() > connectsBefore; }, 20s, 100ms));
   std::this_thread::sleep_for(1s);
@@ -1043,6 +1211,87 @@ TEST_CASE("link_flap of a guest's lab switch port, injected through the guest's 
   CHECK(rc == 0);
   CHECK(wentDown);
   CHECK(adminUp());
+}
+
+// The guest's init restarts its agent, and the agent's journal (in the guest's tmpfs)
+// outlives it: kill -9 of n3's agent while it holds n3's data NIC down must bring the agent
+// back, and the new agent must revert the fault from its journal before it serves anyone.
+// The kill goes through the lab's hook: the host writes the signal's name into the node's
+// share (DIR/nodes/n3/guest/signal-agent), the guest's init sends it to the agent.
+TEST_CASE("kill -9 of a guest's agent during a fault: the guest restarts it, the journal reverts the fault",
+          "[agent-restart]") {
+  auto& lab = sharedLab();
+  auto n3 = lab->node("n3");
+  auto restarts = [&] {
+    std::string r = guestReport(n3, "agent_restarts");
+    return r.empty() ? -1 : std::stoi(r);
+  };
+  REQUIRE(eventually([&] { return guestReport(n3, "agent_listening") == "yes"; }, 20s, 100ms));
+  const int restartsBefore = restarts();
+  const std::string pidBefore = guestReport(n3, "agent_pid");
+  REQUIRE(restartsBefore >= 0);
+  REQUIRE_FALSE(pidBefore.empty());
+  const size_t logBefore = readFile(n3.guestDir + "/agent.log").size();
+  const size_t initBefore = readFile(n3.guestDir + "/init.log").size();
+  // A long link-down of n3's data NIC, held by a controller for the whole test.
+  Proc ctl = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--node", "n3", "--set",
+                                 "down=60s", "--for", "90s"});
+  struct StopCtl {
+    Proc& p;
+    ~StopCtl() {
+      if (p.pid > 0 && ::kill(p.pid, SIGKILL) == 0) ::waitpid(p.pid, nullptr, 0);
+    }
+  } stopCtl{ctl};
+  bool down = eventually([&] { return guestReport(n3, "data0") == "down"; }, 30s, 100ms);
+  INFO("inject stderr: " << readFile(ctl.err));
+  REQUIRE(down);
+  CHECK(guestReport(n3, "port_state").find("ACTIVE") == std::string::npos);
+  {
+    std::ofstream f(n3.guestDir + "/signal-agent");
+    f << "KILL\n";
+  }
+  // The init restarts the agent (a new pid, one restart more); the data NIC comes back up with
+  // it, though the controller's lease still holds: the new agent reverted the journal.
+  bool back = eventually([&] { return restarts() > restartsBefore && guestReport(n3, "agent_listening") == "yes"; },
+                         60s, 100ms);
+  std::string init = readFile(n3.guestDir + "/init.log").substr(initBefore);
+  std::string log = readFile(n3.guestDir + "/agent.log").substr(logBefore);
+  INFO("n3's init.log since: " << init << "\nn3's agent.log since: " << log);
+  REQUIRE(back);
+  CHECK(guestReport(n3, "agent_pid") != pidBefore);
+  CHECK_THAT(init, Catch::Contains("sent SIGKILL to the agent (pid " + pidBefore + ")"));
+  CHECK_THAT(init, Catch::Contains("agent exited with status 137"));  // 128 + SIGKILL
+  bool up = eventually([&] { return guestReport(n3, "data0") == "up"; }, 20s, 100ms);
+  CHECK(up);
+  log = readFile(n3.guestDir + "/agent.log").substr(logBefore);
+  CHECK_THAT(log, Catch::Contains("reverted journaled fault"));
+  CHECK_THAT(log, Catch::Contains("link_flap"));
+  bool active = eventually([&] { return guestReport(n3, "port_state").find("ACTIVE") != std::string::npos; }, 20s,
+                           100ms);
+  CHECK(active);
+  {
+    auto at = log.find("reverted journaled fault");
+    if (at != std::string::npos)
+      std::printf("n3's agent after kill -9 (restart %d): %s\n", restarts(),
+                  log.substr(at, log.find('\n', at) - at).c_str());
+  }
+  // The controller that held the fault hears of its end; the agent is reachable again, with
+  // rxe0 ACTIVE.
+  std::string out, err;
+  // A restarted agent's first hello scans its RDMA devices again: slow under TCG.
+  int rc = runCli(cliDir(), {"agents", "--inventory", lab->inventory(), "--json", "--timeout", "30s"}, &out, &err);
+  INFO("agents stderr: " << err);
+  REQUIRE(rc == 0);
+  bool seen = false;
+  for (const auto& a : json::parse(out))
+    if (a.value("node", "") == "n3") {
+      seen = true;
+      INFO("n3: " << a.dump());
+      const json& devs = a["capabilities"]["rdma_devices"];
+      REQUIRE(devs.size() == 1);
+      CHECK(devs[0]["ports"][0]["state"].get<std::string>().find("ACTIVE") != std::string::npos);
+    }
+  CHECK(seen);
 }
 
 TEST_CASE("lab down stops every guest and the switch and removes every file") {
