@@ -113,14 +113,22 @@ int main(int argc, char** argv) {
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.add(SIGHUP);
   signals.add(SIGQUIT);
+  // After the reverts, the fault_ended reports they posted still have to reach their
+  // controllers (a controller told nothing records the faults as never applied); the
+  // sessions stay open for that, a bounded moment, then close.
+  boost::asio::steady_timer flush(io);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     rc::log::info("signal {}: reverting every fault, stopping workloads, then exiting", sig);
     manager.shutdown();
     workloads.shutdown();
-    server.stop();
-    metricsTick.cancel();
-    io.stop();
+    server.stopAccepting();
+    flush.expires_after(std::chrono::milliseconds(300));
+    flush.async_wait([&](const boost::system::error_code&) {
+      server.stop();
+      metricsTick.cancel();
+      io.stop();
+    });
   });
   rc::log::info("ready: node {}, lease {} ms, {} fault kinds", config->node,
                 config->leaseTimeout.count(), rc::faults::registry().size());

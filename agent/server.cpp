@@ -620,6 +620,11 @@ Result<void> Server::start() {
   return {};
 }
 
+void Server::stopAccepting() {
+  boost::system::error_code ec;
+  impl_->acceptor.close(ec);
+}
+
 void Server::stop() {
   boost::system::error_code ec;
   impl_->acceptor.close(ec);

@@ -19,6 +19,8 @@ class Server {
   ~Server();
   // Binds and starts accepting. Errors name the address and the likely cause.
   Result<void> start();
+  // Closes the listener only: sessions go on (to deliver what is queued) until stop().
+  void stopAccepting();
   void stop();
   size_t sessionCount() const;
 
