@@ -116,9 +116,9 @@ TEST_CASE("text summary names the numbers an operator looks for") {
   CHECK(t.find("recovery time   500ms") != std::string::npos);
   CHECK(t.find("FAIL throughput_loss_pct < 90% (job): 100.00%") != std::string::npos);
   // The live line's two named quantities, job throughput and busbw, are both in the summary,
-  // each labelled (busbw: 4 MiB per 100 ms iteration on two ranks = 41.9 MB/s = 335.5 Mb/s).
+  // each labelled (busbw: 4 MiB per 100 ms iteration on two ranks = 41.9 MB/s = 335.54 Mb/s).
   CHECK(t.find("job throughput (median, smoothed)") != std::string::npos);
-  CHECK(t.find("  busbw           335.5Mb/s bus bandwidth") != std::string::npos);
+  CHECK(t.find("  busbw           335.54Mb/s bus bandwidth") != std::string::npos);
 }
 
 TEST_CASE("reports are written atomically") {
