@@ -263,8 +263,9 @@ void Fabric::onPfc(int pi, const pfc::Frame& f, int64_t now) {
     // Storm quality: a frame that arrives after the pause of the one before it ran out (its
     // own quanta at this port's rate) ends a gap in which the port was free to send, so the
     // storm did not hold it paused throughout. Counted whether or not this switch honours the
-    // pause (lossy priority, watchdog): it judges the storm, not the switch.
-    if (q.pfcRxActive && now > q.rxPauseEnd) q.stats.stormGaps++;
+    // pause (lossy priority, watchdog): it judges the storm, not the switch. A resume frame
+    // (0 quanta, e.g. a storm's revert) pauses nothing, so it ends no gap.
+    if (quanta > 0 && q.pfcRxActive && now > q.rxPauseEnd) q.stats.stormGaps++;
     q.pfcRxActive = true;
     q.lastPfcRx = now;
     q.rxPauseEnd = now + pfc::quantaToNs(quanta, p.rateBps);

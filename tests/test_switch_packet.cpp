@@ -180,4 +180,8 @@ TEST_CASE("storm gaps: a pause frame after the previous frame's own pause ran ou
     fab.onPfc(0, frame(1000), t);
   }
   CHECK(gaps(t) == 6);
+  // A resume frame long after the storm's last pause ran out (a revert) is no gap.
+  t += 400'000'000;
+  fab.onPfc(0, frame(0), t);
+  CHECK(gaps(t) == 6);
 }
