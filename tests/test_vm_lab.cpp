@@ -410,7 +410,9 @@ TEST_CASE("a verbs workload between the guests: RC QPs, WRITE WITH IMM, verified
 
 // The QP attributes and the traffic class a workload asks for are the ones rxe gives its QPs
 // (ibv_query_qp, logged by the agent at connect), and the RoCEv2 frames carry the class: the
-// lab switch queues them by DSCP (48: queue 6).
+// lab switch queues them by DSCP (48: queue 6). Not the defaults (14, 7, 7, DSCP 26), and not
+// so short that a TCG guest's stall ends a QP: timeout 10 with 3 retries (~17 ms without an
+// ACK) did, under load, and the job then failed to reconnect within its deadline.
 TEST_CASE("verbs QP attributes and DSCP from the command line reach rxe's QPs and the wire") {
   auto& lab = sharedLab();
   std::string control = lab->switchControl();
@@ -427,14 +429,14 @@ TEST_CASE("verbs QP attributes and DSCP from the command line reach rxe's QPs an
   std::string out, err;
   int rc = runCli(cliDir(),
                   {"workload", "--inventory", lab->inventory(), "--node", "n1", "--node", "n2", "--transport",
-                   "verbs", "--kind", "allreduce", "--size", "128KiB", "--iterations", "4", "--timeout", "30s", "--qp-timeout", "10",
+                   "verbs", "--kind", "allreduce", "--size", "128KiB", "--iterations", "4", "--timeout", "30s", "--qp-timeout", "16",
                    "--qp-retry-cnt", "3", "--qp-rnr-retry", "5", "--dscp", "48", "--json"},
                   &out, &err);
   INFO("stdout: " << out << "\nstderr: " << err);
   REQUIRE(rc == 0);
   std::string log = readFile(n2.guestDir + "/agent.log").substr(logBefore);
   INFO("n2's agent log since: " << log);
-  CHECK_THAT(log, Catch::Contains("timeout 10, retry_cnt 3, rnr_retry 5, traffic class 192"));
+  CHECK_THAT(log, Catch::Contains("timeout 16, retry_cnt 3, rnr_retry 5, traffic class 192"));
   uint64_t rx = 0;
   json r = json::parse(out);  // named: a range-for over a member of a temporary would dangle
   for (const auto& n : r["nodes"])
