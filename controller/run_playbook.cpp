@@ -558,17 +558,19 @@ class PlanRun {
   // The series on the run's timeline.
   void collectSeries() {
     const auto& ws = workload_->series();
-    for (const auto& ns : ws.nodes) {
+    for (size_t rank = 0; rank < ws.nodes.size(); ++rank) {
+      const auto& ns = ws.nodes[rank];
       std::vector<std::pair<int64_t, double>> samples;
       for (const auto& b : ns.bins) samples.emplace_back(b.tNs, double(b.bytes));
       run_.series[ns.node] = rebin(samples, ws.binNs, t0_, run_.binNs, run_.endedNs);
       std::map<std::string, uint64_t> nicNow;
-      for (const auto& [tNs, changed] : ns.nicSamples) {
+      // The samples move into the result: the job is over and nothing reads them here again.
+      for (auto& [tNs, changed] : workload_->takeNicSamples(rank)) {
         for (const auto& [name, v] : changed) nicNow[name] = v;
         NicPoint p = nicHighlights(nicNow);
         p.tNs = tNs - t0_;
         run_.nic[ns.node].push_back(p);
-        run_.nicSamples[ns.node].push_back({tNs - t0_, changed});
+        run_.nicSamples[ns.node].push_back({tNs - t0_, std::move(changed)});
       }
       for (const auto& it : ns.iterations)
         if (it.ok) run_.iterations.push_back({ns.node, int64_t(it.index), it.startNs - t0_, it.endNs - t0_});

@@ -6,6 +6,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <algorithm>
+#include <utility>
 
 #include "common/clock.hpp"
 #include "common/log.hpp"
@@ -247,6 +248,11 @@ asio::awaitable<void> WorkloadRun::stop(Duration timeout) {
 }
 
 const WorkloadSeries& WorkloadRun::series() const { return impl_->series; }
+
+std::vector<std::pair<int64_t, std::map<std::string, uint64_t>>> WorkloadRun::takeNicSamples(size_t rank) {
+  if (rank >= impl_->series.nodes.size()) return {};
+  return std::exchange(impl_->series.nodes[rank].nicSamples, {});
+}
 
 bool WorkloadRun::allEnded() const {
   for (const auto& n : impl_->series.nodes)

@@ -111,6 +111,9 @@ class WorkloadRun {
   // Asks every rank to stop now (their workload_ended follows; call wait() to collect it).
   boost::asio::awaitable<void> stop(Duration timeout);
   const WorkloadSeries& series() const;
+  // Moves each node's NIC samples out (the run's result takes them once the job is over,
+  // instead of holding a second copy: a long run on mlx5 samples many counters).
+  std::vector<std::pair<int64_t, std::map<std::string, uint64_t>>> takeNicSamples(size_t rank);
   bool allEnded() const;
   // Called on the io_context after each telemetry or end message.
   void onUpdate(std::function<void()> handler);

@@ -462,7 +462,7 @@ TEST_CASE("a link flap of a guest's data NIC takes rxe0's port down and back") {
   auto n1 = lab->node("n1");
   REQUIRE(guestReport(n1, "link_downed") == "0");
   std::string out, err;
-  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(),
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--timeout", "30s",
                                     "--node", "n1", "--set", "down=4s", "--for", "30s"});
   // rxe raises IB_EVENT_PORT_ERR and counts link_downed when its netdev goes down.
   bool downed = eventually([&] { return guestReport(n1, "link_downed") == "1"; }, 20s, 100ms);
@@ -508,7 +508,7 @@ TEST_CASE("a verbs QP in error after a data NIC flap is reported, re-created, an
   // counting no error).
   CHECK(eventually([&] { return connects() > connectsBefore; }, 20s, 100ms));
   std::this_thread::sleep_for(1s);
-  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(),
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--timeout", "30s",
                                     "--node", "n1", "--set", "down=3s", "--for", "30s"});
   int irc = waitCli(inject);
   INFO("inject stdout: " << readFile(inject.out) << "\nstderr: " << readFile(inject.err));
@@ -582,7 +582,7 @@ TEST_CASE("a 2 s flap of a guest's switch port stalls a verbs all-reduce; the jo
   // Flap once the QPs carry traffic (a guest's first verbs use takes seconds).
   CHECK(eventually([&] { return connects() > connectsBefore; }, 20s, 100ms));
   std::this_thread::sleep_for(2s);
-  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--node", "n2",
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--timeout", "30s", "--node", "n2",
                                     "--set", "switch_port=n2", "--set", "down=2s", "--for", "30s"});
   // When the port was down, on the host's clock (the controller's series use the same clock).
   int64_t downNs = 0, upNs = 0;
@@ -679,7 +679,7 @@ TEST_CASE("a short QP timeout: a 6 s switch-port hold ends the QPs in error; the
   CHECK(eventually([&] { return connects() > 0; }, 20s, 100ms));
   std::this_thread::sleep_for(2s);
   const size_t connectsAtFlap = connects();
-  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--node", "n2",
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--timeout", "30s", "--node", "n2",
                                     "--set", "switch_port=n2", "--set", "down=6s", "--for", "30s"});
   int64_t downNs = 0, upNs = 0;
   CHECK(eventually([&] { return !adminUp(); }, 20s, 20ms));
@@ -856,7 +856,7 @@ TEST_CASE("a PFC storm from a guest stalls RDMA through its switch port; with th
                                 "--for", "13s", "--reconnect-timeout", "10s", "--timeout", "30s", "--json"});
   CHECK(eventually([&] { return connects() > connectsBefore; }, 20s, 100ms));
   std::this_thread::sleep_for(2s);
-  Proc storm = spawnCli(cliDir(), {"inject", "pfc_storm", "--inventory", lab->inventory(), "--node", "n2",
+  Proc storm = spawnCli(cliDir(), {"inject", "pfc_storm", "--inventory", lab->inventory(), "--timeout", "30s", "--node", "n2",
                                    "--set", "duration=3s", "--set", "rate=1000", "--for", "10s"});
   // The storm on the wire, on the host's clock: from the first pause frame the switch counted
   // on n2's queue 3 to the last.
@@ -979,7 +979,7 @@ bound = 50
   const size_t log1Before = readFile(n1.guestDir + "/agent.log").size();
   const size_t log2Before = readFile(n2.guestDir + "/agent.log").size();
   std::string out, err;
-  int rc = runCli(cliDir(), {"run", pb, "--inventory", lab->inventory(), "--report-dir", dir + "/report"},
+  int rc = runCli(cliDir(), {"run", pb, "--inventory", lab->inventory(), "--timeout", "30s", "--report-dir", dir + "/report"},
                   &out, &err);
   // rxe between TCG guests sometimes ends an ib_write_bw early: the client's WRITE completes
   // with status 9 (remote invalid request) and both ends exit (docs/soft-roce.md; one 20 s run
@@ -990,7 +990,7 @@ bound = 50
     std::fflush(stdout);
     out.clear();
     err.clear();
-    rc = runCli(cliDir(), {"run", pb, "--inventory", lab->inventory(), "--report-dir", dir + "/report-again"},
+    rc = runCli(cliDir(), {"run", pb, "--inventory", lab->inventory(), "--timeout", "30s", "--report-dir", dir + "/report-again"},
                 &out, &err);
     fs::remove_all(dir + "/report");
     fs::rename(dir + "/report-again", dir + "/report");
@@ -1077,7 +1077,7 @@ TEST_CASE("incast over verbs during a verbs workload: RDMA WRITEs reach the rece
   std::this_thread::sleep_for(1s);
   std::string out, err;
   int irc = runCli(cliDir(),
-                   {"inject", "incast", "--inventory", lab->inventory(), "--node", "n2", "--set", "receiver=n1",
+                   {"inject", "incast", "--inventory", lab->inventory(), "--timeout", "30s", "--node", "n2", "--set", "receiver=n1",
                     "--set", "fan_in=2", "--set", "size=256KiB", "--for", "3s", "--json"},
                    &out, &err);
   INFO("inject stdout: " << out << "\nstderr: " << err);
@@ -1162,13 +1162,13 @@ TEST_CASE("incast over verbs: a QP error is reported, the flow set up again, not
       if (x["port"] == "n1" && x["l4_dst"] == 4791) return x["bytes"].get<uint64_t>();
     return uint64_t(0);
   };
-  Proc incast = spawnCli(cliDir(), {"inject", "incast", "--inventory", lab->inventory(), "--node", "n2", "--set",
+  Proc incast = spawnCli(cliDir(), {"inject", "incast", "--inventory", lab->inventory(), "--timeout", "30s", "--node", "n2", "--set",
                                     "receiver=n1", "--set", "fan_in=2", "--set", "size=256KiB", "--set",
                                     "transport=verbs", "--for", "12s", "--json"});
   // Flap once the WRITEs flow.
   CHECK(eventually([&] { return roceTo1() > (1u << 20); }, 20s, 100ms));
   std::string fout, ferr;
-  int frc = runCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--node", "n2", "--set",
+  int frc = runCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--timeout", "30s", "--node", "n2", "--set",
                               "down=3s", "--for", "30s"},
                    &fout, &ferr);
   INFO("link_flap stdout: " << fout << "\nstderr: " << ferr);
@@ -1228,7 +1228,7 @@ TEST_CASE("link_flap of a guest's lab switch port, injected through the guest's 
   };
   REQUIRE(adminUp());
   // The agent in guest n2 drives the switch on the host (QEMU's guestfwd relay).
-  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(),
+  Proc inject = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--timeout", "30s",
                                     "--node", "n2", "--set", "switch_port=n2", "--set", "down=3s",
                                     "--for", "30s"});
   bool wentDown = eventually([&] { return !adminUp(); }, 20s, 50ms);
@@ -1260,7 +1260,7 @@ TEST_CASE("kill -9 of a guest's agent during a fault: the guest restarts it, the
   const size_t logBefore = readFile(n3.guestDir + "/agent.log").size();
   const size_t initBefore = readFile(n3.guestDir + "/init.log").size();
   // A long link-down of n3's data NIC, held by a controller for the whole test.
-  Proc ctl = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--node", "n3", "--set",
+  Proc ctl = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--timeout", "30s", "--node", "n3", "--set",
                                  "down=60s", "--for", "90s"});
   struct StopCtl {
     Proc& p;
