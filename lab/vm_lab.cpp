@@ -254,6 +254,13 @@ pass=0
 res=
 report() {
   p=/sys/class/infiniband/rxe0/ports/1
+  # The restart count and the agent's pid first, the listening socket after: init bumps the
+  # count only once the agent it waited for is gone (its sockets closed), so "restarts N,
+  # listening" always means the Nth agent listens. Read the other way round, a pass right after
+  # a kill saw the dying agent's socket and the new count, and a test trusted an agent that
+  # was not there yet.
+  val /run/rdmachaos/restarts; restarts_now=$v
+  val /run/rdmachaos/agent.pid; pid_now=$v
   listening=no
   while read -r _ l r st _; do
     case "$l $r $st" in *:1D2E\ 00000000:0000\ 0A) listening=yes; break ;; esac
@@ -279,8 +286,8 @@ report() {
     fi
     val /sys/class/net/data0/operstate; echo "data0=$v"
     echo "agent_listening=$listening"
-    val /run/rdmachaos/restarts; echo "agent_restarts=$v"
-    val /run/rdmachaos/agent.pid; echo "agent_pid=$v"
+    echo "agent_restarts=$restarts_now"
+    echo "agent_pid=$pid_now"
   } > $out/status.tmp && mv $out/status.tmp $out/status
 }
 # A signal for the agent from the host (a crash on purpose, for tests and drills): the host

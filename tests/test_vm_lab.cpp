@@ -1307,6 +1307,9 @@ TEST_CASE("kill -9 of a guest's agent during a fault: the guest restarts it, the
   // A restarted agent's first hello scans its RDMA devices again: slow under TCG.
   int rc = runCli(cliDir(), {"agents", "--inventory", lab->inventory(), "--json", "--timeout", "30s"}, &out, &err);
   INFO("agents stderr: " << err);
+  INFO("n3's init.log since, after `agents`: " << readFile(n3.guestDir + "/init.log").substr(initBefore));
+  INFO("n3's agent.log since, after `agents`: " << readFile(n3.guestDir + "/agent.log").substr(logBefore));
+  INFO("n3's status: " << readFile(n3.guestDir + "/status"));
   REQUIRE(rc == 0);
   bool seen = false;
   for (const auto& a : json::parse(out))
