@@ -39,6 +39,9 @@ struct FabricSampler::Impl {
     }
     failures = 0;
     const auto& cj = *c;
+    if (cj.contains("loop_ns") && cj.contains("busy_ns") && cj["loop_ns"].is_number_integer() &&
+        cj["busy_ns"].is_number_integer())
+      ev.load.push_back({at, cj["loop_ns"].get<int64_t>(), cj["busy_ns"].get<int64_t>()});
     if (cj.contains("ports") && cj["ports"].is_array())
       for (const auto& p : cj["ports"]) {
         std::string port = p.value("name", "");

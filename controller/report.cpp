@@ -442,6 +442,12 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
                     {"data_plane_restore_time_ns", since(ep.dataPlaneDeliveredNs, ep.stormEndNs)}});
     }
     jt["fabric"] = {{"source", ts.fabric.source}, {"deltas", fd}, {"fault_windows", fw}, {"watchdog", wd}};
+    if (ts.fabric.switchBusyPct)
+      jt["fabric"]["switch_busy"] = {{"pct", *ts.fabric.switchBusyPct},
+                                     {"peak_pct", ts.fabric.switchBusyPeakPct.value_or(*ts.fabric.switchBusyPct)},
+                                     {"from_ns", ts.fabric.switchBusyFromNs},
+                                     {"to_ns", ts.fabric.switchBusyToNs},
+                                     {"saturated", ts.fabric.switchBusyPeakPct.value_or(0) >= kSwitchSaturatedPct}};
     // The nodes' own NIC and RDMA counters over the same windows as the switch's.
     json nw = json::array();
     for (const auto& win : ts.nicWindows)
@@ -698,6 +704,18 @@ std::string renderText(const json& doc) {
         o << "  storm quality   " << gaps
           << " gap(s) between pause frames longer than the maximum pause time (the port was free to send)\n";
       if (!spread.empty()) o << "  pause spread    senders held in XOFF:" << spread << "\n";
+      // The lab switch's own load: a saturated switch, not the line rate, bounded the traffic,
+      // and the job's figures then measure this machine's CPU as much as the fabric.
+      if (fb.contains("switch_busy") && fb["switch_busy"].is_object()) {
+        const json& sb = fb["switch_busy"];
+        o << "  switch load     busy " << fmt("%.0f", sb.value("pct", 0.0)) << "% of the "
+          << (t.contains("fault_start_ns") && t["fault_start_ns"].is_number() ? "fault window" : "trial")
+          << " (busiest second " << fmt("%.0f", sb.value("peak_pct", 0.0)) << "%)";
+        if (sb.value("saturated", false))
+          o << ": SATURATED, the switch's CPU and not the line rate bounded the traffic; the job's figures "
+               "measure this machine (bring the lab up at a lower --rate)";
+        o << "\n";
+      }
       for (const auto& w : fb["watchdog"]) {
         auto show = [&](const char* k) {
           return w[k].is_number() ? dur(w[k].get<int64_t>()) : std::string("never");

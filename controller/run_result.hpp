@@ -108,10 +108,18 @@ struct FabricMeter {
   int l4Dst = 0;
   bool operator<(const FabricMeter& o) const { return std::tie(port, l4Dst) < std::tie(o.port, o.l4Dst); }
 };
+// The lab switch's own load at one sample: its event loop's busy time (outside epoll_wait)
+// over the time it has run, both cumulative. Busy near 100 % between two samples: the switch
+// was saturated, and its CPU, not the line rate, bounded the traffic.
+struct SwitchLoad {
+  int64_t tNs = 0;  // run timeline
+  int64_t loopNs = 0, busyNs = 0;
+};
 struct FabricEvidence {
   std::string source;  // "labswitch <socket>"; empty = none collected
   std::vector<FabricSample> samples;  // a (port, queue) appears when its counters changed
   std::vector<FabricEvent> events;
+  std::vector<SwitchLoad> load;  // every sample, when the switch reports it
   std::string error;  // why collection stopped early, if it did
 };
 

@@ -256,6 +256,36 @@ Impact scoreImpact(const Grid& g, double B, int64_t faultStartNs, int64_t faultE
   return im;
 }
 
+std::optional<BusyShare> switchBusy(const std::vector<SwitchLoad>& load, int64_t fromNs, int64_t toNs) {
+  // The samples inside [from, to], widened by one on each side so a short window still spans two.
+  size_t a = 0, b = 0;
+  bool any = false;
+  for (size_t i = 0; i < load.size(); i++) {
+    if (load[i].tNs <= fromNs) a = i;
+    if (load[i].tNs <= toNs) b = i;
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  if (b + 1 < load.size() && load[b].tNs < toNs) b++;
+  auto share = [&](size_t i, size_t j) -> std::optional<double> {
+    int64_t loop = load[j].loopNs - load[i].loopNs, busy = load[j].busyNs - load[i].busyNs;
+    // A restarted switch starts its counts again: no share across it.
+    if (loop <= 0 || busy < 0) return std::nullopt;
+    return std::clamp(double(busy) / double(loop) * 100, 0.0, 100.0);
+  };
+  if (b <= a) return std::nullopt;
+  auto whole = share(a, b);
+  if (!whole) return std::nullopt;
+  BusyShare out{*whole, *whole, load[a].tNs, load[b].tNs};
+  for (size_t i = a; i < b; i++) {
+    size_t j = i + 1;
+    while (j < b && load[j].tNs - load[i].tNs < 1'000'000'000) j++;
+    if (load[j].tNs - load[i].tNs < 1'000'000'000 && !(i == a && j == b)) continue;
+    if (auto s = share(i, j)) out.peakPct = std::max(out.peakPct, *s);
+  }
+  return out;
+}
+
 std::optional<IterationStats> iterationStats(const std::vector<double>& d) {
   if (d.empty()) return std::nullopt;
   IterationStats s;
@@ -569,6 +599,15 @@ Scores score(const RunResult& run, const Playbook& pb) {
     if (!run.fabric.source.empty()) {
       ts.fabric.source = run.fabric.source;
       ts.fabric.trial = fabricDeltas(run.fabric, t.startNs, t.endNs);
+      {
+        int64_t from = ts.faultStartNs.value_or(t.startNs), to = ts.faultEndNs.value_or(t.endNs);
+        if (auto b = switchBusy(run.fabric.load, from, to)) {
+          ts.fabric.switchBusyPct = b->pct;
+          ts.fabric.switchBusyPeakPct = b->peakPct;
+          ts.fabric.switchBusyFromNs = b->fromNs;
+          ts.fabric.switchBusyToNs = b->toNs;
+        }
+      }
       auto fill = [](ScopeScore& sc, const std::vector<FabricDelta>& ds, const std::string& port) {
         double pause = 0, paused = 0, spread = 0, ecn = 0, drops = 0;
         for (const auto& d : ds) {

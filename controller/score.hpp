@@ -157,6 +157,15 @@ struct FabricDelta {
 };
 // Deltas of every (port, queue) that moved in [fromNs, toNs).
 std::vector<FabricDelta> fabricDeltas(const FabricEvidence& f, int64_t fromNs, int64_t toNs);
+// The switch's busy share between the load samples nearest FROM and TO (percent), and the
+// busiest span of at least 1 s between samples in it; nullopt without two samples there.
+struct BusyShare {
+  double pct = 0, peakPct = 0;
+  int64_t fromNs = 0, toNs = 0;
+};
+std::optional<BusyShare> switchBusy(const std::vector<SwitchLoad>& load, int64_t fromNs, int64_t toNs);
+// At or above this busy share the lab switch is taken as saturated (said in the report).
+constexpr double kSwitchSaturatedPct = 95;
 
 // Metered traffic on the wire (the switch's flow_start/flow_end events for PORT and L4DST):
 // its first frame at or after FROM_NS and the end of its last episode that began before TO_NS.
@@ -211,6 +220,10 @@ struct FabricScore {
   std::string source;                     // empty: no fabric evidence for this run
   std::vector<FabricDelta> trial;         // over the trial
   std::vector<WatchdogEpisode> watchdog;  // storms that began in the trial
+  // The lab switch's busy share (SwitchLoad) over the fault window (the trial when no fault
+  // was applied), and the busiest second in it; absent without load samples.
+  std::optional<double> switchBusyPct, switchBusyPeakPct;
+  int64_t switchBusyFromNs = 0, switchBusyToNs = 0;
 };
 
 struct Verdict {

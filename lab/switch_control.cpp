@@ -195,7 +195,10 @@ json Fabric::counters(const json& req, int64_t now) {
                      {"no_route", p.noRoute}, {"tx_frames", p.txFrames}, {"tx_bytes", p.txBytes},
                      {"queues", qs}});
   }
-  return {{"ok", true}, {"now_ns", now}, {"ports", ports}};
+  // busy_ns: the event loop's time outside epoll_wait since loop_ns ago (see idleNs_).
+  int64_t loop = loopStartNs_ > 0 ? now - loopStartNs_ : 0;
+  return {{"ok", true}, {"now_ns", now}, {"loop_ns", loop}, {"busy_ns", std::max<int64_t>(0, loop - idleNs_)},
+          {"ports", ports}};
 }
 
 json Fabric::ecnJson(const EcnProfile& e) {

@@ -32,8 +32,13 @@ constexpr int64_t kTxSlackNs = 100'000;
 // A backlogged port that the scheduler served late catches up (a burst), so the long-run rate
 // stays exact on a busy machine; at most this much lateness is made up.
 constexpr int64_t kTxCatchUpNs = 20'000'000;
-// Frames a paused host NIC holds before the switch stops reading that host's TAP.
-constexpr size_t kHostHoldFrames = 512;
+// Frames a paused host NIC holds before the switch stops reading that host's TAP (whose
+// ring then drops: a TAP cannot push back on the host). A RoCE NIC holds a paused priority's
+// frames in host memory, not dropping them. At 512 frames an incast's pause spread stopped
+// the reads and the hosts' TAPs dropped the lossless job's frames: it stalled on timeouts the
+// fabric did not cause. 16,384 frames (24 MB at most per host) outlast the lab's pauses; the
+// TCP windows bound what a paused host can have outstanding.
+constexpr size_t kHostHoldFrames = 16384;
 constexpr size_t kMaxClients = 16;
 constexpr size_t kMaxRequest = 64 * 1024;
 constexpr size_t kMaxFlowlets = 1 << 16;
@@ -334,6 +339,10 @@ class Fabric {
   uint64_t eventSeq_ = 0;
   std::vector<Client> clients_;
   int ep_ = -1;
+  // The event loop's time outside epoll_wait since it started (CLOCK_MONOTONIC): work done or
+  // waiting for the CPU with work at hand. Near the elapsed time, the switch is saturated:
+  // its CPU, not the line rate, bounds the traffic (`counters` reports both).
+  int64_t loopStartNs_ = 0, idleNs_ = 0;
 };
 
 }  // namespace rc::labswitch

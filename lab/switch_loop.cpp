@@ -66,8 +66,11 @@ Result<void> Fabric::serve() {
             cfg_.control);
   std::vector<std::vector<uint8_t>> batch;
   epoll_event evs[64];
+  loopStartNs_ = monoNs();
   for (;;) {
+    int64_t waitFrom = monoNs();
     int n = ::epoll_wait(ep_, evs, 64, -1);
+    idleNs_ += monoNs() - waitFrom;
     if (n < 0) {
       if (errno == EINTR) continue;
       return makeError(std::string("epoll_wait: ") + std::strerror(errno), errno);

@@ -34,10 +34,19 @@ struct Topology {
   const char* name;
   int nodes, leaves, spines;
   const char* routing;
+  double rateBps = 1e9;
 };
-// link-flap-recovery, pfc-storm-watchdog, ecn-threshold-sweep, game-day, incast and
-// acceptance-suite: one switch.
+// link-flap-recovery, pfc-storm-watchdog, ecn-threshold-sweep, game-day and acceptance-suite:
+// one switch.
 const Topology kOneSwitch{"one switch, 3 nodes", 3, 0, 0, "ecmp"};
+// incast: one switch at 500 Mb/s. At 1 Gb/s the lab switch spends a whole core during the
+// incast (9 flows into n1 beside the job), falls behind its line rate, and the congestion
+// moves out of its modelled queues into the hosts' TAP rings and the scheduler: PFC held the
+// senders ~50 ms in all, and a few job iterations took 200-650 ms (retransmission timeouts),
+// so the job's iteration p99 read 10-65x its baseline in 8 of 11 runs. At 500 Mb/s the switch
+// keeps up (~80 % of a core): PFC holds the senders ~1 s, ECN marks ~1,000 frames, and the
+// p99 read 6.0-7.0x in 4 of 4 runs (window maximum 130-163 ms), as the fabric's queues set it.
+const Topology kOneSwitchIncast{"one switch, 3 nodes, 500 Mb/s", 3, 0, 0, "ecmp", 500e6};
 // adaptive-routing: two paths between the leaves, so that one uplink can go down.
 const Topology kLeafSpine{"leaf-spine 2x2, 4 nodes, adaptive routing", 4, 2, 2, "adaptive"};
 
@@ -54,6 +63,7 @@ rctest::Lab& labFor(const Topology& t) {
     o.leaves = t.leaves;
     o.spines = t.spines;
     o.routing = t.routing;
+    o.rateBps = t.rateBps;
     lab = std::make_unique<rctest::Lab>("rc-playbooks", o);
     current = &t;
   }
@@ -461,20 +471,6 @@ std::string incastAgreement(json doc) {
   return "";
 }
 
-TEST_CASE("incast runs on the lab, and its recovery agrees with the switch's ground truth", "[playbooks][one-switch]") {
-  // A job can stall after the incast for reasons of this shared 2-core machine (a build next
-  // door); such a stall is a real stall the scorer must report. Runs more tell that noise from
-  // a scorer that reads the incast wrongly: it must agree, and pass, then.
-  auto [r, why] = runUntilQuiet(kOneSwitch, "incast", 30, [](const Run& run) {
-    std::string w = incastAgreement(run.doc);
-    if (w.empty() && run.code != 0) w = "the playbook failed";
-    return w;
-  });
-  CHECK(maxImpact(r.doc, "loss_bytes") > 0);  // 8 flows into n1 take bandwidth from the job
-  INFO(why);
-  CHECK(why.empty());
-}
-
 TEST_CASE("acceptance-suite runs on the lab, and passes", "[playbooks][one-switch]") {
   // The shipped acceptance playbook passes on a quiet lab (issue 13): runs more if this shared
   // machine disturbed one, as for incast above.
@@ -485,6 +481,26 @@ TEST_CASE("acceptance-suite runs on the lab, and passes", "[playbooks][one-switc
   CHECK(r.doc["trials"].size() == 4);
   INFO(why);
   CHECK(r.code == 0);
+}
+
+TEST_CASE("incast runs on the lab, and its recovery agrees with the switch's ground truth", "[playbooks][one-switch]") {
+  // A job can stall after the incast for reasons of this shared 2-core machine (a build next
+  // door); such a stall is a real stall the scorer must report. Runs more tell that noise from
+  // a scorer that reads the incast wrongly: it must agree, and pass, then.
+  auto [r, why] = runUntilQuiet(kOneSwitchIncast, "incast", 30, [](const Run& run) {
+    std::string w = incastAgreement(run.doc);
+    if (w.empty() && run.code != 0) w = "the playbook failed";
+    return w;
+  });
+  CHECK(maxImpact(r.doc, "loss_bytes") > 0);  // 8 flows into n1 take bandwidth from the job
+  // The switch's own load is evidence in the result (see kOneSwitchIncast).
+  const json& busy = r.doc["trials"][0]["fabric"]["switch_busy"];
+  REQUIRE(busy.is_object());
+  std::printf("[lab-playbooks] incast: lab switch busy %.0f%% of the fault window, busiest second %.0f%%\n",
+              busy["pct"].get<double>(), busy["peak_pct"].get<double>());
+  std::fflush(stdout);
+  INFO(why);
+  CHECK(why.empty());
 }
 
 TEST_CASE("adaptive-routing: adaptive routing stalls less than ECMP", "[playbooks][leaf-spine]") {

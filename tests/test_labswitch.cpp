@@ -127,6 +127,15 @@ TEST_CASE("a port carries its configured line rate within 2%", "[labswitch][rate
                    << pb["queues"][0]["drops"]);
   CHECK(pb["queues"][0]["drops"].get<uint64_t>() > 0);  // it really was backlogged
   CHECK(std::abs(rate - 100e6) / 100e6 < 0.02);
+  // The switch's own load over the same window: its loop ran the whole time (loop_ns follows
+  // its clock), and was busy for part of it, never more than all of it.
+  int64_t loop = b["loop_ns"].get<int64_t>() - a["loop_ns"].get<int64_t>();
+  int64_t busy = b["busy_ns"].get<int64_t>() - a["busy_ns"].get<int64_t>();
+  INFO("switch loop " << loop << " ns, busy " << busy << " ns");
+  CHECK(loop == b["now_ns"].get<int64_t>() - a["now_ns"].get<int64_t>());
+  CHECK(busy > 0);
+  CHECK(busy <= loop);
+  CHECK(b["busy_ns"].get<int64_t>() <= b["loop_ns"].get<int64_t>());
 }
 
 TEST_CASE("a PFC storm stalls a victim flow between two other hosts; the watchdog ends the stall",

@@ -687,3 +687,53 @@ TEST_CASE("live figures stop at the slowest node's newest bin", "[score][live]")
   s.nodes[1].bins.push_back({1'400'000'000, 0});  // a stalled node still reports (empty) bins
   CHECK(*telemetryThroughNs(s) == 1'410'000'000);
 }
+
+TEST_CASE("the lab switch's load: its busy share over the fault window, the busiest second, and SATURATED in the report") {
+  // A switch sampled every 100 ms: busy half the time, all the time from 10 s to 12 s.
+  std::vector<SwitchLoad> load;
+  int64_t busy = 0;
+  for (int64_t t = 0; t <= 20 * kSec; t += 100 * kMs) {
+    load.push_back({t, t + 5 * kSec, busy});  // its loop began 5 s before the run
+    busy += (t >= 10 * kSec && t < 12 * kSec) ? 100 * kMs : 50 * kMs;
+  }
+  auto fault = switchBusy(load, 10 * kSec, 12 * kSec);
+  REQUIRE(fault);
+  CHECK(fault->pct == Approx(100));
+  CHECK(fault->peakPct == Approx(100));
+  auto whole = switchBusy(load, 0, 20 * kSec);
+  REQUIRE(whole);
+  CHECK(whole->pct == Approx(55));     // 18 s at half, 2 s at all of it
+  CHECK(whole->peakPct == Approx(100));  // its busiest second
+  auto calm = switchBusy(load, 1 * kSec, 9 * kSec);
+  REQUIRE(calm);
+  CHECK(calm->pct == Approx(50));
+  CHECK(calm->peakPct == Approx(50));
+  // No samples, or one: no figure. A restarted switch (its loop time went back): no share across it.
+  CHECK_FALSE(switchBusy({}, 0, 20 * kSec));
+  CHECK_FALSE(switchBusy({load[0]}, 0, 20 * kSec));
+  std::vector<SwitchLoad> restarted{{0, 9 * kSec, 4 * kSec}, {1 * kSec, 1 * kSec, 1 * kSec}};
+  CHECK_FALSE(switchBusy(restarted, 0, 1 * kSec));
+
+  // Through the scorer and the report: the synthetic run's fault is on from 10 s to 12 s.
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  rc::test::addStormEvidence(run);
+  run.fabric.load = load;
+  Scores s = score(run, pb);
+  REQUIRE(s.trials.at(0).fabric.switchBusyPct);
+  CHECK(*s.trials[0].fabric.switchBusyPct == Approx(100));
+  nlohmann::json doc = rc::controller::makeResultDocument(run, pb, s);
+  CHECK(doc["trials"][0]["fabric"]["switch_busy"]["saturated"] == true);
+  std::string text = rc::controller::renderText(doc);
+  CHECK_THAT(text, Catch::Contains("switch load     busy 100% of the fault window (busiest second 100%): SATURATED"));
+  // A switch with room to spare is reported, not flagged.
+  for (auto& l : run.fabric.load) l.busyNs = l.loopNs / 2;
+  nlohmann::json quiet = rc::controller::makeResultDocument(run, pb, score(run, pb));
+  CHECK(quiet["trials"][0]["fabric"]["switch_busy"]["saturated"] == false);
+  std::string qt = rc::controller::renderText(quiet);
+  CHECK_THAT(qt, Catch::Contains("switch load     busy 50% of the fault window (busiest second 50%)\n"));
+  // Without load samples (an older switch, or no switch): no line.
+  run.fabric.load.clear();
+  CHECK(rc::controller::renderText(rc::controller::makeResultDocument(run, pb, score(run, pb))).find("switch load") ==
+        std::string::npos);
+}
