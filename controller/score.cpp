@@ -257,31 +257,32 @@ Impact scoreImpact(const Grid& g, double B, int64_t faultStartNs, int64_t faultE
 }
 
 std::optional<BusyShare> switchBusy(const std::vector<SwitchLoad>& load, int64_t fromNs, int64_t toNs) {
-  // The samples inside [from, to], widened by one on each side so a short window still spans two.
+  if (load.size() < 2) return std::nullopt;
+  // The last sample at or before FROM and the first at or after TO, so a window shorter than
+  // the sampling still spans two.
   size_t a = 0, b = 0;
-  bool any = false;
   for (size_t i = 0; i < load.size(); i++) {
     if (load[i].tNs <= fromNs) a = i;
     if (load[i].tNs <= toNs) b = i;
-    any = true;
   }
-  if (!any) return std::nullopt;
   if (b + 1 < load.size() && load[b].tNs < toNs) b++;
+  if (b <= a) return std::nullopt;
   auto share = [&](size_t i, size_t j) -> std::optional<double> {
     int64_t loop = load[j].loopNs - load[i].loopNs, busy = load[j].busyNs - load[i].busyNs;
     // A restarted switch starts its counts again: no share across it.
     if (loop <= 0 || busy < 0) return std::nullopt;
     return std::clamp(double(busy) / double(loop) * 100, 0.0, 100.0);
   };
-  if (b <= a) return std::nullopt;
   auto whole = share(a, b);
   if (!whole) return std::nullopt;
   BusyShare out{*whole, *whole, load[a].tNs, load[b].tNs};
-  for (size_t i = a; i < b; i++) {
-    size_t j = i + 1;
-    while (j < b && load[j].tNs - load[i].tNs < 1'000'000'000) j++;
-    if (load[j].tNs - load[i].tNs < 1'000'000'000 && !(i == a && j == b)) continue;
-    if (auto s = share(i, j)) out.peakPct = std::max(out.peakPct, *s);
+  // The busiest span of at least 1 s from each sample on (the whole window when it is shorter).
+  constexpr int64_t kSecond = 1'000'000'000;
+  for (size_t i = a, j = a + 1; i < b; i++) {
+    j = std::max(j, i + 1);
+    while (j < b && load[j].tNs - load[i].tNs < kSecond) j++;
+    if (load[j].tNs - load[i].tNs < kSecond) break;  // less than a second left
+    if (auto sh = share(i, j)) out.peakPct = std::max(out.peakPct, *sh);
   }
   return out;
 }
