@@ -1164,8 +1164,10 @@ TEST_CASE("incast over verbs: a QP error is reported, the flow set up again, not
   };
   Proc incast = spawnCli(cliDir(), {"inject", "incast", "--inventory", lab->inventory(), "--timeout", "30s", "--node", "n2", "--set",
                                     "receiver=n1", "--set", "fan_in=2", "--set", "size=256KiB", "--set",
-                                    "transport=verbs", "--for", "12s", "--json"});
-  // Flap once the WRITEs flow.
+                                    "transport=verbs", "--for", "20s", "--json"});
+  // Flap once the WRITEs flow. 20 s, not 12: when rxe errors one flow and retries the other
+  // without end, the sender drops that one as stalled only 5 s after its last completion; a
+  // 12 s incast then ended before any WRITE flowed again (a CI run, 0 B after the flap).
   CHECK(eventually([&] { return roceTo1() > (1u << 20); }, 20s, 100ms));
   std::string fout, ferr;
   int frc = runCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--timeout", "30s", "--node", "n2", "--set",
