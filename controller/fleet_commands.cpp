@@ -357,19 +357,28 @@ int cmdInject(const InjectOptions& o) {
     for (auto& [node, why] : refused) std::fprintf(stderr, "rdmachaos: refused: %s\n", why.c_str());
     for (auto& c : fleet.clients()) c->startHeartbeats();
     size_t expected = fleet.clients().size() - refused.size();
-    if (!o.json && expected > 0)
+    // A fault runs on every node it was given or on none: an incast's senders without their
+    // sink (or a sink without its senders) is half a fault, and a flap train on some nodes of
+    // `all` is not what was asked. The others are reverted before their instant.
+    const bool partial = !refused.empty() && expected > 0;
+    if (partial)
+      std::fprintf(stderr,
+                   "rdmachaos: %s refused on %zu of %zu nodes: reverting it on the other %zu before it starts "
+                   "(a fault runs on every node it was given, or on none)\n",
+                   kind->name.c_str(), refused.size(), fleet.clients().size(), expected);
+    if (!o.json && expected > 0 && !partial)
       std::fprintf(stderr, "%s on %zu node(s), starting in %s, reverted after %s at the latest (Ctrl-C reverts now)\n",
                    kind->name.c_str(), expected,
                    formatDuration(std::chrono::duration_cast<Nanos>(leadTime)).c_str(),
                    o.forDuration.c_str());
     auto deadline = std::chrono::steady_clock::now() + leadTime + *forD + 5s;
-    while (ended.size() < expected && !interrupted && !lost &&
+    while (!partial && ended.size() < expected && !interrupted && !lost &&
            std::chrono::steady_clock::now() < deadline) {
       wake.expires_at(deadline);
       boost::system::error_code ec;
       co_await wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
-    if (interrupted || ended.size() < expected) {
+    if (interrupted || partial || ended.size() < expected) {
       if (interrupted) std::fprintf(stderr, "\ninterrupted: reverting now\n");
       std::vector<std::function<asio::awaitable<void>()>> reverts;
       for (auto& c : fleet.clients()) {

@@ -35,6 +35,7 @@ namespace {
 constexpr uint32_t kHelloMagic = 0x52434948;     // "RCIH": a sender's QP
 constexpr uint32_t kReplyMagic = 0x52434952;     // "RCIR": the sink's QP and region
 constexpr uint32_t kProgressMagic = 0x52434950;  // "RCIP": bytes completed so far
+constexpr uint32_t kByeMagic = 0x52434945;       // "RCIE": the sink's incast ended
 constexpr size_t kChunk = 64 << 10;      // one RDMA WRITE
 constexpr int kDepth = 16;               // writes in flight per flow
 constexpr size_t kMaxRegion = 4 << 20;   // the sink's region; every flow writes over it
@@ -47,6 +48,9 @@ constexpr auto kDrain = std::chrono::milliseconds(500);  // writes in flight at 
 // Far above a burst's time on the lab (p50 30-40 ms, max 0.3 s) and above the QP's own
 // give-up (timeout 14 x retry_cnt 7: about 0.5 s) on a NIC that honours it.
 constexpr auto kStall = std::chrono::seconds(5);
+// Traffic that has not flowed again this long after a QP error (every set-up since failed, or
+// every new QP stalled) will not: the sender ends with an error that says so.
+constexpr auto kNoRecovery = std::chrono::seconds(10);
 
 // Both ends are x86-64 nodes of one lab or cluster: host byte order, as the workload's set-up.
 struct Hello {
@@ -62,7 +66,13 @@ struct Progress {
   uint32_t magic, qpErrors;  // the sender's QP errors so far (its own record reports them)
   uint64_t bytes;  // cumulative on this connection
 };
-static_assert(sizeof(Hello) == 32 && sizeof(Reply) == 48 && sizeof(Progress) == 16);
+// The sink's last word on every flow when its incast ends (lifetime, revert): a set-up
+// connection that closes without it is a failed flow, which its sender sets up again.
+struct Bye {
+  uint32_t magic, reserved;
+  uint64_t bytes;  // what the sink counted on this connection
+};
+static_assert(sizeof(Hello) == 32 && sizeof(Reply) == 48 && sizeof(Progress) == 16 && sizeof(Bye) == 16);
 
 std::string errnoText(int e) { return std::strerror(e); }
 std::string addrText(in_addr a) {
@@ -239,6 +249,7 @@ struct SinkFlow {
   QpHandle qp;
   in_addr peer{};
   Clock::time_point since;
+  uint32_t index = 0;  // the sender's flow number (Hello::flow)
   uint8_t in[sizeof(Hello)] = {};
   size_t have = 0;
   bool established = false;
@@ -295,6 +306,20 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
     f.qp.reset();
     f.ctl.reset();
   };
+  // The sink's end on a flow: the sender's unread reports are taken first (a close with unread
+  // input is a reset), then the farewell, so the sender tells this end from a failed flow.
+  auto farewell = [&](SinkFlow& f) {
+    if (!f.ctl.isValid()) return;
+    if (f.established) {
+      uint8_t scratch[256];
+      while (::recv(f.ctl.get(), scratch, sizeof scratch, MSG_DONTWAIT) > 0) {
+      }
+      Bye b{kByeMagic, 0, f.last.bytes};
+      (void)sendRecord(f.ctl.get(), &b, sizeof b);
+      ::shutdown(f.ctl.get(), SHUT_WR);
+    }
+    retire(f);
+  };
   std::vector<pollfd> pfds;
   while (!stop.stop_requested() && Clock::now() < end) {
     pfds.clear();
@@ -317,20 +342,12 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
           strangers++;
           continue;
         }
+        // Room for every flow and for each to be set up again while its old connection's close
+        // is still on its way; which flow a connection is, its Hello says (fan_in is checked then).
         size_t live = size_t(std::count_if(flows.begin(), flows.end(), [](auto& f) { return f->ctl.isValid(); }));
-        if (live >= size_t(o.fanIn)) {
-          // A sender setting a flow up again has dropped the old one, whose close may not have
-          // arrived yet (after its NIC flapped, TCP retransmits it with back-off): its oldest
-          // connection goes, so the new one need not wait for that.
-          auto old = std::find_if(flows.begin(), flows.end(), [&](auto& f) {
-            return f->ctl.isValid() && f->established && f->peer.s_addr == peer.sin_addr.s_addr;
-          });
-          if (old == flows.end()) {
-            extra++;
-            continue;
-          }
-          retire(**old);
-          replaced++;
+        if (live >= 2 * size_t(o.fanIn)) {
+          extra++;
+          continue;
         }
         ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         auto f = std::make_unique<SinkFlow>();
@@ -378,6 +395,24 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
           retire(f);
           break;
         }
+        // A sender setting a flow up again has dropped that flow's old QP and connection, whose
+        // close may not have arrived yet (after its NIC flapped, TCP retransmits it with
+        // back-off): that old connection goes, and only that one. (Taking the sender's oldest
+        // connection instead closed a healthy flow, which its sender took for the sink's end:
+        // a verbs incast that stopped after a flap, issue 20.)
+        f.index = h.flow;
+        for (auto& g : flows)
+          if (g.get() != &f && g->ctl.isValid() && g->established && g->peer.s_addr == f.peer.s_addr &&
+              g->index == h.flow) {
+            retire(*g);
+            replaced++;
+          }
+        if (std::count_if(flows.begin(), flows.end(),
+                          [](auto& g) { return g->ctl.isValid() && g->established; }) >= o.fanIn) {
+          extra++;
+          retire(f);
+          break;
+        }
         auto fresh = refreshPort(d, o.receiverAddr);  // our NIC may have flapped since the last flow
         auto qp = fresh ? createQp(d, pd.get(), cq.get(), 1) : Result<QpHandle>(fresh.error());
         uint32_t psn = randomPsn();
@@ -402,7 +437,7 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
     }
     flows.erase(std::remove_if(flows.begin(), flows.end(), [](auto& f) { return !f->ctl.isValid(); }), flows.end());
   }
-  for (auto& f : flows) retire(*f);
+  for (auto& f : flows) farewell(*f);
   flows.clear();
   const uint64_t bytes = closedBytes;
   std::string why;
@@ -436,6 +471,8 @@ struct SendFlow {
   uint64_t raddr = 0, rlen = 0, off = 0;
   uint32_t rkey = 0;
   uint64_t connBytes = 0;  // completed on this connection (what its progress reports say)
+  uint8_t in[sizeof(Bye)] = {};  // the sink's farewell, as it arrives
+  size_t have = 0;
   Clock::time_point retryAt{};
   Clock::time_point lastCompletion{};  // or the set-up: for the stall check
 };
@@ -480,6 +517,7 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
     f.gen++;
     f.inflight = 0;
     f.connBytes = 0;
+    f.have = 0;
     sockaddr_in to{}, from{};
     to.sin_family = from.sin_family = AF_INET;
     to.sin_port = htons(o.port);
@@ -543,6 +581,9 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
 
   uint64_t bytes = 0, qpErrors = 0, reconnects = 0, failedReconnects = 0;
   std::string ended;
+  // For the check that the traffic flowed again after the last QP error.
+  Clock::time_point lastWrite = Clock::now(), lastErrorAt{};
+  std::string lastError;
   std::vector<int64_t> burstNs;
   auto lastReport = Clock::now();
 
@@ -561,6 +602,8 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
   auto dropFlow = [&](size_t i, const std::string& why) {
     SendFlow& f = flows[i];
     qpErrors++;
+    lastErrorAt = Clock::now();
+    lastError = "flow " + std::to_string(i) + ": " + why + " at " + utcNow();
     events.add(Event{wallNs(), "qp_error", "flow " + std::to_string(i) + " -> " + o.receiver + ": " + why + " at " + utcNow(),
                      false});
     reportFlow(f);
@@ -608,7 +651,7 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
         SendFlow& f = flows[i];
         if (wc[k].status == IBV_WC_SUCCESS) {
           f.inflight--;
-          f.lastCompletion = Clock::now();
+          f.lastCompletion = lastWrite = Clock::now();
           uint64_t len = wc[k].wr_id & 0xffffffffu;
           f.connBytes += len;
           bytes += len;
@@ -669,16 +712,28 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
       if (ibv_get_cq_event(comp.get(), &evCq, &ctx) == 0) acks.n++;
     }
     for (size_t k = 0; k < which.size(); k++) {
-      if (!(pfds[k + 2].revents & (POLLIN | POLLHUP | POLLERR)) || !flows[which[k]].up) continue;
-      char c;
-      ssize_t r = ::recv(pfds[k + 2].fd, &c, 1, MSG_DONTWAIT);
+      SendFlow& f = flows[which[k]];
+      if (!(pfds[k + 2].revents & (POLLIN | POLLHUP | POLLERR)) || !f.up) continue;
+      // After its reply the sink sends one record, its farewell when its incast ends. A close
+      // (or reset) without it is this flow's failure, not the receiver's end: the flow is set
+      // up again, and the sink, if it is really gone, refuses that.
+      ssize_t r = 0;
+      while (f.have < sizeof(Bye) &&
+             (r = ::recv(f.ctl.get(), f.in + f.have, sizeof(Bye) - f.have, MSG_DONTWAIT)) > 0)
+        f.have += size_t(r);
+      if (f.have == sizeof(Bye)) {
+        Bye b;
+        std::memcpy(&b, f.in, sizeof b);
+        if (b.magic == kByeMagic) {
+          ended = "receiver closed the flow (its incast ended)";
+          continue;
+        }
+        dropFlow(which[k], "the sink sent a record that is not its farewell");
+        continue;
+      }
       if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      // The sink sends nothing after its reply: an orderly end (or a reset: it closed with our
-      // last report unread) means its fault ended; any other error is this flow's path.
-      if (r >= 0 || errno == ECONNRESET)
-        ended = "receiver closed the flow (its incast ended)";
-      else
-        dropFlow(which[k], "set-up connection failed: " + errnoText(errno));
+      dropFlow(which[k], r == 0 ? std::string("the sink closed the set-up connection without ending its incast")
+                                : "set-up connection failed: " + errnoText(errno));
     }
     if (!reap()) return makeError("incast (verbs): ibv_poll_cq failed");
     dropStalled();
@@ -757,8 +812,22 @@ Result<uint64_t> send(const Options& o, std::stop_token& stop, int wakeFd, Clock
     summary += ", QPs set up again " + std::to_string(reconnects) + " times" +
                (failedReconnects ? " (" + std::to_string(failedReconnects) + " attempts failed)" : std::string());
   if (!ended.empty()) summary += "; " + ended;
+  // A QP error after which no WRITE completed again, with time enough to recover: the traffic
+  // cannot flow (rxe wedged every new QP, or every set-up failed). Said, never silent.
+  const auto endedAt = Clock::now();
+  const bool flowedAgain = qpErrors == 0 || lastWrite > lastErrorAt;
+  if (!flowedAgain) {
+    summary += "; no WRITE completed in the " + formatDuration(std::chrono::duration_cast<Nanos>(endedAt - lastErrorAt)) +
+               " after the last QP error";
+  }
   events.add(Event{wallNs(), "sent", summary, false});
   if (!failure) return failure.error();
+  if (!flowedAgain && endedAt - lastErrorAt >= kNoRecovery)
+    return makeError("incast (verbs): the traffic to " + o.receiver + " did not flow again: no RDMA WRITE completed in the " +
+                     formatDuration(std::chrono::duration_cast<Nanos>(endedAt - lastErrorAt)) +
+                     " after the last QP error (" + lastError + "); QPs set up again " + std::to_string(reconnects) +
+                     " times, " + std::to_string(failedReconnects) + " attempts failed",
+                     EIO);
   return bytes;
 }
 

@@ -1220,6 +1220,47 @@ TEST_CASE("incast over verbs: a QP error is reported, the flow set up again, not
   CHECK(clean);
 }
 
+// A multi-party fault refused on one party runs on none: with n2's data NIC down, n2 refuses
+// the verbs incast's sender part ("no RDMA device with an ACTIVE port"), and n1's sink, already
+// scheduled, is reverted before its instant rather than listening alone for the whole window.
+TEST_CASE("a verbs incast whose sender is refused (its NIC down) runs on no node, and says so",
+          "[incast-verbs][refused]") {
+  auto& lab = sharedLab();
+  auto n1 = lab->node("n1"), n2 = lab->node("n2");
+  Proc flap = spawnCli(cliDir(), {"inject", "link_flap", "--inventory", lab->inventory(), "--timeout", "30s",
+                                  "--node", "n2", "--set", "down=10s", "--for", "30s"});
+  struct WaitFlap {  // the flap's inject ends (its link up) also when a REQUIRE below fails
+    Proc& p;
+    bool done = false;
+    ~WaitFlap() {
+      if (!done) waitCli(p);
+    }
+  } waitFlap{flap};
+  REQUIRE(eventually([&] { return guestReport(n2, "port_state").find("ACTIVE") == std::string::npos; }, 20s, 100ms));
+  std::string out, err;
+  int rc = runCli(cliDir(), {"inject", "incast", "--inventory", lab->inventory(), "--timeout", "30s", "--node", "n2",
+                             "--set", "receiver=n1", "--set", "fan_in=2", "--set", "transport=verbs", "--for", "20s",
+                             "--json"},
+                  &out, &err);
+  INFO("incast stdout: " << out << "\nstderr: " << err);
+  CHECK(rc == 2);
+  CHECK_THAT(err, Catch::Contains("no RDMA device with an ACTIVE port"));
+  CHECK_THAT(err, Catch::Contains("incast refused on 1 of 2 nodes: reverting it on the other 1 before it starts"));
+  json report = json::parse(out);
+  REQUIRE(report["nodes"].size() == 1);  // n1: scheduled, then reverted
+  const json& n = report["nodes"][0];
+  CHECK(n["node"] == "n1");
+  CHECK(n["fault"]["end_reason"] == "cancelled");
+  CHECK(n["fault"].value("applied_ns", int64_t(0)) == 0);
+  CHECK(faultEvent(n["fault"], "listening") == nullptr);  // the sink never ran
+  CHECK(rdmaResource(n1, "qp") == 1);  // only rxe's own QP1
+  waitFlap.done = true;
+  int frc = waitCli(flap);
+  INFO("link_flap stderr: " << readFile(flap.err));
+  CHECK(frc == 0);
+  CHECK(eventually([&] { return guestReport(n2, "port_state").find("ACTIVE") != std::string::npos; }, 20s, 100ms));
+}
+
 TEST_CASE("link_flap of a guest's lab switch port, injected through the guest's agent") {
   auto& lab = sharedLab();
   std::string control = lab->switchControl();
