@@ -3,6 +3,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 
@@ -44,7 +45,10 @@ int cmdValidate(const std::vector<std::string>& playbooks, const std::string& in
   for (const auto& path : playbooks) {
     auto pb = loadPlaybook(path);
     if (!pb) {
-      std::fprintf(stderr, "%s\n", pb.error().message.c_str());
+      // Every error of the file, one per line by position (the parser goes on past each).
+      const std::string& m = pb.error().message;
+      size_t n = size_t(std::count(m.begin(), m.end(), '\n')) + 1;
+      std::fprintf(stderr, "%s\n%s: %zu error%s\n", m.c_str(), path.c_str(), n, n == 1 ? "" : "s");
       bad++;
       continue;
     }

@@ -40,6 +40,23 @@ class Parser {
     return {int(n.source().begin.line), int(n.source().begin.column)};
   }
 
+  // Runs one part of the playbook (a table, a step, an expectation...): its error is recorded
+  // and parsing goes on with the next part, so that one pass reports every error of a file.
+  // False when the part failed.
+  template <class F>
+  bool part(F&& f) const {
+    try {
+      f();
+      return true;
+    } catch (const Fail& e) {
+      errors_.push_back(e.message);
+      return false;
+    }
+  }
+  // Every recorded error, sorted by position, one per line; none: empty.
+  std::string errors() const;
+
+  // Unknown keys are recorded (each of them) and otherwise ignored.
   void checkKeys(const toml::table& t, std::initializer_list<const char*> known,
                  const std::string& what) const {
     for (auto&& [k, v] : t) {
@@ -48,8 +65,8 @@ class Parser {
       bool ok = std::any_of(known.begin(), known.end(), [&](const char* n) { return key == n; });
       if (!ok) {
         std::vector<std::string> names(known.begin(), known.end());
-        fail(v, "unknown key '" + std::string(k.str()) + "' in " + what + " (known: " +
-                    joinNames(names) + ")");
+        errors_.push_back(at(v.source()) + ": unknown key '" + std::string(k.str()) + "' in " + what + " (known: " +
+                          joinNames(names) + ")");
       }
     }
   }
@@ -205,7 +222,24 @@ class Parser {
                  const toml::table* rawTable) const;
 
   std::string path_;
+  mutable std::vector<std::string> errors_;
 };
+
+std::string Parser::errors() const {
+  // "PATH:LINE:COL: message": by line, then column; the same message once.
+  auto key = [&](const std::string& m) {
+    int line = 0, col = 0;
+    if (m.compare(0, path_.size() + 1, path_ + ":") == 0)
+      std::sscanf(m.c_str() + path_.size() + 1, "%d:%d", &line, &col);
+    return std::pair{line, col};
+  };
+  std::vector<std::string> sorted = errors_;
+  std::stable_sort(sorted.begin(), sorted.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  std::string out;
+  for (const auto& m : sorted) out += (out.empty() ? "" : "\n") + m;
+  return out;
+}
 
 const toml::array& arrayOfTables(const Parser& p, const toml::node& n, const std::string& what) {
   if (!n.is_array_of_tables()) p.fail(n, what + " must be written as [[" + what + "]] tables");
@@ -495,39 +529,58 @@ Scenario Parser::scenario(const toml::table& t, const std::string& nm, const Sou
   Scenario sc;
   sc.name = nm;
   sc.pos = p;
-  auto* phases = t.get("phase");
-  if (!phases)
-    fail(p, "scenario '" + nm + "' has no [[phase]]: the first phase is the baseline, e.g. "
-                                 "[[phase]] name = \"baseline\" duration = \"10s\"");
-  const auto& pa = arrayOfTables(*this, *phases, "phase");
-  if (pa.size() > kMaxPhases) fail(*phases, "more than 32 phases");
-  std::set<std::string> seen;
-  for (const auto& ph : pa) {
-    sc.phases.push_back(phase(ph));
-    if (!seen.insert(sc.phases.back().name).second)
-      fail(ph, "phase '" + sc.phases.back().name + "' appears twice");
+  // Each phase, step, expectation and the sweep is a part of its own (Parser::part). Steps and
+  // the sweep are placed on the phases' timeline: with a phase in error they are not checked
+  // (their errors would be the phase's, said again).
+  bool timeline = part([&] {
+    auto* phases = t.get("phase");
+    if (!phases)
+      fail(p, (nm.empty() ? std::string("the playbook") : "scenario '" + nm + "'") +
+                  " has no [[phase]]: the first phase is the baseline, e.g. [[phase]] name = \"baseline\" duration = \"10s\"");
+    const auto& pa = arrayOfTables(*this, *phases, "phase");
+    if (pa.size() > kMaxPhases) fail(*phases, "more than 32 phases");
+  });
+  if (timeline) {
+    const auto& pa = *t.get("phase")->as_array();
+    std::set<std::string> seen;
+    for (const auto& ph : pa)
+      timeline = part([&] {
+                   Phase x = phase(ph);
+                   if (!seen.insert(x.name).second) fail(ph, "phase '" + x.name + "' appears twice");
+                   sc.phases.push_back(std::move(x));
+                 }) &&
+                 timeline;
   }
-  if (auto* steps = t.get("step")) {
-    const auto& sa = arrayOfTables(*this, *steps, "step");
-    if (sa.size() > kMaxSteps) fail(*steps, "more than 256 steps");
-    std::set<std::string> names;
-    for (size_t i = 0; i < sa.size(); i++) {
-      sc.steps.push_back(step(*sa.get(i), i, sc));
-      if (!names.insert(sc.steps.back().name).second)
-        fail(*sa.get(i), "step name '" + sc.steps.back().name + "' appears twice");
+  if (sc.phases.empty()) timeline = false;
+  if (auto* steps = t.get("step"); steps && timeline) {
+    const toml::array* sa = nullptr;
+    if (part([&] {
+          sa = &arrayOfTables(*this, *steps, "step");
+          if (sa->size() > kMaxSteps) fail(*steps, "more than 256 steps");
+        })) {
+      std::set<std::string> names;
+      for (size_t i = 0; i < sa->size(); i++)
+        part([&] {
+          Step x = step(*sa->get(i), i, sc);
+          if (!names.insert(x.name).second) fail(*sa->get(i), "step name '" + x.name + "' appears twice");
+          sc.steps.push_back(std::move(x));
+        });
     }
   }
-  if (auto* ex = t.get("expect")) {
-    const auto& ea = arrayOfTables(*this, *ex, "expect");
-    if (ea.size() > kMaxExpectations) fail(*ex, "more than 256 expectations");
-    for (const auto& e : ea) sc.expectations.push_back(expectation(e));
-  }
-  if (auto* rq = t.get("require")) {
-    const auto& ra = arrayOfTables(*this, *rq, "require");
-    if (ra.size() > kMaxExpectations) fail(*rq, "more than 256 requirements");
-    for (const auto& e : ra) sc.requirements.push_back(expectation(e, "require"));
-  }
-  if (auto* sw = t.get("sweep")) sc.sweep = sweep(*sw, sc);
+  auto expectations = [&](const char* key, const char* what, const char* plural, std::vector<Expectation>& out) {
+    auto* ex = t.get(key);
+    if (!ex) return;
+    const toml::array* ea = nullptr;
+    if (!part([&] {
+          ea = &arrayOfTables(*this, *ex, what);
+          if (ea->size() > kMaxExpectations) fail(*ex, std::string("more than 256 ") + plural);
+        }))
+      return;
+    for (const auto& e : *ea) part([&] { out.push_back(expectation(e, what)); });
+  };
+  expectations("expect", "expect", "expectations", sc.expectations);
+  expectations("require", "require", "requirements", sc.requirements);
+  if (auto* sw = t.get("sweep"); sw && timeline) part([&] { sc.sweep = sweep(*sw, sc); });
   return sc;
 }
 
@@ -545,16 +598,18 @@ Playbook Parser::parse(const std::string& text) {
   Playbook pb;
   pb.path = path_;
   pb.text = text;
-  auto* nm = root.get("name");
-  if (!nm) throw Fail{path_ + ":1:1: the playbook needs a name, e.g. name = \"link-flap-recovery\""};
-  pb.name = name(*nm, "name");
-  if (auto* d = root.get("description")) pb.description = str(*d, "description", 4096);
-  if (auto* s = root.get("seed")) pb.seed = uint64_t(integer(*s, "seed", 0, INT64_MAX));
-  if (auto* r = root.get("repeat")) pb.repeat = int(integer(*r, "repeat", 1, 100));
+  part([&] {
+    auto* nm = root.get("name");
+    if (!nm) throw Fail{path_ + ":1:1: the playbook needs a name, e.g. name = \"link-flap-recovery\""};
+    pb.name = name(*nm, "name");
+  });
+  if (auto* d = root.get("description")) part([&] { pb.description = str(*d, "description", 4096); });
+  if (auto* s = root.get("seed")) part([&] { pb.seed = uint64_t(integer(*s, "seed", 0, INT64_MAX)); });
+  if (auto* r = root.get("repeat")) part([&] { pb.repeat = int(integer(*r, "repeat", 1, 100)); });
 
-  auto* wl = root.get("workload");
-  if (!wl) throw Fail{path_ + ":1:1: the playbook needs a [workload] table (kind, size, streams, nodes)"};
-  {
+  part([&] {
+    auto* wl = root.get("workload");
+    if (!wl) throw Fail{path_ + ":1:1: the playbook needs a [workload] table (kind, size, streams, nodes)"};
     const auto& t = table(*wl, "workload");
     checkKeys(t, {"kind", "size", "streams", "nodes", "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry",
                   "test"},
@@ -616,15 +671,15 @@ Playbook Parser::parse(const std::string& text) {
       pb.workload.nodes = selector(*n, "workload nodes");
       if (pb.workload.nodes.random) fail(*n, "workload nodes cannot be a random pick");
     }
-  }
-  if (auto* g = root.get("guardrails")) {
+  });
+  if (auto* g = root.get("guardrails")) part([&] {
     const auto& t = table(*g, "guardrails");
     checkKeys(t, {"min_baseline", "abort_on_agent_loss", "max_stall"}, "[guardrails]");
     if (auto* v = t.get("min_baseline")) pb.guardrails.minBaselineBytesPerSec = bitRateAsBytes(*v, "min_baseline");
     if (auto* v = t.get("abort_on_agent_loss")) pb.guardrails.abortOnAgentLoss = boolean(*v, "abort_on_agent_loss");
     if (auto* v = t.get("max_stall")) pb.guardrails.maxStallNs = duration(*v, "max_stall", 10 * kMs, kHour);
-  }
-  if (auto* s = root.get("scoring")) {
+  });
+  if (auto* s = root.get("scoring")) part([&] {
     const auto& t = table(*s, "scoring");
     checkKeys(t, {"bin", "warmup", "epsilon", "hold", "smooth", "stall_fraction"}, "[scoring]");
     auto& sc = pb.scoring;
@@ -638,8 +693,8 @@ Playbook Parser::parse(const std::string& text) {
       fail(*s, "hold (" + fmtDur(sc.holdNs) + ") must be at least one bin (" + fmtDur(sc.binNs) + ")");
     if (sc.stallFraction >= 1 - sc.epsilon)
       fail(*s, "stall_fraction must be below the recovery threshold 1 - epsilon");
-  }
-  if (auto* c = root.get("cost")) {
+  });
+  if (auto* c = root.get("cost")) part([&] {
     const auto& t = table(*c, "cost");
     checkKeys(t, {"gpus", "price_per_gpu_hour", "currency", "incidents_per_day", "days"}, "[cost]");
     auto& co = pb.cost;
@@ -648,23 +703,31 @@ Playbook Parser::parse(const std::string& text) {
     if (auto* v = t.get("currency")) co.currency = str(*v, "currency", 8);
     if (auto* v = t.get("incidents_per_day")) co.incidentsPerDay = number(*v, "incidents_per_day", 0, 100000);
     if (auto* v = t.get("days")) co.days = number(*v, "days", 0, 3650);
-  }
+  });
 
   const bool inlineForm =
       root.get("phase") || root.get("step") || root.get("expect") || root.get("require") || root.get("sweep");
   if (auto* scs = root.get("scenario")) {
-    if (inlineForm)
-      fail(*scs, "use either [[scenario]] tables or top-level [[phase]]/[[step]]/[[expect]]/[[require]], not both");
-    const auto& sa = arrayOfTables(*this, *scs, "scenario");
-    if (sa.size() > kMaxScenarios) fail(*scs, "more than 64 scenarios");
+    const toml::array* sa = nullptr;
+    bool ok = part([&] {
+      if (inlineForm)
+        fail(*scs, "use either [[scenario]] tables or top-level [[phase]]/[[step]]/[[expect]]/[[require]], not both");
+      sa = &arrayOfTables(*this, *scs, "scenario");
+      if (sa->size() > kMaxScenarios) fail(*scs, "more than 64 scenarios");
+    });
     std::set<std::string> names;
-    for (const auto& s : sa) {
+    for (size_t i = 0; ok && i < sa->size(); i++) {
+      const toml::node& s = *sa->get(i);
       const auto& t = *s.as_table();
       checkKeys(t, {"name", "phase", "step", "expect", "require", "sweep"}, "[[scenario]]");
-      auto* n = t.get("name");
-      if (!n) fail(s, "[[scenario]] needs a name");
-      std::string scName = name(*n, "scenario name");
-      if (!names.insert(scName).second) fail(*n, "scenario '" + scName + "' appears twice");
+      std::string scName;
+      if (!part([&] {
+            auto* n = t.get("name");
+            if (!n) fail(s, "[[scenario]] needs a name");
+            scName = name(*n, "scenario name");
+            if (!names.insert(scName).second) fail(*n, "scenario '" + scName + "' appears twice");
+          }))
+        scName = "#" + std::to_string(i + 1);  // its other parts are still checked
       pb.scenarios.push_back(scenario(t, scName, pos(s), pb));
     }
   } else {
@@ -676,22 +739,29 @@ Playbook Parser::parse(const std::string& text) {
   for (const auto& sc : pb.scenarios) {
     for (const auto& e : sc.expectations)
       if (e.stat == "cv" && pb.repeat < 2)
-        fail(e.pos, "stat = \"cv\" on " + e.metric + " needs repeated trials: set repeat = 3 (or more) at the top");
-    if (pb.scoring.warmupNs >= sc.phases.front().durationNs)
-      fail(sc.phases.front().pos, "warm-up (" + fmtDur(pb.scoring.warmupNs) +
-                                      ") leaves nothing of the baseline phase '" +
-                                      sc.phases.front().name + "' (" +
-                                      fmtDur(sc.phases.front().durationNs) +
-                                      "): lengthen it or lower [scoring] warmup");
+        part([&] {
+          fail(e.pos, "stat = \"cv\" on " + e.metric + " needs repeated trials: set repeat = 3 (or more) at the top");
+        });
+    if (sc.phases.empty()) continue;  // its error is recorded
+    part([&] {
+      if (pb.scoring.warmupNs >= sc.phases.front().durationNs)
+        fail(sc.phases.front().pos, "warm-up (" + fmtDur(pb.scoring.warmupNs) +
+                                        ") leaves nothing of the baseline phase '" + sc.phases.front().name + "' (" +
+                                        fmtDur(sc.phases.front().durationNs) +
+                                        "): lengthen it or lower [scoring] warmup");
+    });
     // A target sweep's size is known once bound to an inventory: resolvePlan checks it again.
     size_t n = std::max<size_t>(1, sc.sweep ? sc.sweep->values.size() : 1) * size_t(pb.repeat);
     trials += n;
     total += int64_t(n) * sc.durationNs();
-    if (trials > kMaxTrials) fail(sc.pos, "the playbook expands to more than 1000 trials");
-    if (total > kMaxRunNs)
-      fail(sc.pos, "the playbook runs for more than 7 days (" + fmtDur(total) + "); split it");
-    if (auto why = runTooLong(total, trials); !why.empty()) fail(sc.pos, why);
+    if (!part([&] {
+          if (trials > kMaxTrials) fail(sc.pos, "the playbook expands to more than 1000 trials");
+          if (total > kMaxRunNs) fail(sc.pos, "the playbook runs for more than 7 days (" + fmtDur(total) + "); split it");
+          if (auto why = runTooLong(total, trials); !why.empty()) fail(sc.pos, why);
+        }))
+      break;  // said once
   }
+  if (auto all = errors(); !all.empty()) throw Fail{all};
   return pb;
 }
 
