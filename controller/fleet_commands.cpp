@@ -307,7 +307,11 @@ int cmdInject(const InjectOptions& o) {
     // One common instant: far enough ahead that every schedule message arrives in time.
     int64_t maxRtt = 0;
     for (auto& c : fleet.clients()) maxRtt = std::max(maxRtt, c->clock().rttNs);
-    Duration leadTime = lead ? *lead : std::max<Duration>(300ms, std::chrono::nanoseconds(maxRtt * 20));
+    // With more than one node, also room for a refusal to be heard and the others' parts
+    // reverted before the instant (a fault runs on every node or on none, below).
+    Duration leadTime = lead ? *lead
+                             : std::max<Duration>({Duration(300ms), std::chrono::nanoseconds(maxRtt * 20),
+                                                   fleet.clients().size() > 1 ? Duration(1s) : Duration(0s)});
     int64_t startNs = wallNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(leadTime).count();
     int64_t forNs = std::chrono::duration_cast<std::chrono::nanoseconds>(*forD).count();
 
@@ -396,7 +400,12 @@ int cmdInject(const InjectOptions& o) {
       co_await whenAll(io, std::move(reverts));
     }
     signals.cancel();
-    // Report: events on the controller's timeline, relative to the common start.
+    // A part that started before its revert arrived (a refusal heard late): said, with how long.
+    if (partial)
+      for (const auto& [node, rec] : ended)
+        if (int64_t a = rec.value("applied_ns", int64_t(0)); a > 0)
+          std::fprintf(stderr, "rdmachaos: %s: its part started before the revert arrived and ran %s\n", node.c_str(),
+                       formatDuration(Nanos(std::max<int64_t>(0, rec.value("ended_ns", a) - a))).c_str());
     json report = {{"kind", kind->name}, {"start_ns", startNs}, {"nodes", json::array()}};
     bool allOk = refused.empty();
     for (auto& c : fleet.clients()) {
