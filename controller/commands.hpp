@@ -101,6 +101,16 @@ struct ReportOptions {
 // Re-renders a result document; prints the text summary; exit code from its outcome.
 int cmdReport(const ReportOptions& o);
 
+struct CompareOptions {
+  std::string baseline, result;  // result.json of a run, or a golden baseline (baseline merge)
+  std::string rules;             // rules TOML; "" = a value worse beyond noise, or missing, fails
+  std::string json, junit;       // also write the comparison here
+};
+// Prints the comparison; 0 = passed, 1 = a rule failed, 2 = bad input.
+int cmdCompare(const CompareOptions& o);
+// A golden baseline from several results of one playbook (per value: median, range, noise).
+int cmdBaselineMerge(const std::vector<std::string>& inputs, const std::string& output);
+
 // A shipped playbook: $RDMACHAOS_PLAYBOOKS, the source tree next to the build, or share/.
 std::string findPlaybook(const std::string& name);
 

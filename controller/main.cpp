@@ -146,6 +146,25 @@ int main(int argc, char** argv) {
   cReport->add_option("--html", report.html, "write an HTML report here");
   cReport->add_option("--junit", report.junit, "write JUnit XML here");
 
+  CompareOptions cmp;
+  auto* cCompare = app.add_subcommand(
+      "compare", "compare a run with a baseline (a result or a golden baseline), metric by metric, beyond noise");
+  cCompare->add_option("baseline", cmp.baseline, "BASELINE.json: a run's result.json or a golden baseline")->required();
+  cCompare->add_option("result", cmp.result, "RESULT.json: the run to judge")->required();
+  cCompare->add_option("--rules", cmp.rules,
+                       "rules TOML ([[rule]] metric, scope, variance = \"+20%\" or op/bound, exempt); without: "
+                       "any value worse beyond the noise of both, or missing, fails");
+  cCompare->add_option("--json", cmp.json, "write the comparison as JSON here");
+  cCompare->add_option("--junit", cmp.junit, "write JUnit XML here");
+
+  std::vector<std::string> mergeInputs;
+  std::string mergeOutput;
+  auto* cBaseline = app.add_subcommand("baseline", "golden baselines for compare");
+  cBaseline->require_subcommand(1);
+  auto* cMerge = cBaseline->add_subcommand("merge", "a golden baseline from several results of one playbook");
+  cMerge->add_option("results", mergeInputs, "result.json files of runs of one playbook")->required();
+  cMerge->add_option("-o,--output", mergeOutput, "GOLDEN.json to write")->required();
+
   CLI11_PARSE(app, argc, argv);
   if (verbose) rc::log::setLevel(rc::log::Level::debug);
 
@@ -161,5 +180,7 @@ int main(int argc, char** argv) {
   if (*cValidate) return cmdValidate(validateFiles, validateInventory);
   if (*cRun) return cmdRun(run);
   if (*cReport) return cmdReport(report);
+  if (*cCompare) return cmdCompare(cmp);
+  if (*cMerge) return cmdBaselineMerge(mergeInputs, mergeOutput);
   return kExitError;
 }

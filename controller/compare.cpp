@@ -1,0 +1,575 @@
+// compare and baseline merge: result documents to metric tables, tables against each other,
+// rules from TOML, and the text, JSON and JUnit of a comparison (see compare.hpp).
+#include "controller/compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <toml++/toml.h>
+
+#include "common/toml_text.hpp"
+#include "common/units.hpp"
+#include "controller/metrics_table.hpp"
+#include "controller/report.hpp"
+
+namespace rc::controller {
+namespace {
+
+const json* member(const json& o, const char* k) {
+  if (!o.is_object()) return nullptr;
+  auto it = o.find(k);
+  return it == o.end() || it->is_null() ? nullptr : &*it;
+}
+std::optional<double> number(const json& o, const char* k) {
+  const json* v = member(o, k);
+  if (!v || !v->is_number()) return std::nullopt;
+  return v->get<double>();
+}
+
+// The healthy job's own depth below its baseline (B - band floor), in bytes per second.
+double bandDepth(const json& scope) {
+  auto b = number(scope, "baseline_Bps");
+  const json* band = member(scope, "baseline_band");
+  if (!b || !band) return 0;
+  auto floor = number(*band, "floor_Bps");
+  return floor ? std::max(0.0, *b - *floor) : 0;
+}
+
+// Every compared metric of one scope of one trial.
+void addScope(MetricTable& t, const std::string& trial, const json& s) {
+  const std::string scope = s.value("scope", std::string());
+  auto put = [&](const char* metric, std::optional<double> v, double noise, bool notRecovered = false) {
+    if (!v && !notRecovered) return;
+    MetricValue m;
+    m.value = v;
+    m.notRecovered = notRecovered;
+    m.noise = std::max(0.0, noise);
+    m.lo = m.hi = v.value_or(0);
+    t[{trial, scope, metric}] = m;
+  };
+  const auto baseline = number(s, "baseline_Bps");
+  const double depth = bandDepth(s);
+  put("baseline", baseline, depth);
+  if (const json* impact = member(s, "impact")) {
+    const double u = number(*impact, "uncertainty_ns").value_or(0);
+    const bool recovered = impact->value("recovered", false);
+    put("recovery_time", recovered ? number(*impact, "recovery_time_ns") : std::nullopt, u, !recovered);
+    // Loss as a share depends on the window (fault start to recovery), so the bytes lost are
+    // compared too; their noise is the healthy band's depth over that window.
+    put("throughput_loss_pct", number(*impact, "loss_pct"), baseline && *baseline > 0 ? depth / *baseline * 100 : 0);
+    const double window = (number(*impact, "window_to_ns").value_or(0) - number(*impact, "window_from_ns").value_or(0)) / 1e9;
+    put("throughput_loss_bytes", number(*impact, "loss_bytes"), depth * std::max(0.0, window));
+    put("stall_time", number(*impact, "stall_ns"), u);
+    put("longest_stall", number(*impact, "longest_stall_ns"), u);
+    put("min_throughput", number(*impact, "min_Bps"), depth);
+  }
+  if (const json* it = member(s, "iterations")) {
+    double spread = 0;  // the baseline's own p50..p99
+    if (const json* b = member(*it, "baseline"))
+      spread = number(*b, "p99_ns").value_or(0) - number(*b, "p50_ns").value_or(0);
+    if (const json* w = member(*it, "window")) {
+      put("iteration_p50", number(*w, "p50_ns"), spread);
+      put("iteration_p99", number(*w, "p99_ns"), spread);
+      put("iteration_max", number(*w, "max_ns"), spread);
+    }
+  }
+  if (auto busbw = number(s, "busbw_Bps"); busbw && baseline && *baseline > 0)
+    put("busbw", busbw, depth / *baseline * *busbw);
+}
+
+int worseOf(const std::string& metric) {
+  for (const auto& m : compareMetrics())
+    if (metric == m.name) return m.worse;
+  return 1;
+}
+
+std::string fmt(const std::string& metric, double v) {
+  const MetricRow* row = findMetric(metric);
+  return formatMetric(row ? row->unit : MetricUnit::number, v);
+}
+
+std::string fmtValue(const std::string& metric, const MetricValue& m) {
+  if (m.notRecovered && !m.value) return "not recovered";
+  if (!m.value) return "-";
+  std::string s = fmt(metric, *m.value);
+  if (m.noise > 0) s += " ± " + fmt(metric, m.noise);
+  return s;
+}
+
+std::string fmtDiff(const std::string& metric, double d, double base) {
+  std::string s = (d >= 0 ? "+" : "-") + fmt(metric, std::fabs(d));
+  if (base != 0) {
+    char b[32];
+    std::snprintf(b, sizeof b, " (%+.1f%%)", d / std::fabs(base) * 100);
+    s += b;
+  }
+  return s;
+}
+
+std::string xml(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+bool scopeMatches(const CompareRule& r, const std::string& scope) {
+  if (std::find(r.exempt.begin(), r.exempt.end(), scope) != r.exempt.end()) return false;
+  if (r.scope == "*") return true;
+  if (r.scope == "nodes") return scope != "job";
+  return r.scope == scope;
+}
+
+RuleCheck check(const CompareRule& r, const CompareRow& row) {
+  RuleCheck c{r.text, r.where, false, ""};
+  const std::string& m = row.key.metric;
+  if (!row.result.value && !row.result.notRecovered) {
+    c.why = "no value in the result";
+    return c;
+  }
+  if (r.variancePct) {
+    if (!row.base.value && !row.base.notRecovered) {
+      c.why = "no value in the baseline";
+      return c;
+    }
+    if (row.result.notRecovered || row.base.notRecovered) {
+      c.passed = row.base.notRecovered || !row.result.notRecovered;
+      c.why = row.result.notRecovered ? (c.passed ? "not recovered in either" : "not recovered (baseline: " +
+                                                                                   fmtValue(m, row.base) + ")")
+                                      : "recovered (baseline: not recovered)";
+      return c;
+    }
+    const double base = *row.base.value, res = *row.result.value, lim = *r.variancePct / 100;
+    const double allowed = base + std::fabs(base) * lim;  // the furthest value the rule allows
+    const bool beyondLimit = lim >= 0 ? res > allowed : res < allowed;
+    const bool beyondNoise = std::fabs(res - base) > row.base.noise + row.result.noise;
+    c.passed = !(beyondLimit && beyondNoise);
+    c.why = fmtDiff(m, res - base, base) + (beyondLimit ? (beyondNoise ? ", beyond the allowed change and the noise"
+                                                                       : ", beyond the allowed change but within the noise")
+                                                        : ", within the allowed change");
+    return c;
+  }
+  if (row.result.notRecovered) {
+    c.passed = r.op == ">" || r.op == ">=";
+    c.why = "not recovered";
+    return c;
+  }
+  const double v = *row.result.value;
+  c.passed = r.op == "<" ? v < r.bound : r.op == "<=" ? v <= r.bound : r.op == ">" ? v > r.bound : v >= r.bound;
+  c.why = "measured " + fmt(m, v);
+  return c;
+}
+
+}  // namespace
+
+const std::vector<CompareMetric>& compareMetrics() {
+  static const std::vector<CompareMetric> m = {
+      {"recovery_time", 1}, {"throughput_loss_bytes", 1}, {"throughput_loss_pct", 1}, {"stall_time", 1}, {"longest_stall", 1},
+      {"min_throughput", -1}, {"baseline", -1},       {"busbw", -1},          {"iteration_p50", 1},
+      {"iteration_p99", 1},   {"iteration_max", 1},
+  };
+  return m;
+}
+
+Result<MetricTable> metricTableOf(const json& doc) {
+  MetricTable t;
+  if (doc.value("schema", std::string()) == kGoldenSchema) {
+    const json* rows = member(doc, "metrics");
+    if (!rows || !rows->is_array()) return makeError("golden baseline without its metrics[]");
+    for (const auto& r : *rows) {
+      if (!r.is_object() || !r.contains("trial") || !r.contains("scope") || !r.contains("metric"))
+        return makeError("golden baseline: a metrics[] entry without trial, scope and metric");
+      MetricValue v;
+      v.value = number(r, "median");
+      v.notRecovered = r.value("not_recovered", false);
+      v.noise = number(r, "noise").value_or(0);
+      v.runs = r.value("n", 1);
+      v.lo = number(r, "lo").value_or(v.value.value_or(0));
+      v.hi = number(r, "hi").value_or(v.value.value_or(0));
+      t[{r["trial"].get<std::string>(), r["scope"].get<std::string>(), r["metric"].get<std::string>()}] = v;
+    }
+    return t;
+  }
+  if (auto ok = checkResultDocument(doc); !ok) return ok.error();
+  for (const auto& trial : doc["trials"]) {
+    const std::string label = trial.value("label", std::string());
+    if (const json* job = member(trial, "job")) addScope(t, label, *job);
+    if (const json* nodes = member(trial, "nodes"))
+      for (const auto& n : *nodes) addScope(t, label, n);
+  }
+  return t;
+}
+
+std::string describeDocument(const json& doc) {
+  if (doc.value("schema", std::string()) == kGoldenSchema)
+    return "golden baseline of " + std::to_string(doc.value("runs", 0)) + " runs of '" +
+           doc.value("playbook", std::string("?")) + "'";
+  std::string name = "?";
+  if (const json* pb = member(doc, "playbook")) name = pb->value("name", name);
+  return "result of '" + name + "'";
+}
+
+Result<json> mergeGolden(const std::vector<json>& docs, const std::vector<std::string>& names) {
+  if (docs.empty()) return makeError("baseline merge needs at least one result document");
+  std::string playbook;
+  std::map<MetricKey, std::vector<MetricValue>> all;
+  json sources = json::array();
+  for (size_t i = 0; i < docs.size(); i++) {
+    if (docs[i].value("schema", std::string()) == kGoldenSchema)
+      return makeError(names[i] + ": a golden baseline; merge the result documents it was made of");
+    auto t = metricTableOf(docs[i]);
+    if (!t) return makeError(names[i] + ": " + t.error().message);
+    const std::string pb = docs[i]["playbook"].value("name", std::string());
+    if (i == 0) playbook = pb;
+    if (pb != playbook)
+      return makeError(names[i] + ": a run of '" + pb + "', not of '" + playbook +
+                       "': a golden baseline is made of runs of one playbook");
+    for (auto& [k, v] : *t) all[k].push_back(v);
+    sources.push_back({{"path", names[i]},
+                       {"started_unix_ns", docs[i]["run"].value("started_unix_ns", int64_t(0))},
+                       {"verdict", docs[i]["outcome"].value("verdict", std::string())}});
+  }
+  json metrics = json::array();
+  for (auto& [k, vs] : all) {
+    std::vector<double> values, noises;
+    size_t notRecovered = 0;
+    for (const auto& v : vs) {
+      if (v.value) values.push_back(*v.value);
+      if (v.notRecovered) notRecovered++;
+      noises.push_back(v.noise);
+    }
+    auto median = [](std::vector<double> x) {
+      std::sort(x.begin(), x.end());
+      size_t n = x.size();
+      return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+    };
+    json row = {{"trial", k.trial}, {"scope", k.scope}, {"metric", k.metric}, {"n", vs.size()}};
+    if (notRecovered * 2 > vs.size() || values.empty()) {
+      row["median"] = nullptr;  // most runs did not recover
+      row["not_recovered"] = true;
+    } else {
+      auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+      row["median"] = median(values);
+      row["lo"] = *lo;
+      row["hi"] = *hi;
+      row["noise"] = std::max(median(noises), (*hi - *lo) / 2);
+      if (notRecovered) row["not_recovered_runs"] = notRecovered;
+    }
+    metrics.push_back(std::move(row));
+  }
+  return json{{"schema", kGoldenSchema},
+              {"playbook", playbook},
+              {"runs", docs.size()},
+              {"sources", std::move(sources)},
+              {"metrics", std::move(metrics)}};
+}
+
+Result<std::vector<CompareRule>> parseCompareRules(const std::string& text, const std::string& path) {
+  toml::table root;
+  try {
+    root = rc::parseToml(text, path);
+  } catch (const toml::parse_error& e) {
+    return makeError(path + ":" + std::to_string(e.source().begin.line) + ":" + std::to_string(e.source().begin.column) +
+                     ": " + std::string(e.description()));
+  }
+  std::vector<std::string> errors;
+  auto at = [&](const toml::node& n) {
+    return path + ":" + std::to_string(n.source().begin.line) + ":" + std::to_string(n.source().begin.column);
+  };
+  std::vector<CompareRule> rules;
+  for (auto&& [k, v] : root)
+    if (k.str() != "rule") errors.push_back(at(v) + ": unknown key '" + std::string(k.str()) + "' (rules are [[rule]] tables)");
+  const toml::node* rs = root.get("rule");
+  if (rs && !rs->is_array_of_tables()) errors.push_back(at(*rs) + ": rules must be written as [[rule]] tables");
+  std::vector<std::string> metricNames;
+  for (const auto& m : compareMetrics()) metricNames.push_back(m.name);
+  auto joined = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
+  if (rs && rs->is_array_of_tables())
+    for (const auto& node : *rs->as_array()) {
+      const auto& t = *node.as_table();
+      CompareRule r;
+      r.where = at(node);
+      bool ok = true;
+      auto err = [&](const toml::node& n, const std::string& m) {
+        errors.push_back(at(n) + ": " + m);
+        ok = false;
+      };
+      for (auto&& [k, v] : t) {
+        const std::string key(k.str());
+        if (key != "metric" && key != "scope" && key != "trial" && key != "variance" && key != "op" && key != "bound" &&
+            key != "exempt")
+          err(v, "unknown key '" + key + "' in [[rule]] (known: metric, scope, trial, variance, op, bound, exempt)");
+      }
+      const toml::node* m = t.get("metric");
+      if (!m || !m->is_string()) {
+        err(node, "[[rule]] needs metric = \"...\" (one of " + joined(metricNames) + ")");
+        continue;
+      }
+      r.metric = m->as_string()->get();
+      if (std::find(metricNames.begin(), metricNames.end(), r.metric) == metricNames.end()) {
+        err(*m, "metric '" + r.metric + "' is not compared (known: " + joined(metricNames) + ")");
+        continue;
+      }
+      if (auto* s = t.get("scope")) {
+        if (!s->is_string()) err(*s, "scope must be \"*\", \"job\", \"nodes\" or a node name");
+        else r.scope = s->as_string()->get();
+      }
+      if (auto* s = t.get("trial")) {
+        if (!s->is_string()) err(*s, "trial must be a trial's label as the report prints it");
+        else r.trial = s->as_string()->get();
+      }
+      if (auto* e = t.get("exempt")) {
+        if (!e->is_array()) err(*e, "exempt must be a list of node names, e.g. [\"n4\"]");
+        else
+          for (const auto& x : *e->as_array()) {
+            if (!x.is_string()) err(x, "exempt must list node names");
+            else r.exempt.push_back(x.as_string()->get());
+          }
+      }
+      const toml::node* var = t.get("variance");
+      const toml::node* op = t.get("op");
+      const toml::node* bound = t.get("bound");
+      if (var && (op || bound)) err(*var, "a rule has either variance or op and bound, not both: split it in two");
+      if (!var && !op) err(node, "[[rule]] needs variance = \"+20%\" (change allowed against the baseline) or op and bound");
+      if (var) {
+        std::string s = var->is_string() ? var->as_string()->get() : "";
+        double pct = 0;
+        char sign = s.empty() ? 0 : s[0];
+        if ((sign != '+' && sign != '-') || s.back() != '%' || std::sscanf(s.c_str(), "%lf", &pct) != 1 ||
+            std::fabs(pct) > 1000)
+          err(*var, "variance '" + s + "' must be a signed percentage in quotes: \"+20%\" (at most 20 % above the "
+                    "baseline) or \"-5%\" (at most 5 % below)");
+        else {
+          r.variancePct = pct;
+          r.text = r.metric + " variance " + s;
+        }
+      }
+      if (op) {
+        std::string o = op->is_string() ? op->as_string()->get() : "";
+        if (o != "<" && o != "<=" && o != ">" && o != ">=") err(*op, "op '" + o + "' is not one of <, <=, >, >=");
+        r.op = o;
+        if (!bound) {
+          err(*op, "op needs a bound, e.g. bound = \"2s\"");
+        } else {
+          const MetricRow* row = findMetric(r.metric);
+          MetricUnit u = row ? row->unit : MetricUnit::number;
+          std::string b = bound->is_string() ? bound->as_string()->get() : "";
+          if (u == MetricUnit::duration) {
+            auto d = parseDuration(b);
+            if (!d) err(*bound, "bound of " + r.metric + " must be a duration in quotes, e.g. \"2s\"");
+            else r.bound = double(d->count());
+          } else if (u == MetricUnit::rate) {
+            auto br = parseBitRate(b);
+            if (!br) err(*bound, "bound of " + r.metric + " must be a bit rate in quotes, e.g. \"10Gbps\"");
+            else r.bound = double(*br) / 8;
+          } else if (auto x = bound->value<double>()) {
+            r.bound = *x;
+          } else {
+            err(*bound, "bound of " + r.metric + " must be a number");
+          }
+          r.text = r.metric + " " + r.op + " " + (b.empty() ? fmt(r.metric, r.bound) : b);
+        }
+      }
+      r.text += " [" + r.scope + "]";
+      if (ok) rules.push_back(std::move(r));
+    }
+  if (!errors.empty()) {
+    std::sort(errors.begin(), errors.end(), [&](const std::string& a, const std::string& b) {
+      int la = 0, ca = 0, lb = 0, cb = 0;
+      std::sscanf(a.c_str() + path.size() + 1, "%d:%d", &la, &ca);
+      std::sscanf(b.c_str() + path.size() + 1, "%d:%d", &lb, &cb);
+      return std::pair{la, ca} < std::pair{lb, cb};
+    });
+    std::string all;
+    for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e;
+    return makeError(all);
+  }
+  return rules;
+}
+
+int CompareOutcome::exitCode() const {
+  if (rulesGiven) return rulesFailed ? 1 : 0;
+  return worse || missing ? 1 : 0;
+}
+
+CompareOutcome compareTables(const MetricTable& base, const MetricTable& result, const std::vector<CompareRule>& rules,
+                             std::string baselineName, std::string resultName) {
+  CompareOutcome c;
+  c.baseline = std::move(baselineName);
+  c.result = std::move(resultName);
+  c.rulesGiven = !rules.empty();
+  std::set<MetricKey> keys;
+  for (const auto& [k, v] : base) keys.insert(k);
+  for (const auto& [k, v] : result) keys.insert(k);
+  for (const auto& k : keys) {
+    CompareRow row;
+    row.key = k;
+    auto b = base.find(k), r = result.find(k);
+    if (b != base.end()) row.base = b->second;
+    if (r != result.end()) row.result = r->second;
+    const bool hasB = b != base.end(), hasR = r != result.end();
+    if (!hasR) {
+      row.verdict = "missing in result";
+      c.missing++;
+    } else if (!hasB) {
+      row.verdict = "missing in baseline";
+    } else if (row.base.notRecovered || row.result.notRecovered) {
+      row.verdict = row.base.notRecovered == row.result.notRecovered ? "same within noise"
+                    : row.result.notRecovered                       ? "worse"
+                                                                    : "better";
+    } else {
+      const double d = *row.result.value - *row.base.value;
+      row.diff = d;
+      if (std::fabs(d) <= row.base.noise + row.result.noise)
+        row.verdict = "same within noise";
+      else
+        row.verdict = d * worseOf(k.metric) > 0 ? "worse" : "better";
+    }
+    if (row.verdict == "worse") c.worse++;
+    if (row.verdict == "better") c.better++;
+    if (row.verdict == "same within noise") c.same++;
+    for (const auto& rule : rules) {
+      if (rule.metric != k.metric || !scopeMatches(rule, k.scope) || (!rule.trial.empty() && rule.trial != k.trial))
+        continue;
+      if (!hasB && rule.variancePct) continue;  // a node the baseline lacks: nothing to vary from (listed as missing)
+      row.checks.push_back(check(rule, row));
+      (row.checks.back().passed ? c.rulesPassed : c.rulesFailed)++;
+    }
+    c.rows.push_back(std::move(row));
+  }
+  // Worse first, then missing, better, same; within each in key order.
+  auto rank = [](const CompareRow& r) {
+    bool failed = std::any_of(r.checks.begin(), r.checks.end(), [](const RuleCheck& x) { return !x.passed; });
+    if (failed) return 0;
+    if (r.verdict == "worse") return 1;
+    if (r.verdict.rfind("missing", 0) == 0) return 2;
+    if (r.verdict == "better") return 3;
+    return 4;
+  };
+  std::stable_sort(c.rows.begin(), c.rows.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+  return c;
+}
+
+std::string renderCompareText(const CompareOutcome& c) {
+  std::string out = "baseline: " + c.baseline + "\nresult:   " + c.result + "\n\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%-24s %-8s %-20s %-24s %-24s %-22s %s\n", "trial", "scope", "metric", "baseline",
+                "result", "difference", "verdict");
+  out += line;
+  for (const auto& r : c.rows) {
+    std::string diff = r.diff ? fmtDiff(r.key.metric, *r.diff, r.base.value.value_or(0)) : "";
+    std::string verdict = r.verdict;
+    for (auto& v : verdict) v = r.verdict == "worse" ? char(std::toupper(static_cast<unsigned char>(v))) : v;
+    std::snprintf(line, sizeof line, "%-24s %-8s %-20s %-24s %-24s %-22s %s\n", r.key.trial.substr(0, 24).c_str(),
+                  r.key.scope.substr(0, 8).c_str(), r.key.metric.c_str(), fmtValue(r.key.metric, r.base).c_str(),
+                  fmtValue(r.key.metric, r.result).c_str(), diff.c_str(), verdict.c_str());
+    out += line;
+  }
+  out += "\n";
+  std::snprintf(line, sizeof line, "%d worse, %d better, %d same within noise, %d missing in the result\n", c.worse,
+                c.better, c.same, c.missing);
+  out += line;
+  for (const auto& r : c.rows)
+    if (r.verdict == "missing in result")
+      out += "  missing: " + r.key.metric + " of " + r.key.scope + " in trial " + r.key.trial + "\n";
+  if (c.rulesGiven) {
+    std::snprintf(line, sizeof line, "rules: %d checks passed, %d failed\n", c.rulesPassed, c.rulesFailed);
+    out += line;
+    for (const auto& r : c.rows)
+      for (const auto& x : r.checks)
+        if (!x.passed)
+          out += "  FAILED " + x.where + ": " + x.rule + " on " + r.key.scope + " (trial " + r.key.trial + "): " + x.why +
+                 "\n";
+  } else {
+    out += "no rules given: a value worse beyond the noise of both runs, or missing in the result, fails\n";
+  }
+  out += std::string("outcome: ") + (c.exitCode() ? "failed" : "passed") + "\n";
+  return out;
+}
+
+json compareDocument(const CompareOutcome& c) {
+  json rows = json::array();
+  auto value = [](const MetricValue& v) -> json {
+    if (!v.value && !v.notRecovered) return nullptr;
+    json o = {{"value", v.value ? json(*v.value) : json(nullptr)}, {"noise", v.noise}};
+    if (v.notRecovered) o["not_recovered"] = true;
+    if (v.runs > 1) o.update({{"runs", v.runs}, {"lo", v.lo}, {"hi", v.hi}});
+    return o;
+  };
+  for (const auto& r : c.rows) {
+    json checks = json::array();
+    for (const auto& x : r.checks) checks.push_back({{"rule", x.rule}, {"where", x.where}, {"passed", x.passed}, {"why", x.why}});
+    rows.push_back({{"trial", r.key.trial},
+                    {"scope", r.key.scope},
+                    {"metric", r.key.metric},
+                    {"baseline", value(r.base)},
+                    {"result", value(r.result)},
+                    {"difference", r.diff ? json(*r.diff) : json(nullptr)},
+                    {"verdict", r.verdict},
+                    {"checks", std::move(checks)}});
+  }
+  return {{"schema", kCompareSchema},
+          {"baseline", c.baseline},
+          {"result", c.result},
+          {"rows", std::move(rows)},
+          {"outcome",
+           {{"verdict", c.exitCode() ? "failed" : "passed"},
+            {"exit_code", c.exitCode()},
+            {"worse", c.worse},
+            {"better", c.better},
+            {"same", c.same},
+            {"missing", c.missing},
+            {"rules_given", c.rulesGiven},
+            {"rule_checks_passed", c.rulesPassed},
+            {"rule_checks_failed", c.rulesFailed}}}};
+}
+
+std::string renderCompareJunit(const CompareOutcome& c) {
+  // One test case per rule check; without rules, one per compared value (worse or missing fails).
+  std::string cases;
+  int tests = 0, failures = 0;
+  for (const auto& r : c.rows) {
+    const std::string at = r.key.trial + " " + r.key.scope + " " + r.key.metric;
+    if (c.rulesGiven) {
+      for (const auto& x : r.checks) {
+        tests++;
+        cases += "  <testcase classname=\"compare\" name=\"" + xml(at + ": " + x.rule) + "\"";
+        if (x.passed) {
+          cases += "/>\n";
+        } else {
+          failures++;
+          cases += ">\n    <failure message=\"" + xml(x.why + " (" + x.where + ")") + "\"/>\n  </testcase>\n";
+        }
+      }
+      continue;
+    }
+    tests++;
+    cases += "  <testcase classname=\"compare\" name=\"" + xml(at + ": not worse than the baseline") + "\"";
+    if (r.verdict == "worse" || r.verdict == "missing in result") {
+      failures++;
+      cases += ">\n    <failure message=\"" +
+               xml(r.verdict + ": baseline " + fmtValue(r.key.metric, r.base) + ", result " +
+                   fmtValue(r.key.metric, r.result)) +
+               "\"/>\n  </testcase>\n";
+    } else {
+      cases += "/>\n";
+    }
+  }
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"" + xml("compare: " + c.result + " vs " + c.baseline) +
+         "\" tests=\"" + std::to_string(tests) + "\" failures=\"" + std::to_string(failures) + "\">\n" + cases +
+         "</testsuite>\n";
+}
+
+}  // namespace rc::controller

@@ -1,0 +1,82 @@
+// `rdmachaos compare` and `rdmachaos baseline merge` (see compare.hpp).
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "controller/commands.hpp"
+#include "controller/commands_internal.hpp"
+#include "controller/compare.hpp"
+#include "controller/report.hpp"
+
+namespace rc::controller {
+namespace {
+
+// A result document (checked as `report` checks it) or a golden baseline.
+Result<json> loadComparable(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return makeError("cannot read '" + path + "': check the path");
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::parse_error& e) {
+    return makeError(path + ": not JSON: " + e.what());
+  }
+  if (doc.is_object() && doc.value("schema", std::string()) == kGoldenSchema) {
+    if (auto t = metricTableOf(doc); !t) return makeError(path + ": " + t.error().message);
+    return doc;
+  }
+  if (auto ok = checkResultDocument(doc); !ok)
+    return makeError(path + ": " + ok.error().message + " (compare takes result.json documents of `run` and golden "
+                                                         "baselines of `baseline merge`)");
+  return doc;
+}
+
+}  // namespace
+
+int cmdCompare(const CompareOptions& o) {
+  auto base = loadComparable(o.baseline);
+  if (!base) return fail(base.error().message);
+  auto res = loadComparable(o.result);
+  if (!res) return fail(res.error().message);
+  if ((*res).value("schema", std::string()) == kGoldenSchema)
+    return fail(o.result + ": a golden baseline; compare a run's result.json against it (the baseline comes first)");
+  std::vector<CompareRule> rules;
+  if (!o.rules.empty()) {
+    std::ifstream in(o.rules);
+    if (!in) return fail("cannot read rules '" + o.rules + "': check the path");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto r = parseCompareRules(ss.str(), o.rules);
+    if (!r) return fail(r.error().message);
+    rules = std::move(*r);
+  }
+  auto bt = metricTableOf(*base), rt = metricTableOf(*res);
+  if (!bt) return fail(o.baseline + ": " + bt.error().message);
+  if (!rt) return fail(o.result + ": " + rt.error().message);
+  CompareOutcome c = compareTables(*bt, *rt, rules, o.baseline + " (" + describeDocument(*base) + ")",
+                                   o.result + " (" + describeDocument(*res) + ")");
+  std::printf("%s", renderCompareText(c).c_str());
+  if (!o.json.empty())
+    if (auto w = writeFileAtomic(o.json, compareDocument(c).dump(2) + "\n"); !w) return fail(w.error().message);
+  if (!o.junit.empty())
+    if (auto w = writeFileAtomic(o.junit, renderCompareJunit(c)); !w) return fail(w.error().message);
+  return c.exitCode() ? kExitFailed : kExitOk;
+}
+
+int cmdBaselineMerge(const std::vector<std::string>& inputs, const std::string& output) {
+  if (output.empty()) return fail("baseline merge needs -o GOLDEN.json");
+  std::vector<json> docs;
+  for (const auto& p : inputs) {
+    auto d = loadResultDocument(p);
+    if (!d) return fail(d.error().message);
+    docs.push_back(std::move(*d));
+  }
+  auto g = mergeGolden(docs, inputs);
+  if (!g) return fail(g.error().message);
+  if (auto w = writeFileAtomic(output, g->dump(2) + "\n"); !w) return fail(w.error().message);
+  std::printf("%s: golden baseline of %zu runs of '%s', %zu values (median, range, noise each)\n", output.c_str(),
+              docs.size(), (*g)["playbook"].get<std::string>().c_str(), (*g)["metrics"].size());
+  return kExitOk;
+}
+
+}  // namespace rc::controller

@@ -1,0 +1,194 @@
+// compare and baseline merge on result documents made by the scorer from synthetic series
+// (tests/synthetic_run.hpp), so every verdict has a known answer.
+#include <catch2/catch.hpp>
+
+#include "controller/compare.hpp"
+#include "controller/report.hpp"
+#include "controller/score.hpp"
+#include "synthetic_run.hpp"
+
+using namespace rc::controller;
+using rc::test::Shape;
+
+namespace {
+
+// The synthetic run (a 2 s flap from 10 s; the job out until 12.5 s), with node N's traffic
+// held off for EXTRA bins more (100 ms each) after the job came back.
+json documentWith(const std::string& node = "", int extra = 0) {
+  Playbook pb = rc::test::syntheticPlaybook();
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  if (!node.empty())
+    for (int i = 125; i < 125 + extra; i++) run.series[node][size_t(i)].bytes = 0;
+  return makeResultDocument(run, pb, score(run, pb));
+}
+
+MetricTable table(const json& doc) {
+  auto t = metricTableOf(doc);
+  REQUIRE(t);
+  return *t;
+}
+
+const CompareRow* row(const CompareOutcome& c, const std::string& scope, const std::string& metric) {
+  for (const auto& r : c.rows)
+    if (r.key.scope == scope && r.key.metric == metric) return &r;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("the same run twice: every value the same within noise, exit 0") {
+  json a = documentWith(), b = documentWith();
+  auto c = compareTables(table(a), table(b), {}, "a", "b");
+  CHECK(c.worse == 0);
+  CHECK(c.better == 0);
+  CHECK(c.missing == 0);
+  CHECK(c.same == int(c.rows.size()));
+  CHECK(c.rows.size() >= 12);  // job and two nodes, several metrics each
+  CHECK(c.exitCode() == 0);
+  // A recovery time carries its uncertainty as noise.
+  const CompareRow* r = row(c, "job", "recovery_time");
+  REQUIRE(r);
+  CHECK(*r->base.value == Approx(500e6).margin(150e6));
+  CHECK(r->base.noise > 0);
+}
+
+TEST_CASE("a node that recovers 2 s later is worse beyond the noise; a difference inside it is the same") {
+  json base = documentWith();
+  auto late = compareTables(table(base), table(documentWith("n2", 20)), {}, "golden", "late n2");
+  const CompareRow* n2 = row(late, "n2", "recovery_time");
+  const CompareRow* n1 = row(late, "n1", "recovery_time");
+  REQUIRE(n2);
+  REQUIRE(n1);
+  INFO(renderCompareText(late));
+  CHECK(n2->verdict == "worse");
+  CHECK(*n2->diff == Approx(2e9).margin(150e6));
+  CHECK(n1->verdict == "same within noise");  // the other node is named as it is
+  CHECK(late.exitCode() == 1);
+  CHECK(renderCompareText(late).find("n2       recovery_time") != std::string::npos);
+  // 100 ms later: inside the two recovery times' uncertainty (bin + smoothing each).
+  auto near = compareTables(table(base), table(documentWith("n2", 1)), {}, "golden", "n2 100 ms later");
+  const CompareRow* n2near = row(near, "n2", "recovery_time");
+  REQUIRE(n2near);
+  CHECK(*n2near->diff == Approx(100e6).margin(1e6));
+  CHECK(n2near->verdict == "same within noise");
+}
+
+TEST_CASE("a node or trial missing from the result is reported by name and fails") {
+  json base = documentWith(), res = documentWith();
+  json& nodes = res["trials"][0]["nodes"];
+  nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const json& n) { return n["scope"] == "n2"; }), nodes.end());
+  auto c = compareTables(table(base), table(res), {}, "base", "without n2");
+  CHECK(c.missing > 0);
+  const CompareRow* r = row(c, "n2", "recovery_time");
+  REQUIRE(r);
+  CHECK(r->verdict == "missing in result");
+  std::string text = renderCompareText(c);
+  CHECK(text.find("missing: recovery_time of n2 in trial " + base["trials"][0]["label"].get<std::string>()) !=
+        std::string::npos);
+  CHECK(c.exitCode() == 1);
+}
+
+TEST_CASE("rules: variance and bounds pass and fail with their line in the rules file") {
+  const std::string rules = R"(# acceptance rules
+[[rule]]
+metric = "recovery_time"
+scope = "nodes"
+variance = "+20%"
+
+[[rule]]
+metric = "throughput_loss_pct"
+scope = "job"
+op = "<="
+bound = 100
+
+[[rule]]
+metric = "recovery_time"
+scope = "nodes"
+variance = "+20%"
+exempt = ["n2"]
+)";
+  auto parsed = parseCompareRules(rules, "rules.toml");
+  REQUIRE(parsed);
+  REQUIRE(parsed->size() == 3);
+  CHECK((*parsed)[0].where == "rules.toml:2:1");
+  json base = documentWith();
+  auto c = compareTables(table(base), table(documentWith("n2", 20)), *parsed, "golden", "late n2");
+  INFO(renderCompareText(c));
+  CHECK(c.rulesGiven);
+  CHECK(c.rulesFailed == 1);  // n2's recovery, beyond +20 % and the noise, under the first rule only
+  CHECK(c.rulesPassed == 3);  // n1 under both recovery rules; the job's loss bound
+  const CompareRow* n2 = row(c, "n2", "recovery_time");
+  REQUIRE(n2);
+  REQUIRE(n2->checks.size() == 1);  // exempt from the third
+  CHECK_FALSE(n2->checks[0].passed);
+  CHECK(n2->checks[0].where == "rules.toml:2:1");
+  CHECK(renderCompareText(c).find("FAILED rules.toml:2:1: recovery_time variance +20% [nodes] on n2") != std::string::npos);
+  CHECK(c.exitCode() == 1);
+  // The same run against itself passes every rule.
+  auto same = compareTables(table(base), table(documentWith()), *parsed, "golden", "same");
+  CHECK(same.rulesFailed == 0);
+  CHECK(same.exitCode() == 0);
+  // JSON and JUnit carry it: a test case per rule check.
+  json d = compareDocument(c);
+  CHECK(d["schema"] == kCompareSchema);
+  CHECK(d["outcome"]["exit_code"] == 1);
+  std::string x = renderCompareJunit(c);
+  CHECK(x.find("tests=\"4\" failures=\"1\"") != std::string::npos);
+  CHECK(x.find("rules.toml:2:1") != std::string::npos);
+}
+
+TEST_CASE("rules files: every error with its position") {
+  auto r = parseCompareRules(R"([[rule]]
+metric = "recovery"
+variance = "+20%"
+[[rule]]
+metric = "recovery_time"
+variance = "20"
+[[rule]]
+metric = "min_throughput"
+op = "<"
+bound = "fast"
+[[rule]]
+metric = "stall_time"
+colour = 1
+variance = "-5%"
+)",
+                             "r.toml");
+  REQUIRE_FALSE(r);
+  INFO(r.error().message);
+  std::string m = r.error().message;
+  CHECK(std::count(m.begin(), m.end(), '\n') == 3);
+  CHECK(m.find("r.toml:2:10: metric 'recovery' is not compared (known: recovery_time,") == 0);
+  CHECK(m.find("\nr.toml:6:12: variance '20' must be a signed percentage") != std::string::npos);
+  CHECK(m.find("\nr.toml:10:9: bound of min_throughput must be a bit rate") != std::string::npos);
+  CHECK(m.find("\nr.toml:13:10: unknown key 'colour' in [[rule]]") != std::string::npos);
+}
+
+TEST_CASE("baseline merge: per value the median and range of the runs; compare reads it") {
+  json a = documentWith(), b = documentWith("n2", 2), c = documentWith("n2", 4);
+  auto g = mergeGolden({a, b, c}, {"a.json", "b.json", "c.json"});
+  REQUIRE(g);
+  CHECK((*g)["schema"] == kGoldenSchema);
+  CHECK((*g)["runs"] == 3);
+  CHECK((*g)["sources"][2]["path"] == "c.json");
+  MetricTable t = table(*g);
+  const std::string trial = a["trials"][0]["label"];
+  const MetricValue& n2 = t.at({trial, "n2", "recovery_time"});
+  CHECK(n2.runs == 3);
+  CHECK(*n2.value == Approx(700e6).margin(1e6));  // 0.5, 0.7, 0.9 s
+  CHECK(n2.lo == Approx(500e6).margin(1e6));
+  CHECK(n2.hi == Approx(900e6).margin(1e6));
+  CHECK(n2.noise >= 200e6);  // at least half the range
+  // A run inside the golden spread is the same; one 2 s late is worse.
+  auto ok = compareTables(t, table(documentWith("n2", 3)), {}, "golden", "n2 0.8 s");
+  CHECK(row(ok, "n2", "recovery_time")->verdict == "same within noise");
+  auto bad = compareTables(t, table(documentWith("n2", 20)), {}, "golden", "n2 2.5 s");
+  CHECK(row(bad, "n2", "recovery_time")->verdict == "worse");
+  CHECK(row(bad, "n1", "recovery_time")->verdict == "same within noise");
+  // Runs of another playbook do not merge.
+  json other = documentWith();
+  other["playbook"]["name"] = "other";
+  auto refused = mergeGolden({a, other}, {"a.json", "o.json"});
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().message.find("o.json: a run of 'other', not of 'synthetic'") == 0);
+}
