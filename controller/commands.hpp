@@ -1,8 +1,12 @@
 // The rdmachaos subcommands, as functions returning the process exit code.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "common/result.hpp"
+#include "controller/compare.hpp"
 
 namespace rc::controller {
 
@@ -89,6 +93,8 @@ struct RunOptions {
   bool dryRun = false;
   std::string metrics;  // ADDR:PORT: serve the live run to Prometheus (empty: off)
   std::string timeout = "5s";  // one deadline to connect to every agent; each request's bound
+  std::string baseline;        // GOLDEN.json or a result.json: compared at the end (compare.hpp)
+  std::string baselineRules;   // rules TOML for that comparison
 };
 // Runs a playbook (or prints its resolved plan with --dry-run); exit 0/1/2 per the contract.
 int cmdRun(const RunOptions& o);
@@ -108,6 +114,16 @@ struct CompareOptions {
 };
 // Prints the comparison; 0 = passed, 1 = a rule failed, 2 = bad input.
 int cmdCompare(const CompareOptions& o);
+// `run --baseline`: the baseline and rules, loaded and checked before the run starts.
+struct BaselineCheck {
+  std::string path;
+  nlohmann::json doc;
+  std::vector<CompareRule> rules;
+};
+Result<BaselineCheck> loadBaselineCheck(const std::string& path, const std::string& rulesPath);
+// After the run: the comparison printed and written to DIR/compare.json and DIR/compare-junit.xml;
+// the exit code folded with it (a failed comparison turns 0 into 1).
+int foldBaseline(const BaselineCheck& b, const nlohmann::json& resultDoc, const std::string& dir, int exitCode);
 // A golden baseline from several results of one playbook (per value: median, range, noise).
 int cmdBaselineMerge(const std::vector<std::string>& inputs, const std::string& output);
 

@@ -31,7 +31,46 @@ Result<json> loadComparable(const std::string& path) {
   return doc;
 }
 
+Result<std::vector<CompareRule>> loadRules(const std::string& path) {
+  if (path.empty()) return std::vector<CompareRule>{};
+  std::ifstream in(path);
+  if (!in) return makeError("cannot read rules '" + path + "': check the path");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parseCompareRules(ss.str(), path);
+}
+
 }  // namespace
+
+Result<BaselineCheck> loadBaselineCheck(const std::string& path, const std::string& rulesPath) {
+  if (path.empty() && !rulesPath.empty()) return makeError("--baseline-rules needs --baseline GOLDEN.json");
+  BaselineCheck b;
+  b.path = path;
+  auto doc = loadComparable(path);
+  if (!doc) return makeError("--baseline: " + doc.error().message);
+  b.doc = std::move(*doc);
+  auto rules = loadRules(rulesPath);
+  if (!rules) return rules.error();
+  b.rules = std::move(*rules);
+  return b;
+}
+
+int foldBaseline(const BaselineCheck& b, const json& resultDoc, const std::string& dir, int exitCode) {
+  auto bt = metricTableOf(b.doc), rt = metricTableOf(resultDoc);
+  if (!bt || !rt) {
+    std::fprintf(stderr, "rdmachaos: --baseline: %s\n", (!bt ? bt : rt).error().message.c_str());
+    return kExitError;
+  }
+  CompareOutcome c = compareTables(*bt, *rt, b.rules, b.path + " (" + describeDocument(b.doc) + ")",
+                                   "this run (" + describeDocument(resultDoc) + ")");
+  std::printf("\n== against the baseline ==\n%s", renderCompareText(c).c_str());
+  const std::string jsonPath = dir + "/compare.json", junitPath = dir + "/compare-junit.xml";
+  if (auto w = writeFileAtomic(jsonPath, compareDocument(c).dump(2) + "\n"); !w) return fail(w.error().message);
+  if (auto w = writeFileAtomic(junitPath, renderCompareJunit(c)); !w) return fail(w.error().message);
+  std::printf("compare: %s\n", jsonPath.c_str());
+  if (c.exitCode() && exitCode == kExitOk) return kExitFailed;
+  return exitCode;
+}
 
 int cmdCompare(const CompareOptions& o) {
   auto base = loadComparable(o.baseline);
@@ -40,16 +79,9 @@ int cmdCompare(const CompareOptions& o) {
   if (!res) return fail(res.error().message);
   if ((*res).value("schema", std::string()) == kGoldenSchema)
     return fail(o.result + ": a golden baseline; compare a run's result.json against it (the baseline comes first)");
-  std::vector<CompareRule> rules;
-  if (!o.rules.empty()) {
-    std::ifstream in(o.rules);
-    if (!in) return fail("cannot read rules '" + o.rules + "': check the path");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto r = parseCompareRules(ss.str(), o.rules);
-    if (!r) return fail(r.error().message);
-    rules = std::move(*r);
-  }
+  auto loaded = loadRules(o.rules);
+  if (!loaded) return fail(loaded.error().message);
+  const std::vector<CompareRule>& rules = *loaded;
   auto bt = metricTableOf(*base), rt = metricTableOf(*res);
   if (!bt) return fail(o.baseline + ": " + bt.error().message);
   if (!rt) return fail(o.result + ": " + rt.error().message);

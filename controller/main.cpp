@@ -138,6 +138,10 @@ int main(int argc, char** argv) {
   cRun->add_option("--report-dir", run.reportDir, "where result.json, report.html and junit.xml go");
   cRun->add_flag("--dry-run", run.dryRun, "print who gets which fault when, and run nothing");
   cRun->add_option("--metrics", run.metrics, "serve the live run to Prometheus on ADDR:PORT (e.g. 127.0.0.1:9464)");
+  cRun->add_option("--baseline", run.baseline,
+                   "compare the run with this golden baseline (baseline merge) or result.json at its end; a "
+                   "failed comparison fails the run (docs/acceptance.md)");
+  cRun->add_option("--baseline-rules", run.baselineRules, "rules TOML for --baseline (as compare --rules)");
   cRun->add_option("--timeout", run.timeout, "one deadline for connecting to every agent; also each request's bound")->capture_default_str();
 
   ReportOptions report;

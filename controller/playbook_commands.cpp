@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <ctime>
 
 #include "common/tls.hpp"
@@ -100,6 +101,12 @@ int cmdRun(const RunOptions& o) {
     std::printf("%s", formatPlan(*pb, *plan).c_str());
     return kExitOk;
   }
+  std::optional<BaselineCheck> baseline;  // checked now: bad input stops the run before it starts
+  if (!o.baseline.empty() || !o.baselineRules.empty()) {
+    auto b = loadBaselineCheck(o.baseline, o.baselineRules);
+    if (!b) return fail(b.error().message);
+    baseline = std::move(*b);
+  }
   auto tls = tls::makeClientContext(inv->tls);
   if (!tls) return fail(tls.error().message);
   // Bound before any agent is touched: a port in use stops the run with nothing changed.
@@ -157,6 +164,7 @@ int cmdRun(const RunOptions& o) {
   std::printf("\nreport: %s\nresult: %s\njunit:  %s\n", htmlPath.c_str(), resultPath.c_str(),
               junitPath.c_str());
   if (!result.abortReason.empty()) return kExitError;
+  if (baseline) return foldBaseline(*baseline, doc, dir, exitCodeFor(scores.outcome));
   return exitCodeFor(scores.outcome);
 }
 

@@ -44,9 +44,10 @@ struct Run {
 
 // Runs `rdmachaos run PLAYBOOK` into REPORT; SIGINT after INTERRUPT_AFTER if non-zero.
 Run runPlaybook(const std::string& playbook, const std::string& report,
-                std::chrono::milliseconds interruptAfter = 0ms) {
-  rctest::Proc p = rctest::spawnCli(lab().dir(), {"run", playbook, "--inventory", lab().inventory(),
-                                                  "--report-dir", report});
+                std::chrono::milliseconds interruptAfter = 0ms, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{"run", playbook, "--inventory", lab().inventory(), "--report-dir", report};
+  args.insert(args.end(), extra.begin(), extra.end());
+  rctest::Proc p = rctest::spawnCli(lab().dir(), args);
   if (interruptAfter > 0ms) {
     std::this_thread::sleep_for(interruptAfter);
     kill(p.pid, SIGINT);
@@ -181,6 +182,50 @@ bound = "1ms")");
   std::string junit = readFile(report + "/junit.xml");
   CHECK_THAT(junit, Catch::Contains("<failure"));
   CHECK_THAT(junit, Catch::Contains("stall_time"));
+  requireEverythingReverted();
+}
+
+// Acceptance against a baseline (issue 25): a run with the link down 1 s is the baseline; the
+// same playbook with the link down 3 s, run with --baseline, stalls 2 s longer: the comparison
+// names the job's stall time as worse beyond the noise, and the run, whose own expectations
+// all pass, exits 1. compare on the baseline with itself: all the same, exit 0. A baseline
+// that cannot be read stops the run before anything starts.
+TEST_CASE("run --baseline: a longer outage than the baseline's fails the run; compare of a run with itself passes") {
+  std::string pb1 = shortRun("accept", "", "");
+  std::string golden = lab().dir() + "/accept-golden";
+  auto r1 = runPlaybook(pb1, golden);
+  INFO(r1.err);
+  REQUIRE(r1.code == 0);
+  std::string body = readFile(pb1);
+  body.replace(body.find("down = \"1s\""), 12, "down = \"3s\"");
+  std::string pb3 = lab().dir() + "/accept-3s.toml";
+  std::ofstream(pb3) << body;
+  std::string report = lab().dir() + "/accept-3s";
+  auto r3 = runPlaybook(pb3, report, 0ms, {"--baseline", golden + "/result.json"});
+  INFO(r3.out);
+  INFO(r3.err);
+  CHECK(r3.code == 1);
+  CHECK_THAT(r3.out, Catch::Contains("== against the baseline =="));
+  json cmp = json::parse(readFile(report + "/compare.json"));
+  CHECK(cmp["outcome"]["exit_code"] == 1);
+  std::string stallVerdict;
+  for (const auto& row : cmp["rows"])
+    if (row["scope"] == "job" && row["metric"] == "stall_time") stallVerdict = row["verdict"];
+  CHECK(stallVerdict == "worse");
+  CHECK(fs::exists(report + "/compare-junit.xml"));
+  // The baseline against itself.
+  std::string out, err;
+  rctest::Proc p = rctest::spawnCli(lab().dir(), {"compare", golden + "/result.json", golden + "/result.json"});
+  int rc = rctest::waitCli(p, 60s);
+  INFO(readFile(p.out) << readFile(p.err));
+  CHECK(rc == 0);
+  CHECK_THAT(readFile(p.out), Catch::Contains("0 worse, 0 better"));
+  // A baseline that is not there: exit 2 at once, no report directory, no fault.
+  std::string never = lab().dir() + "/accept-never";
+  auto bad = runPlaybook(pb1, never, 0ms, {"--baseline", lab().dir() + "/no-such.json"});
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("--baseline: cannot read"));
+  CHECK_FALSE(fs::exists(never));
   requireEverythingReverted();
 }
 
