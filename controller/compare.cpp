@@ -477,6 +477,30 @@ std::string renderCompareText(const CompareOutcome& c) {
                   fmtValue(r.key.metric, r.result).c_str(), diff.c_str(), verdict.c_str());
     out += line;
   }
+  // Per scope (the job, each node), the worst verdict over its trials and metrics: failures
+  // first, then by name; for an acceptance sweep, the node table against the baseline.
+  struct Summary {
+    int rank = 9;
+    std::string what;
+  };
+  std::map<std::string, Summary> perScope;
+  for (const auto& r : c.rows) {
+    bool failed = std::any_of(r.checks.begin(), r.checks.end(), [](const RuleCheck& x) { return !x.passed; });
+    int rank = failed ? 0 : r.verdict == "worse" ? 1 : r.verdict == "missing in result" ? 2 : r.verdict == "better" ? 3 : 4;
+    Summary& s = perScope[r.key.scope];
+    if (rank < s.rank) {
+      s.rank = rank;
+      const char* label[] = {"RULE FAILED", "WORSE", "MISSING", "better", "same within noise"};
+      s.what = label[rank];
+      if (rank <= 3 && rank != 2 && r.diff) s.what += " (" + r.key.metric + " " + fmtDiff(r.key.metric, *r.diff, r.base.value.value_or(0)) + ")";
+      else if (rank <= 1) s.what += " (" + r.key.metric + ": " + fmtValue(r.key.metric, r.result) + ")";
+      else if (rank == 2) s.what += " (" + r.key.metric + ")";
+    }
+  }
+  std::vector<std::pair<std::string, Summary>> scopes(perScope.begin(), perScope.end());
+  std::stable_sort(scopes.begin(), scopes.end(), [](const auto& a, const auto& b) { return a.second.rank < b.second.rank; });
+  out += "\nvs baseline, per scope (worst over trials and metrics):\n";
+  for (const auto& [scope, s] : scopes) out += "  " + scope + std::string(scope.size() < 10 ? 10 - scope.size() : 1, ' ') + s.what + "\n";
   out += "\n";
   std::snprintf(line, sizeof line, "%d worse, %d better, %d same within noise, %d missing in the result\n", c.worse,
                 c.better, c.same, c.missing);

@@ -65,6 +65,12 @@ TEST_CASE("a node that recovers 2 s later is worse beyond the noise; a differenc
   CHECK(n1->verdict == "same within noise");  // the other node is named as it is
   CHECK(late.exitCode() == 1);
   CHECK(renderCompareText(late).find("n2       recovery_time") != std::string::npos);
+  // The per-scope table: the worse ones first (job and n2), n1 the same.
+  std::string text = renderCompareText(late);
+  auto at = [&](const std::string& s) { return text.find(s); };
+  CHECK(at("\n  n2        WORSE (") != std::string::npos);
+  CHECK(at("\n  n1        same within noise") != std::string::npos);
+  CHECK(at("\n  n2        WORSE (") < at("\n  n1        same within noise"));
   // 100 ms later: inside the two recovery times' uncertainty (bin + smoothing each).
   auto near = compareTables(table(base), table(documentWith("n2", 1)), {}, "golden", "n2 100 ms later");
   const CompareRow* n2near = row(near, "n2", "recovery_time");
