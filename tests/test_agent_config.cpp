@@ -1,5 +1,10 @@
 // Agent config: a good file parses; every bad one is refused with file:line:col and the fix.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "agent/config.hpp"
 #include "agent/workload_manager.hpp"
@@ -173,4 +178,43 @@ TEST_CASE("a workload is refused when its buffers would pass the agent's memory 
   auto s = m.start("ctl", w, [](nlohmann::json) {});
   if (!s.ok()) CHECK_THAT(s.error().message, !Catch::Contains("budget"));
   m.shutdown();
+}
+
+TEST_CASE("replay settings: a refused config still names its journal and the revert policy") {
+  char tmpl[] = "/tmp/rc-replay-settings-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  std::string path = std::string(tmpl) + "/agent.toml";
+  auto write = [&](const std::string& text) { std::ofstream(path) << text; };
+  // A typo in [agent], a bad value in [interfaces]: loadConfig refuses it, the replay goes on.
+  write(std::string(kGood) + "[lab]\nswitch_socket = \"/run/sw.sock\"\n[ecn_commands.sw]\n"
+                             "snapshot = [\"/bin/echo\", \"{port}\"]\napply = [\"/bin/true\"]\nrevert = [\"/bin/true\", \"{snapshot}\"]\n"
+                             "[ecn_commands.bad]\nsnapshot = [\"echo\"]\napply = [\"/bin/true\"]\nrevert = [\"/bin/true\"]\n");
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  text.replace(text.find("lease_timeout"), 13, "lease_timout");
+  text.replace(text.find("protected = [\"mgmt0\"]"), 21, "protected = \"mgmt0\"");
+  write(text);
+  REQUIRE_FALSE(loadConfig(path).ok());
+  auto s = loadReplaySettings(path);
+  REQUIRE(s.ok());
+  CHECK(s->stateDir == "/tmp/state");
+  CHECK(s->node == "n1");
+  CHECK(s->policy.defaultInterface == "data0");
+  CHECK(s->policy.allowlist == std::vector<std::string>{"data0"});
+  CHECK(s->policy.protectedInterfaces.empty());
+  CHECK(s->policy.labswitchSocket == "/run/sw.sock");
+  CHECK(s->policy.ecnCommands.count("sw") == 1);
+  CHECK(s->policy.ecnCommands.count("bad") == 0);  // left out, with a note
+  CHECK(s->notes.size() == 2);
+  // Not TOML, or no state_dir: an error (the agent then replays --state-dir or the default).
+  write("[agent\n");
+  CHECK_FALSE(loadReplaySettings(path).ok());
+  write("[agent]\nnode = \"n1\"\n");
+  auto none = loadReplaySettings(path);
+  REQUIRE_FALSE(none.ok());
+  CHECK_THAT(none.error().message, Catch::Contains("state_dir"));
+  std::filesystem::remove_all(tmpl);
 }

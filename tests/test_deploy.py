@@ -130,6 +130,8 @@ def test_systemd():
     check(exec_start[:1] == ["/usr/local/bin/rdmachaos-agent"], "ExecStart runs /usr/local/bin/rdmachaos-agent (meson install's path)")
     check(exec_start[1:] == ["--config", "/etc/rdmachaos/agent.toml"], "ExecStart passes --config /etc/rdmachaos/agent.toml")
     check(one("Restart") == "always", "Restart=always")
+    check("RestartPreventExitStatus" not in svc,
+          "no RestartPreventExitStatus: every exit is restarted, so every start replays the journal")
     bounding = set(" ".join(svc.get("CapabilityBoundingSet", [])).split())
     ambient = set(" ".join(svc.get("AmbientCapabilities", [])).split())
     check(bounding == NEEDED_CAPS, "CapabilityBoundingSet is exactly %s (got %s)" % (sorted(NEEDED_CAPS), sorted(bounding)))
