@@ -8,6 +8,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "agent/capabilities.hpp"
 #include "agent/config.hpp"
 #include "agent/fault_manager.hpp"
+#include "agent/privilege.hpp"
 #include "agent/server.hpp"
 #include "agent/workload_manager.hpp"
 #include "common/fd_reserve.hpp"
@@ -191,6 +193,24 @@ int main(int argc, char** argv) {
   if (!journal) {
     rc::log::error("{}", journal.error().message);
     return 2;
+  }
+  // With capabilities but not root, the config and the journal are the agent's orders: they
+  // must be files only root (or the agent's own user) can change, checked before the replay
+  // acts on an entry (a forged one "reverts" a link down).
+  {
+    std::vector<rc::agent::TrustedPath> paths;
+    if (!configPath.empty()) {
+      paths.push_back(rc::agent::statPath("config", configPath));
+      auto dir = std::filesystem::path(configPath).parent_path();
+      paths.push_back(rc::agent::statPath("config directory", dir.empty() ? "." : dir.string()));
+    }
+    paths.push_back(rc::agent::statPath("state directory", stateDir));
+    paths.push_back(rc::agent::statPath("journal directory", journal->dir()));
+    if (config) paths.push_back(rc::agent::statPath("TLS CA", config->tls.caFile));
+    if (auto trusted = rc::agent::checkTrustedPaths(rc::agent::currentPrivileges(), paths); !trusted) {
+      rc::log::error("{}", trusted.error().message);
+      return 2;
+    }
   }
   if (auto l = journal->lock(); !l) {
     rc::log::error("{}", l.error().message);

@@ -234,3 +234,52 @@ TEST_CASE("--replay-only: exit 0 with everything reverted; exit 1 naming what is
     CHECK(node.entries() == 1);
   }
 }
+
+TEST_CASE("not root but with capabilities: refused when someone else can change its orders") {
+  if (sh("command -v setpriv >/dev/null && command -v setcap >/dev/null") != 0) {
+    std::printf("SKIP: setpriv (util-linux) or setcap (libcap2-bin) is missing\n");
+    return;
+  }
+  Node node;
+  node.addLink("d0");
+  node.journalLinkDown("f1", "d0", node.ifindex("d0"));
+  // nobody must reach the files; the state directory is its own (a unit's StateDirectory=).
+  fs::permissions(node.dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);
+  std::string config = node.config();
+  REQUIRE(sh("chown -R 65534:65534 " + node.dir + "/state") == 0);
+  const std::string caps = "+net_admin,+net_raw,+ipc_lock";
+  const std::string asNobody = "setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=" + caps +
+                               " --ambient-caps=" + caps;
+  SECTION("file capabilities (setcap) and a config of the user's own: refused, nothing replayed") {
+    std::string copy = node.dir + "/rdmachaos-agent";
+    fs::copy_file(rctest::env("RDMACHAOS_AGENT"), copy);
+    REQUIRE(sh("chmod 0755 " + copy + " && setcap cap_net_admin,cap_net_raw,cap_ipc_lock+ep " + copy) == 0);
+    REQUIRE(sh("chown 65534:65534 " + config) == 0);
+    std::string log = node.dir + "/setcap.log";
+    int code = sh("ip netns exec " + node.ns + " setpriv --reuid=65534 --regid=65534 --clear-groups " + copy +
+                  " --replay-only --config " + config + " >" + log + " 2>&1");
+    INFO(readFile(log));
+    CHECK(WEXITSTATUS(code) == 2);
+    CHECK_THAT(readFile(log), Catch::Contains("file capabilities (setcap)") &&
+                                  Catch::Contains("'" + config + "' is owned by uid 65534, not by root"));
+    CHECK_FALSE(linkUp(node.ns, "d0"));  // the journal was not acted on
+  }
+  SECTION("ambient capabilities and a config others can write: refused") {
+    REQUIRE(sh("chmod 0666 " + config) == 0);
+    Agent agent(node, {"--replay-only", "--config", config}, asNobody);
+    CHECK(agent.wait(20s) == 2);
+    INFO(readFile(agent.log));
+    CHECK_THAT(readFile(agent.log), Catch::Contains("'" + config + "' is writable by others (mode 0666)"));
+    CHECK_FALSE(linkUp(node.ns, "d0"));
+  }
+  SECTION("ambient capabilities, a root-owned config, its own state directory: the supported way") {
+    REQUIRE(sh("chmod 0644 " + config) == 0);
+    Agent agent(node, {"--replay-only", "--config", config}, asNobody);
+    int code = agent.wait(20s);
+    INFO(readFile(agent.log));
+    CHECK(code == 0);
+    CHECK(linkUp(node.ns, "d0"));
+    CHECK(node.entries() == 0);
+  }
+}
