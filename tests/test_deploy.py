@@ -148,9 +148,39 @@ def test_systemd():
     check(seconds(one("TimeoutStopSec")) >= 60,
           "TimeoutStopSec >= 60 s, longer than one ecn_shift revert command (30 s) (got '%s')" % one("TimeoutStopSec"))
     check(one("ExecReload") == "", "no ExecReload: SIGHUP reverts everything and exits")
-    # /dev/infiniband must stay reachable: anything that closes the device policy blocks it.
-    for key in ("PrivateDevices", "DevicePolicy", "DeviceAllow", "ProtectClock"):
-        check(key not in svc, "%s is not set (it would close the device policy and hide /dev/infiniband)" % key)
+    # Hardening: a closed device policy that still lets the verbs devices through, a system
+    # call filter, other processes hidden, a memory bound.
+    check("PrivateDevices" not in svc, "PrivateDevices is not set (it would hide /dev/infiniband)")
+    check(one("DevicePolicy") == "closed", "DevicePolicy=closed")
+    allowed = svc.get("DeviceAllow", [])
+    check({"char-infiniband_verbs rw", "char-uverbs rw", "/dev/infiniband/rdma_cm rw"} <= set(allowed),
+          "DeviceAllow lets the verbs devices (uverbs, rdma_cm) through, read-write (got %s)" % allowed)
+    check(not any("misc" in a or "tun" in a or a.startswith("block-") for a in allowed),
+          "DeviceAllow opens no other class (misc, tun, block)")
+    check(one("SystemCallFilter") == "@system-service" and one("SystemCallErrorNumber") == "EPERM",
+          "SystemCallFilter=@system-service, SystemCallErrorNumber=EPERM (a refused call is an error, not a kill)")
+    check(one("ProtectProc") == "invisible", "ProtectProc=invisible")
+    check(re.fullmatch(r"\d+[KMGT]?", one("MemoryMax")) is not None, "MemoryMax is a bound (got '%s')" % one("MemoryMax"))
+    # What the agent calls must be in the filter (systemd-analyze lists the set).
+    def expand(group, seen):
+        """The system calls of GROUP, its @sub-groups expanded."""
+        seen.add(group)
+        r = subprocess.run([analyze, "syscall-filter", group], capture_output=True, text=True, timeout=60)
+        out = set()
+        for line in r.stdout.splitlines():
+            name = line.strip()
+            if not name or name.startswith("#") or name == group:
+                continue
+            if name.startswith("@"):
+                if name not in seen:
+                    out |= expand(name, seen)
+            else:
+                out.add(name)
+        return out
+    calls = expand("@system-service", set())
+    needed = {"socket", "setsockopt", "sendmsg", "recvmsg", "bind", "ioctl", "mmap", "madvise", "mlock", "flock",
+              "fsync", "renameat2", "linkat", "execve", "clone", "getxattr", "nanosleep", "epoll_wait"}
+    check(needed <= calls, "@system-service holds the calls the agent makes (missing: %s)" % sorted(needed - calls))
     check("AF_PACKET" in one("RestrictAddressFamilies") and "AF_NETLINK" in one("RestrictAddressFamilies"),
           "RestrictAddressFamilies keeps AF_PACKET (pfc_storm) and AF_NETLINK (libnl)")
 
