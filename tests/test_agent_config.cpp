@@ -218,3 +218,35 @@ TEST_CASE("replay settings: a refused config still names its journal and the rev
   CHECK_THAT(none.error().message, Catch::Contains("state_dir"));
   std::filesystem::remove_all(tmpl);
 }
+
+TEST_CASE("the default workload budget follows the cgroup's memory limit, not only the host's RAM") {
+  char tmpl[] = "/tmp/rc-cgroup-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  std::string root = tmpl;
+  auto put = [&](const std::string& rel, const std::string& value) {
+    std::filesystem::create_directories(std::filesystem::path(root + rel).parent_path());
+    std::ofstream(root + rel) << value << "\n";
+  };
+  const uint64_t GiB = uint64_t(1) << 30;
+  // cgroup v2: a pod's 1 GiB limit on its slice, none on the container's own cgroup.
+  put("/v2/kubepods/pod1/memory.max", "1073741824");
+  put("/v2/kubepods/pod1/ctr/memory.max", "max");
+  put("/v2/kubepods/memory.max", "max");
+  auto v2 = cgroupMemoryLimit("0::/kubepods/pod1/ctr\n", root + "/v2");
+  REQUIRE(v2);
+  CHECK(*v2 == GiB);
+  CHECK(defaultMemoryBudget(512 * GiB, v2) == GiB / 4);  // before: 128 GiB, and the pod OOM-killed
+  // A container's own namespace root ("0::/") with its limit there (a unit's MemoryMax=).
+  put("/ns/memory.max", "17179869184");
+  CHECK(cgroupMemoryLimit("0::/\n", root + "/ns") == std::optional<uint64_t>(16 * GiB));
+  // cgroup v1: memory.limit_in_bytes under the memory hierarchy; "unlimited" is a huge number.
+  put("/v1/memory/job/memory.limit_in_bytes", "2147483648");
+  put("/v1/memory/memory.limit_in_bytes", "9223372036854771712");
+  CHECK(cgroupMemoryLimit("12:cpu,cpuacct:/job\n5:memory:/job\n", root + "/v1") ==
+        std::optional<uint64_t>(2 * GiB));
+  // No limit anywhere: the host's memory.
+  CHECK_FALSE(cgroupMemoryLimit("0::/kubepods\n", root + "/v2"));
+  CHECK(defaultMemoryBudget(64 * GiB, std::nullopt) == 16 * GiB);
+  CHECK(defaultMemoryBudget(64 * GiB, 128 * GiB) == 16 * GiB);  // the smaller of the two
+  std::filesystem::remove_all(root);
+}

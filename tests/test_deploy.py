@@ -270,6 +270,12 @@ def test_kubernetes():
     check(pod.get("hostNetwork") is True, "hostNetwork: true (faults act on the host's interfaces)")
     check(pod.get("dnsPolicy") == "ClusterFirstWithHostNet", "dnsPolicy ClusterFirstWithHostNet with hostNetwork")
     check(pod.get("terminationGracePeriodSeconds", 30) >= 60, "terminationGracePeriodSeconds >= 60 (time to revert on SIGTERM)")
+    check(pod.get("priorityClassName") == "system-node-critical",
+          "priorityClassName: system-node-critical (evicted last, preempts to be scheduled)")
+    quotas = [doc for _, doc in docs.get("ResourceQuota", [])
+              if any(e.get("scopeName") == "PriorityClass" and "system-node-critical" in e.get("values", [])
+                     for e in doc.get("spec", {}).get("scopeSelector", {}).get("matchExpressions", []))]
+    check(len(quotas) == 1, "a ResourceQuota admits system-node-critical pods in the namespace (where the class is limited)")
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
     agent = [c for c in pod.get("containers", []) if c["name"] == "agent"]
     if not check(len(agent) == 1, "a container named 'agent'"):
