@@ -355,6 +355,45 @@ def test_kubernetes():
               "each node uses its own agent-NODE.pem/.key, the names `rdmachaos certs init` writes")
         run_agent_with(rendered, node, tmp)
 
+    # ---- per-node-agents.sh: one Secret and one DaemonSet per node, each key on its node only
+    script = os.path.join(d, "per-node-agents.sh")
+    if shutil.which("shellcheck"):
+        r = subprocess.run(["shellcheck", "-S", "warning", script], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, "shellcheck -S warning per-node-agents.sh: %s" % (r.stdout.strip() or "clean"))
+    with tempfile.TemporaryDirectory(prefix="rdmachaos-k8s-pernode-") as tmp:
+        pki = os.path.join(tmp, "pki")
+        nodes = ["gpu-node-001", "gpu-node-002"]
+        r = subprocess.run([CLI, "certs", "init", pki] + sum([["--agent", n] for n in nodes], []),
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, "certs init for the per-node Secrets (%s)" % r.stderr.strip())
+        r = subprocess.run([script, pki] + nodes, capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, "per-node-agents.sh runs (%s)" % r.stderr.strip())
+        import yaml
+        out = [x for x in yaml.safe_load_all(r.stdout) if x] if r.returncode == 0 else []
+        secrets = {x["metadata"]["name"]: x for x in out if x.get("kind") == "Secret"}
+        daemonsets = {x["metadata"]["name"]: x for x in out if x.get("kind") == "DaemonSet"}
+        selectors = []
+        for n in nodes:
+            sec = secrets.get("rdmachaos-agent-tls-" + n, {})
+            check(sorted(sec.get("data", {})) == sorted(["ca.pem", "agent-%s.pem" % n, "agent-%s.key" % n]),
+                  "the Secret of %s holds the CA and its own pair only (%s)" % (n, sorted(sec.get("data", {}))))
+            one_ds = daemonsets.get("rdmachaos-agent-" + n)
+            if not check(one_ds is not None, "a DaemonSet rdmachaos-agent-%s" % n):
+                continue
+            p2 = one_ds["spec"]["template"]["spec"]
+            terms = p2.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
+            check(terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}] and "nodeSelector" not in p2,
+                  "it runs on %s only (node affinity on metadata.name)" % n)
+            check([v["secret"]["secretName"] for v in p2["volumes"] if "secret" in v] == ["rdmachaos-agent-tls-" + n],
+                  "it mounts only the Secret of %s" % n)
+            selectors.append(json.dumps(one_ds["spec"]["selector"], sort_keys=True))
+            check(one_ds["spec"]["selector"]["matchLabels"].items() <= one_ds["spec"]["template"]["metadata"]["labels"].items(),
+                  "its selector matches its pod labels")
+            # Everything else is the shared DaemonSet's (the copy cannot drift from it).
+            strip = lambda x: {k: v for k, v in x.items() if k not in ("volumes", "nodeSelector", "affinity")}
+            check(strip(p2) == strip(pod), "the rest of its pod spec is the shared DaemonSet's")
+        check(len(set(selectors)) == len(nodes), "the per-node DaemonSets' selectors do not overlap")
+
     # ---- the controller Job
     job = one("Job")
     jspec = job.get("spec", {})
