@@ -312,4 +312,72 @@ Result<Config> loadConfig(const std::string& path) {
   return parseConfig(ss.str(), path);
 }
 
+Result<ReplaySettings> loadReplaySettings(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return makeError("cannot read agent config '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  toml::table root;
+  try {
+    root = rc::parseToml(ss.str(), path);
+  } catch (const toml::parse_error& e) {
+    return makeError(path + ":" + std::to_string(e.source().begin.line) + ": not TOML (" +
+                     std::string(e.description()) + ")");
+  }
+  ReplaySettings out;
+  const toml::table* agent = root["agent"].as_table();
+  const toml::node* dir = agent ? agent->get("state_dir") : nullptr;
+  if (!dir || !dir->is_string() || dir->as_string()->get().empty())
+    return makeError(path + ": no [agent] state_dir string");
+  out.stateDir = dir->as_string()->get();
+  if (const auto* n = agent->get("node"); n && n->is_string()) out.node = n->as_string()->get();
+  // Each part on its own: a part with an error is left out, the others still count.
+  auto part = [&](const std::string& what, const auto& read) {
+    Reader r{path, std::nullopt};
+    read(r);
+    if (r.err) out.notes.push_back(what + " left out: " + r.err->message);
+    return !r.err;
+  };
+  if (const auto* i = root["interfaces"].as_table()) {
+    part("[interfaces] data", [&](Reader& r) {
+      auto v = r.strList(*i, "data", "interfaces");
+      if (!r.err && !v.empty()) out.policy.defaultInterface = v.front();
+    });
+    part("[interfaces] allow", [&](Reader& r) {
+      auto v = r.strList(*i, "allow", "interfaces");
+      if (!r.err) out.policy.allowlist = v;
+    });
+    part("[interfaces] protected", [&](Reader& r) {
+      auto v = r.strList(*i, "protected", "interfaces");
+      if (!r.err) out.policy.protectedInterfaces = v;
+    });
+  }
+  if (const auto* l = root["lab"].as_table()) {
+    part("[lab]", [&](Reader& r) {
+      auto sock = r.str(*l, "switch_socket", "lab", false);
+      auto port = r.str(*l, "switch_port", "lab", false);
+      if (!r.err) {
+        out.policy.labswitchSocket = sock;
+        out.policy.labswitchPort = port;
+      }
+    });
+  }
+  if (const auto* e = root["ecn_commands"].as_table()) {
+    for (auto&& [key, value] : *e) {
+      std::string name(key.str());
+      const auto* entry = value.as_table();
+      if (!entry) continue;
+      std::string where = "[ecn_commands." + name + "]";
+      part(where, [&](Reader& r) {
+        faults::CommandTemplate tmpl;
+        tmpl.snapshot = r.argv(*entry, "snapshot", where, false);
+        tmpl.apply = r.argv(*entry, "apply", where, false);
+        tmpl.revert = r.argv(*entry, "revert", where, true);
+        if (!r.err) out.policy.ecnCommands[name] = std::move(tmpl);
+      });
+    }
+  }
+  return out;
+}
+
 }  // namespace rc::agent

@@ -43,4 +43,19 @@ struct Config {
 Result<Config> loadConfig(const std::string& path);
 Result<Config> parseConfig(const std::string& text, const std::string& sourceName);
 
+// Where the journal is when no config names it: the shipped units' StateDirectory.
+inline constexpr const char* kDefaultStateDir = "/var/lib/rdmachaos";
+
+// What the journal's replay needs from a config that loadConfig() refuses (a typo, a missing
+// section, a bad value elsewhere): [agent] state_dir and node, and the parts of the policy a
+// revert may use ([interfaces], [lab], [ecn_commands]), each taken where it is well-formed
+// and left empty (with a note) where it is not. Only TOML syntax and state_dir are required,
+// so that one typo does not leave yesterday's faults applied.
+struct ReplaySettings {
+  std::string node, stateDir;
+  faults::Policy policy;
+  std::vector<std::string> notes;  // the parts left out, for the log
+};
+Result<ReplaySettings> loadReplaySettings(const std::string& path);
+
 }  // namespace rc::agent

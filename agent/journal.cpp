@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,21 +41,53 @@ bool isEntryName(std::string_view name) { return name.size() > 5 && name.substr(
 
 Result<Journal> Journal::open(const std::string& stateDir) {
   std::string dir = stateDir + "/journal";
-  if (auto r = mkdirs(dir); !r) return r.error();
-  if (::access(dir.c_str(), W_OK) != 0)
-    return makeError(errnoText("journal directory is not writable", dir), errno);
+  struct stat st{};
+  bool exists = ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  if (!exists)
+    if (auto r = mkdirs(dir); !r) return r.error();
+  // An entry cannot be written: read-only, so that the replay still reverts (see open()).
+  bool readOnly = ::access(dir.c_str(), W_OK) != 0;
   // Names only (as list() sees them): no entry is read here.
   size_t entries = 0;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* e = ::readdir(d)) entries += isEntryName(e->d_name);
-    ::closedir(d);
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return makeError(errnoText("cannot read the journal directory", dir), errno);
+  while (dirent* e = ::readdir(d)) entries += isEntryName(e->d_name);
+  ::closedir(d);
+  return Journal(dir, entries, readOnly);
+}
+
+Result<void> Journal::lock() {
+  if (lockFd_) return {};
+  UniqueFD fd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.isValid()) return makeError(errnoText("cannot open the journal directory", dir_), errno);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    if (err == EWOULDBLOCK)
+      return makeError("the journal '" + dir_ + "' is held by another running rdmachaos-agent "
+                       "(it reverts its own faults when it stops); stop that agent first, or "
+                       "give this one its own state_dir",
+                       EWOULDBLOCK);
+    return makeError(errnoText("cannot lock the journal directory", dir_), err);
   }
-  return Journal(dir, entries);
+  lockFd_ = std::shared_ptr<int>(new int(fd.release()), [](int* p) {
+    ::close(*p);
+    delete p;
+  });
+  return {};
+}
+
+Result<void> Journal::writable() const {
+  if (!readOnly_) return {};
+  return makeError("the journal '" + dir_ + "' is read-only (a read-only or failing state file "
+                   "system?): no fault starts without its entry; make it writable and restart "
+                   "the agent",
+                   EROFS);
 }
 
 
 Result<void> Journal::add(const std::string& faultId, const nlohmann::json& record) {
   if (!proto::validId(faultId)) return makeError("invalid fault id '" + faultId + "'");
+  if (auto w = writable(); !w) return w;
   std::string path = dir_ + "/" + faultId + ".json";
   // Never over another entry (RENAME_NOREPLACE): an id collision must not erase what a revert
   // needs.
@@ -70,6 +103,7 @@ Result<void> Journal::add(const std::string& faultId, const nlohmann::json& reco
 
 Result<void> Journal::replace(const std::string& faultId, const nlohmann::json& record) {
   if (!proto::validId(faultId)) return makeError("invalid fault id '" + faultId + "'");
+  if (auto w = writable(); !w) return w;
   std::string path = dir_ + "/" + faultId + ".json";
   struct stat st{};
   if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))

@@ -19,8 +19,20 @@ struct JournalEntry {
 
 class Journal {
  public:
-  // Creates DIR/journal if needed. Fails if it cannot be written.
+  // Creates DIR/journal if needed. Where it exists but cannot be written (a state file system
+  // remounted read-only, a full or failing disk), it is opened read-only rather than refused:
+  // the replay must still run its reverts, which need only to read. A read-only journal
+  // refuses add() and replace() (so no fault starts without its entry) and keeps the entries
+  // the replay reverted (each revert is idempotent, and the next start replays them again).
+  // Fails only where the directory cannot be created and does not exist, or cannot be read.
   static Result<Journal> open(const std::string& stateDir);
+
+  // Takes an exclusive lock on the journal directory, held while this Journal (or a move of
+  // it) lives: one process replays and journals at a time. A second agent, or a --replay-only
+  // run, on a journal that a live agent holds gets EWOULDBLOCK, not a revert of the live
+  // agent's faults under it. The lock goes with the process, also on SIGKILL.
+  Result<void> lock();
+  bool readOnly() const { return readOnly_; }
 
   // Durable: data and directory entry are fsynced before this returns. Never overwrites: an
   // entry of the same id already there (e.g. one left unrevertable) is an error (EEXIST).
@@ -39,10 +51,13 @@ class Journal {
   size_t count() const { return count_->load(); }
 
  private:
-  explicit Journal(std::string dir, size_t count)
-      : dir_(std::move(dir)), count_(std::make_shared<std::atomic<size_t>>(count)) {}
+  explicit Journal(std::string dir, size_t count, bool readOnly)
+      : dir_(std::move(dir)), count_(std::make_shared<std::atomic<size_t>>(count)), readOnly_(readOnly) {}
+  Result<void> writable() const;
   std::string dir_;
   std::shared_ptr<std::atomic<size_t>> count_;  // shared: a Journal is moved, never copied apart
+  bool readOnly_ = false;
+  std::shared_ptr<int> lockFd_;  // the locked directory descriptor (lock()), closed with the last copy
 };
 
 }  // namespace rc

@@ -1,12 +1,16 @@
 // rdmachaos-agent: the per-node daemon. Reverts anything journaled, then serves controllers.
 #include <signal.h>
+#include <time.h>
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <filesystem>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <cstdio>
 
@@ -14,22 +18,133 @@
 #include "agent/capabilities.hpp"
 #include "agent/config.hpp"
 #include "agent/fault_manager.hpp"
+#include "agent/privilege.hpp"
 #include "agent/server.hpp"
 #include "agent/workload_manager.hpp"
 #include "common/fd_reserve.hpp"
 #include "common/log.hpp"
 #include "common/tls.hpp"
+#include "common/units.hpp"
 #include "metrics/exporter.hpp"
 #include "rdmachaos_config.h"
 
+namespace {
+
+using Replay = rc::agent::FaultManager::Replay;
+
+// The signals that end the agent, while it only retries reverts (holdLeftovers,
+// --replay-only): a flag the waits below look at (the event loop's signal_set takes over when
+// the agent serves). A plain handler rather than a blocked mask: fault threads and the
+// commands they run would inherit the mask.
+volatile sig_atomic_t endingSignal = 0;
+void onEndingSignal(int sig) { endingSignal = sig; }
+void catchEndingSignals() {
+  struct sigaction sa{};
+  sa.sa_handler = onEndingSignal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
+}
+void sleepTick(std::chrono::milliseconds ms) {
+  timespec t{time_t(ms.count() / 1000), long(ms.count() % 1000) * 1'000'000};
+  ::nanosleep(&t, nullptr);  // a signal cuts it short
+}
+
+// The agent cannot serve (a configuration error, TLS material missing, a port taken) but the
+// replay left faults it could not revert: exiting would leave them applied where nothing
+// restarts the agent (Slurm, a shell, a unit that gave up). So it keeps retrying them (and
+// serves nothing) until none is left or a signal comes, then exits with CODE.
+int holdLeftovers(rc::agent::FaultManager& manager, int code) {
+  auto left = [&] { return manager.status()["unreverted"].size(); };
+  if (left() == 0) return code;
+  rc::log::error("{} journaled fault(s) are still applied: retrying their reverts until they "
+                 "succeed, then exiting (exit {}); the agent serves no controller meanwhile",
+                 left(), code);
+  catchEndingSignals();
+  while (left() > 0) {
+    if (endingSignal != 0) {
+      rc::log::error("signal {}: exiting with {} journaled fault(s) not reverted (the next start "
+                     "replays them; see `rdmachaos-agent --replay-only`)",
+                     int(endingSignal), left());
+      return code;
+    }
+    // No event says "the last leftover is reverted": the manager's status is read each tick.
+    sleepTick(std::chrono::milliseconds(250));
+  }
+  rc::log::info("every journaled fault is reverted; exiting (exit {})", code);
+  return code;
+}
+
+// The same with a manager made for the purpose (the start failed before the real one).
+int holdLeftovers(const Replay& replay, rc::Journal journal, const rc::faults::Policy& policy, int code) {
+  if (replay.pending.empty()) return code;
+  rc::agent::FaultManager manager(policy, std::move(journal),
+                                  std::chrono::milliseconds(rc::proto::kDefaultMaxFaultLifetimeMs),
+                                  std::chrono::seconds(5));
+  manager.adoptReplay(replay);
+  return holdLeftovers(manager, code);
+}
+
+// --replay-only: reverts what the journal holds, retrying failures for up to RETRY_FOR, and
+// says by name what is left. Exit 0: nothing applied is left; 1: something is (or an entry
+// was quarantined: what it changed is unknown).
+int replayOnlyEnd(rc::Journal& journal, const rc::faults::Policy& policy, Replay replay,
+                  std::chrono::milliseconds retryFor) {
+  std::vector<std::string> quarantined = replay.quarantined;
+  auto until = std::chrono::steady_clock::now() + retryFor;
+  catchEndingSignals();
+  while (!replay.unrevertable.empty() && std::chrono::steady_clock::now() < until) {
+    sleepTick(std::chrono::milliseconds(1000));
+    if (endingSignal != 0) break;
+    replay = rc::agent::FaultManager::replayJournal(journal, policy);
+    for (const auto& line : replay.lines) rc::log::warn("{}", line);
+    quarantined.insert(quarantined.end(), replay.quarantined.begin(), replay.quarantined.end());
+  }
+  if (replay.pending.empty() && quarantined.empty()) {
+    std::printf("rdmachaos-agent: journal '%s': no fault left applied%s\n", journal.dir().c_str(),
+                journal.readOnly() && journal.count() > 0
+                    ? " (the journal is read-only: its reverted entries stay until it is writable)"
+                    : "");
+    return 0;
+  }
+  std::fprintf(stderr, "rdmachaos-agent: journal '%s': %zu fault(s) left:\n", journal.dir().c_str(),
+               replay.pending.size() + quarantined.size());
+  for (const auto& p : replay.pending)
+    std::fprintf(stderr, "  '%s' (%s) NOT reverted: %s\n", p.id.c_str(), p.kind->name.c_str(),
+                 p.error.c_str());
+  for (const auto& id : quarantined)
+    std::fprintf(stderr, "  '%s' unreadable, moved to %s/quarantine: check what it changed by hand\n",
+                 id.c_str(), journal.dir().c_str());
+  return 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"rdmachaos-agent: injects faults on this node for the rdmachaos controller"};
-  std::string configPath;
-  bool verbose = false;
-  app.add_option("--config", configPath, "agent configuration (TOML)")->required();
+  std::string configPath, stateDirOption, retryForText = "10s";
+  bool verbose = false, replayOnly = false;
+  app.add_option("--config", configPath, "agent configuration (TOML)");
+  app.add_option("--state-dir", stateDirOption,
+                 "the journal's directory, instead of the config's state_dir (without either: " +
+                     std::string(rc::agent::kDefaultStateDir) + ")");
+  app.add_flag("--replay-only", replayOnly,
+               "revert every fault the journal holds and exit: 0 if none is left applied, 1 if "
+               "one is (named on stderr), 3 if a running agent holds the journal");
+  app.add_option("--retry-for", retryForText, "with --replay-only: how long failed reverts are retried")
+      ->capture_default_str();
   app.add_flag("-v,--verbose", verbose, "debug logging");
   app.set_version_flag("--version", RDMACHAOS_VERSION);
   CLI11_PARSE(app, argc, argv);
+  if (configPath.empty() && !(replayOnly && !stateDirOption.empty())) {
+    std::fprintf(stderr, "rdmachaos-agent: --config is required (or --replay-only --state-dir DIR)\n");
+    return 2;
+  }
+  auto retryFor = rc::parseDuration(retryForText);
+  if (!retryFor || *retryFor > std::chrono::hours(1)) {
+    std::fprintf(stderr, "rdmachaos-agent: --retry-for '%s' must be a duration of at most 1h, e.g. \"10s\"\n",
+                 retryForText.c_str());
+    return 2;
+  }
   if (verbose) rc::log::setLevel(rc::log::Level::debug);
   ::signal(SIGPIPE, SIG_IGN);
   // Sessions, incast flows and workload connections all take descriptors; the soft limit
@@ -43,30 +158,84 @@ int main(int argc, char** argv) {
   // released while a revert runs; new connections are refused while they cannot be refilled.
   rc::fdReserve().setWanted(16);
 
-  auto config = rc::agent::loadConfig(configPath);
-  if (!config) {
-    std::fprintf(stderr, "rdmachaos-agent: %s\n", config.error().message.c_str());
-    return 2;
+  // Safety first: whatever a previous run left applied is reverted before anything that can
+  // fail for unrelated reasons (a config error, interface policy, TLS material, a port) and
+  // before any connection. Only the journal's place and the policy's reverts are needed: from
+  // the config, or (when it is refused) from what of it can be read, or --state-dir, or the
+  // default place. A start that then fails keeps retrying what the replay left (holdLeftovers).
+  std::optional<rc::agent::Config> config;
+  std::optional<rc::Error> configError;
+  std::string stateDir = stateDirOption;
+  rc::faults::Policy replayPolicy;
+  if (!configPath.empty()) {
+    if (auto c = rc::agent::loadConfig(configPath)) {
+      config = std::move(*c);
+      rc::log::setComponent("agent " + config->node);
+      if (stateDir.empty()) stateDir = config->stateDir;
+      replayPolicy = rc::agent::configuredPolicy(*config);
+    } else {
+      configError = c.error();
+      rc::log::error("{}", c.error().message);
+      if (auto s = rc::agent::loadReplaySettings(configPath)) {
+        if (!s->node.empty()) rc::log::setComponent("agent " + s->node);
+        if (stateDir.empty()) stateDir = s->stateDir;
+        replayPolicy = s->policy;
+        for (const auto& note : s->notes) rc::log::warn("replay settings: {}", note);
+      } else if (stateDir.empty()) {
+        stateDir = rc::agent::kDefaultStateDir;
+        rc::log::warn("{}: replaying the journal of the default place", s.error().message);
+      }
+      if (!replayOnly)
+        rc::log::warn("the configuration is refused, but the journal in '{}' is replayed first", stateDir);
+    }
   }
-  rc::log::setComponent("agent " + config->node);
-  auto journal = rc::Journal::open(config->stateDir);
+  auto journal = rc::Journal::open(stateDir);
   if (!journal) {
     rc::log::error("{}", journal.error().message);
     return 2;
   }
-  // Safety first: whatever a previous run left applied is reverted before anything that can
-  // fail for unrelated reasons (interface policy, TLS material) and before any connection.
-  auto replay = rc::agent::FaultManager::replayJournal(*journal, rc::agent::configuredPolicy(*config));
+  // With capabilities but not root, the config and the journal are the agent's orders: they
+  // must be files only root (or the agent's own user) can change, checked before the replay
+  // acts on an entry (a forged one "reverts" a link down).
+  {
+    std::vector<rc::agent::TrustedPath> paths;
+    if (!configPath.empty()) {
+      paths.push_back(rc::agent::statPath("config", configPath));
+      auto dir = std::filesystem::path(configPath).parent_path();
+      paths.push_back(rc::agent::statPath("config directory", dir.empty() ? "." : dir.string()));
+    }
+    paths.push_back(rc::agent::statPath("state directory", stateDir));
+    paths.push_back(rc::agent::statPath("journal directory", journal->dir()));
+    if (config) paths.push_back(rc::agent::statPath("TLS CA", config->tls.caFile));
+    if (auto trusted = rc::agent::checkTrustedPaths(rc::agent::currentPrivileges(), paths); !trusted) {
+      rc::log::error("{}", trusted.error().message);
+      return 2;
+    }
+  }
+  if (auto l = journal->lock(); !l) {
+    rc::log::error("{}", l.error().message);
+    return l.error().code == EWOULDBLOCK ? 3 : 2;
+  }
+  if (journal->readOnly())
+    rc::log::error("the journal '{}' is read-only: its faults are reverted, but their entries stay "
+                   "and no new fault is accepted until it is writable",
+                   journal->dir());
+  auto replay = rc::agent::FaultManager::replayJournal(*journal, replayPolicy);
   for (const auto& line : replay.lines) rc::log::warn("{}", line);
+  if (replayOnly)
+    return replayOnlyEnd(*journal, replayPolicy, std::move(replay),
+                         std::chrono::duration_cast<std::chrono::milliseconds>(*retryFor));
+  if (configError) return holdLeftovers(replay, std::move(*journal), replayPolicy, 2);
+
   auto policy = rc::agent::makePolicy(*config);
   if (!policy) {
     rc::log::error("{}", policy.error().message);
-    return 2;
+    return holdLeftovers(replay, std::move(*journal), replayPolicy, 2);
   }
   auto tls = rc::tls::makeServerContext(config->tls);
   if (!tls) {
     rc::log::error("{}", tls.error().message);
-    return 2;
+    return holdLeftovers(replay, std::move(*journal), *policy, 2);
   }
 
   rc::agent::FaultManager manager(*policy, std::move(*journal), config->maxFaultLifetime,
@@ -86,13 +255,13 @@ int main(int argc, char** argv) {
     auto e = rc::metrics::Exporter::start(config->metrics);
     if (!e) {
       rc::log::error("[agent] metrics: {}", e.error().message);
-      return 2;
+      return holdLeftovers(manager, 2);
     }
     exporter = std::move(*e);
   }
   if (auto r = server.start(); !r) {
     rc::log::error("{}", r.error().message);
-    return 2;
+    return holdLeftovers(manager, 2);
   }
   // Prometheus gauges, refreshed every second on the loop (a scrape reads the last values).
   boost::asio::steady_timer metricsTick(io);

@@ -4,7 +4,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <new>
+#include <sstream>
 
 #include "common/clock.hpp"
 #include "common/log.hpp"
@@ -133,6 +137,54 @@ Result<int64_t> workloadStartNs(const proto::WorkloadStart& r, int64_t nowNs) {
   return start;
 }
 
+std::optional<uint64_t> cgroupMemoryLimit(const std::string& procSelfCgroup,
+                                          const std::string& sysFsCgroup) {
+  auto readLimit = [](const std::string& file) -> std::optional<uint64_t> {
+    std::ifstream in(file);
+    std::string text;
+    if (!(in >> text) || text == "max") return std::nullopt;
+    try {
+      size_t used = 0;
+      uint64_t v = std::stoull(text, &used);
+      // cgroup v1 writes "no limit" as a page-rounded LONG_MAX.
+      if (used != text.size() || v >= (uint64_t(1) << 62)) return std::nullopt;
+      return v;
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
+  std::optional<uint64_t> best;
+  auto take = [&](std::optional<uint64_t> v) {
+    if (v && (!best || *v < *best)) best = v;
+  };
+  // Lines "ID:CONTROLLERS:PATH": "0::PATH" is v2; v1 has "memory" among the controllers.
+  std::istringstream lines(procSelfCgroup);
+  for (std::string line; std::getline(lines, line);) {
+    auto a = line.find(':'), b = line.find(':', a == std::string::npos ? a : a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    bool v2 = line.substr(0, a) == "0" && controllers.empty();
+    bool v1 = ("," + controllers + ",").find(",memory,") != std::string::npos;
+    if (!v2 && !v1) continue;
+    if (path.find("..") != std::string::npos || path.empty() || path.front() != '/') continue;
+    std::string base = v2 ? sysFsCgroup : sysFsCgroup + "/memory";
+    const char* file = v2 ? "/memory.max" : "/memory.limit_in_bytes";
+    // A parent's limit binds too (a pod's inside the node's kubepods slice).
+    for (std::string p = path;;) {
+      take(readLimit(base + (p == "/" ? "" : p) + file));
+      if (p == "/") break;
+      size_t slash = p.rfind('/');
+      p = slash == 0 ? "/" : p.substr(0, slash);
+    }
+  }
+  return best;
+}
+
+uint64_t defaultMemoryBudget(uint64_t physicalBytes, std::optional<uint64_t> cgroupLimit) {
+  uint64_t usable = cgroupLimit ? std::min(physicalBytes, *cgroupLimit) : physicalBytes;
+  return std::max<uint64_t>(usable / 4, uint64_t(1) << 20);
+}
+
 WorkloadManager::WorkloadManager(std::chrono::milliseconds leaseTimeout,
                                  std::chrono::milliseconds maxDuration, CounterOptions counters,
                                  uint64_t memoryBudget)
@@ -140,7 +192,10 @@ WorkloadManager::WorkloadManager(std::chrono::milliseconds leaseTimeout,
       memoryBudget_(memoryBudget) {
   if (memoryBudget_ == 0) {
     long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-    memoryBudget_ = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) / 4 : (uint64_t(1) << 30);
+    uint64_t physical = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : (uint64_t(4) << 30);
+    std::ifstream in("/proc/self/cgroup");
+    std::string self((std::istreambuf_iterator<char>(in)), {});
+    memoryBudget_ = defaultMemoryBudget(physical, cgroupMemoryLimit(self));
   }
   watcher_ = std::jthread([this](std::stop_token st) { watch(st); });
 }
@@ -201,7 +256,8 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
                        ", size " + formatSize(uint64_t(r.size)) +
                        (r.kind == "incast" ? " x fan_in on the receiver" : "") + ") and this agent holds " +
                        formatSize(held) + " for others, beyond its budget of " + formatSize(memoryBudget_) +
-                       " ([agent] max_workload_memory, default a quarter of the host's memory): lower "
+                       " ([agent] max_workload_memory, default a quarter of the host's or its cgroup's "
+                       "memory): lower "
                        "size or fan_in");
     entries_[e->id] = e;
     creating_++;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,14 +33,23 @@ struct CounterOptions {
   bool ethtool = true;
 };
 
+// The memory limit of the cgroup this process is in: the smallest memory.max (cgroup v2) or
+// memory.limit_in_bytes (v1) from its own cgroup up to the root, read under SYS_FS_CGROUP
+// with the paths of PROC_SELF_CGROUP (the text of /proc/self/cgroup). None when unlimited.
+std::optional<uint64_t> cgroupMemoryLimit(const std::string& procSelfCgroup,
+                                          const std::string& sysFsCgroup = "/sys/fs/cgroup");
+// The default workload budget: a quarter of what this process may use, the host's physical
+// memory or its cgroup's limit (a pod's, a unit's MemoryMax=) when that is smaller.
+uint64_t defaultMemoryBudget(uint64_t physicalBytes, std::optional<uint64_t> cgroupLimit);
+
 class WorkloadManager {
  public:
   // Called from workload threads with a message for the session that started it.
   using Emit = std::function<void(nlohmann::json message)>;
 
   // COUNTERS: NIC counters sampled with the telemetry. MEMORY_BUDGET: bytes of workload
-  // buffers this agent holds at once, over all its workloads (0: a quarter of the host's
-  // physical memory).
+  // buffers this agent holds at once, over all its workloads (0: defaultMemoryBudget() of
+  // this host and cgroup).
   WorkloadManager(std::chrono::milliseconds leaseTimeout, std::chrono::milliseconds maxDuration,
                   CounterOptions counters = {}, uint64_t memoryBudget = 0);
   ~WorkloadManager();  // stops everything and waits

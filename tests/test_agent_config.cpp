@@ -1,5 +1,10 @@
 // Agent config: a good file parses; every bad one is refused with file:line:col and the fix.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "agent/config.hpp"
 #include "agent/workload_manager.hpp"
@@ -173,4 +178,75 @@ TEST_CASE("a workload is refused when its buffers would pass the agent's memory 
   auto s = m.start("ctl", w, [](nlohmann::json) {});
   if (!s.ok()) CHECK_THAT(s.error().message, !Catch::Contains("budget"));
   m.shutdown();
+}
+
+TEST_CASE("replay settings: a refused config still names its journal and the revert policy") {
+  char tmpl[] = "/tmp/rc-replay-settings-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  std::string path = std::string(tmpl) + "/agent.toml";
+  auto write = [&](const std::string& text) { std::ofstream(path) << text; };
+  // A typo in [agent], a bad value in [interfaces]: loadConfig refuses it, the replay goes on.
+  write(std::string(kGood) + "[lab]\nswitch_socket = \"/run/sw.sock\"\n[ecn_commands.sw]\n"
+                             "snapshot = [\"/bin/echo\", \"{port}\"]\napply = [\"/bin/true\"]\nrevert = [\"/bin/true\", \"{snapshot}\"]\n"
+                             "[ecn_commands.bad]\nsnapshot = [\"echo\"]\napply = [\"/bin/true\"]\nrevert = [\"/bin/true\"]\n");
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  text.replace(text.find("lease_timeout"), 13, "lease_timout");
+  text.replace(text.find("protected = [\"mgmt0\"]"), 21, "protected = \"mgmt0\"");
+  write(text);
+  REQUIRE_FALSE(loadConfig(path).ok());
+  auto s = loadReplaySettings(path);
+  REQUIRE(s.ok());
+  CHECK(s->stateDir == "/tmp/state");
+  CHECK(s->node == "n1");
+  CHECK(s->policy.defaultInterface == "data0");
+  CHECK(s->policy.allowlist == std::vector<std::string>{"data0"});
+  CHECK(s->policy.protectedInterfaces.empty());
+  CHECK(s->policy.labswitchSocket == "/run/sw.sock");
+  CHECK(s->policy.ecnCommands.count("sw") == 1);
+  CHECK(s->policy.ecnCommands.count("bad") == 0);  // left out, with a note
+  CHECK(s->notes.size() == 2);
+  // Not TOML, or no state_dir: an error (the agent then replays --state-dir or the default).
+  write("[agent\n");
+  CHECK_FALSE(loadReplaySettings(path).ok());
+  write("[agent]\nnode = \"n1\"\n");
+  auto none = loadReplaySettings(path);
+  REQUIRE_FALSE(none.ok());
+  CHECK_THAT(none.error().message, Catch::Contains("state_dir"));
+  std::filesystem::remove_all(tmpl);
+}
+
+TEST_CASE("the default workload budget follows the cgroup's memory limit, not only the host's RAM") {
+  char tmpl[] = "/tmp/rc-cgroup-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  std::string root = tmpl;
+  auto put = [&](const std::string& rel, const std::string& value) {
+    std::filesystem::create_directories(std::filesystem::path(root + rel).parent_path());
+    std::ofstream(root + rel) << value << "\n";
+  };
+  const uint64_t GiB = uint64_t(1) << 30;
+  // cgroup v2: a pod's 1 GiB limit on its slice, none on the container's own cgroup.
+  put("/v2/kubepods/pod1/memory.max", "1073741824");
+  put("/v2/kubepods/pod1/ctr/memory.max", "max");
+  put("/v2/kubepods/memory.max", "max");
+  auto v2 = cgroupMemoryLimit("0::/kubepods/pod1/ctr\n", root + "/v2");
+  REQUIRE(v2);
+  CHECK(*v2 == GiB);
+  CHECK(defaultMemoryBudget(512 * GiB, v2) == GiB / 4);  // before: 128 GiB, and the pod OOM-killed
+  // A container's own namespace root ("0::/") with its limit there (a unit's MemoryMax=).
+  put("/ns/memory.max", "17179869184");
+  CHECK(cgroupMemoryLimit("0::/\n", root + "/ns") == std::optional<uint64_t>(16 * GiB));
+  // cgroup v1: memory.limit_in_bytes under the memory hierarchy; "unlimited" is a huge number.
+  put("/v1/memory/job/memory.limit_in_bytes", "2147483648");
+  put("/v1/memory/memory.limit_in_bytes", "9223372036854771712");
+  CHECK(cgroupMemoryLimit("12:cpu,cpuacct:/job\n5:memory:/job\n", root + "/v1") ==
+        std::optional<uint64_t>(2 * GiB));
+  // No limit anywhere: the host's memory.
+  CHECK_FALSE(cgroupMemoryLimit("0::/kubepods\n", root + "/v2"));
+  CHECK(defaultMemoryBudget(64 * GiB, std::nullopt) == 16 * GiB);
+  CHECK(defaultMemoryBudget(64 * GiB, 128 * GiB) == 16 * GiB);  // the smaller of the two
+  std::filesystem::remove_all(root);
 }

@@ -77,6 +77,21 @@ TEST_CASE("an unwritable state directory is an error naming it") {
   CHECK_THAT(j.error().message, Catch::Contains("/proc/rc-no-such-dir"));
 }
 
+TEST_CASE("one process at a time holds a journal: a second lock is refused, naming the journal") {
+  TempDir d;
+  auto a = Journal::open(d.path);
+  REQUIRE(a.ok());
+  REQUIRE(a->lock().ok());
+  auto b = Journal::open(d.path);
+  REQUIRE(b.ok());
+  auto r = b->lock();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == EWOULDBLOCK);
+  CHECK_THAT(r.error().message, Catch::Contains(d.path + "/journal") && Catch::Contains("another running"));
+  { Journal moved = std::move(*a); }  // the lock goes with the last holder
+  CHECK(b->lock().ok());
+}
+
 TEST_CASE("writeFileAtomic: durable replace, no overwrite when asked, mode from the start, no leftovers") {
   TempDir d;
   std::string path = d.path + "/f.json";
