@@ -81,6 +81,10 @@ struct FaultManager::Entry {
   Clock::time_point nextRevertAttempt{};
   bool finished = false;
   bool applied = false;  // run() was called: only then is there anything to revert
+  // From its snapshot to the end of its revert it holds its targets: no other fault on them
+  // snapshots meanwhile (the handover), whatever their order.
+  bool holding = false;
+  uint64_t seq = 0;  // commit order, for faults of one start instant
   faults::EventLog events;
   std::condition_variable_any wake;
   std::vector<Done> waiters;
@@ -367,6 +371,7 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
       pruned.push_back(it->second);
       faults_.erase(it);
     }
+    e->seq = ++seq_;
     faults_[e->id] = e;
     leases_[owner] = Clock::now() + leaseTimeout_;
     generation_++;
@@ -441,12 +446,17 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
   {
     std::unique_lock lock(m_);
     // Prepared (snapshot, journal fsync) shortly before the instant, so the start is not late
-    // by a disk flush; a previous owner of a target that is still applied (its window ends at
-    // this instant) is waited for, bounded, so its revert is what the snapshot sees.
+    // by a disk flush. Every earlier owner of a target that has not finished (still applying,
+    // applied, or reverting: a window ending at this instant) is waited for, bounded, so its
+    // revert is what the snapshot sees; and so is any owner holding it from its snapshot on.
     e->wake.wait_until(lock, stop, e->startSteady - kPrepareLead, [] { return false; });
+    auto earlier = [&](const Entry& f) {
+      return f.startNs < e->startNs || (f.startNs == e->startNs && f.seq < e->seq);
+    };
     auto heldBy = [&]() -> std::shared_ptr<Entry> {
       for (auto& [id, f] : faults_)
-        if (f != e && !f->finished && f->applied && shareTarget(e->targets, f->targets)) return f;
+        if (f != e && !f->finished && shareTarget(e->targets, f->targets) && (f->holding || earlier(*f)))
+          return f;
       return nullptr;
     };
     cv_.wait_until(lock, stop, e->startSteady + kHandoverWait, [&] { return !heldBy(); });
@@ -458,6 +468,8 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
                  f->kind->name + "); not applied";
       e->endReason = "error";
       why = "held";
+    } else {
+      e->holding = true;
     }
   }
   // The snapshot holds what is there when the fault is applied, not when it was scheduled;

@@ -663,3 +663,30 @@ TEST_CASE("out of descriptors, a revert still gets the ones it needs from the re
   CHECK(WEXITSTATUS(status) == 0);
   CHECK(adminUp("vethA"));
 }
+
+TEST_CASE("handover: a fault waits for an earlier owner still applying before its snapshot") {
+  privateNamespace();
+  UpAtEnd guard;
+  TempDir d;
+  FaultManager m(policy(), *Journal::open(d.path), 60s, 5s);
+  // A's window ends where B's starts, and B prepares (250 ms ahead) before A is applied. B's
+  // snapshot is slow (a switch that answers late): it must not read A's link-down.
+  m.setStepHook([&](std::string_view step, const std::string& id) {
+    if (id == "hand-b" && step == "snapshot")
+      (void)eventually([&] { return !adminUp("vethA") || m.get("hand-a")->at("state") == "ended"; }, 3s);
+  });
+  int64_t t0 = wallNs() + 400'000'000;
+  auto a = flap("hand-a", "30s", 200);
+  a.startNs = t0;
+  auto b = flap("hand-b", "100ms", 2000);
+  b.startNs = t0 + 200'000'000;
+  REQUIRE(m.schedule("ctl", a).ok());
+  REQUIRE(m.schedule("ctl", b).ok());
+  REQUIRE(eventually([&] { return m.get("hand-b")->at("state") == "ended"; }));
+  CHECK(m.get("hand-a")->at("end_reason") == "lifetime");
+  CHECK(m.get("hand-b")->at("end_reason") == "completed");
+  // B's snapshot came after A's revert, so B's revert left the link as it was before both.
+  CHECK(m.get("hand-b")->at("applied_ns").get<int64_t>() >= m.get("hand-a")->at("ended_ns").get<int64_t>());
+  CHECK(adminUp("vethA"));
+  CHECK(fs::is_empty(d.path + "/journal"));
+}
