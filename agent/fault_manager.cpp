@@ -81,16 +81,22 @@ struct FaultManager::Entry {
   Clock::time_point nextRevertAttempt{};
   bool finished = false;
   bool applied = false;  // run() was called: only then is there anything to revert
+  // In faults_ from before its journal entry is written, so the emergency button (revert,
+  // revert_all, a lease or the lifetime) sees a schedule still in its fsync; committed once
+  // that is done and its thread runs.
+  bool committed = false;
   // From its snapshot to the end of its revert it holds its targets: no other fault on them
   // snapshots meanwhile (the handover), whatever their order.
   bool holding = false;
-  uint64_t seq = 0;  // commit order, for faults of one start instant
+  uint64_t seq = 0;  // registration order, for faults of one start instant
   faults::EventLog events;
   std::condition_variable_any wake;
   std::vector<Done> waiters;
   std::jthread thread;
 
-  // Called with the manager's lock held.
+  // Called with the manager's lock held. Before it is committed (no thread yet) a stop is its
+  // end reason, which schedule() reads after the journal write.
+  bool stopping() const { return thread.get_stop_token().stop_requested() || (!committed && !endReason.empty()); }
   void stop(const std::string& reason) {
     if (finished) return;
     if (endReason.empty()) endReason = reason;
@@ -288,7 +294,6 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
   e->lifetimeMs = lifetime;
   e->startSteady = steadyAt(start);
   e->deadline = e->startSteady + std::chrono::milliseconds(lifetime);
-  if (onEnd) e->waiters.push_back(std::move(onEnd));
   // Journaled now, so a refusal to journal refuses the fault; the snapshot is added at the
   // instant the fault is applied (a record without one was never applied: nothing to revert).
   e->journalRecord = {{"kind", kind->name},    {"owner", owner},    {"params", e->fault->params()},
@@ -302,10 +307,10 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     if (shuttingDown_) return makeError("agent is shutting down");
     if (auto no = late()) return no;
     auto it = faults_.find(e->id);
-    if (it != faults_.end() && !it->second->finished)
+    if (it != faults_.end() && it->second != e && !it->second->finished)
       return makeError("fault '" + e->id + "' is already active on this node");
     size_t active = 0;
-    for (auto& [id, f] : faults_) active += f->finished ? 0 : 1;
+    for (auto& [id, f] : faults_) active += f->finished || f == e ? 0 : 1;
     if (active >= kMaxActive)
       return makeError("this agent already runs " + std::to_string(active) +
                        " faults (the limit); revert some first");
@@ -324,7 +329,7 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
                 std::to_string(l.attempts) + ": " + l.entry.error + "); see 'rdmachaos agents'",
             EBUSY);
     for (auto& [id, f] : faults_) {
-      if (f->finished || !shareTarget(e->targets, f->targets)) continue;
+      if (f == e || f->finished || !shareTarget(e->targets, f->targets)) continue;
       int64_t fEndNs = f->startNs + f->lifetimeMs * 1'000'000;
       int64_t heldUntilNs = f->startNs <= nowNs ? std::max(fEndNs, nowNs) : fEndNs;
       if (start < heldUntilNs && f->startNs < endNs) {
@@ -349,23 +354,17 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     }
     return std::nullopt;
   };
+  std::vector<std::shared_ptr<Entry>> pruned;
+  // Joined before the last reference goes, so no entry is ever destroyed on its own thread.
+  auto joinPruned = [&] {
+    for (auto& p : pruned)
+      if (p->thread.joinable()) p->thread.join();
+    pruned.clear();
+  };
   {
     std::lock_guard lock(m_);
     if (auto no = refusal()) return *no;
-  }
-  if (auto r = journal_.add(e->id, e->journalRecord); !r)
-    return makeError("cannot journal fault before applying it: " + r.error().message);
-  std::vector<std::shared_ptr<Entry>> pruned;
-  json out;
-  {
-    std::unique_lock lock(m_);
-    if (auto no = refusal()) {
-      lock.unlock();
-      // Written by this call (add never replaces an entry), so it is this fault's to remove.
-      if (auto rm = journal_.remove(e->id); !rm)
-        log::error("fault '{}' refused after journaling and its entry remains: {}", e->id, rm.error().message);
-      return *no;
-    }
+    // Registered before the journal is written (see Entry::committed).
     auto it = faults_.find(e->id);
     if (it != faults_.end()) {
       pruned.push_back(it->second);
@@ -373,6 +372,51 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     }
     e->seq = ++seq_;
     faults_[e->id] = e;
+    generation_++;
+  }
+  joinPruned();
+  cv_.notify_all();
+  // Ends E before it was committed: unregistered, unjournaled (when JOURNALED), and whoever
+  // asked to revert it meanwhile hears that it ended. Returns ERROR for the caller.
+  auto withdraw = [&](Error error, bool journaled) -> Error {
+    bool cancelled;
+    {
+      std::lock_guard lock(m_);
+      cancelled = !e->waiters.empty();
+      auto it = faults_.find(e->id);
+      // Kept, ended, where a revert asked for it; gone where only its schedule is refused.
+      if (!cancelled && it != faults_.end() && it->second == e) faults_.erase(it);
+      if (e->endReason.empty()) e->endReason = "error";
+      if (e->error.empty()) e->error = error.message;
+      generation_++;
+    }
+    if (journaled)
+      if (auto rm = journal_.remove(e->id); !rm)
+        log::error("fault '{}' refused after journaling and its entry remains: {}", e->id, rm.error().message);
+    finish(e);
+    return error;
+  };
+  if (auto r = journal_.add(e->id, e->journalRecord); !r)
+    return withdraw(makeError("cannot journal fault before applying it: " + r.error().message), false);
+  json out;
+  {
+    std::unique_lock lock(m_);
+    std::optional<Error> no;
+    // Reverted (by id, revert_all, recover --all, a lease or its lifetime) while its entry was
+    // being written: never applied, and the button's answer includes it.
+    if (!e->endReason.empty())
+      no = makeError(kind->name + " '" + e->id + "' was " +
+                     (e->endReason == "reverted" ? std::string("reverted") : "ended (" + e->endReason + ")") +
+                     " while it was being journaled; not applied");
+    else
+      no = refusal();
+    if (no) {
+      lock.unlock();
+      // Written by this call (add never replaces an entry), so it is this fault's to remove.
+      return withdraw(*no, true);
+    }
+    if (onEnd) e->waiters.push_back(std::move(onEnd));
+    e->committed = true;
     leases_[owner] = Clock::now() + leaseTimeout_;
     generation_++;
     e->thread = std::jthread([this, e](std::stop_token st) { runFaultBarrier(e, st); });
@@ -390,10 +434,7 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
       }
     }
   }
-  // Join before the last reference goes, so no entry is ever destroyed on its own thread.
-  for (auto& p : pruned)
-    if (p->thread.joinable()) p->thread.join();
-  pruned.clear();
+  joinPruned();
   cv_.notify_all();
   log::info("scheduled {} '{}' for {}: {}", kind->name, e->id, owner, e->description);
   return out;
@@ -689,7 +730,7 @@ void FaultManager::watch(std::stop_token stop) {
     auto now = Clock::now();
     auto next = Clock::time_point::max();
     for (auto& [id, e] : faults_) {
-      if (e->finished || e->thread.get_stop_token().stop_requested()) continue;
+      if (e->finished || e->stopping()) continue;
       if (e->deadline <= now) {
         log::warn("fault '{}' reached its maximum lifetime of {} ms: reverting", id, e->lifetimeMs);
         e->stop("lifetime");
@@ -700,8 +741,7 @@ void FaultManager::watch(std::stop_token stop) {
     for (auto it = leases_.begin(); it != leases_.end();) {
       if (it->second <= now) {
         for (auto& [id, e] : faults_) {
-          if (e->owner == it->first && !e->finished &&
-              !e->thread.get_stop_token().stop_requested()) {
+          if (e->owner == it->first && !e->finished && !e->stopping()) {
             log::warn("lease of controller '{}' expired (no heartbeat for {} ms): reverting '{}'",
                       it->first, leaseTimeout_.count(), id);
             e->stop("lease_expired");

@@ -690,3 +690,62 @@ TEST_CASE("handover: a fault waits for an earlier owner still applying before it
   CHECK(adminUp("vethA"));
   CHECK(fs::is_empty(d.path + "/journal"));
 }
+
+TEST_CASE("the emergency button catches a schedule still in its journal fsync") {
+  privateNamespace();
+  UpAtEnd guard;
+  TempDir d;
+  auto j = Journal::open(d.path);
+  REQUIRE(j.ok());
+  // A stalled disk: add() returns only when the test lets it.
+  std::promise<void> inFsync, release;
+  auto released = release.get_future().share();
+  j->setAddHook([&, released](const std::string& id) {
+    if (id != "stalled") return;
+    inFsync.set_value();
+    released.wait();
+  });
+  FaultManager m(policy(), *j, 60s, 5s);
+  auto scheduled = std::async(std::launch::async, [&] { return m.schedule("ctl@principal", flap("stalled", "30s")); });
+  // Let the disk go on whatever happens (before `scheduled` is waited for at the end).
+  struct Release {
+    std::promise<void>& p;
+    bool done = false;
+    void now() {
+      if (!done) p.set_value();
+      done = true;
+    }
+    ~Release() { now(); }
+  } releaseGuard{release};
+  REQUIRE(inFsync.get_future().wait_for(10s) == std::future_status::ready);
+  std::promise<json> answer;
+  auto answered = answer.get_future();
+  std::string principal = "principal";
+  SECTION("revert_all of every controller (recover --all)") {
+    m.revertAll(nullptr, "reverted", [&](json recs) { answer.set_value(recs); });
+  }
+  SECTION("revert_all of the caller's certificate") {
+    m.revertAll(&principal, "reverted", [&](json recs) { answer.set_value(recs); });
+  }
+  SECTION("revert of its id") {
+    REQUIRE(m.revert("stalled", [&](json rec) { answer.set_value(json::array({rec})); }).ok());
+  }
+  releaseGuard.now();
+  auto r = scheduled.get();
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("reverted while it was being journaled; not applied"));
+  REQUIRE(answered.wait_for(5s) == std::future_status::ready);
+  json recs = answered.get();
+  REQUIRE(recs.size() == 1);
+  CHECK(recs[0]["fault"] == "stalled");
+  CHECK(recs[0]["end_reason"] == "reverted");
+  CHECK(recs[0]["applied_ns"] == 0);
+  // Never applied, nothing journaled, and the agent still takes faults.
+  std::this_thread::sleep_for(300ms);
+  CHECK(adminUp("vethA"));
+  CHECK(fs::is_empty(d.path + "/journal"));
+  CHECK(m.activeCount() == 0);
+  REQUIRE(m.schedule("ctl", flap("next", "100ms", 1000)).ok());
+  REQUIRE(eventually([&] { return m.get("next")->at("state") == "ended"; }));
+  CHECK(adminUp("vethA"));
+}
