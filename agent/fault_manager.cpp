@@ -401,15 +401,14 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
   json out;
   {
     std::unique_lock lock(m_);
-    std::optional<Error> no;
-    // Reverted (by id, revert_all, recover --all, a lease or its lifetime) while its entry was
-    // being written: never applied, and the button's answer includes it.
-    if (!e->endReason.empty())
+    // Refused as before (late: its controller has given up on the reply; shutting down), or
+    // reverted (by id, revert_all, recover --all, a lease or its lifetime) while its entry was
+    // being written: never applied either way, and a button's answer includes it.
+    std::optional<Error> no = refusal();
+    if (!no && !e->endReason.empty())
       no = makeError(kind->name + " '" + e->id + "' was " +
                      (e->endReason == "reverted" ? std::string("reverted") : "ended (" + e->endReason + ")") +
                      " while it was being journaled; not applied");
-    else
-      no = refusal();
     if (no) {
       lock.unlock();
       // Written by this call (add never replaces an entry), so it is this fault's to remove.
