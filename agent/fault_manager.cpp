@@ -81,12 +81,22 @@ struct FaultManager::Entry {
   Clock::time_point nextRevertAttempt{};
   bool finished = false;
   bool applied = false;  // run() was called: only then is there anything to revert
+  // In faults_ from before its journal entry is written, so the emergency button (revert,
+  // revert_all, a lease or the lifetime) sees a schedule still in its fsync; committed once
+  // that is done and its thread runs.
+  bool committed = false;
+  // From its snapshot to the end of its revert it holds its targets: no other fault on them
+  // snapshots meanwhile (the handover), whatever their order.
+  bool holding = false;
+  uint64_t seq = 0;  // registration order, for faults of one start instant
   faults::EventLog events;
   std::condition_variable_any wake;
   std::vector<Done> waiters;
   std::jthread thread;
 
-  // Called with the manager's lock held.
+  // Called with the manager's lock held. Before it is committed (no thread yet) a stop is its
+  // end reason, which schedule() reads after the journal write.
+  bool stopping() const { return thread.get_stop_token().stop_requested() || (!committed && !endReason.empty()); }
   void stop(const std::string& reason) {
     if (finished) return;
     if (endReason.empty()) endReason = reason;
@@ -284,7 +294,6 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
   e->lifetimeMs = lifetime;
   e->startSteady = steadyAt(start);
   e->deadline = e->startSteady + std::chrono::milliseconds(lifetime);
-  if (onEnd) e->waiters.push_back(std::move(onEnd));
   // Journaled now, so a refusal to journal refuses the fault; the snapshot is added at the
   // instant the fault is applied (a record without one was never applied: nothing to revert).
   e->journalRecord = {{"kind", kind->name},    {"owner", owner},    {"params", e->fault->params()},
@@ -298,10 +307,10 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     if (shuttingDown_) return makeError("agent is shutting down");
     if (auto no = late()) return no;
     auto it = faults_.find(e->id);
-    if (it != faults_.end() && !it->second->finished)
+    if (it != faults_.end() && it->second != e && !it->second->finished)
       return makeError("fault '" + e->id + "' is already active on this node");
     size_t active = 0;
-    for (auto& [id, f] : faults_) active += f->finished ? 0 : 1;
+    for (auto& [id, f] : faults_) active += f->finished || f == e ? 0 : 1;
     if (active >= kMaxActive)
       return makeError("this agent already runs " + std::to_string(active) +
                        " faults (the limit); revert some first");
@@ -320,7 +329,7 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
                 std::to_string(l.attempts) + ": " + l.entry.error + "); see 'rdmachaos agents'",
             EBUSY);
     for (auto& [id, f] : faults_) {
-      if (f->finished || !shareTarget(e->targets, f->targets)) continue;
+      if (f == e || f->finished || !shareTarget(e->targets, f->targets)) continue;
       int64_t fEndNs = f->startNs + f->lifetimeMs * 1'000'000;
       int64_t heldUntilNs = f->startNs <= nowNs ? std::max(fEndNs, nowNs) : fEndNs;
       if (start < heldUntilNs && f->startNs < endNs) {
@@ -345,29 +354,68 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     }
     return std::nullopt;
   };
+  std::vector<std::shared_ptr<Entry>> pruned;
+  // Joined before the last reference goes, so no entry is ever destroyed on its own thread.
+  auto joinPruned = [&] {
+    for (auto& p : pruned)
+      if (p->thread.joinable()) p->thread.join();
+    pruned.clear();
+  };
   {
     std::lock_guard lock(m_);
     if (auto no = refusal()) return *no;
-  }
-  if (auto r = journal_.add(e->id, e->journalRecord); !r)
-    return makeError("cannot journal fault before applying it: " + r.error().message);
-  std::vector<std::shared_ptr<Entry>> pruned;
-  json out;
-  {
-    std::unique_lock lock(m_);
-    if (auto no = refusal()) {
-      lock.unlock();
-      // Written by this call (add never replaces an entry), so it is this fault's to remove.
-      if (auto rm = journal_.remove(e->id); !rm)
-        log::error("fault '{}' refused after journaling and its entry remains: {}", e->id, rm.error().message);
-      return *no;
-    }
+    // Registered before the journal is written (see Entry::committed).
     auto it = faults_.find(e->id);
     if (it != faults_.end()) {
       pruned.push_back(it->second);
       faults_.erase(it);
     }
+    e->seq = ++seq_;
     faults_[e->id] = e;
+    generation_++;
+  }
+  joinPruned();
+  cv_.notify_all();
+  // Ends E before it was committed: unregistered, unjournaled (when JOURNALED), and whoever
+  // asked to revert it meanwhile hears that it ended. Returns ERROR for the caller.
+  auto withdraw = [&](Error error, bool journaled) -> Error {
+    bool cancelled;
+    {
+      std::lock_guard lock(m_);
+      cancelled = !e->waiters.empty();
+      auto it = faults_.find(e->id);
+      // Kept, ended, where a revert asked for it; gone where only its schedule is refused.
+      if (!cancelled && it != faults_.end() && it->second == e) faults_.erase(it);
+      if (e->endReason.empty()) e->endReason = "error";
+      if (e->error.empty()) e->error = error.message;
+      generation_++;
+    }
+    if (journaled)
+      if (auto rm = journal_.remove(e->id); !rm)
+        log::error("fault '{}' refused after journaling and its entry remains: {}", e->id, rm.error().message);
+    finish(e);
+    return error;
+  };
+  if (auto r = journal_.add(e->id, e->journalRecord); !r)
+    return withdraw(makeError("cannot journal fault before applying it: " + r.error().message), false);
+  json out;
+  {
+    std::unique_lock lock(m_);
+    // Refused as before (late: its controller has given up on the reply; shutting down), or
+    // reverted (by id, revert_all, recover --all, a lease or its lifetime) while its entry was
+    // being written: never applied either way, and a button's answer includes it.
+    std::optional<Error> no = refusal();
+    if (!no && !e->endReason.empty())
+      no = makeError(kind->name + " '" + e->id + "' was " +
+                     (e->endReason == "reverted" ? std::string("reverted") : "ended (" + e->endReason + ")") +
+                     " while it was being journaled; not applied");
+    if (no) {
+      lock.unlock();
+      // Written by this call (add never replaces an entry), so it is this fault's to remove.
+      return withdraw(*no, true);
+    }
+    if (onEnd) e->waiters.push_back(std::move(onEnd));
+    e->committed = true;
     leases_[owner] = Clock::now() + leaseTimeout_;
     generation_++;
     e->thread = std::jthread([this, e](std::stop_token st) { runFaultBarrier(e, st); });
@@ -385,10 +433,7 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
       }
     }
   }
-  // Join before the last reference goes, so no entry is ever destroyed on its own thread.
-  for (auto& p : pruned)
-    if (p->thread.joinable()) p->thread.join();
-  pruned.clear();
+  joinPruned();
   cv_.notify_all();
   log::info("scheduled {} '{}' for {}: {}", kind->name, e->id, owner, e->description);
   return out;
@@ -441,12 +486,17 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
   {
     std::unique_lock lock(m_);
     // Prepared (snapshot, journal fsync) shortly before the instant, so the start is not late
-    // by a disk flush; a previous owner of a target that is still applied (its window ends at
-    // this instant) is waited for, bounded, so its revert is what the snapshot sees.
+    // by a disk flush. Every earlier owner of a target that has not finished (still applying,
+    // applied, or reverting: a window ending at this instant) is waited for, bounded, so its
+    // revert is what the snapshot sees; and so is any owner holding it from its snapshot on.
     e->wake.wait_until(lock, stop, e->startSteady - kPrepareLead, [] { return false; });
+    auto earlier = [&](const Entry& f) {
+      return f.startNs < e->startNs || (f.startNs == e->startNs && f.seq < e->seq);
+    };
     auto heldBy = [&]() -> std::shared_ptr<Entry> {
       for (auto& [id, f] : faults_)
-        if (f != e && !f->finished && f->applied && shareTarget(e->targets, f->targets)) return f;
+        if (f != e && !f->finished && shareTarget(e->targets, f->targets) && (f->holding || earlier(*f)))
+          return f;
       return nullptr;
     };
     cv_.wait_until(lock, stop, e->startSteady + kHandoverWait, [&] { return !heldBy(); });
@@ -458,6 +508,8 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
                  f->kind->name + "); not applied";
       e->endReason = "error";
       why = "held";
+    } else {
+      e->holding = true;
     }
   }
   // The snapshot holds what is there when the fault is applied, not when it was scheduled;
@@ -677,7 +729,7 @@ void FaultManager::watch(std::stop_token stop) {
     auto now = Clock::now();
     auto next = Clock::time_point::max();
     for (auto& [id, e] : faults_) {
-      if (e->finished || e->thread.get_stop_token().stop_requested()) continue;
+      if (e->finished || e->stopping()) continue;
       if (e->deadline <= now) {
         log::warn("fault '{}' reached its maximum lifetime of {} ms: reverting", id, e->lifetimeMs);
         e->stop("lifetime");
@@ -688,8 +740,7 @@ void FaultManager::watch(std::stop_token stop) {
     for (auto it = leases_.begin(); it != leases_.end();) {
       if (it->second <= now) {
         for (auto& [id, e] : faults_) {
-          if (e->owner == it->first && !e->finished &&
-              !e->thread.get_stop_token().stop_requested()) {
+          if (e->owner == it->first && !e->finished && !e->stopping()) {
             log::warn("lease of controller '{}' expired (no heartbeat for {} ms): reverting '{}'",
                       it->first, leaseTimeout_.count(), id);
             e->stop("lease_expired");

@@ -125,6 +125,7 @@ class FaultManager {
   std::jthread leftoverThread_;
   bool shuttingDown_ = false;
   uint64_t generation_ = 0;  // bumped on every change the watcher must see
+  uint64_t seq_ = 0;         // the last Entry::seq given
   std::jthread watcher_;
 };
 

@@ -98,6 +98,7 @@ Result<void> Journal::add(const std::string& faultId, const nlohmann::json& reco
                      "is active or was left unrevertable); it is not overwritten",
                      EEXIST);
   if (r) (*count_)++;
+  if (r && *addHook_) (*addHook_)(faultId);
   return r;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -49,15 +50,22 @@ class Journal {
   // Entries on disk, kept as a count by add/remove/quarantine (read once at open()): what the
   // metrics tick shows without reading every entry on the agent's event loop.
   size_t count() const { return count_->load(); }
+  // For tests: called inside add() once the entry is durable, before add() returns (a disk
+  // whose fsync stalls). Shared by copies of this journal.
+  void setAddHook(std::function<void(const std::string& faultId)> hook) { *addHook_ = std::move(hook); }
 
  private:
   explicit Journal(std::string dir, size_t count, bool readOnly)
-      : dir_(std::move(dir)), count_(std::make_shared<std::atomic<size_t>>(count)), readOnly_(readOnly) {}
+      : dir_(std::move(dir)),
+        count_(std::make_shared<std::atomic<size_t>>(count)),
+        readOnly_(readOnly),
+        addHook_(std::make_shared<std::function<void(const std::string&)>>()) {}
   Result<void> writable() const;
   std::string dir_;
   std::shared_ptr<std::atomic<size_t>> count_;  // shared: a Journal is moved, never copied apart
   bool readOnly_ = false;
   std::shared_ptr<int> lockFd_;  // the locked directory descriptor (lock()), closed with the last copy
+  std::shared_ptr<std::function<void(const std::string&)>> addHook_;
 };
 
 }  // namespace rc

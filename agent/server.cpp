@@ -12,6 +12,7 @@
 #include <set>
 
 #include "agent/capabilities.hpp"
+#include "agent/session_work.hpp"
 #include "common/channel.hpp"
 #include "common/clock.hpp"
 #include "common/fd_reserve.hpp"
@@ -42,6 +43,10 @@ constexpr auto kHandshakeRecycleAfter = std::chrono::seconds(2);
 // Authenticated sessions from one address: a controller host runs a few controllers, not
 // hundreds; a peer with a valid certificate gone wrong must leave max_connections to others.
 constexpr size_t kMaxSessionsPerAddress = 16;
+// Requests of one session waiting for the worker pool (schedule, workload_start, capabilities):
+// room for a controller that schedules its whole limit of faults at once, and a bound for a peer
+// that pipelines without reading (the rest is refused at once, on the loop).
+constexpr size_t kMaxQueuedWork = 2 * proto::kMaxActiveFaults;
 
 // A log line that may repeat at the peer's will (failed handshakes, refused connections): at
 // most one per 10 s, with how many were held back.
@@ -102,6 +107,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::deque<std::string> outbox_;
   size_t outboxBytes_ = 0;
   asio::steady_timer wake_;  // signals the writer: outbox has data or closing
+  std::shared_ptr<SessionWork> work_;  // this session's turn at the worker pool
 };
 
 }  // namespace
@@ -146,7 +152,10 @@ struct Server::Impl {
 namespace {
 
 Session::Session(Server::Impl& server, tcp::socket socket, asio::ssl::context& tls)
-    : server_(server), stream_(std::move(socket), tls), wake_(server.io) {
+    : server_(server),
+      stream_(std::move(socket), tls),
+      wake_(server.io),
+      work_(std::make_shared<SessionWork>(server.io.get_executor(), server.blocking.get_executor(), kMaxQueuedWork)) {
   boost::system::error_code ec;
   auto ep = stream_.lowest_layer().remote_endpoint(ec);
   peerAddress_ = ec ? "unknown peer" : ep.address().to_string();
@@ -182,6 +191,8 @@ void Session::abortHandshake() {
 void Session::close() {
   closing_ = true;
   wake_.cancel();
+  // What it asked and the pool has not started is for nobody now.
+  work_->cancel();
 }
 
 void Session::send(const json& message) {
@@ -375,21 +386,26 @@ void Session::dispatch(const proto::Envelope& env) {
     };
   };
 
-  // Runs WORK (returning the reply or error to send) on the blocking pool, then sends its result
-  // from the loop if this session is still there.
-  auto offLoop = [weak, id, type = env.type, &io = server_.io, &pool = server_.blocking](auto work) {
-    asio::post(pool, [weak, id, type, &io, work = std::move(work)]() mutable {
-      json reply;
-      try {  // the exception barrier of the pool: an error reply, never std::terminate
-        reply = work();
-      } catch (const std::exception& ex) {
-        log::error("handling '{}' failed: {}", type, ex.what());
-        reply = proto::makeError(id, proto::kErrFailed, "the agent failed handling '" + type + "': " + ex.what());
-      }
-      asio::post(io, [weak, reply = std::move(reply)]() {
-        if (auto s = weak.lock()) s->send(reply);
-      });
-    });
+  // Runs WORK (returning the reply or error to send) on the blocking pool, in this session's
+  // turn (SessionWork), then sends its result from the loop if this session is still there.
+  auto offLoop = [this, weak, id, type = env.type](auto work) {
+    bool queued = work_->add(
+        [id, type, work = std::move(work)]() mutable {
+          try {  // the exception barrier of the pool: an error reply, never std::terminate
+            return work();
+          } catch (const std::exception& ex) {
+            log::error("handling '{}' failed: {}", type, ex.what());
+            return proto::makeError(id, proto::kErrFailed, "the agent failed handling '" + type + "': " + ex.what());
+          }
+        },
+        [weak](json reply) {
+          if (auto s = weak.lock()) s->send(reply);
+        });
+    if (!queued)
+      send(proto::makeError(id, proto::kErrRefused,
+                            "'" + type + "' refused: this controller already has " + std::to_string(kMaxQueuedWork) +
+                                " requests waiting for the agent's worker threads (schedule, workload_start, "
+                                "capabilities); wait for their replies before sending more"));
   };
 
   std::visit(

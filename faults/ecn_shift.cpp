@@ -27,8 +27,6 @@ namespace {
 
 constexpr size_t kMaxOutput = 64 * 1024;
 constexpr int kCommandTimeoutMs = 30'000;
-// Root qdiscs that deleting the root restores exactly (the kernel re-creates the default).
-const char* const kDefaultRoots[] = {"noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo"};
 
 struct ShiftParams {
   std::string backend;
@@ -54,6 +52,37 @@ Result<void> checkLabswitchPort(const std::string& port) {
 std::string str(const json& p, const char* key) {
   auto it = p.find(key);
   return it != p.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// A qdisc tree as journaled: each qdisc's handle, parent, kind and options (hex), so the revert
+// re-creates exactly what was there.
+json qdiscsJson(const std::vector<tcred::Qdisc>& tree) {
+  json out = json::array();
+  for (const auto& q : tree) {
+    std::string hex;
+    char b[3];
+    for (uint8_t c : q.options) {
+      std::snprintf(b, sizeof b, "%02x", c);
+      hex += b;
+    }
+    out.push_back({{"handle", q.handle}, {"parent", q.parent}, {"kind", q.kind}, {"options", hex}});
+  }
+  return out;
+}
+
+std::vector<tcred::Qdisc> qdiscsFrom(const json& j) {
+  std::vector<tcred::Qdisc> out;
+  for (const auto& e : j) {
+    tcred::Qdisc q;
+    q.handle = e.at("handle").get<uint32_t>();
+    q.parent = e.at("parent").get<uint32_t>();
+    q.kind = e.at("kind").get<std::string>();
+    std::string hex = e.at("options").get<std::string>();
+    if (hex.size() % 2) throw std::invalid_argument("odd-length qdisc options");
+    for (size_t i = 0; i < hex.size(); i += 2) q.options.push_back(uint8_t(std::stoul(hex.substr(i, 2), nullptr, 16)));
+    out.push_back(std::move(q));
+  }
+  return out;
 }
 
 // A value for a command's argv must not be read as an option or carry anything but a name.
@@ -185,10 +214,22 @@ Result<void> restore(const json& snap, const Policy& policy) {
   }
   if (backend == "tc-red") {
     int ifindex = snap.at("ifindex").get<int>();
+    const std::string interface = str(snap, "interface");
+    if (snap.contains("qdiscs")) return tcred::restoreTree(ifindex, interface, qdiscsFrom(snap.at("qdiscs")));
+    // An entry journaled before the tree was: its root was a kernel default, which removing
+    // our RED brings back. A failed read is an error (retried), not a success.
     auto kind = tcred::rootKind(ifindex);
-    // Only our own RED is removed; anything else means someone changed the qdisc since.
-    if (!kind || *kind != "red") return {};
-    return tcred::send(tcred::buildDeleteRoot(ifindex, 2), str(snap, "interface"));
+    if (!kind) {
+      if (auto link = nl::getLink(ifindex); !link && link.error().code == ENODEV) return {};
+      return makeError("tc-red revert on '" + interface + "': " + kind.error().message, kind.error().code);
+    }
+    if (*kind == str(snap, "root_kind")) return {};  // already restored
+    if (*kind != "red")
+      return makeError("tc-red revert on '" + interface + "': its root qdisc is now '" + *kind +
+                           "', neither the RED this fault set nor the '" + str(snap, "root_kind") +
+                           "' it replaced; left alone (restore it by hand, and the revert is retried)",
+                       EBUSY);
+    return tcred::send(tcred::buildDeleteRoot(ifindex, 2), interface);
   }
   if (backend == "command") {
     // The journal names the template and the values, never a command: the command comes from
@@ -223,17 +264,17 @@ class EcnShift final : public Fault {
     } else if (p_.backend == "tc-red") {
       auto link = nl::getLink(p_.interface);
       if (!link) return makeError("ecn_shift: " + link.error().message, link.error().code);
-      auto kind = tcred::rootKind(link->ifindex);
-      if (!kind) return kind.error();
-      bool isDefault = false;
-      for (const char* k : kDefaultRoots) isDefault |= *kind == k;
-      if (!isDefault)
-        return makeError("ecn_shift tc-red: '" + p_.interface + "' has root qdisc '" + *kind +
-                         "', which removing RED would not restore exactly; remove it first or use "
-                         "the command backend");
+      auto tree = tcred::listQdiscs(link->ifindex);
+      if (!tree) return tree.error();
+      // Refused here, before anything changes, where the revert could not put it all back.
+      if (auto why = tcred::unrestorable(*tree); !why.empty())
+        return makeError("ecn_shift tc-red: the qdiscs of '" + p_.interface + "' cannot be restored exactly: " +
+                         why + "; remove them first (`tc qdisc del dev " + p_.interface +
+                         " root`) or use the command backend");
       s["interface"] = p_.interface;
       s["ifindex"] = link->ifindex;
-      s["root_kind"] = *kind;
+      s["root_kind"] = tree->front().kind;
+      s["qdiscs"] = qdiscsJson(*tree);
     } else {
       auto out = runArgv(expand(p_.tmpl.snapshot, commandValues(p_), ""));
       if (!out) return out.error();

@@ -302,9 +302,20 @@ signal_agent() {
     *) echo "guest init: ignored signal-agent '$sig' (KILL, TERM, HUP, INT or QUIT)" ;;
   esac
 }
+# A shell script for the guest from the host (tests and drills that must read or set what only
+# the guest sees, e.g. its qdiscs): the host writes it into the node's share as guest-run; the
+# guest runs it once and leaves its output and status in guest-run.out. Only root on the host
+# can write the share, and root on the host owns the guest anyway.
+guest_run() {
+  [ -f $out/guest-run ] || return 0
+  mv -f $out/guest-run /run/guest-run
+  sh /run/guest-run > /run/guest-run.out 2>&1
+  echo "status=$?" >> /run/guest-run.out
+  cp /run/guest-run.out $out/guest-run.out.tmp && mv $out/guest-run.out.tmp $out/guest-run.out
+}
 restarts=0
 echo 0 > /run/rdmachaos/restarts
-(while :; do signal_agent; report; sleep 2; done) &
+(while :; do signal_agent; guest_run; report; sleep 2; done) &
 # The agent's journal lives in the guest's tmpfs: it survives the agent, not the guest.
 while :; do
   echo "guest init: starting rdmachaos-agent (restart $restarts)"

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "common/certs.hpp"
+#include "common/protocol.hpp"
 #include "common/unique_fd.hpp"
 #include "common/tls.hpp"
 #include "controller/fleet.hpp"
@@ -814,4 +815,111 @@ TEST_CASE("a journal disk that stalls holds up only the fault being journaled: o
   CHECK(eventually([&] { return linkUp(n.netns); }, 15s));
   CHECK(eventually([&] { return entries() == 0; }, 10s));
   CHECK(lab().node("n1").agent.pid == n.agent.pid);  // the same agent all along
+}
+
+namespace {
+
+struct Flood {
+  std::atomic<int> answered{0}, refused{0}, answeredWhenScheduled{-1};
+  std::string firstRefusal;
+  std::atomic<bool> scheduled{false}, failed{false};
+  json scheduleReply;
+};
+
+// One pipelined `capabilities` request (a named coroutine: arguments by value).
+boost::asio::awaitable<void> askCapabilities(std::shared_ptr<rc::controller::AgentClient> c, std::shared_ptr<Flood> f) {
+  auto r = co_await c->request("capabilities", json::object(), std::chrono::seconds(300));
+  if (r) {
+    f->answered++;
+  } else {
+    if (f->refused++ == 0) f->firstRefusal = r.error().message;
+  }
+}
+
+boost::asio::awaitable<void> floodThenSchedule(boost::asio::io_context& io, std::shared_ptr<rc::controller::AgentClient> flood,
+                                               std::shared_ptr<rc::controller::AgentClient> ctl, std::shared_ptr<Flood> f,
+                                               int requests) {
+  namespace asio = boost::asio;
+  if (!co_await flood->connect(std::chrono::seconds(10)) || !co_await ctl->connect(std::chrono::seconds(10))) {
+    f->failed = true;
+    co_return;
+  }
+  for (int i = 0; i < requests; i++) asio::co_spawn(io, askCapabilities(flood, f), asio::detached);
+  // Once the agent is busy with the flood, the other controller schedules a fault.
+  asio::steady_timer t(io);
+  while (f->answered + f->refused == 0) {
+    t.expires_after(std::chrono::milliseconds(5));
+    co_await t.async_wait(asio::use_awaitable);
+  }
+  rc::proto::Schedule s;
+  s.faultId = "after-flood";
+  s.kind = "noop";
+  s.lifetimeMs = 500;
+  auto r = co_await ctl->request("schedule", rc::proto::toJson(s), std::chrono::seconds(300));
+  f->answeredWhenScheduled = f->answered.load();
+  f->scheduleReply = r ? *r : json{{"error", r.error().message}};
+  f->scheduled = true;
+}
+
+}  // namespace
+
+TEST_CASE("a peer pipelining 1500 capabilities requests does not hold up another controller's schedule") {
+  namespace asio = boost::asio;
+  auto n = lab().node("n1");
+  REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
+  auto loaded = rc::controller::loadInventory(lab().inventory());
+  REQUIRE(loaded.ok());
+  rc::controller::Node node;
+  for (const auto& x : loaded->nodes)
+    if (x.name == "n1") node = x;
+  auto tls = rc::tls::makeClientContext(loaded->tls);
+  REQUIRE(tls.ok());
+  // A capability scan lists the node's interfaces: 200 more make each scan take a while (as a
+  // scan of RDMA devices does under TCG), so the agent reads the flood faster than it scans.
+  struct Links {
+    std::string ns;
+    ~Links() {
+      std::string batch;
+      for (int i = 0; i < 100; i++) batch += "link del rcfl" + std::to_string(i) + "\n";
+      (void)!std::system(("printf '" + batch + "' | ip -n " + ns + " -force -batch - >/dev/null 2>&1").c_str());
+    }
+  } links{n.netns};
+  {
+    std::string batch;
+    for (int i = 0; i < 100; i++)
+      batch += "link add rcfl" + std::to_string(i) + " type veth peer name rcfm" + std::to_string(i) + "\n";
+    REQUIRE(std::system(("printf '" + batch + "' | ip -n " + n.netns + " -batch -").c_str()) == 0);
+  }
+  asio::io_context io;
+  auto work = asio::make_work_guard(io);
+  auto flood = std::make_shared<rc::controller::AgentClient>(io, *tls, node, "ctl-flood");
+  auto ctl = std::make_shared<rc::controller::AgentClient>(io, *tls, node, "ctl-schedule");
+  auto f = std::make_shared<Flood>();
+  constexpr int kRequests = 1500;
+  asio::co_spawn(io, floodThenSchedule(io, flood, ctl, f, kRequests), asio::detached);
+  std::thread loop([&] { io.run(); });
+  struct Join {
+    asio::io_context& io;
+    std::thread& t;
+    std::shared_ptr<rc::controller::AgentClient> a, b;
+    ~Join() {
+      asio::post(io, [a = a, b = b] {
+        a->close();
+        b->close();
+      });
+      io.stop();
+      t.join();
+    }
+  } join{io, loop, flood, ctl};
+  REQUIRE(eventually([&] { return f->scheduled.load() || f->failed.load(); }, 120s));
+  REQUIRE_FALSE(f->failed);
+  INFO("schedule reply: " << f->scheduleReply.dump());
+  CHECK(f->scheduleReply.contains("fault"));
+  // The schedule went in after at most a few of the flood's scans, not behind all of them.
+  INFO("capabilities answered before the schedule: " << f->answeredWhenScheduled.load());
+  CHECK(f->answeredWhenScheduled.load() < 20);
+  // What the flood pipelined beyond its bound was refused at once, saying why.
+  REQUIRE(eventually([&] { return f->answered + f->refused == kRequests; }, 120s));
+  CHECK(f->refused > 0);
+  CHECK_THAT(f->firstRefusal, Catch::Contains("wait for their replies"));
 }

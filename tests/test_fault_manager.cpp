@@ -663,3 +663,89 @@ TEST_CASE("out of descriptors, a revert still gets the ones it needs from the re
   CHECK(WEXITSTATUS(status) == 0);
   CHECK(adminUp("vethA"));
 }
+
+TEST_CASE("handover: a fault waits for an earlier owner still applying before its snapshot") {
+  privateNamespace();
+  UpAtEnd guard;
+  TempDir d;
+  FaultManager m(policy(), *Journal::open(d.path), 60s, 5s);
+  // A's window ends where B's starts, and B prepares (250 ms ahead) before A is applied. B's
+  // snapshot is slow (a switch that answers late): it must not read A's link-down.
+  m.setStepHook([&](std::string_view step, const std::string& id) {
+    if (id == "hand-b" && step == "snapshot")
+      (void)eventually([&] { return !adminUp("vethA") || m.get("hand-a")->at("state") == "ended"; }, 3s);
+  });
+  int64_t t0 = wallNs() + 400'000'000;
+  auto a = flap("hand-a", "30s", 200);
+  a.startNs = t0;
+  auto b = flap("hand-b", "100ms", 2000);
+  b.startNs = t0 + 200'000'000;
+  REQUIRE(m.schedule("ctl", a).ok());
+  REQUIRE(m.schedule("ctl", b).ok());
+  REQUIRE(eventually([&] { return m.get("hand-b")->at("state") == "ended"; }));
+  CHECK(m.get("hand-a")->at("end_reason") == "lifetime");
+  CHECK(m.get("hand-b")->at("end_reason") == "completed");
+  // B's snapshot came after A's revert, so B's revert left the link as it was before both.
+  CHECK(m.get("hand-b")->at("applied_ns").get<int64_t>() >= m.get("hand-a")->at("ended_ns").get<int64_t>());
+  CHECK(adminUp("vethA"));
+  CHECK(fs::is_empty(d.path + "/journal"));
+}
+
+TEST_CASE("the emergency button catches a schedule still in its journal fsync") {
+  privateNamespace();
+  UpAtEnd guard;
+  TempDir d;
+  auto j = Journal::open(d.path);
+  REQUIRE(j.ok());
+  // A stalled disk: add() returns only when the test lets it.
+  std::promise<void> inFsync, release;
+  auto released = release.get_future().share();
+  j->setAddHook([&, released](const std::string& id) {
+    if (id != "stalled") return;
+    inFsync.set_value();
+    released.wait();
+  });
+  FaultManager m(policy(), *j, 60s, 5s);
+  auto scheduled = std::async(std::launch::async, [&] { return m.schedule("ctl@principal", flap("stalled", "30s")); });
+  // Let the disk go on whatever happens (before `scheduled` is waited for at the end).
+  struct Release {
+    std::promise<void>& p;
+    bool done = false;
+    void now() {
+      if (!done) p.set_value();
+      done = true;
+    }
+    ~Release() { now(); }
+  } releaseGuard{release};
+  REQUIRE(inFsync.get_future().wait_for(10s) == std::future_status::ready);
+  std::promise<json> answer;
+  auto answered = answer.get_future();
+  std::string principal = "principal";
+  SECTION("revert_all of every controller (recover --all)") {
+    m.revertAll(nullptr, "reverted", [&](json recs) { answer.set_value(recs); });
+  }
+  SECTION("revert_all of the caller's certificate") {
+    m.revertAll(&principal, "reverted", [&](json recs) { answer.set_value(recs); });
+  }
+  SECTION("revert of its id") {
+    REQUIRE(m.revert("stalled", [&](json rec) { answer.set_value(json::array({rec})); }).ok());
+  }
+  releaseGuard.now();
+  auto r = scheduled.get();
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("reverted while it was being journaled; not applied"));
+  REQUIRE(answered.wait_for(5s) == std::future_status::ready);
+  json recs = answered.get();
+  REQUIRE(recs.size() == 1);
+  CHECK(recs[0]["fault"] == "stalled");
+  CHECK(recs[0]["end_reason"] == "reverted");
+  CHECK(recs[0]["applied_ns"] == 0);
+  // Never applied, nothing journaled, and the agent still takes faults.
+  std::this_thread::sleep_for(300ms);
+  CHECK(adminUp("vethA"));
+  CHECK(fs::is_empty(d.path + "/journal"));
+  CHECK(m.activeCount() == 0);
+  REQUIRE(m.schedule("ctl", flap("next", "100ms", 1000)).ok());
+  REQUIRE(eventually([&] { return m.get("next")->at("state") == "ended"; }));
+  CHECK(adminUp("vethA"));
+}

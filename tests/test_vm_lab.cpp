@@ -1375,6 +1375,82 @@ TEST_CASE("kill -9 of a guest's agent during a fault: the guest restarts it, the
   CHECK(seen);
 }
 
+// Runs SCRIPT in the guest of N (the lab's guest-run hook, looked at every 2 s) and returns its
+// output, ending with "status=N".
+std::string guestRun(const rc::lab::NodeRecord& n, const std::string& script) {
+  const std::string result = n.guestDir + "/guest-run.out";
+  fs::remove(result);
+  {
+    std::ofstream f(n.guestDir + "/guest-run.tmp");
+    f << script << "\n";
+  }
+  fs::rename(n.guestDir + "/guest-run.tmp", n.guestDir + "/guest-run");
+  bool done = eventually([&] { return fs::exists(result); }, 60s, 100ms);
+  INFO("guest script: " << script);
+  REQUIRE(done);
+  return readFile(result);
+}
+
+// tc-red on a real kernel: sch_red and fq are in the guests' 6.1 kernel. A tuned fq (a limit that
+// is not its default, its own handle) under the fault, the agent killed with -9 while RED is
+// the root: the restarted agent's replay must bring back fq exactly, as `tc -j qdisc show` prints
+// it. Before, the snapshot kept only the kind, and fq came back with the kernel's defaults.
+TEST_CASE("kill -9 of a guest's agent under a tc-red ecn_shift: the replay restores the tuned fq exactly",
+          "[tc-red]") {
+  auto& lab = sharedLab();
+  auto n3 = lab->node("n3");
+  REQUIRE(eventually([&] { return guestReport(n3, "agent_listening") == "yes"; }, 60s, 100ms));
+  // Whatever happens, data0 gets the kernel's default root back at the end.
+  struct Default {
+    const rc::lab::NodeRecord& n;
+    ~Default() {
+      std::ofstream(n.guestDir + "/guest-run") << "tc qdisc del dev data0 root\n";
+    }
+  } restoreDefault{n3};
+  std::string set = guestRun(n3, "modprobe sch_fq; modprobe sch_red; "
+                                 "tc qdisc replace dev data0 root fq limit 4321 flow_limit 77 && "
+                                 "tc -j qdisc show dev data0");
+  REQUIRE(set.find("status=0") != std::string::npos);
+  const std::string before = set.substr(0, set.find("status="));
+  INFO("before: " << before);
+  REQUIRE(before.find("\"kind\":\"fq\"") != std::string::npos);
+  REQUIRE(before.find("\"limit\":4321") != std::string::npos);
+  const size_t logBefore = readFile(n3.guestDir + "/agent.log").size();
+  const int restartsBefore = std::stoi(guestReport(n3, "agent_restarts"));
+  Proc ctl = spawnCli(cliDir(), {"inject", "ecn_shift", "--inventory", lab->inventory(), "--timeout", "30s", "--node",
+                                 "n3", "--set", "backend=tc-red", "--set", "kmin=100KiB", "--set", "kmax=400KiB",
+                                 "--for", "120s"});
+  struct StopCtl {
+    Proc& p;
+    ~StopCtl() {
+      if (p.pid > 0 && ::kill(p.pid, SIGKILL) == 0) ::waitpid(p.pid, nullptr, 0);
+    }
+  } stopCtl{ctl};
+  std::string during;
+  bool red = eventually([&] {
+    during = guestRun(n3, "tc -j qdisc show dev data0");
+    return during.find("\"kind\":\"red\"") != std::string::npos;
+  }, 60s, 500ms);
+  INFO("inject stderr: " << readFile(ctl.err) << "\nqdiscs: " << during);
+  REQUIRE(red);
+  {
+    std::ofstream f(n3.guestDir + "/signal-agent");
+    f << "KILL\n";
+  }
+  bool back = eventually([&] {
+    std::string r = guestReport(n3, "agent_restarts");
+    return !r.empty() && std::stoi(r) > restartsBefore && guestReport(n3, "agent_listening") == "yes";
+  }, 60s, 100ms);
+  std::string log = readFile(n3.guestDir + "/agent.log").substr(logBefore);
+  INFO("n3's agent.log since: " << log);
+  REQUIRE(back);
+  CHECK_THAT(log, Catch::Contains("reverted journaled fault") && Catch::Contains("ecn_shift"));
+  std::string after = guestRun(n3, "tc -j qdisc show dev data0");
+  after = after.substr(0, after.find("status="));
+  CHECK(after == before);
+  std::printf("n3's data0 after kill -9 under tc-red and the replay: %s", after.c_str());
+}
+
 TEST_CASE("lab down stops every guest and the switch and removes every file") {
   auto& lab = sharedLab();
   std::string dir = lab->dir();
