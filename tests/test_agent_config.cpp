@@ -56,6 +56,24 @@ TEST_CASE("the NIC counter interval is a bounded duration") {
   }
 }
 
+TEST_CASE("the data subnets incast may send to come from the config, checked") {
+  CHECK(parseConfig(kGood, "agent.toml")->dataSubnets.empty());  // the allowed interfaces' own
+  std::string text = kGood;
+  text.replace(text.find("allow_default_route = false"), 27,
+               "allow_default_route = false\ndata_subnets = [\"10.0.0.0/16\", \"192.168.100.0/24\"]");
+  auto c = parseConfig(text, "agent.toml");
+  REQUIRE(c.ok());
+  CHECK(c->dataSubnets == std::vector<std::string>{"10.0.0.0/16", "192.168.100.0/24"});
+  for (const char* bad : {"[\"10.0.0.0\"]", "[\"10.0.0.0/40\"]", "[\"data0\"]", "[1]", "\"10.0.0.0/8\""}) {
+    std::string t = kGood;
+    t.replace(t.find("allow_default_route = false"), 27, std::string("allow_default_route = false\ndata_subnets = ") + bad);
+    auto r = parseConfig(t, "agent.toml");
+    CAPTURE(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("agent.toml:") && Catch::Contains("data_subnets"));
+  }
+}
+
 TEST_CASE("bad configs name the place and the fix") {
   auto [from, to, fragment] = GENERATE(table<std::string, std::string, std::string>({
       {"lease_timeout = \"3s\"", "lease_timeout = \"3\"", "agent.toml:6:17: duration '3' needs a unit"},
