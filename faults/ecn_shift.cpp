@@ -56,13 +56,14 @@ std::string str(const json& p, const char* key) {
   return it != p.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-// A value for a command's argv must not be read as an option or carry anything but a name.
-bool safeWord(const std::string& v) {
-  if (v.empty() || v.size() > 64 || v.front() == '-') return false;
+// The port, the one value of a command's argv that comes from the controller: a plain name
+// (Ethernet0, Ethernet1.2, Po1:3), never an option and never a path: a template may well use
+// it in one (/sys/class/net/{port}/..., a state file), so no '/' and no "..".
+bool safePort(const std::string& v) {
+  if (v.empty() || v.size() > 64 || v.front() == '-' || v.front() == '.' || v.find("..") != std::string::npos)
+    return false;
   for (char c : v)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != ':' &&
-        c != '/' && c != '-')
-      return false;
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != ':' && c != '-') return false;
   return true;
 }
 
@@ -115,6 +116,7 @@ Result<std::string> runArgv(const std::vector<std::string>& argv) {
   if (pid == 0) {
     ::dup2(outW.get(), 1);
     ::dup2(errW.get(), 2);
+    closeDescriptorsAbove2();
     ::execv(args[0], args.data());
     ::_exit(127);
   }
@@ -196,7 +198,7 @@ Result<void> restore(const json& snap, const Policy& policy) {
     auto t = findTemplate(policy, str(snap, "command"));
     if (!t) return t.error();
     const json& values = snap.at("values");
-    if (!safeWord(values.at("port").get<std::string>()))
+    if (!safePort(values.at("port").get<std::string>()))
       return makeError("ecn_shift journal snapshot has an invalid port");
     auto r = runArgv(expand((*t)->revert, values, snap.at("output").get<std::string>()));
     if (!r) return r.error();
@@ -376,9 +378,10 @@ const FaultKind kind_ecn_shift{
         auto t = findTemplate(policy, p.command);
         if (!t) return t.error();
         p.tmpl = **t;
-        if (!safeWord(p.port))
-          return makeError("ecn_shift command: 'port' must be 1-64 characters of A-Z a-z 0-9 . _ : / - "
-                           "and not start with '-'");
+        if (!safePort(p.port))
+          return makeError("ecn_shift command: 'port' = '" + p.port.substr(0, 64) +
+                           "' must be 1-64 characters of A-Z a-z 0-9 . _ : - that do not start with '-' or '.' "
+                           "and hold no '..' (a switch port name, never a path)");
         p.interface = policy.defaultInterface;
       } else {
         return makeError("ecn_shift: backend '" + p.backend + "' is not labswitch, tc-red or command");
