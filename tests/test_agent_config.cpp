@@ -89,7 +89,7 @@ TEST_CASE("bad configs name the place and the fix") {
       {"[agent]", "[agent", "agent.toml:2"},
       {"lease_timeout = \"3s\"", "max_workload_memory = \"lots\"", "agent.toml:6:23: 'max_workload_memory' must be a size"},
       {"lease_timeout = \"3s\"", "max_workload_memory = \"1KiB\"", "at least 1MiB"},
-      {"lease_timeout = \"3s\"", "metrics = \"9465\"", "agent.toml:6:11: [agent] metrics address '9465': no port"},
+      {"lease_timeout = \"3s\"", "metrics = \"94650\"", "agent.toml:6:11: [agent] metrics address '94650': '94650' is not a port"},
       {"lease_timeout = \"3s\"", "metrics = \"::1:9465\"", "an IPv6 address goes in brackets"},
       {"lease_timeout = \"3s\"", "metrics = \"host:9465\"", "'host' is not an IPv4 literal"},
       {"lease_timeout = \"3s\"", "metrics = \"127.0.0.1:70000\"", "'70000' is not a port"},
@@ -113,6 +113,12 @@ TEST_CASE("the Prometheus address is off unless configured, and kept as written"
   auto on = parseConfig(text, "agent.toml");
   REQUIRE(on.ok());
   CHECK(on->metrics == "[::1]:9465");
+  // A bare port is accepted (the exporter serves it on 127.0.0.1; test_metrics).
+  text = kGood;
+  text.replace(text.find("lease_timeout"), 0, "metrics = \"9465\"\n");
+  auto bare = parseConfig(text, "agent.toml");
+  REQUIRE(bare.ok());
+  CHECK(bare->metrics == "9465");
 }
 
 TEST_CASE("a missing config file is named") {
