@@ -57,8 +57,8 @@ Result<void> acceptable(const fs::path& dir, const std::string& shown, bool forc
     if (!isReportFile(n)) other.push_back(n);
   if (!other.empty())
     return makeError("the report directory " + inQuotes(shown) + " holds " + listed(other) +
-                         ", which is not a report of a run: --force replaces only result.json, report.html and "
-                         "junit.xml; choose another --report-dir",
+                         ", which is not a report of a run: --force replaces only result.json, report.html, "
+                         "junit.xml, compare.json and compare-junit.xml; choose another --report-dir",
                      ENOTEMPTY);
   return {};
 }

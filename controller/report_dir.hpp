@@ -13,8 +13,10 @@
 
 namespace rc::controller {
 
-// The files a run writes; the only ones --force replaces.
-inline constexpr const char* kReportFiles[] = {"result.json", "report.html", "junit.xml"};
+// The files a run writes (compare.json and compare-junit.xml with --baseline); the only ones
+// --force replaces.
+inline constexpr const char* kReportFiles[] = {"result.json", "report.html", "junit.xml", "compare.json",
+                                               "compare-junit.xml"};
 
 struct ReportDir {
   std::string path;    // where the reports end up, as the user wrote it (or the default)

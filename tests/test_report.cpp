@@ -336,6 +336,7 @@ TEST_CASE("a report directory that holds anything is refused before the run, unl
   fs::remove(out + "/notes.txt");
   std::ofstream(out + "/result.json") << "{\"old\": 1}";
   std::ofstream(out + "/junit.xml") << "<old/>";
+  std::ofstream(out + "/compare.json") << "{}";  // run --baseline's, beside them
   REQUIRE_FALSE(prepareReportDir(out, "pb", false, 0));
   auto dir = prepareReportDir(out, "pb", true, 0);
   REQUIRE(dir);
