@@ -61,6 +61,7 @@ faults::Policy configuredPolicy(const Config& c) {
   p.labswitchSocket = c.labswitchSocket;
   p.labswitchPort = c.labswitchPort;
   p.ecnCommands = c.ecnCommands;
+  p.dataSubnets = c.dataSubnets;
   return p;
 }
 

@@ -238,12 +238,25 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
   c.tls.keyFile = r.str(t, "key", "tls", true);
   const auto& i = section("interfaces");
   r.checkKeys(i, "interfaces", {"data", "allow", "protected", "allow_default_route",
-                                 "counter_interval"});
+                                 "counter_interval", "data_subnets"});
   c.counterInterval = r.dur(i, "counter_interval", c.counterInterval,
                             std::chrono::milliseconds(50), std::chrono::minutes(1));
   c.dataInterfaces = r.strList(i, "data", "interfaces");
   c.allowInterfaces = r.strList(i, "allow", "interfaces");
   c.protectedInterfaces = r.strList(i, "protected", "interfaces");
+  if (auto* n = i.get("data_subnets")) {
+    auto* arr = n->as_array();
+    if (!arr || arr->size() > 256) r.fail(at(src, n->source()), "'data_subnets' must be a list of at most 256 IPv4 prefixes, e.g. [\"10.0.0.0/16\"]");
+    for (size_t k = 0; arr && k < arr->size() && k < 256; k++) {
+      auto& e = (*arr)[k];
+      auto p = e.is_string() ? faults::parseIpv4Prefix(e.as_string()->get())
+                             : Result<faults::Ipv4Prefix>(makeError("an entry is not a string"));
+      if (!p)
+        r.fail(at(src, e.source()), "[interfaces] data_subnets: " + p.error().message);
+      else
+        c.dataSubnets.push_back(e.as_string()->get());
+    }
+  }
   if (auto* n = i.get("allow_default_route")) {
     if (!n->is_boolean())
       r.fail(at(src, n->source()), "'allow_default_route' must be true or false");

@@ -23,6 +23,8 @@ struct Config {
   tls::Material tls;
   std::vector<std::string> dataInterfaces;  // first is the default fault target
   std::vector<std::string> allowInterfaces;
+  // [interfaces] data_subnets: IPv4 prefixes incast may send to (empty: the allowed interfaces' subnets)
+  std::vector<std::string> dataSubnets;
   std::vector<std::string> protectedInterfaces;
   bool allowDefaultRoute = false;
   // How often the data interfaces' NIC and RDMA counters go into the workload telemetry

@@ -1,6 +1,7 @@
-// Move-only owner of a file descriptor.
+// Move-only owner of a file descriptor, and the descriptor hygiene of a child before exec.
 #pragma once
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <utility>
@@ -31,5 +32,16 @@ class UniqueFD {
  private:
   int fd_ = -1;
 };
+
+// In a forked child, right before exec: closes every descriptor above 2, so that a command the
+// agent runs holds none of its sockets (TLS sessions, listeners, netlink), whether or not they
+// were opened with CLOEXEC (Boost.Asio's accepted sockets are not). Async-signal-safe.
+inline void closeDescriptorsAbove2() {
+  if (::close_range(3, ~0u, 0) == 0) return;
+  // Kernels before 5.9: each one up to the limit.
+  rlimit lim{};
+  int max = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < 1u << 20 ? int(lim.rlim_cur) : 1 << 20;
+  for (int fd = 3; fd < max; fd++) ::close(fd);
+}
 
 }  // namespace rc

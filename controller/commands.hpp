@@ -89,7 +89,8 @@ int cmdValidate(const std::vector<std::string>& playbooks, const std::string& in
 struct RunOptions {
   std::string playbook;
   std::string inventory;
-  std::string reportDir;
+  std::string reportDir;  // empty: a new rdmachaos-results/PLAYBOOK-STAMP
+  bool force = false;     // a non-empty reportDir may hold a previous run's reports, replaced
   bool dryRun = false;
   std::string metrics;  // ADDR:PORT: serve the live run to Prometheus (empty: off)
   std::string timeout = "5s";  // one deadline to connect to every agent; each request's bound

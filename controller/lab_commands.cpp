@@ -149,6 +149,7 @@ int cmdDemo(const std::string& dir, int nodes, bool softRoce) {
       r.playbook = playbook;
       r.inventory = *inv;
       r.reportDir = dir + "/report";
+      r.force = true;  // the demo's own directory: the previous demo's reports are replaced
       // TCG guests answer in milliseconds when idle, but in seconds while a busy guest opens its
       // RDMA device for the job: a bound that fits the lab, not a cluster's 5 s.
       if (softRoce) r.timeout = "30s";

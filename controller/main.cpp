@@ -135,9 +135,12 @@ int main(int argc, char** argv) {
   cRun->footer(metricsHelp());
   cRun->add_option("playbook", run.playbook, "playbook TOML")->required();
   cRun->add_option("--inventory", run.inventory, "inventory TOML")->required();
-  cRun->add_option("--report-dir", run.reportDir, "where result.json, report.html and junit.xml go");
+  cRun->add_option("--report-dir", run.reportDir,
+                   "where result.json, report.html and junit.xml go (an empty or new directory; default: a new "
+                   "one under rdmachaos-results/)");
+  cRun->add_flag("--force", run.force, "replace a previous run's reports in a non-empty --report-dir");
   cRun->add_flag("--dry-run", run.dryRun, "print who gets which fault when, and run nothing");
-  cRun->add_option("--metrics", run.metrics, "serve the live run to Prometheus on ADDR:PORT (e.g. 127.0.0.1:9464)");
+  cRun->add_option("--metrics", run.metrics, "serve the live run to Prometheus on ADDR:PORT, or PORT for 127.0.0.1:PORT (plain HTTP: beyond this host, a warning)");
   cRun->add_option("--baseline", run.baseline,
                    "compare the run with this golden baseline (baseline merge) or result.json at its end; a "
                    "failed comparison fails the run (docs/acceptance.md)");

@@ -1,5 +1,4 @@
 // The playbook subcommands: validate, run (live or --dry-run), report.
-#include <sys/stat.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -17,6 +16,7 @@
 #include "controller/inventory.hpp"
 #include "controller/playbook.hpp"
 #include "controller/report.hpp"
+#include "controller/report_dir.hpp"
 #include "metrics/exporter.hpp"
 
 namespace rc::controller {
@@ -97,6 +97,8 @@ int cmdRun(const RunOptions& o) {
   auto timeout = parseDuration(o.timeout);
   if (!timeout || timeout->count() <= 0)
     return fail("--timeout '" + o.timeout + "': " + (timeout ? std::string("must be positive") : timeout.error().message));
+  // Refused before anything runs or is written: a run never mixes its reports with another's.
+  if (auto ok = checkReportDir(o.reportDir, o.force); !ok) return fail(ok.error().message);
   if (o.dryRun) {
     std::printf("%s", formatPlan(*pb, *plan).c_str());
     return kExitOk;
@@ -118,20 +120,9 @@ int cmdRun(const RunOptions& o) {
     std::fprintf(stderr, "serving the live run's metrics for Prometheus on port %u (%s, path /metrics)\n",
                  unsigned(exporter->port()), o.metrics.c_str());
   }
-  std::string dir = o.reportDir;
-  if (dir.empty()) {
-    char stamp[32];
-    time_t now = time(nullptr);
-    tm t{};
-    localtime_r(&now, &t);
-    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &t);
-    dir = "rdmachaos-results/" + pb->name + "-" + stamp;
-  }
-  for (size_t i = 1; i <= dir.size(); i++)
-    if (i == dir.size() || dir[i] == '/') ::mkdir(dir.substr(0, i).c_str(), 0755);
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    return fail("cannot create the report directory '" + dir + "'");
+  auto reports = prepareReportDir(o.reportDir, pb->name, o.force, time(nullptr));
+  if (!reports) return fail(reports.error().message);
+  const std::string& dir = reports->path;
 
   std::fprintf(stderr, "running '%s': %zu trial(s), %.1fs, workload %s on %zu node(s); reports in %s\n",
                pb->name.c_str(), plan->trials.size(), plan->durationNs / 1e9,
@@ -156,10 +147,11 @@ int cmdRun(const RunOptions& o) {
   json doc = makeResultDocument(result, *pb, scores);
   const std::string resultPath = dir + "/result.json", htmlPath = dir + "/report.html",
                     junitPath = dir + "/junit.xml";
-  for (auto [path, content] : {std::pair{resultPath, doc.dump(2) + "\n"},
-                               std::pair{htmlPath, renderHtml(doc)},
-                               std::pair{junitPath, renderJunit(doc)}})
-    if (auto w = writeFileAtomic(path, content); !w) return fail(w.error().message);
+  if (auto w = publishReports(*reports, {{"result.json", doc.dump(2) + "\n"},
+                                         {"report.html", renderHtml(doc)},
+                                         {"junit.xml", renderJunit(doc)}});
+      !w)
+    return fail(w.error().message);
   std::printf("%s", renderText(doc).c_str());
   std::printf("\nreport: %s\nresult: %s\njunit:  %s\n", htmlPath.c_str(), resultPath.c_str(),
               junitPath.c_str());

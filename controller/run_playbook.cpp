@@ -7,6 +7,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -76,6 +78,31 @@ NicPoint nicHighlights(const std::map<std::string, uint64_t>& values) {
     else if (name == "rdma.rp_cnp_handled") p.cnpHandled += v;
   }
   return p;
+}
+
+std::vector<std::pair<std::string, uint64_t>> exportedCounters(const std::map<std::string, uint64_t>& counters,
+                                                               size_t cap, size_t& dropped) {
+  // Rank: 0 workload, 1 RDMA port, 2 interface statistics, 3 ethtool, 4 ethtool per queue.
+  auto rank = [](const std::string& name) {
+    if (name.rfind("workload_", 0) == 0) return 0;
+    if (name.rfind("rdma.", 0) == 0) return 1;
+    if (name.rfind("net.", 0) == 0) return 2;
+    // A per-queue name: letters, digits, '_' (rx12_packets), possibly behind an interface prefix.
+    size_t start = name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1;
+    size_t i = start;
+    while (i < name.size() && std::isalpha(static_cast<unsigned char>(name[i]))) i++;
+    size_t digits = i;
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) i++;
+    return i > digits && i > start && i < name.size() && name[i] == '_' ? 4 : 3;
+  };
+  std::vector<std::pair<int, const std::pair<const std::string, uint64_t>*>> order;
+  order.reserve(counters.size());
+  for (const auto& c : counters) order.push_back({rank(c.first), &c});
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (size_t i = 0; i < order.size() && i < cap; i++) out.push_back(*order[i].second);
+  dropped = counters.size() - out.size();
+  return out;
 }
 
 std::vector<Bin> rebin(const std::vector<std::pair<int64_t, double>>& samples, int64_t sampleNs,
@@ -472,14 +499,26 @@ class PlanRun {
       m.set("rdmachaos_run_phase", "1 for the phase running", {{"trial", label}, {"phase", phase}}, 1);
       m.retain("rdmachaos_run_phase", {{{"trial", label}, {"phase", phase}}});
       m.set("rdmachaos_job_throughput_bits_per_second", "the job's throughput over the last second", jobBytes * 8);
-      std::vector<std::map<std::string, std::string>> faults;
+      std::vector<std::map<std::string, std::string>> faults, counterSeries;
       for (const auto& [node, bytes] : nodeBytes) {
         m.set("rdmachaos_node_throughput_bits_per_second", "a node's workload throughput over the last second",
               {{"node", node}}, bytes * 8);
-        for (const auto& [name, v] : countersNow(node))
-          m.set("rdmachaos_node_counter", "a node's workload and NIC counters as last reported",
-                {{"node", node}, {"counter", name}}, double(v));
+        size_t dropped = 0;
+        for (const auto& [name, v] : exportedCounters(countersNow(node), kMaxCounterSeriesPerNode, dropped)) {
+          counterSeries.push_back({{"node", node}, {"counter", name}});
+          m.set("rdmachaos_node_counter", "a node's workload and NIC counters as last reported", counterSeries.back(),
+                double(v));
+        }
+        m.set("rdmachaos_node_counter_series_dropped",
+              "a node's counters not exported, over the cap of series per node (the result has them all)",
+              {{"node", node}}, double(dropped));
+        if (dropped && cappedNodes_.insert(node).second)
+          log::warn("{}: {} of its counters are not served to Prometheus (at most {} series per node); "
+                    "result.json has every one",
+                    node, dropped, kMaxCounterSeriesPerNode);
       }
+      // A counter that fell out of a node's kept set goes, so a node never holds more than the cap.
+      m.retain("rdmachaos_node_counter", counterSeries);
       m.set("rdmachaos_faults_active", "faults applied and not yet reverted", double(activeFaults.size()));
       for (const auto* fr : activeFaults) {
         faults.push_back({{"step", fr->step}, {"node", fr->node}, {"kind", fr->kind}});
@@ -605,6 +644,7 @@ class PlanRun {
   std::map<int, double> baselines_;
   std::set<int> before_, after_;
   int64_t lastProgress_ = -1;
+  std::set<std::string> cappedNodes_;  // nodes whose counters were capped (warned once)
 };
 
 }  // namespace

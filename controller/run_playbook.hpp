@@ -6,6 +6,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "controller/inventory.hpp"
 #include "controller/playbook.hpp"
@@ -33,6 +38,17 @@ boost::asio::awaitable<RunResult> executePlan(boost::asio::io_context& io,
                                               const Inventory& inventory,
                                               boost::asio::ssl::context& tls,
                                               RunnerOptions options);
+
+// `run --metrics` exports at most this many rdmachaos_node_counter series per node: an mlx5
+// port's ethtool statistics alone are thousands (a few dozen per queue), and a fleet's
+// Prometheus would hold every one of them for every node.
+inline constexpr size_t kMaxCounterSeriesPerNode = 512;
+
+// The counters of one node that become series: at most CAP, the workload's first, then the RDMA
+// port's (rdma.*), the interface's statistics (net.*), ethtool's by name, and per-queue ones
+// (rx3_bytes, tx12_packets, ch5_events) last. DROPPED gets how many were left out.
+std::vector<std::pair<std::string, uint64_t>> exportedCounters(const std::map<std::string, uint64_t>& counters,
+                                                               size_t cap, size_t& dropped);
 
 // Re-bins samples of any alignment onto bins of BIN_NS at k x BIN_NS from ORIGIN up to
 // ORIGIN + END_NS (so END_NS is relative, like the returned bins' times), splitting

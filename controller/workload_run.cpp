@@ -50,7 +50,18 @@ struct WorkloadRun::Impl {
                                  uint64_t(it.rxBytes), it.ok});
       ns.counters = t->counters;
       if (t->nic) {
-        for (const auto& [name, v] : t->nic->values) ns.nic[name] = v;
+        // At most as many names per node as one message may carry: an agent that sends new names
+        // in every message would otherwise grow this map (and the run's series) without end.
+        size_t before = ns.nicDropped;
+        for (const auto& [name, v] : t->nic->values) {
+          if (ns.nic.size() < proto::kMaxNicCounters || ns.nic.count(name))
+            ns.nic[name] = v;
+          else
+            ns.nicDropped++;
+        }
+        if (before == 0 && ns.nicDropped)
+          log::warn("{}: more than {} distinct NIC counter names; the new ones are ignored", ns.node,
+                    proto::kMaxNicCounters);
         ns.nicSamples.emplace_back(t->nic->tNs - off, t->nic->values);
       }
     } else if (type == "workload_ended") {

@@ -62,7 +62,8 @@ struct NodeSeries {
   proto::TelemetryCounters counters;
   // The node's NIC and RDMA counters (counters/nic_counters.hpp), latest values; and when each
   // sample was taken (controller clock).
-  std::map<std::string, uint64_t> nic;
+  std::map<std::string, uint64_t> nic;  // at most proto::kMaxNicCounters names
+  size_t nicDropped = 0;                 // values of names beyond that bound, ignored
   std::vector<std::pair<int64_t, std::map<std::string, uint64_t>>> nicSamples;  // what changed
   bool ended = false;
   std::string endReason, error;

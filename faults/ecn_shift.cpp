@@ -85,12 +85,16 @@ std::vector<tcred::Qdisc> qdiscsFrom(const json& j) {
   return out;
 }
 
-// A value for a command's argv must not be read as an option or carry anything but a name.
-bool safeWord(const std::string& v) {
-  if (v.empty() || v.size() > 64 || v.front() == '-') return false;
+// The port, the one value of a command's argv that comes from the controller: a switch's port
+// name (Ethernet0, Ethernet1/1, Ethernet1.2, Po1:3), never an option and never a way out of a
+// path a template may put it in (/sys/class/net/{port}/..., a state file): no leading '/', '-'
+// or '.', no "..", and only these characters.
+bool safePort(const std::string& v) {
+  if (v.empty() || v.size() > 64 || v.front() == '-' || v.front() == '.' || v.front() == '/' ||
+      v.find("..") != std::string::npos || v.find("//") != std::string::npos || v.back() == '/')
+    return false;
   for (char c : v)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != ':' &&
-        c != '/' && c != '-')
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != ':' && c != '-' && c != '/')
       return false;
   return true;
 }
@@ -144,6 +148,7 @@ Result<std::string> runArgv(const std::vector<std::string>& argv) {
   if (pid == 0) {
     ::dup2(outW.get(), 1);
     ::dup2(errW.get(), 2);
+    closeDescriptorsAbove2();
     ::execv(args[0], args.data());
     ::_exit(127);
   }
@@ -237,7 +242,7 @@ Result<void> restore(const json& snap, const Policy& policy) {
     auto t = findTemplate(policy, str(snap, "command"));
     if (!t) return t.error();
     const json& values = snap.at("values");
-    if (!safeWord(values.at("port").get<std::string>()))
+    if (!safePort(values.at("port").get<std::string>()))
       return makeError("ecn_shift journal snapshot has an invalid port");
     auto r = runArgv(expand((*t)->revert, values, snap.at("output").get<std::string>()));
     if (!r) return r.error();
@@ -417,9 +422,11 @@ const FaultKind kind_ecn_shift{
         auto t = findTemplate(policy, p.command);
         if (!t) return t.error();
         p.tmpl = **t;
-        if (!safeWord(p.port))
-          return makeError("ecn_shift command: 'port' must be 1-64 characters of A-Z a-z 0-9 . _ : / - "
-                           "and not start with '-'");
+        if (!safePort(p.port))
+          return makeError("ecn_shift command: 'port' = '" + p.port.substr(0, 64) +
+                           "' must be 1-64 characters of A-Z a-z 0-9 . _ : - / that do not start with '-', '.' "
+                           "or '/', do not end with '/', and hold no '..' or '//' (a switch port name such as "
+                           "Ethernet1/1, never a path)");
         p.interface = policy.defaultInterface;
       } else {
         return makeError("ecn_shift: backend '" + p.backend + "' is not labswitch, tc-red or command");

@@ -47,10 +47,29 @@ struct Policy {
   std::string labswitchSocket;  // the lab switch control socket faults may use; empty = none
   std::string labswitchPort;    // the lab switch port facing this host (a default for faults)
   std::map<std::string, CommandTemplate> ecnCommands;  // by name; empty = command backend off
+  // IPv4 prefixes ("10.0.0.0/16") that traffic faults (incast) may send to ([interfaces]
+  // data_subnets); empty = the subnets of the allowlisted interfaces' own addresses.
+  std::vector<std::string> dataSubnets;
 };
 
 // Refuses an interface that is protected or not allowlisted, naming the fix.
 Result<void> checkInterface(const Policy& policy, const std::string& name);
+
+// An IPv4 prefix "A.B.C.D/LEN" (host byte order); errors name the value.
+struct Ipv4Prefix {
+  uint32_t address = 0;
+  int length = 0;
+  bool contains(uint32_t hostOrder) const {
+    uint32_t mask = length == 0 ? 0 : ~uint32_t(0) << (32 - length);
+    return (hostOrder & mask) == (address & mask);
+  }
+};
+Result<Ipv4Prefix> parseIpv4Prefix(const std::string& text);
+
+// Refuses an IPv4 ADDRESS (dotted quad) outside the agent's data subnets (Policy::dataSubnets,
+// or the subnets of the allowlisted interfaces' addresses), naming them and the fix: a
+// certified controller may not aim traffic at hosts beyond the data fabric.
+Result<void> checkDataAddress(const Policy& policy, const std::string& address);
 
 // One thing a fault observed or did, with the time it happened (wall clock, ns).
 struct Event {

@@ -693,6 +693,10 @@ const FaultKind kind_incast{
         return makeError("incast: the path to " + p.receiver + " leaves through " + p.interface + ": " +
                          ok.error().message,
                          EPERM);
+      // Only hosts of the data fabric: a certified controller must not be able to point a flood
+      // of flows at any address this node can route to (a storage array, a gateway, the internet).
+      if (auto ok = checkDataAddress(policy, p.receiver); !ok)
+        return makeError("incast: receiver " + ok.error().message, ok.error().code);
       // "auto" that reached an agent (the controller decides it for the whole step from the
       // agents' capabilities): this node's own device decides.
 #if RDMACHAOS_HAVE_VERBS_TRANSPORT

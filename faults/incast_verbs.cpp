@@ -321,12 +321,19 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
     retire(f);
   };
   std::vector<pollfd> pfds;
+  // Out of descriptors: the listener stays readable, so it is left out of the poll for a while
+  // instead of spinning on accept at full speed (as the TCP sink does, faults/incast.cpp).
+  size_t starved = 0;
+  Clock::time_point listenAgain{};
   while (!stop.stop_requested() && Clock::now() < end) {
+    const bool listen = Clock::now() >= listenAgain;
     pfds.clear();
     pfds.push_back({wakeFd, POLLIN, 0});
-    pfds.push_back({listener.get(), POLLIN, 0});
+    pfds.push_back({listen ? listener.get() : -1, POLLIN, 0});
     for (auto& f : flows) pfds.push_back({f->ctl.get(), POLLIN, 0});
-    int n = ::poll(pfds.data(), pfds.size(), std::min(msUntil(end), 200));
+    int wait = std::min(msUntil(end), 200);
+    if (!listen) wait = std::min(wait, msUntil(listenAgain));
+    int n = ::poll(pfds.data(), pfds.size(), wait);
     if (n < 0) {
       if (errno == EINTR) continue;
       return sysError("incast (verbs) sink: poll", errno);
@@ -336,7 +343,13 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
         sockaddr_in peer{};
         socklen_t len = sizeof peer;
         UniqueFD conn(::accept4(listener.get(), reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC));
-        if (!conn.isValid()) break;
+        if (!conn.isValid()) {
+          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            starved++;
+            listenAgain = Clock::now() + std::chrono::milliseconds(100);
+          }
+          break;
+        }
         if (!o.from.empty() && std::none_of(o.from.begin(), o.from.end(),
                                             [&](in_addr a) { return a.s_addr == peer.sin_addr.s_addr; })) {
           strangers++;
@@ -447,6 +460,7 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
   add(strangers, "not from a sender");
   add(extra, "more than fan_in");
   add(bad, "no valid verbs set-up");
+  add(starved, "out of descriptors");
   if (!why.empty()) why += ")";
   events.add(Event{wallNs(), "received",
                    std::to_string(bytes) + " B (" + formatSize(bytes) + ") by RDMA WRITE on " +

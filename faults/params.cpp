@@ -1,5 +1,10 @@
-// Parameter normalisation shared by every fault kind, and the interface policy check.
+// Parameter normalisation shared by every fault kind, and the interface and address policy checks.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 
 #include "common/units.hpp"
@@ -76,6 +81,66 @@ Result<void> checkInterface(const Policy& policy, const std::string& name) {
                      "]; add it to 'allow_interfaces' in the agent config to permit faults");
   }
   return {};
+}
+
+Result<Ipv4Prefix> parseIpv4Prefix(const std::string& text) {
+  auto bad = [&] {
+    return makeError("'" + text + "' is not an IPv4 prefix such as \"10.0.0.0/16\"", EINVAL);
+  };
+  auto slash = text.find('/');
+  if (slash == std::string::npos || slash + 1 >= text.size() || text.size() - slash > 3) return bad();
+  in_addr a{};
+  if (::inet_pton(AF_INET, text.substr(0, slash).c_str(), &a) != 1) return bad();
+  int len = 0;
+  for (char c : text.substr(slash + 1)) {
+    if (c < '0' || c > '9') return bad();
+    len = len * 10 + (c - '0');
+  }
+  if (len > 32) return bad();
+  return Ipv4Prefix{ntohl(a.s_addr), len};
+}
+
+Result<void> checkDataAddress(const Policy& policy, const std::string& address) {
+  in_addr a{};
+  if (::inet_pton(AF_INET, address.c_str(), &a) != 1)
+    return makeError("'" + address + "' is not an IPv4 address", EINVAL);
+  std::vector<Ipv4Prefix> subnets;
+  std::string shown;
+  auto add = [&](Ipv4Prefix p, const std::string& text) {
+    subnets.push_back(p);
+    shown += (shown.empty() ? "" : ", ") + text;
+  };
+  if (!policy.dataSubnets.empty()) {
+    for (const auto& s : policy.dataSubnets)
+      if (auto p = parseIpv4Prefix(s)) add(*p, s);
+  } else {
+    // What the kernel holds now: an address moved or added since the agent started counts.
+    ifaddrs* list = nullptr;
+    if (::getifaddrs(&list) == 0) {
+      for (auto* i = list; i; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !i->ifa_netmask) continue;
+        if (std::find(policy.allowlist.begin(), policy.allowlist.end(), i->ifa_name) == policy.allowlist.end() ||
+            std::find(policy.protectedInterfaces.begin(), policy.protectedInterfaces.end(), i->ifa_name) !=
+                policy.protectedInterfaces.end())
+          continue;
+        uint32_t addr = ntohl(reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+        uint32_t mask = ntohl(reinterpret_cast<const sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr);
+        int len = __builtin_popcount(mask);
+        in_addr net{htonl(addr & mask)};
+        char text[INET_ADDRSTRLEN];
+        ::inet_ntop(AF_INET, &net, text, sizeof text);
+        add(Ipv4Prefix{addr & mask, len}, std::string(text) + "/" + std::to_string(len) + " (" + i->ifa_name + ")");
+      }
+      ::freeifaddrs(list);
+    }
+  }
+  for (const auto& p : subnets)
+    if (p.contains(ntohl(a.s_addr))) return {};
+  return makeError("'" + address + "' is outside this agent's data subnets (" +
+                       (shown.empty() ? std::string("none: no allowed interface has an IPv4 address") : shown) +
+                       "); faults send traffic only to the data fabric. To allow more, list the fabric's "
+                       "subnets in the agent config: [interfaces] data_subnets = [\"10.0.0.0/16\"]",
+                   EPERM);
 }
 
 Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>& specs,

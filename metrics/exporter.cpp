@@ -10,6 +10,8 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
+#include "common/log.hpp"
+
 namespace rc::metrics {
 
 Result<Endpoint> parseEndpoint(const std::string& text) {
@@ -19,7 +21,10 @@ Result<Endpoint> parseEndpoint(const std::string& text) {
   };
   Endpoint e;
   std::string portText;
-  if (!text.empty() && text.front() == '[') {
+  if (!text.empty() && text.size() <= 5 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    e.address = "127.0.0.1";
+    portText = text;
+  } else if (!text.empty() && text.front() == '[') {
     auto close = text.find(']');
     if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':')
       return bad("an IPv6 address goes in brackets, followed by :PORT");
@@ -42,6 +47,24 @@ Result<Endpoint> parseEndpoint(const std::string& text) {
     return bad("'" + portText + "' is not a port (0-65535)");
   e.port = uint16_t(port);
   return e;
+}
+
+bool Endpoint::loopback() const {
+  if (ipv6) {
+    in6_addr a{};
+    return ::inet_pton(AF_INET6, address.c_str(), &a) == 1 && IN6_IS_ADDR_LOOPBACK(&a);
+  }
+  in_addr a{};
+  return ::inet_pton(AF_INET, address.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+std::string exposureWarning(const Endpoint& endpoint) {
+  if (endpoint.loopback()) return "";
+  std::string where = endpoint.ipv6 ? "[" + endpoint.address + "]" : endpoint.address;
+  return "metrics on " + where + ":" + std::to_string(endpoint.port) +
+         " are served beyond this host in plain HTTP, without TLS or authentication: whoever reaches that "
+         "address reads them. Bind the management network only (firewalled to Prometheus), or 127.0.0.1 "
+         "(a bare port) behind a TLS proxy";
 }
 
 namespace {
@@ -83,6 +106,7 @@ Result<std::unique_ptr<Exporter>> Exporter::start(const std::string& endpoint) {
                      " (is the port in use, or the address not on this host?)");
   }
   impl->exposer->RegisterCollectable(impl->registry);
+  if (auto w = exposureWarning(*ep); !w.empty()) log::warn("{}", w);
   return std::unique_ptr<Exporter>(new Exporter(std::move(impl)));
 }
 

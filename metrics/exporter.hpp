@@ -13,20 +13,27 @@
 
 namespace rc::metrics {
 
-// "ADDR:PORT", with an IPv4 or bracketed IPv6 literal ("127.0.0.1:9464", "[::1]:9464"); port
-// 0 picks a free one. Errors name the value and the fix.
+// "ADDR:PORT", with an IPv4 or bracketed IPv6 literal ("127.0.0.1:9464", "[::1]:9464"), or a
+// bare "PORT", which is loopback (127.0.0.1): serving beyond the host is always spelled out.
+// Port 0 picks a free one. Errors name the value and the fix.
 struct Endpoint {
   std::string address;  // without brackets
   uint16_t port = 0;
   bool ipv6 = false;
+  bool loopback() const;  // 127.0.0.0/8 or ::1
 };
 Result<Endpoint> parseEndpoint(const std::string& text);
+
+// What to tell the operator about serving on ENDPOINT ("" for loopback): the endpoints are plain
+// HTTP, without TLS or authentication, so anyone who reaches one reads the fleet's state.
+std::string exposureWarning(const Endpoint& endpoint);
 
 
 // One HTTP listener serving /metrics from one registry.
 class Exporter {
  public:
-  // Binds ENDPOINT and starts serving (prometheus-cpp's server threads, 1 of them).
+  // Binds ENDPOINT and starts serving (prometheus-cpp's server threads, 1 of them); logs the
+  // exposure warning once when ENDPOINT is not loopback.
   static Result<std::unique_ptr<Exporter>> start(const std::string& endpoint);
   ~Exporter();
   Exporter(const Exporter&) = delete;

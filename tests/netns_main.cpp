@@ -1,5 +1,6 @@
 // Catch2 main for the netns suite: exits 77 (meson's skip) with a reason when this process
-// cannot create network namespaces, so unprivileged machines skip instead of failing.
+// cannot create network namespaces, so unprivileged machines skip instead of failing; and
+// also when a case skipped with RC_SKIP and nothing failed (skip.hpp).
 #define CATCH_CONFIG_RUNNER
 #include <sched.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 #include <cstdio>
 
 #include "failure_recap.hpp"
+#include "skip.hpp"
 
 namespace {
 // Tries to create a network namespace in a throwaway child, so this process is untouched.
@@ -35,5 +37,5 @@ int main(int argc, char* argv[]) {
     std::printf("SKIP: iproute2 ('ip') is not installed; run scripts/install-deps\n");
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return rctest::exitStatus(Catch::Session().run(argc, argv));
 }

@@ -61,6 +61,24 @@ TEST_CASE("the NIC counter interval is a bounded duration") {
   }
 }
 
+TEST_CASE("the data subnets incast may send to come from the config, checked") {
+  CHECK(parseConfig(kGood, "agent.toml")->dataSubnets.empty());  // the allowed interfaces' own
+  std::string text = kGood;
+  text.replace(text.find("allow_default_route = false"), 27,
+               "allow_default_route = false\ndata_subnets = [\"10.0.0.0/16\", \"192.168.100.0/24\"]");
+  auto c = parseConfig(text, "agent.toml");
+  REQUIRE(c.ok());
+  CHECK(c->dataSubnets == std::vector<std::string>{"10.0.0.0/16", "192.168.100.0/24"});
+  for (const char* bad : {"[\"10.0.0.0\"]", "[\"10.0.0.0/40\"]", "[\"data0\"]", "[1]", "\"10.0.0.0/8\""}) {
+    std::string t = kGood;
+    t.replace(t.find("allow_default_route = false"), 27, std::string("allow_default_route = false\ndata_subnets = ") + bad);
+    auto r = parseConfig(t, "agent.toml");
+    CAPTURE(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("agent.toml:") && Catch::Contains("data_subnets"));
+  }
+}
+
 TEST_CASE("bad configs name the place and the fix") {
   auto [from, to, fragment] = GENERATE(table<std::string, std::string, std::string>({
       {"lease_timeout = \"3s\"", "lease_timeout = \"3\"", "agent.toml:6:17: duration '3' needs a unit"},
@@ -76,7 +94,7 @@ TEST_CASE("bad configs name the place and the fix") {
       {"[agent]", "[agent", "agent.toml:2"},
       {"lease_timeout = \"3s\"", "max_workload_memory = \"lots\"", "agent.toml:6:23: 'max_workload_memory' must be a size"},
       {"lease_timeout = \"3s\"", "max_workload_memory = \"1KiB\"", "at least 1MiB"},
-      {"lease_timeout = \"3s\"", "metrics = \"9465\"", "agent.toml:6:11: [agent] metrics address '9465': no port"},
+      {"lease_timeout = \"3s\"", "metrics = \"94650\"", "agent.toml:6:11: [agent] metrics address '94650': '94650' is not a port"},
       {"lease_timeout = \"3s\"", "metrics = \"::1:9465\"", "an IPv6 address goes in brackets"},
       {"lease_timeout = \"3s\"", "metrics = \"host:9465\"", "'host' is not an IPv4 literal"},
       {"lease_timeout = \"3s\"", "metrics = \"127.0.0.1:70000\"", "'70000' is not a port"},
@@ -100,6 +118,12 @@ TEST_CASE("the Prometheus address is off unless configured, and kept as written"
   auto on = parseConfig(text, "agent.toml");
   REQUIRE(on.ok());
   CHECK(on->metrics == "[::1]:9465");
+  // A bare port is accepted (the exporter serves it on 127.0.0.1; test_metrics).
+  text = kGood;
+  text.replace(text.find("lease_timeout"), 0, "metrics = \"9465\"\n");
+  auto bare = parseConfig(text, "agent.toml");
+  REQUIRE(bare.ok());
+  CHECK(bare->metrics == "9465");
 }
 
 TEST_CASE("a missing config file is named") {

@@ -32,6 +32,7 @@
 #include "controller/fleet.hpp"
 #include "controller/inventory.hpp"
 #include "support.hpp"
+#include "skip.hpp"
 
 using namespace std::chrono_literals;
 using json = nlohmann::json;
@@ -735,10 +736,8 @@ TEST_CASE("a journal disk that stalls holds up only the fault being journaled: o
   // then waits in the journal's fsync; the agent must go on answering the first controller's
   // heartbeats, so its lease holds and its fault stays applied.
   for (const char* tool : {"mkfs.ext4", "fsfreeze", "nsenter"})
-    if (std::system((std::string("command -v ") + tool + " >/dev/null").c_str()) != 0) {
-      WARN(std::string(tool) + " is missing (e2fsprogs, util-linux): journal stall not tested");
-      return;
-    }
+    if (std::system((std::string("command -v ") + tool + " >/dev/null").c_str()) != 0)
+      RC_SKIP(std::string(tool) + " is missing (e2fsprogs, util-linux; scripts/install-deps)");
   REQUIRE(eventually([&] { return portAccepts(lab().node("n1").mgmtAddress, 7470); }, 20s));
   auto n = lab().node("n1");
   REQUIRE(n.agent.pid > 0);

@@ -20,6 +20,9 @@ AGENT = os.environ.get("RDMACHAOS_AGENT", "")
 CLI = os.environ.get("RDMACHAOS_CLI", "")
 NEEDED_CAPS = {"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_IPC_LOCK"}
 failures = []
+# Checks that could not run here (a tool missing): the part then exits 77 with these reasons,
+# after every other check ran, unless one failed. A missing tool never reads as a pass.
+not_run = []
 
 
 def check(cond, what):
@@ -32,6 +35,11 @@ def check(cond, what):
 def skip(reason):
     print("SKIP: " + reason)
     sys.exit(77)
+
+
+def not_checked(reason):
+    print("skip  " + reason)
+    not_run.append(reason)
 
 
 def parse_unit(text):
@@ -429,7 +437,7 @@ def test_kubernetes():
         r = subprocess.run([kubectl, "kustomize", d], capture_output=True, text=True, timeout=60)
         check(r.returncode == 0 and "kind: DaemonSet" in r.stdout, "kubectl kustomize builds it (%s)" % r.stderr.strip())
     else:
-        print("note  kubectl is not installed: `kubectl kustomize` not tried")
+        not_checked("kubectl is not installed: `kubectl kustomize` not tried (scripts/install-deps)")
 
 
 def test_slurm_script():
@@ -457,7 +465,7 @@ def test_slurm_script():
             r = subprocess.run([shellcheck, "-S", "warning", path], capture_output=True, text=True, timeout=60)
             check(r.returncode == 0, "shellcheck -S warning %s: %s" % (os.path.basename(path), r.stdout.strip() or "clean"))
     else:
-        print("note  shellcheck is not installed: not run")
+        not_checked("shellcheck is not installed: the Slurm script is not linted (scripts/install-deps)")
 
 
 def free_ports(n):
@@ -990,8 +998,15 @@ def main():
         print(__doc__)
         return 2
     parts[sys.argv[1]]()
-    print("%d check(s) failed" % len(failures) if failures else "all checks passed")
-    return 1 if failures else 0
+    if failures:
+        print("%d check(s) failed" % len(failures))
+        return 1
+    if not_run:
+        for reason in not_run:
+            print("SKIP: " + reason)
+        return 77
+    print("all checks passed")
+    return 0
 
 
 if __name__ == "__main__":

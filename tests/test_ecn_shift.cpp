@@ -1,8 +1,11 @@
 // Unit tests of ecn_shift's pieces that need no switch or root: the RED/ECN rtnetlink message,
 // the command backend's exact snapshot/apply/revert, and parameter errors.
+#include <fcntl.h>
 #include <linux/netlink.h>
 #include <linux/pkt_sched.h>
 #include <linux/rtnetlink.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -15,6 +18,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/unique_fd.hpp"
 #include "faults/fault.hpp"
 #include "faults/tc_red.hpp"
 
@@ -191,6 +195,56 @@ TEST_CASE("the command backend runs only the agent's own templates", "[ecn_shift
   CHECK_FALSE(std::filesystem::exists(pwned));
   CHECK(slurp(state) == "before");
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the command backend's port is a plain name, never a path", "[ecn_shift]") {
+  Policy policy = commandPolicy("/nonexistent/profile");
+  json base = {{"backend", "command"}, {"command", "lossless"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}};
+  // Before, '/' and '..' were allowed anywhere, and a template that puts {port} in a path went
+  // wherever these lead. A '/' inside a name (Ethernet1/1, as SONiC and EOS name ports) stays.
+  for (const char* port : {"../../etc/passwd", "a/../b", "/etc", "..", "Ethernet..0", ".hidden", "Ethernet1/", "a//b"}) {
+    json bad = base;
+    bad["port"] = port;
+    auto r = makeWith(bad, policy);
+    CAPTURE(port);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("'port' = '" + std::string(port) + "'") &&
+                                      Catch::Contains("hold no '..' (a switch port name, never a path)"));
+  }
+  for (const char* port : {"Ethernet0", "Ethernet1.2", "Po1:3", "swp1s0", "e_1-2", "Ethernet1/1", "Ethernet1/1/2"}) {
+    json good = base;
+    good["port"] = port;
+    CAPTURE(port);
+    CHECK(makeWith(good, policy).ok());
+  }
+}
+
+TEST_CASE("a command template's child inherits none of the agent's descriptors", "[ecn_shift]") {
+  // A socket as Boost.Asio accepts them (no CLOEXEC), and a plain file: before, the child of a
+  // template held both (the agent's TLS sessions and listeners, for as long as it ran).
+  rc::UniqueFD sock(::socket(AF_INET, SOCK_STREAM, 0));
+  REQUIRE(sock.isValid());
+  char name[] = "/tmp/rc-test-inherited-XXXXXX";
+  rc::UniqueFD file(::mkstemp(name));
+  REQUIRE(file.isValid());
+  struct Gone {
+    const char* path;
+    ~Gone() { ::unlink(path); }
+  } gone{name};
+  Policy policy{{"data0"}, {"mgmt0"}, "data0"};
+  // What the child has open, as the kernel lists it (its own directory read included).
+  policy.ecnCommands["probe"] = {{"/bin/sh", "-c", "ls -l /proc/$$/fd"}, {"/bin/true"}, {"/bin/true"}};
+  auto f = makeWith({{"backend", "command"}, {"command", "probe"}, {"port", "Ethernet0"}, {"kmin", "1KiB"},
+                     {"kmax", "2KiB"}},
+                    policy);
+  REQUIRE(f.ok());
+  auto snap = (*f)->snapshot();
+  REQUIRE(snap.ok());
+  const std::string fds = (*snap)["output"].get<std::string>();
+  INFO(fds);
+  CHECK_THAT(fds, Catch::Contains(" 1 -> pipe:"));  // the output pipe: the listing is the child's
+  CHECK_THAT(fds, !Catch::Contains("socket:"));
+  CHECK_THAT(fds, !Catch::Contains(name));
 }
 
 TEST_CASE("ecn_shift names what is missing", "[ecn_shift]") {

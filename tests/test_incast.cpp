@@ -1,6 +1,7 @@
 // The incast fault on the namespace lab, through the real CLI and agents: fan_in flows of the
 // requested class converge on the receiver's switch port, the sink gets what the senders wrote,
 // and nothing is left listening or journaled afterwards. Bad requests change nothing.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "faults/fault.hpp"
 #include "faults/labswitch_client.hpp"
 #include "lab/lab.hpp"
 #include "lab/lab_state.hpp"
@@ -367,4 +369,61 @@ TEST_CASE("incast: bad requests are refused before any agent is asked", "[incast
   // Nothing was scheduled anywhere.
   CHECK(scheduledSoFar() == scheduledBefore);
   requireJournalsEmpty();
+}
+
+// Issue 26, item 9: before, an agent sent incast flows to any IPv4 address it had a route to,
+// through an allowed interface: a gateway on the data fabric made every host behind it a
+// target (a storage array, another tenant, the internet). Now only its data subnets.
+TEST_CASE("incast: a receiver outside the agent's data subnets is refused, even with a route to it", "[incast]") {
+  const rc::faults::FaultKind* kind = rc::faults::findKind("incast");
+  REQUIRE(kind != nullptr);
+  char tmpl[] = "/tmp/rc-incast-subnet-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  struct Gone {
+    std::string d;
+    ~Gone() { fs::remove_all(d); }
+  } gone{dir};
+  // In a child in a network namespace of its own (gone with it): a data interface with
+  // 10.200.0.1/24 (a veth) and a route to 10.201.0.0/24 through a gateway on it. Each verdict
+  // goes to a file.
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (::unshare(CLONE_NEWNET) != 0) _exit(10);
+    if (std::system("ip link add dum0 type veth peer name dum1 && ip addr add 10.200.0.1/24 dev dum0 && "
+                    "ip link set dum1 up && ip link set dum0 up && ip route add 10.201.0.0/24 via 10.200.0.2 dev dum0") != 0)
+      _exit(11);
+    auto verdict = [&](const std::string& name, const std::string& receiver, std::vector<std::string> subnets) {
+      rc::faults::Policy policy;
+      policy.allowlist = {"dum0"};
+      policy.dataSubnets = std::move(subnets);
+      std::string out;
+      try {
+        auto p = rc::faults::normaliseParams("incast", kind->params, json{{"receiver", receiver}, {"senders", 1}});
+        auto f = p ? kind->create(*p, policy) : rc::Result<std::unique_ptr<rc::faults::Fault>>(p.error());
+        out = f ? "accepted as " + (*f)->params().value("role", std::string()) : f.error().message;
+      } catch (const std::exception& e) {
+        out = std::string("exception: ") + e.what();
+      }
+      std::ofstream(dir + "/" + name) << out;
+    };
+    verdict("routed", "10.201.0.5", {});
+    verdict("on-link", "10.200.0.7", {});
+    verdict("listed", "10.201.0.5", {"10.201.0.0/24"});
+    verdict("not-listed", "10.200.0.7", {"10.201.0.0/24"});
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK_THAT(readFile(dir + "/routed"),
+             Catch::Contains("incast: receiver '10.201.0.5' is outside this agent's data subnets (10.200.0.0/24 (dum0))") &&
+                 Catch::Contains("[interfaces] data_subnets"));
+  CHECK(readFile(dir + "/on-link") == "accepted as sender");
+  // An operator whose fabric is routed (a /31 per NIC, a subnet per rack) lists its subnets.
+  CHECK(readFile(dir + "/listed") == "accepted as sender");
+  CHECK_THAT(readFile(dir + "/not-listed"),
+             Catch::Contains("'10.200.0.7' is outside this agent's data subnets (10.201.0.0/24)"));
 }

@@ -36,6 +36,38 @@ TEST_CASE("metrics addresses: IPv4 and bracketed IPv6 literals with a port") {
   CHECK_THAT(r.error().message, Catch::Contains("use ADDR:PORT"));
 }
 
+TEST_CASE("a bare port is loopback; any other address is served with a warning") {
+  // Before, a bare port was refused ("no port"): serving beyond the host had no safe shorthand.
+  auto bare = parseEndpoint("9464");
+  REQUIRE(bare.ok());
+  CHECK(bare->address == "127.0.0.1");
+  CHECK(bare->port == 9464);
+  CHECK(bare->loopback());
+  CHECK(rc::metrics::exposureWarning(*bare).empty());
+  for (const char* local : {"127.0.0.1:9464", "127.3.2.1:1", "[::1]:9464"}) {
+    CAPTURE(local);
+    CHECK(parseEndpoint(local)->loopback());
+    CHECK(rc::metrics::exposureWarning(*parseEndpoint(local)).empty());
+  }
+  for (const char* wide : {"0.0.0.0:9464", "198.18.1.11:9465", "[::]:9464", "[fd00::1]:9464"}) {
+    CAPTURE(wide);
+    auto ep = parseEndpoint(wide);
+    REQUIRE(ep.ok());
+    CHECK_FALSE(ep->loopback());
+    CHECK_THAT(rc::metrics::exposureWarning(*ep),
+               Catch::Contains(std::string(wide)) && Catch::Contains("without TLS or authentication"));
+  }
+  CHECK_FALSE(parseEndpoint("99999").ok());
+  // "0": a free port on loopback, and it serves there.
+  auto e = Exporter::start("0");
+  REQUIRE(e.ok());
+  REQUIRE((*e)->port() > 0);
+  (*e)->set("rdmachaos_test_bare", "served on loopback", 1);
+  auto r = rctest::httpGet("127.0.0.1", (*e)->port(), "/metrics");
+  REQUIRE(r.status == 200);
+  CHECK_THAT(r.body, Catch::Contains("rdmachaos_test_bare 1"));
+}
+
 TEST_CASE("the exporter serves its gauges over HTTP, and forgets retired series") {
   auto e = Exporter::start("127.0.0.1:0");
   REQUIRE(e.ok());

@@ -195,6 +195,17 @@ TEST_CASE("incast refuses what it cannot do safely, and picks its role from the 
   guarded.protectedInterfaces = {"lo"};
   fails({{"receiver", "127.0.0.1"}, {"senders", 1}}, guarded, "is protected");
 
+  // Only the agent's data subnets: [interfaces] data_subnets, else its allowed interfaces' own.
+  Policy narrow = lo;
+  narrow.dataSubnets = {"127.0.0.0/30"};
+  fails({{"receiver", "127.0.0.9"}, {"senders", 1}}, narrow,
+        "incast: receiver '127.0.0.9' is outside this agent's data subnets (127.0.0.0/30)");
+  REQUIRE(make({{"receiver", "127.0.0.2"}, {"senders", 1}}, narrow));
+  CHECK_FALSE(rc::faults::parseIpv4Prefix("10.0.0.0/33"));
+  CHECK_FALSE(rc::faults::parseIpv4Prefix("10.0.0.0"));
+  CHECK_FALSE(rc::faults::parseIpv4Prefix("10.0.0/8"));
+  CHECK(rc::faults::parseIpv4Prefix("10.0.0.0/0")->contains(0x01020304));
+
   auto sink = make({{"receiver", "127.0.0.1"}, {"senders", 2}, {"fan_in", 8}}, lo);
   REQUIRE(sink);
   CHECK((*sink)->describe() == "incast sink on 127.0.0.1:7490 (lo), expecting 8 flows");

@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "controller/commands.hpp"
 #include "controller/report.hpp"
+#include "controller/report_dir.hpp"
 #include "synthetic_run.hpp"
 
 using namespace rc::controller;
@@ -272,4 +275,151 @@ TEST_CASE("an aborted run with NIC counters renders: text, HTML, JUnit") {
   CHECK_NOTHROW(renderJunit(doc));
   doc.erase("nic");
   CHECK_NOTHROW(renderText(doc));
+}
+
+namespace {
+namespace fs = std::filesystem;
+
+std::string slurpFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> listing(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A scratch directory, removed with everything in it when the case ends (also on failure).
+struct Scratch {
+  std::string path;
+  Scratch() {
+    char tmpl[] = "/tmp/rc-reportdir-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl));
+    path = tmpl;
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+const std::vector<std::pair<std::string, std::string>> kNewReports = {
+    {"result.json", "{\"new\": 1}\n"}, {"report.html", "<p>new</p>"}, {"junit.xml", "<testsuites/>"}};
+}  // namespace
+
+TEST_CASE("a report directory that holds anything is refused before the run, unless --force replaces a run's reports") {
+  Scratch s;
+  const std::string out = s.path + "/out";
+  fs::create_directory(out);
+  std::ofstream(out + "/notes.txt") << "mine";
+  // Without --force: refused, naming the directory, what is in it and the way out; nothing written.
+  auto refused = prepareReportDir(out, "pb", false, 0);
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.error().message, Catch::Contains("'" + out + "' is not empty") &&
+                                          Catch::Contains("'notes.txt'") && Catch::Contains("--force") &&
+                                          Catch::Contains("--report-dir"));
+  CHECK_FALSE(checkReportDir(out, false));
+  // --force replaces only a previous run's reports, never anything else.
+  auto forced = prepareReportDir(out, "pb", true, 0);
+  REQUIRE_FALSE(forced);
+  CHECK_THAT(forced.error().message, Catch::Contains("'notes.txt'") && Catch::Contains("not a report of a run"));
+  CHECK(listing(out) == std::vector<std::string>{"notes.txt"});
+  CHECK(slurpFile(out + "/notes.txt") == "mine");
+  CHECK(listing(s.path) == std::vector<std::string>{"out"});
+
+  // A previous run's reports: replaced as a whole with --force, and nothing is left beside.
+  fs::remove(out + "/notes.txt");
+  std::ofstream(out + "/result.json") << "{\"old\": 1}";
+  std::ofstream(out + "/junit.xml") << "<old/>";
+  std::ofstream(out + "/compare.json") << "{}";  // run --baseline's, beside them
+  REQUIRE_FALSE(prepareReportDir(out, "pb", false, 0));
+  auto dir = prepareReportDir(out, "pb", true, 0);
+  REQUIRE(dir);
+  REQUIRE(publishReports(*dir, kNewReports));
+  CHECK(listing(out) == std::vector<std::string>{"junit.xml", "report.html", "result.json"});
+  CHECK(slurpFile(out + "/result.json") == "{\"new\": 1}\n");
+  CHECK(slurpFile(out + "/junit.xml") == "<testsuites/>");
+  CHECK(listing(s.path) == std::vector<std::string>{"out"});
+
+  // A new directory (and its parents) is created; an empty one is used as it is.
+  auto fresh = prepareReportDir(s.path + "/a/b/", "pb", false, 0);
+  REQUIRE(fresh);
+  CHECK(fs::is_directory(s.path + "/a/b"));
+  REQUIRE(publishReports(*fresh, kNewReports));
+  CHECK(listing(s.path + "/a/b") == std::vector<std::string>{"junit.xml", "report.html", "result.json"});
+  CHECK(listing(s.path + "/a") == std::vector<std::string>{"b"});
+}
+
+TEST_CASE("reports land whole or not at all, and never over files that appeared during the run") {
+  Scratch s;
+  const std::string out = s.path + "/out";
+  auto dir = prepareReportDir(out, "pb", false, 0);
+  REQUIRE(dir);
+  CHECK(listing(s.path) == std::vector<std::string>{"out"});
+  // Someone writes there while the run runs: the reports do not mix with it.
+  std::ofstream(out + "/result.json") << "another run's";
+  auto r = publishReports(*dir, kNewReports);
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message, Catch::Contains("'" + out + "' is no longer empty") &&
+                                    Catch::Contains("this run's reports are in '" + s.path + "/out.partial-"));
+  CHECK(slurpFile(out + "/result.json") == "another run's");
+  auto names = listing(s.path);
+  REQUIRE(names.size() == 2);
+  CHECK(names[0] == "out");
+  CHECK_THAT(names[1], Catch::StartsWith("out.partial-"));
+  CHECK(slurpFile(s.path + "/" + names[1] + "/result.json") == "{\"new\": 1}\n");
+}
+
+TEST_CASE("two runs of one playbook in the same second get two report directories") {
+  Scratch s;
+  const std::string base = s.path + "/rdmachaos-results";
+  const std::time_t now = 1'790'000'000;
+  auto a = prepareReportDir("", "link-flap", false, now, base);
+  auto b = prepareReportDir("", "link-flap", false, now, base);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->path != b->path);
+  CHECK_THAT(a->path, Catch::StartsWith(base + "/link-flap-"));
+  CHECK(b->path == a->path + "-2");
+  std::vector<std::pair<std::string, std::string>> other = {{"result.json", "b"}};
+  REQUIRE(publishReports(*a, kNewReports));
+  REQUIRE(publishReports(*b, other));
+  CHECK(listing(a->path) == std::vector<std::string>{"junit.xml", "report.html", "result.json"});
+  CHECK(listing(b->path) == std::vector<std::string>{"result.json"});
+  CHECK(slurpFile(b->path + "/result.json") == "b");
+  CHECK(listing(base).size() == 2);
+}
+
+TEST_CASE("run --dry-run refuses a non-empty --report-dir as the run would, and writes nothing") {
+  Scratch s;
+  const std::string inv = s.path + "/inventory.toml";
+  std::ofstream(inv) << "[tls]\nca = \"ca.pem\"\ncert = \"c.pem\"\nkey = \"c.key\"\n"
+                        "[[node]]\nname = \"n1\"\naddress = \"198.18.1.11\"\ndata_interfaces = [\"data0\"]\n"
+                        "data_addresses = [\"198.19.1.11\"]\nroles = [\"worker\"]\n"
+                        "[[node]]\nname = \"n2\"\naddress = \"198.18.1.12\"\ndata_interfaces = [\"data0\"]\n"
+                        "data_addresses = [\"198.19.1.12\"]\nroles = [\"worker\"]\n"
+                        "[[node]]\nname = \"n3\"\naddress = \"198.18.1.13\"\ndata_interfaces = [\"data0\"]\n"
+                        "data_addresses = [\"198.19.1.13\"]\nroles = [\"worker\"]\n";
+  const std::string out = s.path + "/out";
+  fs::create_directory(out);
+  std::ofstream(out + "/result.json") << "old";
+  RunOptions o;
+  o.playbook = std::string(RDMACHAOS_SOURCE_ROOT) + "/playbooks/quickstart.toml";
+  o.inventory = inv;
+  o.reportDir = out;
+  o.dryRun = true;
+  CHECK(cmdRun(o) == kExitError);
+  o.force = true;
+  CHECK(cmdRun(o) == kExitOk);
+  o.reportDir = s.path + "/new";
+  o.force = false;
+  CHECK(cmdRun(o) == kExitOk);
+  CHECK_FALSE(fs::exists(s.path + "/new"));  // a dry run creates nothing
+  CHECK(listing(out) == std::vector<std::string>{"result.json"});
+  CHECK(slurpFile(out + "/result.json") == "old");
 }

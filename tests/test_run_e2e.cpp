@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "support.hpp"
 
@@ -238,6 +240,43 @@ TEST_CASE("a guardrail abort exits 2, reverts everything and writes a partial re
   CHECK_THAT(r.err, Catch::Contains("below the floor"));
   json doc = json::parse(readFile(report + "/result.json"));
   CHECK_THAT(doc["run"]["abort_reason"].get<std::string>(), Catch::Contains("below the floor"));
+  requireEverythingReverted();
+}
+
+TEST_CASE("a report directory that holds anything is refused before anything runs; --force replaces a run's reports") {
+  std::string pb = shortRun("reused", "[guardrails]\nmin_baseline = \"1000Gbps\"\n", "");
+  std::string report = lab().dir() + "/reused";
+  fs::create_directories(report);
+  std::ofstream(report + "/notes.txt") << "mine";
+  auto names = [&] {
+    std::vector<std::string> v;
+    for (const auto& e : fs::directory_iterator(report)) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  // Before: the run went ahead and wrote its three files beside the user's.
+  auto r = runPlaybook(pb, report);
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("'" + report + "' is not empty") && Catch::Contains("--force"));
+  CHECK_THAT(r.err, !Catch::Contains("running '"));  // refused before the run began
+  CHECK(names() == std::vector<std::string>{"notes.txt"});
+  // --force never replaces what is not a report.
+  r = runPlaybook(pb, report, 0ms, {"--force"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("'notes.txt'") && Catch::Contains("not a report of a run"));
+  CHECK(names() == std::vector<std::string>{"notes.txt"});
+  // A previous run's reports are replaced whole (this run aborts on its guardrail, and reports).
+  fs::remove(report + "/notes.txt");
+  std::ofstream(report + "/result.json") << "{}";
+  r = runPlaybook(pb, report, 0ms, {"--force"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("below the floor"));
+  CHECK(names() == std::vector<std::string>{"junit.xml", "report.html", "result.json"});
+  json doc = json::parse(readFile(report + "/result.json"));
+  CHECK(doc["playbook"]["name"] == "reused");
+  for (const auto& e : fs::directory_iterator(lab().dir()))
+    CHECK_THAT(e.path().filename().string(), !Catch::Contains(".partial-"));
   requireEverythingReverted();
 }
 

@@ -114,7 +114,12 @@ TEST_CASE("all-gather, all-to-all, incast and pairwise verify their results") {
   Kind kind = GENERATE(Kind::allgather, Kind::alltoall, Kind::incast, Kind::pairwise);
   int world = GENERATE(2, 4, 5, 8);
   uint64_t size = GENERATE(97, 65536 + 3);
-  if (kind == Kind::pairwise && world % 2) return;
+  if (kind == Kind::pairwise && world % 2) {
+    // No run to check: an odd world has a rank without a partner, and is refused as a shape
+    // (before, this combination returned having checked nothing).
+    CHECK_THAT(validateShape(Shape{kind, 0, world, size, 0, 0}).error().message, Catch::Contains("even"));
+    return;
+  }
   auto fabric = std::make_shared<InprocFabric>();
   auto res = runWorld(kind, world, size, 2,
                       [&](int r) { return std::make_unique<InprocTransport>(fabric, r); });

@@ -114,6 +114,7 @@ class Child {
       int in = ::open("/dev/null", O_RDONLY);
       if (in < 0 || ::dup2(in, 0) < 0 || ::dup2(slave.get(), 1) < 0 || ::dup2(slave.get(), 2) < 0)
         ::_exit(127);
+      closeDescriptorsAbove2();
       ::execve(args[0], args.data(), envp);
       dprintf(2, "cannot execute %s: %s\n", args[0], strerror(errno));
       ::_exit(127);
