@@ -209,7 +209,7 @@ TEST_CASE("the command backend's port is a plain name, never a path", "[ecn_shif
     CAPTURE(port);
     REQUIRE_FALSE(r.ok());
     CHECK_THAT(r.error().message, Catch::Contains("'port' = '" + std::string(port) + "'") &&
-                                      Catch::Contains("hold no '..' (a switch port name, never a path)"));
+                                      Catch::Contains("hold no '..' or '//' (a switch port name such as Ethernet1/1, never a path)"));
   }
   for (const char* port : {"Ethernet0", "Ethernet1.2", "Po1:3", "swp1s0", "e_1-2", "Ethernet1/1", "Ethernet1/1/2"}) {
     json good = base;
