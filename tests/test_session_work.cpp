@@ -59,7 +59,7 @@ TEST_CASE("at most LIMIT jobs wait; the rest is refused") {
   int refused = 0, delivered = 0;
   // The first goes into the pool at once, three wait, the others are refused.
   for (int i = 0; i < 10; i++)
-    refused += s->add([&] { ran++; return json(i); }, [&](json) { delivered++; }) ? 0 : 1;
+    refused += s->add([&ran, i] { ran++; return json(i); }, [&](json) { delivered++; }) ? 0 : 1;
   CHECK(refused == 6);
   REQUIRE(runUntil(loop, [&] { return delivered == 4; }));
   CHECK(ran == 4);
@@ -73,7 +73,7 @@ TEST_CASE("the work a session leaves waiting is dropped when it ends") {
   int delivered = 0;
   SECTION("cancel (the session closes)") {
     auto s = std::make_shared<SessionWork>(loop.get_executor(), pool.get_executor(), 1000);
-    for (int i = 0; i < 300; i++) REQUIRE(s->add([&] { ran++; return json(i); }, [&](json) { delivered++; }));
+    for (int i = 0; i < 300; i++) REQUIRE(s->add([&ran, i] { ran++; return json(i); }, [&](json) { delivered++; }));
     REQUIRE(runUntil(loop, [&] { return delivered >= 3; }));
     s->cancel();
     CHECK(s->waiting() == 0);
@@ -81,7 +81,7 @@ TEST_CASE("the work a session leaves waiting is dropped when it ends") {
   }
   SECTION("the last reference goes") {
     auto s = std::make_shared<SessionWork>(loop.get_executor(), pool.get_executor(), 1000);
-    for (int i = 0; i < 300; i++) REQUIRE(s->add([&] { ran++; return json(i); }, [&](json) { delivered++; }));
+    for (int i = 0; i < 300; i++) REQUIRE(s->add([&ran, i] { ran++; return json(i); }, [&](json) { delivered++; }));
     REQUIRE(runUntil(loop, [&] { return delivered >= 3; }));
     s.reset();
   }
