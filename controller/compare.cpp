@@ -107,20 +107,6 @@ std::string fmtDiff(const std::string& metric, double d, double base) {
   return s;
 }
 
-std::string xml(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
-
 bool scopeMatches(const CompareRule& r, const std::string& scope) {
   if (std::find(r.exempt.begin(), r.exempt.end(), scope) != r.exempt.end()) return false;
   if (r.scope == "*") return true;
@@ -569,29 +555,29 @@ std::string renderCompareJunit(const CompareOutcome& c) {
     if (c.rulesGiven) {
       for (const auto& x : r.checks) {
         tests++;
-        cases += "  <testcase classname=\"compare\" name=\"" + xml(at + ": " + x.rule) + "\"";
+        cases += "  <testcase classname=\"compare\" name=\"" + xmlEscape(at + ": " + x.rule) + "\"";
         if (x.passed) {
           cases += "/>\n";
         } else {
           failures++;
-          cases += ">\n    <failure message=\"" + xml(x.why + " (" + x.where + ")") + "\"/>\n  </testcase>\n";
+          cases += ">\n    <failure message=\"" + xmlEscape(x.why + " (" + x.where + ")") + "\"/>\n  </testcase>\n";
         }
       }
       continue;
     }
     tests++;
-    cases += "  <testcase classname=\"compare\" name=\"" + xml(at + ": not worse than the baseline") + "\"";
+    cases += "  <testcase classname=\"compare\" name=\"" + xmlEscape(at + ": not worse than the baseline") + "\"";
     if (r.verdict == "worse" || r.verdict == "missing in result") {
       failures++;
       cases += ">\n    <failure message=\"" +
-               xml(r.verdict + ": baseline " + fmtValue(r.key.metric, r.base) + ", result " +
+               xmlEscape(r.verdict + ": baseline " + fmtValue(r.key.metric, r.base) + ", result " +
                    fmtValue(r.key.metric, r.result)) +
                "\"/>\n  </testcase>\n";
     } else {
       cases += "/>\n";
     }
   }
-  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"" + xml("compare: " + c.result + " vs " + c.baseline) +
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"" + xmlEscape("compare: " + c.result + " vs " + c.baseline) +
          "\" tests=\"" + std::to_string(tests) + "\" failures=\"" + std::to_string(failures) + "\">\n" + cases +
          "</testsuite>\n";
 }

@@ -244,6 +244,8 @@ std::string nicItemText(const std::pair<std::string, uint64_t>& item) {
 
 }  // namespace
 
+std::string xmlEscape(std::string_view s) { return esc(s); }
+
 json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& scores) {
   json doc;
   doc["schema"] = kResultSchema;

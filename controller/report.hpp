@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "common/atomic_file.hpp"
 #include "common/result.hpp"
@@ -25,6 +26,8 @@ Result<void> checkResultDocument(const json& doc);
 Result<json> loadResultDocument(const std::string& path);
 
 std::string renderJunit(const json& doc);
+// Text for XML and HTML: & < > " ' escaped, control characters as '?'.
+std::string xmlEscape(std::string_view s);
 std::string renderHtml(const json& doc);
 std::string renderText(const json& doc);
 
