@@ -203,6 +203,55 @@ TEST_CASE("the runner turns replayed report rows into bins and records") {
   CHECK(s.counters.iterations == rates.size());
 }
 
+TEST_CASE("a clock perftest could not calibrate: the rate is #iterations x #bytes per period") {
+  // Captured in the vm suite on a loaded host: perftest printed "Correlation coefficient r^2:
+  // 0.68 < 0.9" before each row and 0 for every rate; the run scored a 0 b/s baseline.
+  PerftestParser p(1);
+  std::vector<PerftestSample> rows;
+  for (const auto& l : linesOf(kData + "/ib_write_bw-client-clock.txt"))
+    if (auto s = p.feed(l)) rows.push_back(*s);
+  REQUIRE(rows.size() == 3);
+  CHECK_THAT(p.clockFailure(), Catch::StartsWith("Correlation coefficient r^2: 0.5"));
+  CHECK(rows[0].rateFromIterations);
+  CHECK(rows[0].avgBytesPerSec == Approx(67.0 * 65536));
+  CHECK(rows[2].avgBytesPerSec == Approx(38.0 * 65536));
+  // A 2 s period halves it.
+  PerftestParser two(2);
+  for (const auto& l : linesOf(kData + "/ib_write_bw-client-clock.txt"))
+    if (auto s = two.feed(l)) CHECK(s->avgBytesPerSec == Approx(double(s->iterations) * 65536 / 2));
+  // With a working clock the printed rate stands, even where it differs from the count.
+  PerftestParser fine(1);
+  for (const auto& l : linesOf(kData + "/ib_write_bw-client.txt"))
+    if (auto s = fine.feed(l)) CHECK_FALSE(s->rateFromIterations);
+  // A zero row without the calibration message is not rewritten (nothing moved is 0).
+  PerftestParser quiet(1);
+  quiet.feed(" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]");
+  auto z = quiet.feed(" 65536      67           0.000000            0.000000            0.000000");
+  REQUIRE(z);
+  CHECK_FALSE(z->rateFromIterations);
+  CHECK(z->avgBytesPerSec == 0);
+}
+
+TEST_CASE("the runner scores a perftest whose clock failed by its counted messages") {
+  TempDir d;
+  std::string prog = script(d, "replay", "while IFS= read -r l; do printf '%s\\n' \"$l\"; sleep 0.05; done < " +
+                                             kData + "/ib_write_bw-client-clock.txt\nsleep 30\n");
+  auto spec = specFor(prog, false, 3'000'000'000);
+  Telemetry tel(spec.startNs, 10'000'000);
+  std::atomic<bool> stop{false};
+  Summary s = runPerftest(spec, tel, stop);
+  INFO(s.error);
+  CHECK(s.endReason == "completed");
+  auto b = tel.drain(rc::wallNs(), true);
+  REQUIRE(b.iterations.size() == 3);
+  uint64_t binned = 0;
+  for (auto x : b.bins) binned += x;
+  CHECK(binned > 0);
+  // Row 0 covers the time since the header: 67 x 64 KiB per second over that span.
+  const auto& r = b.iterations[0];
+  CHECK(double(r.rxBytes) == Approx(67.0 * 65536 * double(r.endNs - r.startNs) / 1e9).margin(1));
+}
+
 TEST_CASE("captured failures: the rows before them still parse; the error lines are no rows") {
   PerftestParser client, server;
   size_t rows = 0;

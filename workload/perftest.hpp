@@ -33,17 +33,27 @@ struct PerftestSample {
   uint64_t msgBytes = 0;
   uint64_t iterations = 0;
   double avgBytesPerSec = 0;  // BW average, converted from the header's unit
+  // perftest could not calibrate its cycle counter ("Correlation coefficient r^2: 0.68 < 0.9",
+  // a loaded TCG guest) and printed 0 for every rate: avgBytesPerSec is then #iterations x
+  // #bytes over the report period, which is what perftest's own rate is when it can measure it.
+  bool rateFromIterations = false;
 };
 
 // Fed line by line; knows the unit from the header ("BW average[Gb/sec]" with
 // --report_gbits, "BW average[MB/sec]" without) and returns a sample for each report row.
 class PerftestParser {
  public:
+  // REPORT_SECONDS: the -D period, the time a row's #iterations count.
+  explicit PerftestParser(int reportSeconds = 1) : reportSeconds_(reportSeconds) {}
   std::optional<PerftestSample> feed(std::string_view line);
   bool sawHeader() const { return unitBytesPerSec_ > 0; }
+  // The last "Correlation coefficient r^2: ..." line (empty while perftest's clock is fine).
+  const std::string& clockFailure() const { return clockFailure_; }
 
  private:
+  int reportSeconds_;
   double unitBytesPerSec_ = 0;
+  std::string clockFailure_;
 };
 
 // The RDMA device, port and GID index whose RoCEv2 GID is ::ffff:IPV4, read from sysfs under
