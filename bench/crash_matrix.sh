@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The crash matrix (issue 10) with its table: every agent/controller crash and management cut
 # times every fault kind on one namespace lab, time to restore and result per cell. Root.
-# Usage: bench/crash_matrix.sh [CELL-SUBSTRING,...]   (default: all 36 cells)
+# Usage: bench/crash_matrix.sh [CELL-SUBSTRING,...]   (default: all 42 cells)
 # The same binary is the netns test test_crash_matrix; this only runs it and keeps the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "common/log.hpp"
 #include "lab/switch.hpp"
@@ -15,9 +16,12 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (argc >= 2 && std::strcmp(argv[1], "--ecn-profile") == 0)
+    return rc::labswitch::ecnProfileMain(std::vector<std::string>(argv + 2, argv + argc));
   if (argc != 3 || std::strcmp(argv[1], "--config") != 0) {
     std::fprintf(stderr,
-                 "usage: rdmachaos-labswitch --config FILE | --relay SOCKET (see docs/lab.md)\n");
+                 "usage: rdmachaos-labswitch --config FILE | --relay SOCKET | --ecn-profile SOCKET "
+                 "show|set|restore PORT QUEUE ... (see docs/lab.md)\n");
     return 2;
   }
   rc::log::setComponent("labswitch");

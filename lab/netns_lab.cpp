@@ -365,6 +365,15 @@ std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::mil
     o << "[lab]\n"
       << "switch_socket = " << tomlString(s.sw.control) << "\n"
       << "switch_port = " << tomlString(n.name) << "\n";
+  // The command backend of ecn_shift, on the lab switch, written as an operator writes one for
+  // a real switch's CLI: `backend = "command"`, `command = "labswitch"`, `port = "n1"`.
+  if (s.fabric == "switch" && !s.sw.control.empty() && !s.sw.binary.empty()) {
+    const std::string head = tomlString(s.sw.binary) + ", \"--ecn-profile\", " + tomlString(s.sw.control);
+    o << "[ecn_commands.labswitch]\n"
+      << "snapshot = [" << head << ", \"show\", \"{port}\", \"{queue}\"]\n"
+      << "apply = [" << head << ", \"set\", \"{port}\", \"{queue}\", \"{kmin}\", \"{kmax}\", \"{pmax}\"]\n"
+      << "revert = [" << head << ", \"restore\", \"{port}\", \"{queue}\", \"{snapshot}\"]\n";
+  }
   return o.str();
 }
 

@@ -81,4 +81,11 @@ Result<void> run(const Config& config);
 // (`rdmachaos-labswitch --relay`, QEMU's guestfwd command for the soft-RoCE lab's guests).
 Result<void> relay(const std::string& socketPath, int in, int out);
 
+// One request to the switch's control socket (5 s deadline); an answer without "ok": true is an
+// error quoting the switch's reason.
+Result<json> controlRequest(const std::string& socketPath, const json& request);
+// `rdmachaos-labswitch --ecn-profile SOCKET show|set|restore PORT QUEUE ...` (ARGS: from
+// SOCKET on); returns the exit status (0, 1 the switch refused or is unreachable, 2 usage).
+int ecnProfileMain(const std::vector<std::string>& args);
+
 }  // namespace rc::labswitch
