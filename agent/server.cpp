@@ -12,6 +12,7 @@
 #include <set>
 
 #include "agent/capabilities.hpp"
+#include "agent/reply_budget.hpp"
 #include "agent/session_work.hpp"
 #include "common/channel.hpp"
 #include "common/clock.hpp"
@@ -30,6 +31,9 @@ namespace {
 // Replies and telemetry queued for one controller: far above what a reading peer leaves queued
 // (telemetry is sent in pages of at most a frame), small beside the agent's memory.
 constexpr size_t kMaxOutboxBytes = 16u << 20;
+// All sessions together: max_connections (64 by default) non-reading sessions must not make the
+// agent hold a gigabyte (a pod's memory budget is far less; deploy/kubernetes).
+constexpr size_t kMaxQueuedReplyBytes = 64u << 20;
 // Connections still in their TLS handshake are counted apart from sessions (max_connections
 // counts only authenticated ones), so a peer without a certificate never takes a controller's
 // slot. A peer that opens connections and sends nothing holds each for the handshake's 10 s:
@@ -72,6 +76,13 @@ class Session : public std::enable_shared_from_this<Session> {
   Session(Server::Impl& server, tcp::socket socket, asio::ssl::context& tls);
   asio::awaitable<void> run();
   void close();
+  // Closes and drops what is queued (nothing more is queued either): for a peer that does not
+  // read, whose replies the agent will not hold.
+  void shed(const std::string& why);
+  uint64_t budgetId() const { return budgetId_; }
+  size_t queuedBytes() const { return outboxBytes_; }
+  const std::string& owner() const { return owner_; }
+  const std::string& peer() const { return peer_; }
   void endHandshake();  // frees its address's handshake slot (once)
   void endSession();    // frees its session slot, if it was given one (once)
   // Ends a handshake that has waited too long, for a newer connection: closes the socket (the
@@ -106,6 +117,8 @@ class Session : public std::enable_shared_from_this<Session> {
   json helloCapabilities_;  // scanned off the loop before hello is dispatched
   std::deque<std::string> outbox_;
   size_t outboxBytes_ = 0;
+  uint64_t budgetId_ = 0;  // this session's share of the agent's ReplyBudget
+  bool shed_ = false;
   asio::steady_timer wake_;  // signals the writer: outbox has data or closing
   std::shared_ptr<SessionWork> work_;  // this session's turn at the worker pool
 };
@@ -120,6 +133,7 @@ struct Server::Impl {
   asio::ssl::context& tls;
   tcp::acceptor acceptor;
   std::set<std::shared_ptr<Session>> sessions;
+  ReplyBudget replies{kMaxOutboxBytes, kMaxQueuedReplyBytes};
   int64_t startedNs = wallNs();
   uint64_t acceptFailures = 0;  // since the last log line
   std::chrono::steady_clock::time_point nextAcceptLog{};
@@ -161,6 +175,7 @@ Session::Session(Server::Impl& server, tcp::socket socket, asio::ssl::context& t
   peerAddress_ = ec ? "unknown peer" : ep.address().to_string();
   peer_ = ec ? peerAddress_ : peerAddress_ + ":" + std::to_string(ep.port());
   wake_.expires_at(std::chrono::steady_clock::time_point::max());
+  budgetId_ = server_.replies.open();
   server_.handshakes[peerAddress_]++;
   server_.handshaking++;
   handshaking_ = true;
@@ -188,6 +203,15 @@ void Session::abortHandshake() {
   stream_.lowest_layer().close(ignored);
 }
 
+void Session::shed(const std::string& why) {
+  if (!shed_) log::warn("{}", why);
+  shed_ = true;
+  outbox_.clear();
+  server_.replies.release(budgetId_, outboxBytes_);
+  outboxBytes_ = 0;
+  close();
+}
+
 void Session::close() {
   closing_ = true;
   wake_.cancel();
@@ -207,12 +231,29 @@ void Session::send(const json& message) {
   }
   // A peer that does not read its replies must not make the agent hold them without bound:
   // past the limit it is disconnected (its lease runs on, and expires, as for a lost peer).
-  if (outboxBytes_ + frame->size() > kMaxOutboxBytes) {
-    if (!closing_)
-      log::warn("controller '{}' ({}) does not read: {} bytes queued; disconnecting it", owner_, peer_,
-                outboxBytes_);
-    close();
-    return;
+  // Past the agent's bound for all sessions, the session holding the most is cut (ReplyBudget).
+  if (shed_ || !server_.replies.known(budgetId_)) return;  // cut, or already dropped
+  while (auto cut = server_.replies.take(budgetId_, frame->size())) {
+    if (*cut == budgetId_) {
+      shed(outboxBytes_ + frame->size() > server_.replies.perSessionLimit()
+               ? "controller '" + owner_ + "' (" + peer_ + ") does not read: " + std::to_string(outboxBytes_) +
+                     " bytes queued; disconnecting it"
+               : "replies queued for controllers reached the agent's bound of " +
+                     std::to_string(server_.replies.totalLimit() >> 20) + " MiB; disconnecting controller '" +
+                     owner_ + "' (" + peer_ + "), which holds the most: " + std::to_string(outboxBytes_) + " bytes");
+      return;
+    }
+    std::shared_ptr<Session> other;
+    for (const auto& x : server_.sessions)
+      if (x->budgetId() == *cut) other = x;
+    if (!other) {
+      server_.replies.close(*cut);  // not a session any more: its bytes are nobody's
+      continue;
+    }
+    other->shed("replies queued for controllers reached the agent's bound of " +
+                std::to_string(server_.replies.totalLimit() >> 20) + " MiB; disconnecting controller '" +
+                other->owner() + "' (" + other->peer() + "), which holds the most: " +
+                std::to_string(other->queuedBytes()) + " bytes");
   }
   outboxBytes_ += frame->size();
   outbox_.push_back(std::move(*frame));
@@ -226,6 +267,7 @@ asio::awaitable<void> Session::writer() {
       std::string frame = std::move(outbox_.front());
       outbox_.pop_front();
       outboxBytes_ -= frame.size();
+      server_.replies.release(budgetId_, frame.size());
       Result<void> r;
       {
         OpDeadline d(stream_, 10s);
@@ -234,6 +276,7 @@ asio::awaitable<void> Session::writer() {
       if (!r) {
         closing_ = true;
         outbox_.clear();
+        server_.replies.release(budgetId_, outboxBytes_);
         outboxBytes_ = 0;
         break;
       }
@@ -608,6 +651,7 @@ void Server::Impl::logRefusal(ThrottledLog& throttle, const std::string& what) {
 void Server::Impl::drop(const std::shared_ptr<Session>& s) {
   s->endHandshake();
   s->endSession();
+  replies.close(s->budgetId());
   sessions.erase(s);
 }
 
