@@ -112,6 +112,7 @@ struct CompareOptions {
   std::string baseline, result;  // result.json of a run, or a golden baseline (baseline merge)
   std::string rules;             // rules TOML; "" = a value worse beyond noise, or missing, fails
   std::string json, junit;       // also write the comparison here
+  std::string html;              // and a page with both runs' series overlaid
 };
 // Prints the comparison; 0 = passed, 1 = a rule failed, 2 = bad input.
 int cmdCompare(const CompareOptions& o);

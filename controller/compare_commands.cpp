@@ -67,6 +67,11 @@ int foldBaseline(const BaselineCheck& b, const json& resultDoc, const std::strin
   const std::string jsonPath = dir + "/compare.json", junitPath = dir + "/compare-junit.xml";
   if (auto w = writeFileAtomic(jsonPath, compareDocument(c).dump(2) + "\n"); !w) return fail(w.error().message);
   if (auto w = writeFileAtomic(junitPath, renderCompareJunit(c)); !w) return fail(w.error().message);
+  if (auto w = writeFileAtomic(dir + "/compare.html",
+                               renderOverlayHtml(b.doc, resultDoc, b.path, "this run", c.exitCode() ? "failed" : "passed",
+                                                 renderCompareText(c)));
+      !w)
+    return fail(w.error().message);
   std::printf("compare: %s\n", jsonPath.c_str());
   if (c.exitCode() && exitCode == kExitOk) return kExitFailed;
   return exitCode;
@@ -92,6 +97,11 @@ int cmdCompare(const CompareOptions& o) {
     if (auto w = writeFileAtomic(o.json, compareDocument(c).dump(2) + "\n"); !w) return fail(w.error().message);
   if (!o.junit.empty())
     if (auto w = writeFileAtomic(o.junit, renderCompareJunit(c)); !w) return fail(w.error().message);
+  if (!o.html.empty())
+    if (auto w = writeFileAtomic(o.html, renderOverlayHtml(*base, *res, o.baseline, o.result,
+                                                           c.exitCode() ? "failed" : "passed", renderCompareText(c)));
+        !w)
+      return fail(w.error().message);
   return c.exitCode() ? kExitFailed : kExitOk;
 }
 

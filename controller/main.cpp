@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
                        "any value worse beyond the noise of both, or missing, fails");
   cCompare->add_option("--json", cmp.json, "write the comparison as JSON here");
   cCompare->add_option("--junit", cmp.junit, "write JUnit XML here");
+  cCompare->add_option("--html", cmp.html, "write a page with both runs' series overlaid here");
 
   std::vector<std::string> mergeInputs;
   std::string mergeOutput;

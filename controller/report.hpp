@@ -30,6 +30,11 @@ std::string renderJunit(const json& doc);
 std::string xmlEscape(std::string_view s);
 std::string renderHtml(const json& doc);
 std::string renderText(const json& doc);
+// compare's page: the comparison's text (SUMMARY) and, per trial of the result, its series with
+// the baseline's trial of the same label overlaid from the trial's start (a golden baseline has
+// no series: the result's alone, and a note). VERDICT: "passed" or "failed".
+std::string renderOverlayHtml(const json& baseDoc, const json& resultDoc, const std::string& baseName,
+                              const std::string& resultName, const std::string& verdict, const std::string& summary);
 
 // Writes through a temporary file and a rename, so a reader never sees half a report.
 // Reports are written like every durable file (common/atomic_file.hpp).

@@ -198,3 +198,39 @@ TEST_CASE("baseline merge: per value the median and range of the runs; compare r
   REQUIRE_FALSE(refused);
   CHECK(refused.error().message.find("o.json: a run of 'other', not of 'synthetic'") == 0);
 }
+
+TEST_CASE("compare's page: both runs' series overlaid per trial; a golden baseline's note") {
+  json base = documentWith(), late = documentWith("n2", 20);
+  auto c = compareTables(table(base), table(late), {}, "golden", "late n2");
+  std::string page = renderOverlayHtml(base, late, "base.json", "late.json", "failed", renderCompareText(c));
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = 0; (at = page.find(what, at)) != std::string::npos; at += what.size()) n++;
+    return n;
+  };
+  const size_t charts = count("<svg class=\"chart\"");
+  CHECK(charts >= 3);  // the job and two nodes
+  CHECK(count("class=\"series overlay\"") == charts);
+  CHECK(count("<path class=\"series\" ") == charts);
+  CHECK(page.find("id=\"verdict\">FAILED") != std::string::npos);
+  CHECK(page.find("WORSE") != std::string::npos);  // the comparison's table is on the page
+  CHECK(page.find("id=\"no-overlay\"") == std::string::npos);
+  // n2's two lines differ where it was held off: the result's is at zero there, the baseline's not.
+  auto pathOf = [&](const std::string& chartId, const std::string& cls) {
+    size_t at = page.find("id=\"" + chartId + "\"");
+    REQUIRE(at != std::string::npos);
+    at = page.find("<path class=\"" + cls + "\"", at);
+    REQUIRE(at != std::string::npos);
+    size_t d = page.find(" d=\"", at) + 4;
+    return page.substr(d, page.find('"', d) - d);
+  };
+  CHECK(pathOf("overlay-0-n2", "series") != pathOf("overlay-0-n2", "series overlay"));
+  CHECK(pathOf("overlay-0-n1", "series") == pathOf("overlay-0-n1", "series overlay"));
+  // A golden baseline keeps no series: the result alone, and the page says why.
+  auto golden = mergeGolden({base, documentWith()}, {"a.json", "b.json"});
+  REQUIRE(golden);
+  std::string alone = renderOverlayHtml(*golden, late, "golden.json", "late.json", "failed", "");
+  CHECK(alone.find("id=\"no-overlay\"") != std::string::npos);
+  CHECK(alone.find("class=\"series overlay\"") == std::string::npos);
+  CHECK(alone.find("<path class=\"series\" ") != std::string::npos);
+}
