@@ -8,12 +8,12 @@ cd "$(dirname "$0")/.."
 builddir=${BUILD_DIR:-build}
 bin=$builddir/tests/test_crash_matrix
 for b in "$bin" "$builddir/agent/rdmachaos-agent" "$builddir/controller/rdmachaos" \
-  "$builddir/lab/rdmachaos-labswitch"; do
+  "$builddir/labswitch/rdmachaos-labswitch"; do
   [ -x "$b" ] || { echo "bench: $b is missing; build first (scripts/build)" >&2; exit 2; }
 done
 export RDMACHAOS_AGENT=$PWD/$builddir/agent/rdmachaos-agent
 export RDMACHAOS_CLI=$PWD/$builddir/controller/rdmachaos
-export RDMACHAOS_LABSWITCH=$PWD/$builddir/lab/rdmachaos-labswitch
+export RDMACHAOS_LABSWITCH=$PWD/$builddir/labswitch/rdmachaos-labswitch
 export RDMACHAOS_CRASH_CELLS=${1:-all}
 # Exit 77 (skip) and 1 (a failed cell) still print the table.
 "$bin"

@@ -329,13 +329,13 @@ Result<std::string> resolveSwitchBinary(const UpOptions& o, const std::string& a
     if (const char* env = std::getenv("RDMACHAOS_LABSWITCH"); env && *env) cands.push_back(env);
     std::string dir = agentBinary.substr(0, agentBinary.rfind('/'));
     cands.push_back(dir + "/rdmachaos-labswitch");
-    cands.push_back(dir + "/../lab/rdmachaos-labswitch");
+    cands.push_back(dir + "/../labswitch/rdmachaos-labswitch");
     cands.push_back("rdmachaos-labswitch");
   }
   for (const auto& c : cands)
     if (auto r = resolveBinary(c)) return r;
   return makeError("the lab switch binary (rdmachaos-labswitch) was not found; build it (ninja -C "
-                   "build lab/rdmachaos-labswitch), set RDMACHAOS_LABSWITCH, or use --fabric bridge");
+                   "build labswitch/rdmachaos-labswitch), set RDMACHAOS_LABSWITCH, or use --fabric bridge");
 }
 
 std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::milliseconds lease, int metricsPort) {

@@ -751,7 +751,7 @@ Result<std::string> up(const UpOptions& o) {
   if (!o.switchBinary.empty()) cands.push_back(o.switchBinary);
   if (const char* env = std::getenv("RDMACHAOS_LABSWITCH"); env && *env) cands.push_back(env);
   cands.push_back(agentDir + "/rdmachaos-labswitch");
-  cands.push_back(agentDir + "/../lab/rdmachaos-labswitch");
+  cands.push_back(agentDir + "/../labswitch/rdmachaos-labswitch");
   cands.push_back("rdmachaos-labswitch");
   std::string switchBinary;
   for (const auto& c : cands)
@@ -762,7 +762,7 @@ Result<std::string> up(const UpOptions& o) {
   if (switchBinary.empty())
     return makeError(
         "the lab switch binary (rdmachaos-labswitch) was not found; build it (ninja "
-        "-C build lab/rdmachaos-labswitch) or set RDMACHAOS_LABSWITCH");
+        "-C build labswitch/rdmachaos-labswitch) or set RDMACHAOS_LABSWITCH");
   if (int n = threadCount(); n > 1)
     return makeError("lab up must run before the process starts threads (found " +
                      std::to_string(n) + "): the guests are forked from it");

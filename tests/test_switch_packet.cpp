@@ -11,8 +11,8 @@
 
 #include "common/pfc.hpp"
 #include "common/unique_fd.hpp"
-#include "lab/switch_fabric.hpp"
-#include "lab/switch_packet.hpp"
+#include "labswitch/switch_fabric.hpp"
+#include "labswitch/switch_packet.hpp"
 
 using namespace rc::labswitch;
 

@@ -1,7 +1,7 @@
 // The lab switch's configuration and entry point (see switch.hpp; the fabric is in switch_fabric.hpp).
-#include "lab/switch.hpp"
+#include "labswitch/switch.hpp"
 
-#include "lab/switch_fabric.hpp"
+#include "labswitch/switch_fabric.hpp"
 
 namespace rc::labswitch {
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/log.hpp"
-#include "lab/switch.hpp"
+#include "labswitch/switch.hpp"
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--relay") == 0) {

@@ -15,9 +15,9 @@
 
 #include "common/pfc.hpp"
 #include "common/unique_fd.hpp"
-#include "lab/switch.hpp"
-#include "lab/switch_packet.hpp"
-#include "lab/switch_port.hpp"
+#include "labswitch/switch.hpp"
+#include "labswitch/switch_packet.hpp"
+#include "labswitch/switch_port.hpp"
 
 namespace rc::labswitch {
 

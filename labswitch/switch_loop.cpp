@@ -1,5 +1,5 @@
 // The lab switch's event loop: epoll over ports, timers, signals and control clients.
-#include "lab/switch_fabric.hpp"
+#include "labswitch/switch_fabric.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -29,8 +29,8 @@
 #include "common/log.hpp"
 #include "common/pfc.hpp"
 #include "common/unique_fd.hpp"
-#include "lab/switch_packet.hpp"
-#include "lab/switch_port.hpp"
+#include "labswitch/switch_packet.hpp"
+#include "labswitch/switch_port.hpp"
 
 namespace rc::labswitch {
 

@@ -1,5 +1,5 @@
 // TAP and QEMU stream-socket ports of the lab switch (see switch_port.hpp).
-#include "lab/switch_port.hpp"
+#include "labswitch/switch_port.hpp"
 
 #include <fcntl.h>
 #include <linux/if.h>

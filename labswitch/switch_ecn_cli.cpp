@@ -17,7 +17,7 @@
 
 #include "common/clock.hpp"
 #include "common/unique_fd.hpp"
-#include "lab/switch.hpp"
+#include "labswitch/switch.hpp"
 
 namespace rc::labswitch {
 namespace {

@@ -1,5 +1,5 @@
 // Frame inspection for the lab switch (see switch_packet.hpp).
-#include "lab/switch_packet.hpp"
+#include "labswitch/switch_packet.hpp"
 
 namespace rc::labswitch {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "common/unique_fd.hpp"
-#include "lab/switch.hpp"
+#include "labswitch/switch.hpp"
 
 namespace rc::labswitch {
 namespace {
