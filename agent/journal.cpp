@@ -13,15 +13,12 @@
 #include <string_view>
 
 #include "common/atomic_file.hpp"
+#include "common/errno_text.hpp"
 #include "common/protocol.hpp"
 #include "common/unique_fd.hpp"
 
 namespace rc {
 namespace {
-
-std::string errnoText(const std::string& what, const std::string& path) {
-  return what + " '" + path + "': " + std::strerror(errno);
-}
 
 Result<void> mkdirs(const std::string& path) {
   std::string cur;
@@ -83,7 +80,6 @@ Result<void> Journal::writable() const {
                    "the agent",
                    EROFS);
 }
-
 
 Result<void> Journal::add(const std::string& faultId, const nlohmann::json& record) {
   if (!proto::validId(faultId)) return makeError("invalid fault id '" + faultId + "'");

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "common/clock.hpp"
+#include "common/errno_text.hpp"
 #include "common/unique_fd.hpp"
 #include "common/units.hpp"
 #include "faults/fault.hpp"
@@ -78,8 +79,6 @@ struct IncastParams {
 };
 
 bool sameAddr(in_addr a, in_addr b) { return a.s_addr == b.s_addr; }
-
-std::string errnoText(int e) { return std::strerror(e); }
 
 // The interface that holds LOCAL (an IPv4 address of this host), or "".
 std::string interfaceOf(in_addr local) {

@@ -22,6 +22,7 @@
 #include <random>
 
 #include "common/clock.hpp"
+#include "common/errno_text.hpp"
 #include "common/unique_fd.hpp"
 #include "common/units.hpp"
 #include "common/verbs_handles.hpp"
@@ -74,7 +75,6 @@ struct Bye {
 };
 static_assert(sizeof(Hello) == 32 && sizeof(Reply) == 48 && sizeof(Progress) == 16 && sizeof(Bye) == 16);
 
-std::string errnoText(int e) { return std::strerror(e); }
 std::string addrText(in_addr a) {
   char b[INET_ADDRSTRLEN] = "";
   ::inet_ntop(AF_INET, &a, b, sizeof b);

@@ -16,14 +16,11 @@
 #include <vector>
 
 #include "common/atomic_file.hpp"
+#include "common/errno_text.hpp"
 
 namespace rc::lab {
 
 namespace fs = std::filesystem;
-
-std::string errnoText(const std::string& what, const std::string& path) {
-  return what + " '" + path + "': " + std::strerror(errno);
-}
 
 Result<void> mkdirs(const std::string& path, mode_t mode) {
   std::error_code ec;

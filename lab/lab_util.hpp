@@ -7,12 +7,12 @@
 #include <string>
 
 #include "common/result.hpp"
+#include "common/errno_text.hpp"
 #include "common/unique_fd.hpp"
 
 namespace rc::lab {
 
 // "WHAT 'PATH': strerror(errno)".
-std::string errnoText(const std::string& what, const std::string& path);
 Result<void> mkdirs(const std::string& path, mode_t mode);
 // Creates the lab directory DIR private to this user (0700), or checks that an existing one
 // can be trusted: a real directory (no symlink), owned by this user, writable by nobody else.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/result.hpp"
+#include "common/unique_fd.hpp"
 
 namespace rc::labswitch {
 
@@ -79,6 +80,8 @@ Result<void> run(const Config& config);
 
 // Copies `in` to the control socket at socketPath and its answers to `out` until either ends
 // (`rdmachaos-labswitch --relay`, QEMU's guestfwd command for the soft-RoCE lab's guests).
+// A connected stream to the switch's control socket.
+Result<UniqueFD> connectControl(const std::string& socketPath);
 Result<void> relay(const std::string& socketPath, int in, int out);
 
 // One request to the switch's control socket (5 s deadline); an answer without "ok": true is an

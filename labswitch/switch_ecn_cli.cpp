@@ -4,8 +4,6 @@
 // lab's agents name it in their [ecn_commands.labswitch] template, so the command backend of
 // ecn_shift runs end to end on the lab (docs/faults/ecn_shift.md).
 #include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -41,15 +39,9 @@ bool number(const char* s, uint64_t& out) {
 }  // namespace
 
 Result<json> controlRequest(const std::string& socketPath, const json& request) {
-  sockaddr_un sa{};
-  sa.sun_family = AF_UNIX;
-  if (socketPath.empty() || socketPath.size() >= sizeof sa.sun_path)
-    return makeError("control socket path '" + socketPath + "' is empty or too long");
-  std::strcpy(sa.sun_path, socketPath.c_str());
-  UniqueFD sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!sock.isValid() || ::connect(sock.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
-    return makeError("cannot connect to the lab switch at '" + socketPath + "': " + std::strerror(errno),
-                     errno);
+  auto connected = connectControl(socketPath);
+  if (!connected) return connected.error();
+  UniqueFD sock = std::move(*connected);
   const std::string line = request.dump() + "\n";
   for (size_t off = 0; off < line.size();) {
     ssize_t w = ::write(sock.get(), line.data() + off, line.size() - off);

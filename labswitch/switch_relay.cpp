@@ -27,7 +27,7 @@ bool writeAll(int fd, const char* p, size_t n) {
 
 }  // namespace
 
-Result<void> relay(const std::string& socketPath, int in, int out) {
+Result<UniqueFD> connectControl(const std::string& socketPath) {
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
   if (socketPath.empty() || socketPath.size() >= sizeof sa.sun_path)
@@ -37,6 +37,13 @@ Result<void> relay(const std::string& socketPath, int in, int out) {
   if (!sock.isValid() || ::connect(sock.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
     return makeError("cannot connect to the lab switch at '" + socketPath +
                      "': " + std::strerror(errno), errno);
+  return sock;
+}
+
+Result<void> relay(const std::string& socketPath, int in, int out) {
+  auto connected = connectControl(socketPath);
+  if (!connected) return connected.error();
+  UniqueFD sock = std::move(*connected);
   // Until either side ends: one request/response connection at a time, small messages.
   char buf[65536];
   for (;;) {

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "common/clock.hpp"
+#include "common/errno_text.hpp"
 #include "workload/checksum.hpp"
 #include "workload/collectives.hpp"
 
@@ -46,8 +47,6 @@ struct ChunkTrailer {
   uint32_t sum, magic;
 };
 static_assert(sizeof(Hello) == 24 && sizeof(ChunkHeader) == 24 && sizeof(ChunkTrailer) == 8);
-
-std::string errnoText() { return std::strerror(errno); }
 
 }  // namespace
 
