@@ -11,12 +11,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stop_token>
@@ -48,8 +50,9 @@ struct Lab {
   std::string dir, agent;
   int slot = 0;
   std::string control;
+  int switchPid = 0;
   bool ok = false;
-  Lab(int nodes, const std::string& fabric, double rate) {
+  Lab(int nodes, const std::string& fabric, double rate, bool offload = true) {
     char tmpl[] = "/tmp/rc-bench-lab-XXXXXX";
     if (!::mkdtemp(tmpl)) return;
     dir = tmpl;
@@ -62,6 +65,7 @@ struct Lab {
     o.agentBinary = agent;
     o.fabric = fabric;
     o.rateBps = rate;
+    o.switchOffload = offload;
     auto r = rc::lab::up(o);
     if (!r) {
       std::fprintf(stderr, "lab up failed: %s\n", r.error().message.c_str());
@@ -71,6 +75,7 @@ struct Lab {
     json s = json::parse(in);
     slot = s["slot"].get<int>();
     control = s["switch"]["control"].get<std::string>();
+    if (s["switch"].contains("proc")) switchPid = s["switch"]["proc"].value("pid", 0);
     ok = true;
   }
   ~Lab() {
@@ -161,8 +166,8 @@ uint64_t rxPackets(const std::string& ns) {
 
 // Two 1500-byte floods (n1 -> n2, n3 -> n4) through the fabric for `secs`: frames/s and
 // Gb/s delivered to the receivers' NICs.
-std::pair<double, double> forwarding(const std::string& fabric, double secs) {
-  Lab lab(4, fabric, 100e9);  // ports fast enough that the line rate is not the limit
+std::pair<double, double> forwarding(const std::string& fabric, double secs, bool offload = true) {
+  Lab lab(4, fabric, 100e9, offload);  // ports fast enough that the line rate is not the limit
   if (!lab.ok) return {0, 0};
   // Resolve ARP first, so the floods are unicast from the start.
   for (int i : {1, 3}) {
@@ -184,6 +189,59 @@ std::pair<double, double> forwarding(const std::string& fabric, double secs) {
   }
   double fps = double(r1 - r0) / (double(t1 - t0) / 1e9);
   return {fps, fps * 1514 * 8 / 1e9};
+}
+
+// CPU seconds (user + system, softirq work charged to it included) a process has used.
+double cpuSeconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = all.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream f(all.substr(close + 2));
+  std::string skip;
+  for (int i = 0; i < 11; i++) f >> skip;  // state .. cmajflt
+  double utime = 0, stime = 0;
+  f >> utime >> stime;
+  return (utime + stime) / double(::sysconf(_SC_CLK_TCK));
+}
+
+std::string capture(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ::pclose(p);
+  }
+  return out;
+}
+
+struct TcpRun {
+  double gbps = 0;      // received by iperf3's server
+  double cpu = 0;       // the switch's CPU seconds per second (0 for the bridge: the kernel's)
+  double busy = 0;      // the switch loop's busy fraction over the run
+};
+
+// iperf3 -P 4 from n1 to n2 through the fabric for SECS: what arrived, and what it cost the switch.
+TcpRun tcp(const std::string& fabric, double rate, bool offload, double secs) {
+  TcpRun r;
+  Lab lab(2, fabric, rate, offload);
+  if (!lab.ok) return r;
+  (void)!std::system(("ip netns exec " + lab.ns(2) + " iperf3 -s -1 -D >/dev/null 2>&1").c_str());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  json c0 = fabric == "switch" ? request(lab.control, {{"cmd", "counters"}, {"port", "*"}}) : json::object();
+  double cpu0 = lab.switchPid ? cpuSeconds(lab.switchPid) : 0;
+  std::string out = capture("ip netns exec " + lab.ns(1) + " iperf3 -J -P 4 -t " + std::to_string(int(secs)) + " -c " +
+                            lab.addr(2) + " 2>/dev/null");
+  double cpu1 = lab.switchPid ? cpuSeconds(lab.switchPid) : 0;
+  json c1 = fabric == "switch" ? request(lab.control, {{"cmd", "counters"}, {"port", "*"}}) : json::object();
+  json j = json::parse(out, nullptr, false);
+  if (!j.is_discarded() && j.contains("end"))
+    r.gbps = j["end"]["sum_received"].value("bits_per_second", 0.0) / 1e9;
+  r.cpu = (cpu1 - cpu0) / secs;
+  const double loop = c1.value("loop_ns", 0.0) - c0.value("loop_ns", 0.0);
+  if (loop > 0) r.busy = (c1.value("busy_ns", 0.0) - c0.value("busy_ns", 0.0)) / loop;
+  return r;
 }
 
 // pfc_storm at `rate` frames/s for at most `frames`: frames sent (the fault's own count),
@@ -246,10 +304,28 @@ int main(int argc, char** argv) {
   double secs = argc > 1 ? std::atof(argv[1]) : 3.0;
   std::printf("== forwarding capacity, 1514-byte frames, 2 flows on 4 hosts, %.1f s each ==\n", secs);
   auto sw = forwarding("switch", secs);
+  auto plain = forwarding("switch", secs, false);
   auto br = forwarding("bridge", secs);
   std::printf("  lab switch:   %9.0f frames/s  %6.3f Gb/s\n", sw.first, sw.second);
+  std::printf("  no offload:   %9.0f frames/s  %6.3f Gb/s\n", plain.first, plain.second);
   std::printf("  linux bridge: %9.0f frames/s  %6.3f Gb/s\n", br.first, br.second);
   std::printf("  ratio switch/bridge: %.3f\n", br.first > 0 ? sw.first / br.first : 0.0);
+  const int tsecs = std::max(3, int(secs * 2));
+  std::printf("== TCP through the fabric, iperf3 -P 4, 2 hosts, %d s each ==\n", tsecs);
+  std::printf("  unshaped ports (100G: the switch's CPU is the limit)\n");
+  auto on = tcp("switch", 100e9, true, tsecs), off = tcp("switch", 100e9, false, tsecs), bridge = tcp("bridge", 100e9, true, tsecs);
+  std::printf("    switch, offload:     %7.2f Gb/s  switch CPU %.2f s/s  %.3f CPU-s per Gb\n", on.gbps, on.cpu,
+              on.gbps > 0 ? on.cpu / on.gbps : 0.0);
+  std::printf("    switch, no offload:  %7.2f Gb/s  switch CPU %.2f s/s  %.3f CPU-s per Gb\n", off.gbps, off.cpu,
+              off.gbps > 0 ? off.cpu / off.gbps : 0.0);
+  std::printf("    linux bridge:        %7.2f Gb/s\n", bridge.gbps);
+  std::printf("    ratio switch/bridge: %.3f (offload), %.3f (no offload); offload/no offload: %.2f\n",
+              bridge.gbps > 0 ? on.gbps / bridge.gbps : 0.0, bridge.gbps > 0 ? off.gbps / bridge.gbps : 0.0,
+              off.gbps > 0 ? on.gbps / off.gbps : 0.0);
+  std::printf("  the shipped rate (1G: the line rate is the limit)\n");
+  auto on1 = tcp("switch", 1e9, true, tsecs), off1 = tcp("switch", 1e9, false, tsecs);
+  std::printf("    switch, offload:     %7.3f Gb/s  loop busy %3.0f%%  switch CPU %.2f s/s\n", on1.gbps, on1.busy * 100, on1.cpu);
+  std::printf("    switch, no offload:  %7.3f Gb/s  loop busy %3.0f%%  switch CPU %.2f s/s\n", off1.gbps, off1.busy * 100, off1.cpu);
   std::printf("== pfc_storm generation on a TAP (AF_PACKET + sendmmsg) ==\n");
   stormRate(10'000, 20'000);
   stormRate(100'000, 200'000);

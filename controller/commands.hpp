@@ -74,6 +74,7 @@ struct LabFabricOptions {
   std::string routing = "ecmp";
   std::string lease = "5s";  // the agents' lease_timeout
   int agentMetrics = 0;      // port where each agent serves Prometheus on its management address
+  bool noOffload = false;    // the switch's TAPs without segmentation offload
 };
 int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOptions& fabric = {});
 int cmdLabDown(const std::string& dir);

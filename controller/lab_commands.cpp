@@ -81,6 +81,7 @@ int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOp
   opt.leaves = fabric.leaves;
   opt.spines = fabric.spines;
   opt.routing = fabric.routing;
+  opt.switchOffload = !fabric.noOffload;
   if (fabric.agentMetrics < 0 || fabric.agentMetrics > 65535 || fabric.agentMetrics == 7470)
     return fail("lab up: --agent-metrics must be a port in 1-65535 other than the agents' 7470");
   opt.agentMetricsPort = fabric.agentMetrics;

@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
   cLabUp->add_option("--spines", labFabric.spines, "spine switches (0: one switch)")->capture_default_str();
   cLabUp->add_option("--rate", labFabric.rate, "port line rate, e.g. 1G, 100M")->capture_default_str();
   cLabUp->add_option("--routing", labFabric.routing, "ecmp or adaptive")->capture_default_str();
+  cLabUp->add_flag("--no-offload", labFabric.noOffload,
+                   "switch TAPs without segmentation offload: one system call per wire frame (for comparison)");
   cLabUp->add_option("--lease", labFabric.lease, "the agents' lease: a silent controller's faults are reverted after it")
       ->capture_default_str();
   cLabUp->add_option("--agent-metrics", labFabric.agentMetrics,

@@ -28,6 +28,9 @@ struct UpOptions {
   // Each agent serves its state to Prometheus on its management address at this port
   // ([agent] metrics); 0: off.
   int agentMetricsPort = 0;
+  // The switch's TAPs with segmentation offload (labswitch/switch_offload.hpp); false: one
+  // system call per wire frame each way, as before (for comparison).
+  bool switchOffload = true;
 };
 
 // Brings the lab up and returns the path of DIR/inventory.toml. Refuses if DIR already holds

@@ -302,7 +302,7 @@ std::string switchConfig(const LabState& s, const UpOptions& o) {
     hosts.push_back({{"name", n.name}, {"netns", "/run/netns/" + n.netns}, {"ifname", "data0"}});
   nlohmann::json j = {{"control", s.sw.control}, {"rate_bps", o.rateBps}, {"mtu", 1500},
                       {"leaves", o.leaves},      {"spines", o.spines},     {"routing", o.routing},
-                      {"hosts", hosts}};
+                      {"hosts", hosts}, {"offload", o.switchOffload}};
   return j.dump(2) + "\n";
 }
 

@@ -31,6 +31,7 @@ Result<Config> parseConfig(const json& j) {
     c.convergenceNs = int64_t(get<double>(j, "convergence_ms", 500) * 1e6);
     c.flowletGapNs = int64_t(get<double>(j, "flowlet_gap_us", 500) * 1e3);
     c.seed = get<uint32_t>(j, "seed", 1);
+    c.offload = get<bool>(j, "offload", true);
     if (j.contains("lossless")) {
       c.losslessMask = 0;
       for (int p : j["lossless"].get<std::vector<int>>())

@@ -70,6 +70,10 @@ struct Config {
   WatchdogConfig watchdog;
   std::vector<uint8_t> dscpMap;            // 64 entries; empty = default (26->3, 48->6)
   uint32_t seed = 1;                       // ECN marking randomness
+  // TAP ports with segmentation offload (switch_offload.hpp): hosts hand over TCP super-frames,
+  // cut into wire frames on the way in and joined again on the way out. false: one frame per
+  // read and write, as before (for comparison: bench/labswitch_bench).
+  bool offload = true;
 };
 
 // Reads the switch's JSON configuration (what `lab up` writes to DIR/switch.json).
@@ -78,10 +82,10 @@ Result<Config> parseConfig(const json& j);
 // Attaches every port, opens the control socket and forwards until SIGTERM or SIGINT.
 Result<void> run(const Config& config);
 
-// Copies `in` to the control socket at socketPath and its answers to `out` until either ends
-// (`rdmachaos-labswitch --relay`, QEMU's guestfwd command for the soft-RoCE lab's guests).
 // A connected stream to the switch's control socket.
 Result<UniqueFD> connectControl(const std::string& socketPath);
+// Copies `in` to the control socket at socketPath and its answers to `out` until either ends
+// (`rdmachaos-labswitch --relay`, QEMU's guestfwd command for the soft-RoCE lab's guests).
 Result<void> relay(const std::string& socketPath, int in, int out);
 
 // One request to the switch's control socket (5 s deadline); an answer without "ok": true is an

@@ -194,6 +194,13 @@ json Fabric::counters(const json& req, int64_t now) {
                      {"rx_frames", p.rxFrames}, {"rx_bytes", p.rxBytes}, {"rx_drops", p.rxDrops},
                      {"no_route", p.noRoute}, {"tx_frames", p.txFrames}, {"tx_bytes", p.txBytes},
                      {"queues", qs}});
+    if (p.io) {
+      // What the host's NIC end cost in system calls: reads and writes, and the wire frames
+      // they carried (more than one each with offload).
+      auto io = p.io->ioStats();
+      ports.back()["io"] = {{"reads", io.reads}, {"read_frames", io.readFrames}, {"writes", io.writes},
+                            {"write_frames", io.writeFrames}};
+    }
   }
   // busy_ns: the event loop's time outside epoll_wait since loop_ns ago (see idleNs_).
   int64_t loop = loopStartNs_ > 0 ? now - loopStartNs_ : 0;

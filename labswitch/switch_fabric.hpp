@@ -343,6 +343,7 @@ class Fabric {
   // waiting for the CPU with work at hand. Near the elapsed time, the switch is saturated:
   // its CPU, not the line rate, bounds the traffic (`counters` reports both).
   int64_t loopStartNs_ = 0, idleNs_ = 0;
+  int64_t armedWake_ = -1;  // where pump() last set the transmit timer
 };
 
 }  // namespace rc::labswitch

@@ -113,6 +113,9 @@ Result<void> Fabric::serve() {
     for (auto& p : ports_)
       if (p.io && !p.closed) p.io->flush();
     pump(monoNs());
+    // What the pass sent to each host goes out now (a TAP with offload joins it first).
+    for (auto& p : ports_)
+      if (p.io && !p.closed) p.io->flush();
     updateReading();
   }
 }
@@ -142,7 +145,10 @@ void Fabric::pump(int64_t now) {
           break;
         }
         if (p.nextTxNs > double(now + kTxSlackNs)) {
-          wake = std::min(wake, int64_t(p.nextTxNs) - kTxSlackNs);
+          // Woken when the next frame is due (not kTxSlackNs before it): the wake-up then sends
+          // every frame due within the slack, a burst that a TAP with offload joins into one
+          // write, instead of one frame per wake-up.
+          wake = std::min(wake, int64_t(p.nextTxNs));
           break;
         }
         int prio = pickQueue(p, now);
@@ -161,6 +167,9 @@ void Fabric::pump(int64_t now) {
     wake = std::min(wake, now + 1000);  // still moving after the last pass: come back soon
   }
   if (wake <= now) wake = now + 1000;
+  // The timer already stands there (most passes of a busy port end at the same next frame).
+  if (wake == armedWake_) return;
+  armedWake_ = wake;
   itimerspec t{};
   if (wake != INT64_MAX) {
     t.it_value.tv_sec = wake / 1'000'000'000;

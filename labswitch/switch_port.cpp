@@ -13,6 +13,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/log.hpp"
+#include "labswitch/switch_offload.hpp"
+
 namespace rc::labswitch {
 namespace {
 
@@ -20,10 +23,13 @@ constexpr size_t kMaxFrame = 65536;
 
 class TapIo final : public PortIo {
  public:
-  TapIo(UniqueFD fd, std::string name, Mac mac) : fd_(std::move(fd)), name_(std::move(name)), mac_(mac) {}
+  TapIo(UniqueFD fd, std::string name, Mac mac, bool offload)
+      : fd_(std::move(fd)), name_(std::move(name)), mac_(mac), offload_(offload),
+        out_([this](const VnetHdr& h, const uint8_t* data, size_t len) { send(h, data, len); }) {}
   int fd() const override { return fd_.get(); }
   Result<size_t> readBatch(std::vector<std::vector<uint8_t>>& out, size_t max) override {
     size_t n = 0;
+    const size_t hdr = offload_ ? sizeof(VnetHdr) : 0;
     while (n < max) {
       ssize_t r = ::read(fd_.get(), buf_, sizeof buf_);
       if (r < 0) {
@@ -32,24 +38,62 @@ class TapIo final : public PortIo {
         return makeError("reading TAP " + name_ + ": " + std::strerror(errno), errno);
       }
       if (r == 0) break;
-      out.emplace_back(buf_, buf_ + r);
       n++;
+      stats_.reads++;
+      if (!offload_) {
+        out.emplace_back(buf_, buf_ + r);
+        stats_.readFrames++;
+        continue;
+      }
+      const size_t before = out.size();
+      if (size_t(r) < hdr) continue;
+      VnetHdr h;
+      std::memcpy(&h, buf_, sizeof h);
+      if (auto why = segmentFrame(buf_ + hdr, size_t(r) - hdr, h, out); !why.empty()) {
+        // The host's stack built it; it cannot be cut into wire frames here. Dropped, as a
+        // NIC drops what it cannot send, and said (once in a while: a host may send many).
+        if (badFrames_++ % 1000 == 0)
+          log::warn("TAP {}: dropped a frame from the host: {} ({} such frames)", name_, why, badFrames_);
+      }
+      stats_.readFrames += out.size() - before;
     }
     return n;
   }
   bool write(const uint8_t* data, size_t len) override {
-    // A TAP write is handed to the host's stack synchronously; it fails only when the
-    // device is down (EIO) or gone.
-    return ::write(fd_.get(), data, len) == ssize_t(len);
+    stats_.writeFrames++;
+    if (!offload_) {
+      stats_.writes++;
+      return sendPlain(data, len);
+    }
+    out_.add(data, len);
+    return ok_;
+  }
+  IoStats ioStats() const override { return stats_; }
+  void flush() override {
+    if (offload_) out_.flush();
   }
   Mac hostMac() const override { return mac_; }
-  std::string describe() const override { return "tap " + name_; }
+  std::string describe() const override { return "tap " + name_ + (offload_ ? " (offload)" : ""); }
 
  private:
+  // A TAP write is handed to the host's stack synchronously; it fails only when the device is
+  // down (EIO) or gone.
+  bool sendPlain(const uint8_t* data, size_t len) { return ::write(fd_.get(), data, len) == ssize_t(len); }
+  void send(const VnetHdr& h, const uint8_t* data, size_t len) {
+    stats_.writes++;
+    iovec iov[2] = {{const_cast<VnetHdr*>(&h), sizeof h}, {const_cast<uint8_t*>(data), len}};
+    ok_ = ::writev(fd_.get(), iov, 2) == ssize_t(sizeof h + len);
+  }
+
   UniqueFD fd_;
   std::string name_;
   Mac mac_;
-  uint8_t buf_[kMaxFrame];
+  bool offload_;
+  TcpCoalescer out_;
+  bool ok_ = true;
+  uint64_t badFrames_ = 0;
+  IoStats stats_;
+  uint8_t buf_[kMaxFrame + sizeof(VnetHdr)];
 };
 
 class StreamIo final : public PortIo {
@@ -136,7 +180,7 @@ class StreamIo final : public PortIo {
 
 }  // namespace
 
-Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname) {
+Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname, bool offload) {
   std::string what = "TAP '" + ifname + "' in " + netnsPath;
   UniqueFD home(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
   UniqueFD target(::open(netnsPath.c_str(), O_RDONLY | O_CLOEXEC));
@@ -151,8 +195,14 @@ Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const st
   Mac mac{};
   if (err == 0) {
     std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
-    ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (offload ? IFF_VNET_HDR : 0);
     if (::ioctl(fd.get(), TUNSETIFF, &ifr) != 0) err = errno;
+  }
+  // The host's TCP may hand over super-frames (TSO, with ECN's CWR) and leave checksums to us.
+  // Without offload, none: a TAP attached with offload before keeps its features otherwise.
+  if (err == 0) {
+    unsigned features = offload ? (TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN) : 0;
+    if (::ioctl(fd.get(), TUNSETOFFLOAD, features) != 0) err = errno;
   }
   if (err == 0) {
     ifreq hw{};
@@ -166,7 +216,7 @@ Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const st
   if (err != 0)
     return makeError("cannot attach to " + what + ": " + std::strerror(err) +
                      " (it must exist: `ip tuntap add dev " + ifname + " mode tap`)", err);
-  return std::unique_ptr<PortIo>(std::make_unique<TapIo>(std::move(fd), ifname, mac));
+  return std::unique_ptr<PortIo>(std::make_unique<TapIo>(std::move(fd), ifname, mac, offload));
 }
 
 std::unique_ptr<PortIo> streamPort(UniqueFD connected, std::string name) {

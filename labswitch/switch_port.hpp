@@ -30,6 +30,12 @@ class PortIo {
   virtual bool write(const uint8_t* data, size_t len) = 0;
   // Moves frames that write() had to keep (a stream socket that was full) to the host.
   virtual void flush() {}
+  // System calls and frames through this port's I/O (a TAP with offload reads and writes
+  // several wire frames per call): the measure of what offload saves.
+  struct IoStats {
+    uint64_t reads = 0, readFrames = 0, writes = 0, writeFrames = 0;
+  };
+  virtual IoStats ioStats() const { return {}; }
   // The host NIC's MAC address when it is known up front (a TAP's own address).
   virtual Mac hostMac() const { return {}; }
   virtual std::string describe() const = 0;
@@ -38,7 +44,11 @@ class PortIo {
 // Attaches to the existing persistent TAP `ifname` inside the network namespace at
 // `netnsPath` (created by `lab up` with `ip tuntap add`). Because the device is persistent,
 // a restarted switch re-attaches to the same NIC and the host keeps its address and routes.
-Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname);
+// OFFLOAD: with a virtio_net_hdr on every frame and TSO/checksum offload on the TAP, so the
+// host hands over TCP super-frames (switch_offload.hpp); reads still return wire frames, and
+// writes are joined into super-frames until flush().
+Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname,
+                                          bool offload = true);
 
 // A QEMU `-netdev stream`/`socket` peer: frames with a 4-byte big-endian length prefix on a
 // connected stream socket (the switch listens, QEMU connects). The descriptor is adopted.

@@ -1,0 +1,261 @@
+// Segmentation offload between the lab switch and its hosts' TAPs (see switch_offload.hpp).
+#include "labswitch/switch_offload.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+namespace rc::labswitch {
+namespace {
+
+constexpr uint8_t kFin = 0x01, kSyn = 0x02, kRst = 0x04, kPsh = 0x08, kAck = 0x10, kUrg = 0x20, kCwr = 0x80;
+
+uint16_t get16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
+uint32_t get32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
+void put16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
+void put32(uint8_t* p, uint32_t v) {
+  p[0] = uint8_t(v >> 24);
+  p[1] = uint8_t(v >> 16);
+  p[2] = uint8_t(v >> 8);
+  p[3] = uint8_t(v);
+}
+
+// Where a TCP frame's headers are: l3 (IP), l4 (TCP), hdr (payload); v6 for IPv6.
+struct TcpLayout {
+  size_t l3 = 0, l4 = 0, hdr = 0;
+  bool v6 = false;
+};
+
+// Empty string: FRAME is an IPv4 or IPv6 (no extension headers) TCP frame laid out in L.
+std::string tcpLayout(const uint8_t* f, size_t len, TcpLayout& l) {
+  if (len < 14) return "shorter than an Ethernet header";
+  size_t l3 = 14;
+  uint16_t type = get16(f + 12);
+  if (type == 0x8100) {
+    if (len < 18) return "a VLAN tag without a type";
+    type = get16(f + 16);
+    l3 = 18;
+  }
+  if (type == 0x0800) {
+    if (len < l3 + 20 || (f[l3] >> 4) != 4) return "not an IPv4 header";
+    size_t ihl = size_t(f[l3] & 0xf) * 4;
+    if (ihl < 20 || len < l3 + ihl) return "an IPv4 header of a bad length";
+    if (f[l3 + 9] != 6) return "not TCP";
+    l.l4 = l3 + ihl;
+  } else if (type == 0x86dd) {
+    if (len < l3 + 40 || (f[l3] >> 4) != 6) return "not an IPv6 header";
+    if (f[l3 + 6] != 6) return "not TCP right after the IPv6 header";
+    l.l4 = l3 + 40;
+    l.v6 = true;
+  } else {
+    return "neither IPv4 nor IPv6";
+  }
+  if (len < l.l4 + 20) return "a TCP header cut short";
+  size_t doff = size_t(f[l.l4 + 12] >> 4) * 4;
+  if (doff < 20 || len < l.l4 + doff) return "a TCP header of a bad length";
+  l.l3 = l3;
+  l.hdr = l.l4 + doff;
+  return {};
+}
+
+// The pseudo-header's sum for a TCP segment of TCPLEN bytes.
+uint32_t pseudoSum(const uint8_t* f, const TcpLayout& l, size_t tcpLen) {
+  uint32_t sum = 0;
+  if (l.v6) {
+    sum = csumAdd(f + l.l3 + 8, 32);
+    sum += uint32_t(tcpLen >> 16) + uint32_t(tcpLen & 0xffff);
+  } else {
+    sum = csumAdd(f + l.l3 + 12, 8);
+    sum += uint32_t(tcpLen);
+  }
+  return sum + 6;
+}
+
+// Sets the IP length fields (and the IPv4 header checksum) for a frame of LEN bytes.
+void setIpLength(uint8_t* f, const TcpLayout& l, size_t len) {
+  if (l.v6) {
+    put16(f + l.l3 + 4, uint16_t(len - l.l3 - 40));
+    return;
+  }
+  put16(f + l.l3 + 2, uint16_t(len - l.l3));
+  put16(f + l.l3 + 10, 0);
+  put16(f + l.l3 + 10, uint16_t(~csumFold(csumAdd(f + l.l3, l.l4 - l.l3))));
+}
+
+}  // namespace
+
+uint32_t csumAdd(const uint8_t* data, size_t len, uint32_t sum) {
+  // The one's complement sum does not depend on byte order: add the data as native 32-bit
+  // words (little-endian here), fold, and swap the 16-bit result into network order. Four
+  // bytes a step instead of two (the switch sums every byte a host hands over).
+  uint64_t s = 0;
+  size_t i = 0;
+  for (; i + 4 <= len; i += 4) {
+    uint32_t w;
+    std::memcpy(&w, data + i, 4);
+    s += w;
+  }
+  if (i + 2 <= len) {
+    uint16_t w;
+    std::memcpy(&w, data + i, 2);
+    s += w;
+    i += 2;
+  }
+  if (i < len) {
+    uint16_t w = 0;
+    std::memcpy(&w, data + i, 1);  // the odd last byte is the high byte of a zero-padded word
+    s += w;
+  }
+  while (s >> 16) s = (s & 0xffff) + (s >> 16);
+  uint16_t native = uint16_t(s);
+  uint16_t be = uint16_t(native << 8 | native >> 8);
+  if constexpr (std::endian::native == std::endian::big) be = native;
+  uint64_t total = uint64_t(sum) + be;
+  while (total >> 32) total = (total & 0xffffffff) + (total >> 32);
+  return uint32_t(total);
+}
+
+uint16_t csumFold(uint32_t sum) {
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return uint16_t(sum);
+}
+
+bool completeChecksum(uint8_t* frame, size_t len, uint16_t start, uint16_t offset) {
+  if (size_t(start) + offset + 2 > len) return false;
+  uint16_t c = uint16_t(~csumFold(csumAdd(frame + start, len - start)));
+  // UDP (its checksum is 6 bytes in) sends a computed 0 as 0xffff: 0 there means "none".
+  if (c == 0 && offset == 6) c = 0xffff;
+  put16(frame + start + offset, c);
+  return true;
+}
+
+std::string segmentFrame(const uint8_t* frame, size_t len, const VnetHdr& h,
+                         std::vector<std::vector<uint8_t>>& out) {
+  const uint8_t gso = h.gsoType & uint8_t(~kGsoEcn);
+  if (gso == kGsoNone) {
+    std::vector<uint8_t> f(frame, frame + len);
+    if ((h.flags & kVnetNeedsCsum) && !completeChecksum(f.data(), f.size(), h.csumStart, h.csumOffset))
+      return "its checksum offsets lie outside the frame";
+    out.push_back(std::move(f));
+    return {};
+  }
+  if (gso != kGsoTcpV4 && gso != kGsoTcpV6) return "a segmentation type other than TCP (" + std::to_string(gso) + ")";
+  TcpLayout l;
+  if (auto why = tcpLayout(frame, len, l); !why.empty()) return "a TCP super-frame that is " + why;
+  if (h.gsoSize == 0) return "a TCP super-frame with a segment size of 0";
+  const size_t payload = len - l.hdr, mss = h.gsoSize;
+  const uint32_t seq0 = get32(frame + l.l4 + 4);
+  const uint16_t id0 = l.v6 ? 0 : get16(frame + l.l3 + 4);
+  const uint8_t flags = frame[l.l4 + 13];
+  const size_t count = std::max<size_t>(1, (payload + mss - 1) / mss);
+  for (size_t i = 0; i < count; i++) {
+    const size_t off = i * mss, n = std::min(mss, payload - std::min(payload, off));
+    std::vector<uint8_t> seg(l.hdr + n);
+    std::memcpy(seg.data(), frame, l.hdr);
+    std::memcpy(seg.data() + l.hdr, frame + l.hdr + off, n);
+    uint8_t* f = seg.data();
+    if (!l.v6) put16(f + l.l3 + 4, uint16_t(id0 + i));
+    setIpLength(f, l, seg.size());
+    put32(f + l.l4 + 4, seq0 + uint32_t(off));
+    uint8_t fl = flags;
+    if (i + 1 < count) fl &= uint8_t(~(kFin | kPsh));
+    if (i > 0) fl &= uint8_t(~kCwr);
+    f[l.l4 + 13] = fl;
+    put16(f + l.l4 + 16, 0);
+    const size_t tcpLen = seg.size() - l.l4;
+    put16(f + l.l4 + 16, uint16_t(~csumFold(csumAdd(f + l.l4, tcpLen, pseudoSum(f, l, tcpLen)))));
+    out.push_back(std::move(seg));
+  }
+  return {};
+}
+
+bool TcpCoalescer::joins(const uint8_t* f, size_t len) const {
+  if (closed_ || len <= hdrLen_ || run_.size() + (len - hdrLen_) > kMaxRunBytes) return false;
+  const uint8_t* r = run_.data();
+  TcpLayout l;
+  if (!tcpLayout(f, len, l).empty() || l.hdr != hdrLen_ || l.l4 != l4_ || l.l3 != l3_) return false;
+  if (std::memcmp(f, r, l3_) != 0) return false;  // Ethernet (and VLAN) header
+  if (l.v6) {
+    // Version, class (ECN included), flow label; next header and hop limit; addresses.
+    if (std::memcmp(f + l3_, r + l3_, 4) != 0 || std::memcmp(f + l3_ + 6, r + l3_ + 6, 34) != 0) return false;
+  } else {
+    // Version, length, TOS (ECN included); fragment field, TTL, protocol; addresses, options.
+    if (std::memcmp(f + l3_, r + l3_, 2) != 0 || std::memcmp(f + l3_ + 6, r + l3_ + 6, 4) != 0 ||
+        std::memcmp(f + l3_ + 12, r + l3_ + 12, l4_ - l3_ - 12) != 0)
+      return false;
+  }
+  const uint8_t* t = f + l4_;
+  const uint8_t* rt = r + l4_;
+  const size_t plen = len - hdrLen_;
+  return std::memcmp(t, rt, 4) == 0 && get32(t + 4) == nextSeq_ && std::memcmp(t + 8, rt + 8, 5) == 0 &&
+         (t[13] & uint8_t(~(kPsh | kFin))) == rt[13] && std::memcmp(t + 14, rt + 14, 2) == 0 &&
+         std::memcmp(t + 18, rt + 18, hdrLen_ - l4_ - 18) == 0 && plen <= mss_;
+}
+
+void TcpCoalescer::add(const uint8_t* f, size_t len) {
+  if (frames_ > 0 && joins(f, len)) {
+    const size_t plen = len - hdrLen_;
+    run_.insert(run_.end(), f + hdrLen_, f + len);
+    frames_++;
+    nextSeq_ += uint32_t(plen);
+    const uint8_t last = f[l4_ + 13] & (kPsh | kFin);
+    if (plen < mss_ || last) {
+      run_[l4_ + 13] |= last;
+      closed_ = true;
+    }
+    return;
+  }
+  flush();
+  TcpLayout l;
+  const bool tcp = tcpLayout(f, len, l).empty();
+  const uint8_t flags = tcp ? f[l.l4 + 13] : 0;
+  // A run starts at a data segment carrying ACK and nothing that must stay on its own frame.
+  if (!tcp || len <= l.hdr || !(flags & kAck) || (flags & (kSyn | kRst | kUrg | kCwr))) {
+    emit_(VnetHdr{}, f, len);
+    return;
+  }
+  run_.assign(f, f + len);
+  frames_ = 1;
+  l3_ = l.l3;
+  l4_ = l.l4;
+  hdrLen_ = l.hdr;
+  mss_ = uint16_t(len - l.hdr);
+  nextSeq_ = get32(f + l.l4 + 4) + uint32_t(len - l.hdr);
+  closed_ = (flags & (kPsh | kFin)) != 0;
+}
+
+void TcpCoalescer::flush() {
+  if (frames_ == 0) return;
+  if (frames_ == 1) {
+    emit_(VnetHdr{}, run_.data(), run_.size());
+  } else {
+    TcpLayout l;
+    l.l3 = l3_;
+    l.l4 = l4_;
+    l.hdr = hdrLen_;
+    l.v6 = (run_[l3_] >> 4) == 6;
+    uint8_t* f = run_.data();
+    setIpLength(f, l, run_.size());
+    // The receiving stack finishes the checksum (CHECKSUM_PARTIAL): the field holds the
+    // pseudo-header's sum, as a sender's stack leaves it for a NIC.
+    put16(f + l4_ + 16, csumFold(pseudoSum(f, l, run_.size() - l4_)));
+    VnetHdr h;
+    h.flags = kVnetNeedsCsum;
+    h.gsoType = l.v6 ? kGsoTcpV6 : kGsoTcpV4;
+    h.hdrLen = uint16_t(hdrLen_);
+    h.gsoSize = mss_;
+    h.csumStart = uint16_t(l4_);
+    h.csumOffset = 16;
+    emit_(h, run_.data(), run_.size());
+    superFrames_++;
+    framesJoined_ += frames_;
+  }
+  frames_ = 0;
+  closed_ = false;
+  run_.clear();
+}
+
+}  // namespace rc::labswitch

@@ -1,0 +1,76 @@
+// Segmentation offload between the lab switch and its hosts' TAPs (IFF_VNET_HDR).
+//
+// A host's TCP hands its TAP super-frames of up to 64 KiB (TSO) with their checksums left to
+// the NIC; the switch reads one with a virtio_net_hdr and cuts it here into the wire frames it
+// stands for, with every checksum complete, so the model (queues, pacing, ECN, PFC, drops,
+// meters, counters) only ever sees wire frames, exactly as before. On the way out, wire frames
+// of one TCP flow that the model sends to a host in one pass, back to back and alike, are
+// joined into one super-frame for the receiving host (its stack then takes them as one, as
+// after a NIC's GRO); a frame that differs (a CE mark, other flags, a gap in the sequence)
+// ends the run, so what a host receives is what the model sent, frame for frame.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace rc::labswitch {
+
+// struct virtio_net_hdr (linux/virtio_net.h), host byte order (a TAP's default).
+struct VnetHdr {
+  uint8_t flags = 0;
+  uint8_t gsoType = 0;
+  uint16_t hdrLen = 0;
+  uint16_t gsoSize = 0;
+  uint16_t csumStart = 0;
+  uint16_t csumOffset = 0;
+};
+static_assert(sizeof(VnetHdr) == 10);
+constexpr uint8_t kVnetNeedsCsum = 1;
+constexpr uint8_t kGsoNone = 0, kGsoTcpV4 = 1, kGsoTcpV6 = 4, kGsoEcn = 0x80;
+
+// The one's complement sum of DATA (not folded, not complemented), added to SUM.
+uint32_t csumAdd(const uint8_t* data, size_t len, uint32_t sum = 0);
+uint16_t csumFold(uint32_t sum);
+
+// Completes a checksum the sender left to the NIC: the 16-bit field at START + OFFSET holds
+// the pseudo-header's sum; the sum of everything from START on is folded into it. False (frame
+// unchanged) when the offsets lie outside the frame.
+bool completeChecksum(uint8_t* frame, size_t len, uint16_t start, uint16_t offset);
+
+// Turns one frame read with header H into wire frames appended to OUT: a TCP super-frame
+// (IPv4 or IPv6, gso_size H.gsoSize) cut into segments with their IP lengths, IPv4 ids and
+// header checksums, TCP sequence numbers and flags (FIN and PSH on the last only, CWR on the
+// first only) and complete TCP checksums; any other frame as it is, its checksum completed
+// if H asks for that. An error names what the frame lacks (nothing is appended then).
+std::string segmentFrame(const uint8_t* frame, size_t len, const VnetHdr& h,
+                         std::vector<std::vector<uint8_t>>& out);
+
+// Joins runs of wire frames to one host into super-frames (see the top of this file). add()
+// takes the next frame for the host; emit gets each frame or super-frame with its header, in
+// order; flush() emits what is held. A run holds at most kMaxRunBytes.
+class TcpCoalescer {
+ public:
+  using Emit = std::function<void(const VnetHdr&, const uint8_t*, size_t)>;
+  static constexpr size_t kMaxRunBytes = 62 * 1024;
+  explicit TcpCoalescer(Emit emit) : emit_(std::move(emit)) {}
+  void add(const uint8_t* frame, size_t len);
+  void flush();
+  uint64_t superFrames() const { return superFrames_; }  // runs of two frames or more emitted
+  uint64_t framesJoined() const { return framesJoined_; }
+
+ private:
+  bool joins(const uint8_t* frame, size_t len) const;
+  Emit emit_;
+  std::vector<uint8_t> run_;  // the first frame's headers, then every frame's payload
+  size_t frames_ = 0;
+  size_t hdrLen_ = 0, l3_ = 0, l4_ = 0;
+  uint16_t mss_ = 0;
+  uint32_t nextSeq_ = 0;
+  bool closed_ = false;  // the last frame was short or carried PSH/FIN: nothing may follow
+  uint64_t superFrames_ = 0, framesJoined_ = 0;
+};
+
+}  // namespace rc::labswitch
