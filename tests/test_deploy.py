@@ -846,9 +846,11 @@ def stop_early(tools, env, job_env, tmp, mode):
                 pass
         for pid in agents:
             os.kill(pid, signal.SIGKILL)
+        # Looked at at once: the controller sees its agents gone, aborts, the job ends and the
+        # epilog reverts, all within about half a second (a fresh-clone CI run looked 0.5 s
+        # later and found the epilog done). The epilog's own log says it reverted both below.
+        down_after_kill = not any(link_up(n) for n in FAULT_IFACES)
         check(len(agents) == 2, "[%s] both agents SIGKILLed by PID (%s; scontrol listpids: %s)" % (how, agents, r.stdout.strip()))
-        time.sleep(0.5)
-        check(not any(link_up(n) for n in FAULT_IFACES), "[%s] the killed agents left both links down" % how)
     elif mode != "timelimit":
         cmd = [tools["scancel"]] + {"job": ["--signal=TERM"], "batch": ["--batch", "--signal=TERM"], "plain": []}[mode] + [job]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
@@ -875,8 +877,14 @@ def stop_early(tools, env, job_env, tmp, mode):
     node_state = subprocess.run([tools["sinfo"], "-h", "-o", "%t"], env=env, capture_output=True, text=True).stdout.strip()
     check(node_state == "idle", "[%s] the node is idle again, not drained (%s)" % (how, node_state))
     if mode == "kill":
-        check(epilog_text.count("reverted journaled fault") == 2 and epilog_text.count("no fault left applied") == 2,
-              "[%s] the epilog reverted both killed agents' faults (its log above)" % how)
+        epilog_reverted = epilog_text.count("reverted journaled fault") == 2 and epilog_text.count("no fault left applied") == 2
+        # The SIGKILLed agents reverted nothing: their links were still down right after the
+        # kill, or (the epilog having been quicker than the look) the epilog found both faults
+        # journaled and reverted them, which it does only for faults left applied.
+        check(down_after_kill or epilog_reverted,
+              "[%s] the killed agents left both links down (%s)"
+              % (how, "seen down right after the kill" if down_after_kill else "the epilog reverted both"))
+        check(epilog_reverted, "[%s] the epilog reverted both killed agents' faults (its log above)" % how)
         check("aborting: lost agent" in text and "rdmachaos run exit 2" in text,
               "[%s] the controller loses the killed agents, aborts and exits 2" % how)
         check(state == "FAILED" and code == "2:0", "[%s] the job ends FAILED with exit 2 (JobState=%s ExitCode=%s)"
