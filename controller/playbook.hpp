@@ -98,6 +98,20 @@ struct Sweep {
   SourcePos pos;
 };
 
+// [[detect]]: the monitoring under test must raise an alert for a step's fault. MATCH holds
+// label = value pairs the alert must carry (exact; a value may name the fault with {target},
+// {step}, {kind} or {scenario}, replaced per fault); within bounds the time from the fault's
+// applied instant to the alert firing, clears_within the time from its revert to the alert
+// resolving. See docs/playbook-format.md and docs/scoring.md.
+struct DetectExpectation {
+  std::vector<std::string> steps;  // empty: every step of the scenario
+  std::vector<std::pair<std::string, std::string>> match;
+  int64_t withinNs = 0;
+  std::optional<int64_t> clearsWithinNs;
+  SourcePos pos;
+  std::string describe() const;  // "RdmaLinkDown{node=\"{target}\"} within 10s, clears within 30s"
+};
+
 struct Scenario {
   std::string name;
   std::vector<Phase> phases;  // the first one is the baseline
@@ -107,6 +121,7 @@ struct Scenario {
   // spread to the senders). A trial that does not meet it is not scored: "condition not reached".
   std::vector<Expectation> requirements;
   std::optional<Sweep> sweep;
+  std::vector<DetectExpectation> detections;
   SourcePos pos;
   int64_t durationNs() const;
 };
@@ -136,6 +151,25 @@ struct CostSettings {
   double days = 30;               // length of the production run extrapolated to
 };
 
+// [detection]: how the alerts of a run are judged as a whole.
+struct DetectionSettings {
+  // The pipeline's sampling (uncertainty of every time to detect) when `run --prometheus` does
+  // not read them from the server; 0 = unknown.
+  int64_t scrapeIntervalNs = 0;
+  int64_t evaluationIntervalNs = 0;
+  // How far the monitoring's clock may be from the controller's (both ways): widens the
+  // window an alert may fire in and the uncertainty.
+  int64_t clockSkewNs = 0;
+  // Alerts that fire outside every fault window (applied .. reverted) widened by this margin
+  // are false alarms. Unset: the largest within / clears_within of the playbook (an alert
+  // explained by a fault comes no later than that).
+  bool falseAlarms = true;
+  std::optional<int64_t> falseAlarmMarginNs;
+  // Alert names watched for false alarms; empty: every alertname a [[detect]] names.
+  std::vector<std::string> watch;
+  SourcePos pos;
+};
+
 struct Playbook {
   std::string path;
   std::string text;  // the file as read, so results are self-contained
@@ -147,8 +181,10 @@ struct Playbook {
   Guardrails guardrails;
   ScoringSettings scoring;
   CostSettings cost;
+  DetectionSettings detection;
   std::vector<Scenario> scenarios;  // a playbook without [[scenario]] has one, named after it
   std::vector<std::string> faultKinds() const;  // distinct kinds used, in order of appearance
+  bool hasDetections() const;  // any scenario has a [[detect]]
 };
 
 Result<Playbook> parsePlaybook(const std::string& text, const std::string& path);

@@ -218,6 +218,8 @@ class Parser {
   Step step(const toml::node& n, size_t index, const Scenario& sc) const;
   Expectation expectation(const toml::node& n, const std::string& what = "expect") const;
   Sweep sweep(const toml::node& n, const Scenario& sc) const;
+  DetectExpectation detect(const toml::node& n, const Scenario& sc) const;
+  void detectionSettings(const toml::node& n, DetectionSettings& d) const;
   json normalise(const toml::node& where, const std::string& kind, const json& raw,
                  const toml::table* rawTable) const;
 
@@ -524,6 +526,88 @@ Sweep Parser::sweep(const toml::node& n, const Scenario& sc) const {
   return sw;
 }
 
+// Alert label names and values as Prometheus allows them (names: [a-zA-Z_][a-zA-Z0-9_]*).
+bool labelName(std::string_view s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (size_t i = 0; i < s.size(); i++) {
+    char c = s[i];
+    bool ok = std::isalpha(static_cast<unsigned char>(c)) || c == '_' || (i > 0 && std::isdigit(static_cast<unsigned char>(c)));
+    if (!ok) return false;
+  }
+  return true;
+}
+
+DetectExpectation Parser::detect(const toml::node& n, const Scenario& sc) const {
+  const auto& t = table(n, "detect");
+  checkKeys(t, {"step", "alert", "within", "clears_within"}, "[[detect]]");
+  DetectExpectation d;
+  d.pos = pos(n);
+  if (auto* st = t.get("step")) {
+    std::vector<std::string> names;
+    for (const auto& s : sc.steps) names.push_back(s.name);
+    auto one = [&](const toml::node& v) {
+      std::string nm = name(v, "detect step");
+      if (std::find(names.begin(), names.end(), nm) == names.end())
+        fail(v, "detect step '" + nm + "' is not a step of " +
+                    (sc.name.empty() ? std::string("the playbook") : "scenario '" + sc.name + "'") + " (steps: " +
+                    (names.empty() ? std::string("none") : joinNames(names)) + ")");
+      d.steps.push_back(nm);
+    };
+    if (st->is_array()) {
+      if (st->as_array()->empty()) fail(*st, "detect step must name at least one step (leave it out for every step)");
+      for (const auto& e : *st->as_array()) one(e);
+    } else {
+      one(*st);
+    }
+  } else if (sc.steps.empty()) {
+    fail(n, "[[detect]] has no step to watch: the scenario has no [[step]]");
+  }
+  auto* al = t.get("alert");
+  if (!al)
+    fail(n, "[[detect]] needs alert = { alertname = \"RdmaLinkDown\", node = \"{target}\" } (the labels the alert must carry)");
+  const auto& at = table(*al, "detect alert");
+  if (at.empty()) fail(*al, "detect alert must name at least alertname = \"...\"");
+  if (at.size() > 32) fail(*al, "detect alert has more than 32 labels");
+  for (auto&& [k, v] : at) {
+    const std::string key(k.str());
+    if (!labelName(key))
+      fail(v, "detect alert label '" + key + "' is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)");
+    std::string val = str(v, "detect alert label '" + key + "'", 256);
+    // Placeholders: every {...} must be one the runner fills in.
+    for (size_t i = val.find('{'); i != std::string::npos; i = val.find('{', i + 1)) {
+      size_t j = val.find('}', i);
+      std::string ph = j == std::string::npos ? val.substr(i) : val.substr(i, j - i + 1);
+      if (ph != "{target}" && ph != "{step}" && ph != "{kind}" && ph != "{scenario}")
+        fail(v, "detect alert label '" + key + "' has '" + ph +
+                    "': the placeholders are {target} (the faulted node), {step}, {kind} and {scenario}");
+    }
+    d.match.emplace_back(key, std::move(val));
+  }
+  if (!at.get("alertname")) fail(*al, "detect alert needs alertname = \"...\" (which alert the monitoring must raise)");
+  auto* w = t.get("within");
+  if (!w) fail(n, "[[detect]] needs within = \"30s\" (from the fault's applied instant to the alert firing)");
+  d.withinNs = duration(*w, "detect within", kMs, kHour);
+  if (auto* c = t.get("clears_within")) d.clearsWithinNs = duration(*c, "detect clears_within", kMs, kHour);
+  return d;
+}
+
+void Parser::detectionSettings(const toml::node& n, DetectionSettings& d) const {
+  const auto& t = table(n, "detection");
+  checkKeys(t, {"scrape_interval", "evaluation_interval", "clock_skew", "false_alarms", "false_alarm_margin", "watch"},
+            "[detection]");
+  d.pos = pos(n);
+  if (auto* v = t.get("scrape_interval")) d.scrapeIntervalNs = duration(*v, "scrape_interval", kMs, kHour);
+  if (auto* v = t.get("evaluation_interval")) d.evaluationIntervalNs = duration(*v, "evaluation_interval", kMs, kHour);
+  if (auto* v = t.get("clock_skew")) d.clockSkewNs = duration(*v, "clock_skew", 0, kHour);
+  if (auto* v = t.get("false_alarms")) d.falseAlarms = boolean(*v, "false_alarms");
+  if (auto* v = t.get("false_alarm_margin")) d.falseAlarmMarginNs = duration(*v, "false_alarm_margin", 0, kDay);
+  if (auto* v = t.get("watch")) {
+    if (!v->is_array()) fail(*v, "watch must be a list of alert names, e.g. watch = [\"RdmaLinkDown\"]");
+    if (v->as_array()->size() > 256) fail(*v, "watch lists more than 256 alert names");
+    for (const auto& e : *v->as_array()) d.watch.push_back(str(e, "watch alert name", 256));
+  }
+}
+
 Scenario Parser::scenario(const toml::table& t, const std::string& nm, const SourcePos& p,
                           const Playbook&) const {
   Scenario sc;
@@ -581,6 +665,15 @@ Scenario Parser::scenario(const toml::table& t, const std::string& nm, const Sou
   expectations("expect", "expect", "expectations", sc.expectations);
   expectations("require", "require", "requirements", sc.requirements);
   if (auto* sw = t.get("sweep"); sw && timeline) part([&] { sc.sweep = sweep(*sw, sc); });
+  // After the steps: a [[detect]] names them.
+  if (auto* de = t.get("detect"); de && timeline) {
+    const toml::array* da = nullptr;
+    if (part([&] {
+          da = &arrayOfTables(*this, *de, "detect");
+          if (da->size() > kMaxExpectations) fail(*de, "more than 256 [[detect]] tables");
+        }))
+      for (const auto& e : *da) part([&] { sc.detections.push_back(detect(e, sc)); });
+  }
   return sc;
 }
 
@@ -593,7 +686,7 @@ Playbook Parser::parse(const std::string& text) {
   }
   checkKeys(root,
             {"name", "description", "seed", "repeat", "workload", "guardrails", "scoring", "cost",
-             "phase", "step", "expect", "require", "sweep", "scenario"},
+             "phase", "step", "expect", "require", "sweep", "detect", "detection", "scenario"},
             "the playbook");
   Playbook pb;
   pb.path = path_;
@@ -694,6 +787,7 @@ Playbook Parser::parse(const std::string& text) {
     if (sc.stallFraction >= 1 - sc.epsilon)
       fail(*s, "stall_fraction must be below the recovery threshold 1 - epsilon");
   });
+  if (auto* d = root.get("detection")) part([&] { detectionSettings(*d, pb.detection); });
   if (auto* c = root.get("cost")) part([&] {
     const auto& t = table(*c, "cost");
     checkKeys(t, {"gpus", "price_per_gpu_hour", "currency", "incidents_per_day", "days"}, "[cost]");
@@ -706,12 +800,13 @@ Playbook Parser::parse(const std::string& text) {
   });
 
   const bool inlineForm =
-      root.get("phase") || root.get("step") || root.get("expect") || root.get("require") || root.get("sweep");
+      root.get("phase") || root.get("step") || root.get("expect") || root.get("require") || root.get("sweep") ||
+      root.get("detect");
   if (auto* scs = root.get("scenario")) {
     const toml::array* sa = nullptr;
     bool ok = part([&] {
       if (inlineForm)
-        fail(*scs, "use either [[scenario]] tables or top-level [[phase]]/[[step]]/[[expect]]/[[require]], not both");
+        fail(*scs, "use either [[scenario]] tables or top-level [[phase]]/[[step]]/[[expect]]/[[require]]/[[detect]], not both");
       sa = &arrayOfTables(*this, *scs, "scenario");
       if (sa->size() > kMaxScenarios) fail(*scs, "more than 64 scenarios");
     });
@@ -719,7 +814,7 @@ Playbook Parser::parse(const std::string& text) {
     for (size_t i = 0; ok && i < sa->size(); i++) {
       const toml::node& s = *sa->get(i);
       const auto& t = *s.as_table();
-      checkKeys(t, {"name", "phase", "step", "expect", "require", "sweep"}, "[[scenario]]");
+      checkKeys(t, {"name", "phase", "step", "expect", "require", "sweep", "detect"}, "[[scenario]]");
       std::string scName;
       if (!part([&] {
             auto* n = t.get("name");
@@ -811,6 +906,21 @@ int64_t Scenario::durationNs() const {
   int64_t d = 0;
   for (const auto& p : phases) d += p.durationNs;
   return d;
+}
+
+bool Playbook::hasDetections() const {
+  return std::any_of(scenarios.begin(), scenarios.end(), [](const Scenario& s) { return !s.detections.empty(); });
+}
+
+std::string DetectExpectation::describe() const {
+  std::string name, labels;
+  for (const auto& [k, v] : match) {
+    if (k == "alertname") name = v;
+    else labels += (labels.empty() ? "" : ", ") + k + "=\"" + v + "\"";
+  }
+  std::string out = name + (labels.empty() ? "" : "{" + labels + "}") + " within " + fmtDur(withinNs);
+  if (clearsWithinNs) out += ", clears within " + fmtDur(*clearsWithinNs);
+  return out;
 }
 
 std::vector<std::string> Playbook::faultKinds() const {

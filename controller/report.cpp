@@ -1,5 +1,6 @@
 // The result document and its renderings: JUnit XML, a self-contained HTML page, text.
 #include "controller/report.hpp"
+#include "controller/report_detection.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -479,6 +480,7 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
     rep.push_back({{"group", g.key}, {"trials", g.trials}, {"metrics", metrics}, {"verdicts", gv}});
   }
   doc["repeatability"] = rep;
+  doc["detection"] = detectionJson(scores.detection);
   doc["outcome"] = {{"verdict", toString(scores.outcome)},
                     {"reason", scores.reason},
                     {"exit_code", exitCodeFor(scores.outcome)},
@@ -604,6 +606,8 @@ std::string renderJunit(const json& doc) {
     tests += int(gv.size());
     failures += tf;
   }
+  int skipped = 0;
+  suites << detectionJunit(doc, suiteName, tests, failures, skipped);
   std::string abort = str(doc["run"], "abort_reason");
   if (!abort.empty()) {
     errors++;
@@ -613,7 +617,7 @@ std::string renderJunit(const json& doc) {
            << "      <error message=\"" << esc("aborted: " + abort) << "\"/>\n    </testcase>\n  </testsuite>\n";
   }
   out << "<testsuites name=\"" << esc(suiteName) << "\" tests=\"" << tests << "\" failures=\"" << failures
-      << "\" errors=\"" << errors << "\">\n"
+      << "\" errors=\"" << errors << "\"" << (skipped ? " skipped=\"" + std::to_string(skipped) + "\"" : std::string()) << ">\n"
       << suites.str() << "</testsuites>\n";
   return out.str();
 }
@@ -851,6 +855,7 @@ std::string renderText(const json& doc) {
       o << "  " << (v.value("passed", false) ? "ok   " : "FAIL ") << str(v, "metric") << " " << str(v, "op") << " "
         << str(v, "bound_text") << " (" << str(v, "scope") << "): " << str(v, "measured_text") << "\n";
   }
+  o << detectionText(doc);
   std::string abort = str(doc["run"], "abort_reason");
   if (!abort.empty()) o << "\nrun aborted: " << abort << "\n";
   return o.str();
@@ -904,6 +909,7 @@ struct ChartInput {
   // dashed line under the series, with the two names in a legend.
   std::vector<double> overlay;
   std::string seriesName, overlayName;
+  std::vector<AlertMarker> alerts;  // the monitoring's alerts, from t0
 };
 
 std::string chart(const ChartInput& c) {
@@ -1006,6 +1012,18 @@ std::string chart(const ChartInput& c) {
   } else if (c.notRecovered) {
     s << "<text class=\"recovery-mark not-recovered\" x=\"" << L + pw - 4 << "\" y=\"" << T + 26
       << "\" text-anchor=\"end\">not recovered</text>\n";
+  }
+  // Alerts: a span from firing to resolving, and a mark at the firing instant.
+  for (const auto& a : c.alerts) {
+    double x = X(c.t0 + a.firedNs);
+    double x1 = a.resolvedNs >= 0 ? X(c.t0 + a.resolvedNs) : L + pw;
+    std::string tip = a.name + " (" + (a.kind == "false_alarm" ? std::string("false alarm") : a.kind) + "): fired +" +
+                      formatDuration(Nanos(a.firedNs)) +
+                      (a.resolvedNs >= 0 ? ", resolved +" + formatDuration(Nanos(a.resolvedNs)) : ", still firing");
+    s << "<rect class=\"alert-span alert-" << a.kind << "\" x=\"" << fmt("%.1f", x) << "\" y=\"" << T << "\" width=\""
+      << fmt("%.1f", std::max(1.0, x1 - x)) << "\" height=\"6\"><title>" << esc(tip) << "</title></rect>\n"
+      << "<line class=\"alert-mark alert-" << a.kind << "\" x1=\"" << fmt("%.1f", x) << "\" x2=\"" << fmt("%.1f", x)
+      << "\" y1=\"" << T << "\" y2=\"" << T + ph << "\"><title>" << esc(tip) << "</title></line>\n";
   }
   s << "<rect class=\"frame\" x=\"" << L << "\" y=\"" << T << "\" width=\"" << pw << "\" height=\"" << ph << "\"/>\n";
   s << "</svg>\n";
@@ -1112,6 +1130,9 @@ svg .legend{font-size:11px}svg .legend.pfc{fill:#cf222e}svg .legend.ecn{fill:#9a
 svg .fault-window{fill:#cf222e;opacity:.12}svg .fault-window.target{opacity:.22}
 svg .phase{stroke:#8c959f;stroke-dasharray:3 3}svg .phasename{font-size:11px;fill:var(--muted)}
 svg .baseline{stroke:#59636e;stroke-dasharray:6 4}svg .threshold{stroke:#9a6700;stroke-dasharray:2 3}
+svg .alert-mark{stroke:#8250df;stroke-width:2;stroke-dasharray:2 2}svg .alert-span{fill:#8250df;opacity:.5}
+svg .alert-mark.alert-false_alarm{stroke:#cf222e}svg .alert-span.alert-false_alarm{fill:#cf222e}
+svg .alert-mark.alert-late{stroke:#bf8700}svg .alert-span.alert-late{fill:#bf8700}
 svg .recovery-mark{stroke:var(--ok);stroke-width:2}svg .recovery-label{font-size:12px;fill:var(--ok);font-weight:600}
 svg text.not-recovered{fill:var(--bad);stroke:none;font-size:13px;font-weight:700}
 .legend span{margin-right:16px;font-size:12px;color:var(--muted)}.sw{display:inline-block;width:18px;height:10px;vertical-align:middle;margin-right:4px}
@@ -1248,6 +1269,7 @@ std::string renderHtml(const json& doc) {
       c.title = "Job throughput (sum of " + std::to_string(series["nodes"].size()) + " nodes), time from trial start";
       c.bytes = slice(series["job"], binNs, t0, t1);
       c.shades = shadesFor("");
+      c.alerts = alertMarkers(doc, t0, t1);
       marks(c, job);
       h << chart(c);
     }
@@ -1477,6 +1499,7 @@ std::string renderHtml(const json& doc) {
         << "</div>\n";
   }
 
+  h << detectionHtml(doc);
   if (!doc["clocks"].empty()) {
     h << "<h2>Clocks</h2>\n<p class=\"muted\">Agent times are mapped onto the controller's timeline with these offsets; "
          "fault times are exact to within the uncertainty.</p>\n<table class=\"clocks\"><tr><th>node</th><th>offset</th>"

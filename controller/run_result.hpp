@@ -34,6 +34,7 @@
 #include <tuple>
 #include <vector>
 
+#include "alerts/alert_event.hpp"
 #include "controller/playbook.hpp"
 
 namespace rc::controller {
@@ -160,6 +161,14 @@ struct RunResult {
   FabricEvidence fabric;
   std::map<std::string, std::vector<NicPoint>> nic;  // per workload node that sent counters
   std::map<std::string, std::vector<NicSample>> nicSamples;  // the same nodes, every counter
+  // The monitoring under test (`run --alertmanager-webhook`, `--prometheus`): every alert
+  // state change it reported during the run (wall-clock times: startedUnixNs maps them), the
+  // sources, the pipeline's sampling, and what went wrong receiving (bad posts, failed polls).
+  std::vector<alerts::AlertEvent> alerts;
+  std::vector<std::string> alertSources;  // empty: the run had no alert source
+  alerts::PipelineTiming alertTiming;
+  std::vector<std::string> alertErrors;
+  int64_t alertsUntilNs = 0;  // run timeline: alerts were collected up to here
   std::string abortReason;  // empty = ran to the end
 };
 

@@ -809,6 +809,11 @@ Scores score(const RunResult& run, const Playbook& pb) {
     out.repeatability.push_back(std::move(rg));
   }
 
+  // The monitoring's expectations count like the fabric's: a missed or late alert fails the run.
+  out.detection = scoreDetection(run, pb);
+  out.verdictsPassed += out.detection.passed;
+  out.verdictsFailed += out.detection.failed;
+
   // One outcome: an error (abort, failed fault, guardrail) outranks a failed expectation.
   std::string firstProblem;
   for (const auto& t : out.trials)

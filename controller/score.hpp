@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/detection.hpp"
 #include "controller/playbook.hpp"
 #include "controller/run_result.hpp"
 
@@ -283,6 +284,7 @@ struct RepeatGroup {
 struct Scores {
   std::vector<TrialScore> trials;
   std::vector<RepeatGroup> repeatability;  // groups of 2 or more trials
+  DetectionScore detection;  // the [[detect]] expectations: the monitoring's score
   Outcome outcome = Outcome::passed;
   std::string reason;  // why error/failed, one line
   int verdictsPassed = 0;
