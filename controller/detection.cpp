@@ -107,15 +107,13 @@ std::vector<AlertEpisode> alertEpisodes(const RunResult& run, int64_t toleranceN
     const int64_t fired = firedOf(*e);
     const int64_t received = e->receivedUnixNs - run.startedUnixNs;
     auto& list = byLabels[labelKey(e->labels)];
-    // The same episode: one still open when this one fired, or one that fired within the
-    // tolerance (a poll's activeAt + for and Alertmanager's startsAt of one alert differ by
-    // up to an evaluation).
+    // The same episode: one that fired within the tolerance (a poll's activeAt + for and
+    // Alertmanager's startsAt of one alert differ by up to an evaluation; re-sends carry the
+    // same startsAt). A later startsAt is a new firing: Prometheus keeps startsAt until the
+    // alert resolves.
     AlertEpisode* ep = nullptr;
-    for (auto it = list.rbegin(); it != list.rend() && !ep; ++it) {
-      AlertEpisode& c = out[*it];
-      bool open = !c.resolvedNs || *c.resolvedNs + toleranceNs >= fired;
-      if (std::llabs(c.firedNs - fired) <= toleranceNs || (open && c.firedNs <= fired)) ep = &c;
-    }
+    for (auto it = list.rbegin(); it != list.rend() && !ep; ++it)
+      if (std::llabs(out[*it].firedNs - fired) <= toleranceNs) ep = &out[*it];
     if (!ep) {
       list.push_back(out.size());
       out.push_back(AlertEpisode{e->labels, "", fired, std::nullopt, received});
