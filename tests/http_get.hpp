@@ -17,8 +17,9 @@ struct HttpReply {
   std::string body;
 };
 
-// GET PATH from ADDR:PORT (IPv4); 5 s receive timeout.
-inline HttpReply httpGet(const std::string& addr, int port, const std::string& path) {
+// METHOD PATH on ADDR:PORT (IPv4) with BODY (JSON) when not empty; 5 s receive timeout.
+inline HttpReply httpRequest(const std::string& method, const std::string& addr, int port, const std::string& path,
+                             const std::string& body = "") {
   HttpReply out;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return out;
@@ -32,7 +33,10 @@ inline HttpReply httpGet(const std::string& addr, int port, const std::string& p
     ::close(fd);
     return out;
   }
-  std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + addr + "\r\nConnection: close\r\n\r\n";
+  std::string req = method + " " + path + " HTTP/1.0\r\nHost: " + addr + "\r\nConnection: close\r\n";
+  if (!body.empty())
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n" + body;
   if (::write(fd, req.data(), req.size()) != ssize_t(req.size())) {
     ::close(fd);
     return out;
@@ -47,6 +51,13 @@ inline HttpReply httpGet(const std::string& addr, int port, const std::string& p
   out.status = std::atoi(raw.c_str() + sp + 1);
   out.body = raw.substr(head + 4);
   return out;
+}
+
+inline HttpReply httpGet(const std::string& addr, int port, const std::string& path) {
+  return httpRequest("GET", addr, port, path);
+}
+inline HttpReply httpPost(const std::string& addr, int port, const std::string& path, const std::string& body) {
+  return httpRequest("POST", addr, port, path, body);
 }
 
 }  // namespace rctest

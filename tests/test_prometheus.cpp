@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "http_get.hpp"
+#include "monitoring.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -28,90 +29,9 @@ using json = nlohmann::json;
 
 namespace {
 
-const char* kPrometheus = "/usr/bin/prometheus";
+using rctest::freeLoopbackPort;
+using rctest::Prometheus;
 constexpr int kAgentMetricsPort = 9465;
-
-int freeLoopbackPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof sa;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
-
-// The Prometheus server this test starts, stopped by its PID when the object goes (and killed
-// by the kernel if this process dies first).
-class Prometheus {
- public:
-  Prometheus(const std::string& dir, const std::string& config, int port) : port_(port) {
-    std::string log = dir + "/prometheus.log";
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      std::string cfg = "--config.file=" + config, data = "--storage.tsdb.path=" + dir + "/prometheus-data",
-                  listen = "--web.listen-address=127.0.0.1:" + std::to_string(port);
-      ::execl(kPrometheus, kPrometheus, cfg.c_str(), data.c_str(), listen.c_str(), "--log.level=warn",
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    log_ = log;
-  }
-  ~Prometheus() {
-    ::kill(pid_, SIGTERM);
-    for (int i = 0; i < 100; i++) {
-      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
-      std::this_thread::sleep_for(100ms);
-    }
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  Prometheus(const Prometheus&) = delete;
-  Prometheus& operator=(const Prometheus&) = delete;
-
-  bool ready() const { return rctest::httpGet("127.0.0.1", port_, "/-/ready").status == 200; }
-  const std::string& log() const { return log_; }
-
-  // An instant query's result vector.
-  json query(const std::string& expr) const {
-    auto r = rctest::httpGet("127.0.0.1", port_, "/api/v1/query?query=" + encode(expr));
-    if (r.status != 200) return json::array();
-    return json::parse(r.body)["data"]["result"];
-  }
-  // A range query's result matrix: [{metric: {...}, values: [[t, "v"], ...]}, ...].
-  json range(const std::string& expr, double from, double to, double step) const {
-    char q[128];
-    std::snprintf(q, sizeof q, "&start=%.3f&end=%.3f&step=%.3f", from, to, step);
-    auto r = rctest::httpGet("127.0.0.1", port_, "/api/v1/query_range?query=" + encode(expr) + q);
-    INFO("query_range " << expr << ": HTTP " << r.status << " " << r.body);
-    REQUIRE(r.status == 200);
-    return json::parse(r.body)["data"]["result"];
-  }
-
- private:
-  static std::string encode(const std::string& s) {
-    std::string out;
-    for (unsigned char c : s) {
-      if (std::isalnum(c) || c == '_' || c == '.' || c == '-') out += char(c);
-      else {
-        char b[4];
-        std::snprintf(b, sizeof b, "%%%02X", c);
-        out += b;
-      }
-    }
-    return out;
-  }
-  pid_t pid_ = -1;
-  int port_;
-  std::string log_;
-};
 
 double unixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -250,8 +170,8 @@ int main(int argc, char* argv[]) {
     std::printf("SKIP: the Prometheus test runs the namespace lab, which needs root\n");
     return 77;
   }
-  if (::access(kPrometheus, X_OK) != 0) {
-    std::printf("SKIP: %s is not installed; run scripts/install-deps (Debian's prometheus)\n", kPrometheus);
+  if (::access(rctest::kPrometheusBin, X_OK) != 0) {
+    std::printf("SKIP: %s is not installed; run scripts/install-deps (Debian's prometheus)\n", rctest::kPrometheusBin);
     return 77;
   }
   return Catch::Session().run(argc, argv);
