@@ -97,6 +97,8 @@ struct RunOptions {
   std::string timeout = "5s";  // one deadline to connect to every agent; each request's bound
   std::string baseline;        // GOLDEN.json or a result.json: compared at the end (compare.hpp)
   std::string baselineRules;   // rules TOML for that comparison
+  std::string alertmanagerWebhook;  // ADDR:PORT: receive Alertmanager's posts (empty: off)
+  std::string prometheus;           // http://HOST:PORT: poll its alerts (empty: off)
 };
 // Runs a playbook (or prints its resolved plan with --dry-run); exit 0/1/2 per the contract.
 int cmdRun(const RunOptions& o);

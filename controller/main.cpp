@@ -147,6 +147,12 @@ int main(int argc, char** argv) {
                    "compare the run with this golden baseline (baseline merge) or result.json at its end; a "
                    "failed comparison fails the run (docs/acceptance.md)");
   cRun->add_option("--baseline-rules", run.baselineRules, "rules TOML for --baseline (as compare --rules)");
+  cRun->add_option("--alertmanager-webhook", run.alertmanagerWebhook,
+                   "receive Alertmanager's webhook posts on ADDR:PORT and score the playbook's [[detect]] "
+                   "expectations against them (docs/deploy.md)");
+  cRun->add_option("--prometheus", run.prometheus,
+                   "poll this Prometheus (http://HOST:PORT) for the alerts the [[detect]] expectations name, and "
+                   "read its scrape and evaluation intervals");
   cRun->add_option("--timeout", run.timeout, "one deadline for connecting to every agent; also each request's bound")->capture_default_str();
 
   ReportOptions report;

@@ -2,11 +2,17 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <ctime>
 
+#include "alerts/prometheus_poller.hpp"
+#include "alerts/webhook_receiver.hpp"
 #include "common/tls.hpp"
 #include "common/units.hpp"
 #include "controller/run_playbook.hpp"
@@ -33,6 +39,94 @@ std::string joined(const std::vector<std::string>& v) {
   return s;
 }
 
+// The monitoring under test: what a run listens to for [[detect]].
+struct AlertSources {
+  std::unique_ptr<alerts::WebhookReceiver> webhook;
+  std::unique_ptr<alerts::PrometheusPoller> poller;
+  bool any() const { return webhook || poller; }
+
+  void collect(RunResult& r) const {
+    auto add = [&](std::vector<alerts::AlertEvent> events) {
+      for (auto& e : events) r.alerts.push_back(std::move(e));
+    };
+    if (webhook) add(webhook->take());
+    if (poller) add(poller->take());
+  }
+  std::vector<std::string> errors() const {
+    std::vector<std::string> out;
+    if (webhook)
+      for (auto& e : webhook->errors()) out.push_back("alertmanager webhook: " + e);
+    if (poller)
+      for (auto& e : poller->errors()) out.push_back("prometheus: " + e);
+    return out;
+  }
+};
+
+int64_t timelineNow(const RunResult& r) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+             .count() -
+         r.startedUnixNs;
+}
+
+// A detection is settled when nothing that may still arrive can change it: its alert fired
+// and, where it must clear, it resolved (or the fault's revert is unknown).
+bool settled(const DetectionOutcome& o) {
+  if (o.status == "not scored" && o.note == "the fault was never applied") return true;
+  if (!o.firedNs) return false;
+  return !o.clearsWithinNs || o.resolvedNs || !o.revertedNs;
+}
+
+// After the plan: keep listening until every [[detect]] is due (the largest within after an
+// applied instant, clears_within after a revert, plus a delivery grace), or until all are
+// settled; Ctrl-C ends the wait and the run is scored with what came.
+boost::asio::awaitable<RunResult> runAndListen(boost::asio::io_context& io, const Playbook& pb, const Plan& plan,
+                                               const Inventory& inv, boost::asio::ssl::context& tls,
+                                               RunnerOptions options, const AlertSources* sources) {
+  RunResult r = co_await executePlan(io, pb, plan, inv, tls, options);
+  if (!sources || !sources->any()) co_return r;
+  if (sources->webhook) r.alertSources.push_back("alertmanager webhook " + sources->webhook->endpoint());
+  if (sources->poller) r.alertSources.push_back("prometheus " + sources->poller->url());
+  // Alertmanager notifies after its group wait and Prometheus is polled every 500 ms: an
+  // alert that fired by the deadline may arrive a little later.
+  constexpr int64_t kDeliveryGraceNs = 5'000'000'000;
+  constexpr int64_t kMaxWaitNs = 600'000'000'000;
+  const int64_t due = detectionDeadlineNs(pb, r);
+  const int64_t until = std::min(due + kDeliveryGraceNs, timelineNow(r) + kMaxWaitNs);
+  bool interrupted = false;
+  boost::asio::steady_timer timer(io);
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    interrupted = true;
+    timer.cancel();
+  });
+  bool said = false;
+  while (due > 0 && !interrupted && timelineNow(r) < until) {
+    sources->collect(r);
+    r.alertsUntilNs = timelineNow(r);
+    DetectionScore d = scoreDetection(r, pb);
+    size_t open = size_t(std::count_if(d.outcomes.begin(), d.outcomes.end(), [](const auto& o) { return !settled(o); }));
+    if (open == 0) break;
+    if (!said && options.progress) {
+      std::fprintf(stderr, "waiting up to %.0fs for the monitoring's alerts (%zu detection(s) open; Ctrl-C stops)\n",
+                   double(until - timelineNow(r)) / 1e9, open);
+      said = true;
+    }
+    timer.expires_after(std::chrono::milliseconds(250));
+    boost::system::error_code ec;
+    co_await timer.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+  }
+  signals.cancel();
+  sources->collect(r);
+  r.alertsUntilNs = timelineNow(r);
+  if (sources->poller)
+    if (auto t = sources->poller->timing()) r.alertTiming = *t;
+  r.alertErrors = sources->errors();
+  if (sources->webhook) sources->webhook->stop();
+  if (sources->poller) sources->poller->stop();
+  co_return r;
+}
+
 }  // namespace
 
 int cmdValidate(const std::vector<std::string>& playbooks, const std::string& inventory) {
@@ -53,17 +147,19 @@ int cmdValidate(const std::vector<std::string>& playbooks, const std::string& in
       bad++;
       continue;
     }
-    size_t steps = 0, expects = 0, requires_ = 0, trials = 0;
+    size_t steps = 0, expects = 0, requires_ = 0, trials = 0, detects = 0;
     bool perTarget = false;  // a target sweep's trials are known once bound to an inventory
     for (const auto& sc : pb->scenarios) {
       steps += sc.steps.size();
       expects += sc.expectations.size();
       requires_ += sc.requirements.size();
+      detects += sc.detections.size();
       perTarget = perTarget || (sc.sweep && sc.sweep->overTargets);
       trials += (sc.sweep && !sc.sweep->overTargets ? sc.sweep->values.size() : 1) * size_t(pb->repeat);
     }
     std::string extra;
     if (requires_) extra = ", " + std::to_string(requires_) + " condition(s)";
+    if (detects) extra += ", " + std::to_string(detects) + " detection(s)";
     if (inv) {
       auto plan = resolvePlan(*pb, *inv);
       if (!plan) {
@@ -120,6 +216,26 @@ int cmdRun(const RunOptions& o) {
     std::fprintf(stderr, "serving the live run's metrics for Prometheus on port %u (%s, path /metrics)\n",
                  unsigned(exporter->port()), o.metrics.c_str());
   }
+  // The monitoring under test, listened to before any agent is touched: a port in use or a
+  // bad URL stops the run with nothing changed.
+  boost::asio::io_context io;
+  AlertSources sources;
+  if (!o.alertmanagerWebhook.empty()) {
+    auto w = alerts::WebhookReceiver::start(io, o.alertmanagerWebhook);
+    if (!w) return fail("--alertmanager-webhook: " + w.error().message);
+    sources.webhook = std::move(*w);
+    std::fprintf(stderr, "receiving Alertmanager's webhook posts on %s (point a webhook_configs url at http://%s/)\n",
+                 sources.webhook->endpoint().c_str(), sources.webhook->endpoint().c_str());
+  }
+  if (!o.prometheus.empty()) {
+    auto p = alerts::PrometheusPoller::start(io, o.prometheus);
+    if (!p) return fail("--prometheus: " + p.error().message);
+    sources.poller = std::move(*p);
+    std::fprintf(stderr, "polling %s for alerts every 500ms\n", sources.poller->url().c_str());
+  }
+  if (pb->hasDetections() && !sources.any())
+    std::fprintf(stderr, "note: the playbook's [[detect]] expectations are not scored without --alertmanager-webhook "
+                         "ADDR:PORT or --prometheus URL\n");
   auto reports = prepareReportDir(o.reportDir, pb->name, o.force, time(nullptr));
   if (!reports) return fail(reports.error().message);
   const std::string& dir = reports->path;
@@ -127,10 +243,13 @@ int cmdRun(const RunOptions& o) {
   std::fprintf(stderr, "running '%s': %zu trial(s), %.1fs, workload %s on %zu node(s); reports in %s\n",
                pb->name.c_str(), plan->trials.size(), plan->durationNs / 1e9,
                toString(pb->workload.kind), plan->workloadNodes.size(), dir.c_str());
-  boost::asio::io_context io;
   RunResult result;
-  boost::asio::co_spawn(io, executePlan(io, *pb, *plan, *inv, *tls, RunnerOptions{.connectTimeout = std::chrono::duration_cast<std::chrono::milliseconds>(*timeout),
-                                                                          .metrics = exporter.get()}),
+  boost::asio::co_spawn(io,
+                        runAndListen(io, *pb, *plan, *inv, *tls,
+                                     RunnerOptions{.connectTimeout =
+                                                       std::chrono::duration_cast<std::chrono::milliseconds>(*timeout),
+                                                   .metrics = exporter.get()},
+                                     &sources),
                         [&](std::exception_ptr e, RunResult r) {
                           if (e) {
                             try {
@@ -140,6 +259,10 @@ int cmdRun(const RunOptions& o) {
                             }
                           }
                           result = std::move(r);
+                          // Listening ends with the run, also when it ended by an exception:
+                          // io.run() returns once nothing is left on it.
+                          if (sources.webhook) sources.webhook->stop();
+                          if (sources.poller) sources.poller->stop();
                         });
   io.run();
 
