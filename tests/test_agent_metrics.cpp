@@ -42,36 +42,55 @@ std::string scrapeUntil(uint16_t port, const std::vector<std::string>& wanted) {
 
 TEST_CASE("PFC pause counters: one series per priority and direction, durations in seconds") {
   counters::Counters c{
-      {"rx_prio3_pause", 1200},       {"tx_prio3_pause", 40},        {"rx_prio3_pause_duration", 2500000},
-      {"tx_prio0_pause_duration", 7}, {"rx_prio3_pause_transition", 9},  // not a pause count
-      {"rx_prio8_pause", 1},          {"rx_prio12_pause", 1},        {"rx_prioX_pause", 1},  // no such priority
-      {"rx_pause_ctrl_phy", 5},       {"tx_bytes", 99},
+      {"rx_prio3_pause", 1200},
+      {"tx_prio3_pause", 40},
+      {"rx_prio3_pause_duration", 2500000},
+      {"tx_prio0_pause_duration", 7},
+      {"rx_prio3_pause_transition", 9},  // not a pause count
+      {"rx_prio8_pause", 1},
+      {"rx_prio12_pause", 1},
+      {"rx_prioX_pause", 1},  // no such priority
+      {"rx_pause_ctrl_phy", 5},
+      {"tx_bytes", 99},
   };
   auto s = dataPlaneSeries("ens1f0np0", c);
-  const auto* rx = find(s, "rdmachaos_pfc_pause_frames_total", {{"interface", "ens1f0np0"}, {"priority", "3"}, {"direction", "rx"}});
+  const auto* rx = find(s, "rdmachaos_pfc_pause_frames_total",
+                        {{"interface", "ens1f0np0"}, {"priority", "3"}, {"direction", "rx"}});
   REQUIRE(rx);
   CHECK(rx->value == 1200);
-  const auto* tx = find(s, "rdmachaos_pfc_pause_frames_total", {{"interface", "ens1f0np0"}, {"priority", "3"}, {"direction", "tx"}});
+  const auto* tx = find(s, "rdmachaos_pfc_pause_frames_total",
+                        {{"interface", "ens1f0np0"}, {"priority", "3"}, {"direction", "tx"}});
   REQUIRE(tx);
   CHECK(tx->value == 40);
   const auto* d = find(s, "rdmachaos_pfc_pause_duration_seconds_total",
                        {{"interface", "ens1f0np0"}, {"priority", "3"}, {"direction", "rx"}});
   REQUIRE(d);
   CHECK(d->value == Approx(2.5));
-  CHECK(find(s, "rdmachaos_pfc_pause_duration_seconds_total", {{"interface", "ens1f0np0"}, {"priority", "0"}, {"direction", "tx"}}));
-  CHECK(s.size() == 4);  // the transition count, priorities 8, 12, X and the global pause are not series
+  CHECK(find(s, "rdmachaos_pfc_pause_duration_seconds_total",
+             {{"interface", "ens1f0np0"}, {"priority", "0"}, {"direction", "tx"}}));
+  CHECK(s.size() ==
+        4);  // the transition count, priorities 8, 12, X and the global pause are not series
 }
 
 TEST_CASE("congestion, transport errors, pause storms and drops; absent counters are absent") {
-  auto [counter, name, labels] = GENERATE(table<std::string, std::string, std::map<std::string, std::string>>({
+  auto [counter, name,
+        labels] = GENERATE(table<std::string, std::string, std::map<std::string, std::string>>({
       {"rdma.np_ecn_marked_roce_packets", "rdmachaos_ecn_marked_packets_total", {}},
       {"rdma.np_cnp_sent", "rdmachaos_cnp_sent_total", {}},
       {"rdma.rp_cnp_handled", "rdmachaos_cnp_handled_total", {}},
-      {"rdma.out_of_sequence", "rdmachaos_rdma_transport_errors_total", {{"counter", "out_of_sequence"}}},
-      {"rdma.local_ack_timeout_err", "rdmachaos_rdma_transport_errors_total", {{"counter", "local_ack_timeout_err"}}},
+      {"rdma.out_of_sequence",
+       "rdmachaos_rdma_transport_errors_total",
+       {{"counter", "out_of_sequence"}}},
+      {"rdma.local_ack_timeout_err",
+       "rdmachaos_rdma_transport_errors_total",
+       {{"counter", "local_ack_timeout_err"}}},
       {"rdma.rcvd_seq_err", "rdmachaos_rdma_transport_errors_total", {{"counter", "rcvd_seq_err"}}},
-      {"tx_pause_storm_warning_events", "rdmachaos_pfc_pause_storm_events_total", {{"level", "warning"}}},
-      {"tx_pause_storm_error_events", "rdmachaos_pfc_pause_storm_events_total", {{"level", "error"}}},
+      {"tx_pause_storm_warning_events",
+       "rdmachaos_pfc_pause_storm_events_total",
+       {{"level", "warning"}}},
+      {"tx_pause_storm_error_events",
+       "rdmachaos_pfc_pause_storm_events_total",
+       {{"level", "error"}}},
       {"net.rx_dropped", "rdmachaos_dropped_packets_total", {{"direction", "rx"}}},
       {"net.tx_dropped", "rdmachaos_dropped_packets_total", {{"direction", "tx"}}},
   }));
@@ -112,7 +131,9 @@ TEST_CASE("linkUp: a missing interface is down, a bad name is an error that name
   }
 }
 
-TEST_CASE("an agent's exporter serves a ConnectX-6's data plane, and link_up 0 for an interface not here") {
+TEST_CASE(
+    "an agent's exporter serves a ConnectX-6's data plane, and link_up 0 for an interface not "
+    "here") {
   auto e = metrics::Exporter::start("127.0.0.1:0");
   REQUIRE(e.ok());
   // The captured tree's interface is not on this machine, so its link reads down; the counters
@@ -120,15 +141,19 @@ TEST_CASE("an agent's exporter serves a ConnectX-6's data plane, and link_up 0 f
   REQUIRE(::if_nametoindex("ens1f0np0") == 0);
   DataPlaneMetrics dp(**e, {"ens1f0np0"}, {kTree, false}, 100ms);
   dp.publishLinks();
-  auto body = scrapeUntil((*e)->port(), {"rdmachaos_ecn_marked_packets_total", "rdmachaos_dropped_packets_total"});
+  auto body = scrapeUntil(
+      (*e)->port(), {"rdmachaos_ecn_marked_packets_total", "rdmachaos_dropped_packets_total"});
   CHECK_THAT(body, Catch::Contains("rdmachaos_link_up{interface=\"ens1f0np0\"} 0"));
-  CHECK_THAT(body, Catch::Contains("rdmachaos_ecn_marked_packets_total{interface=\"ens1f0np0\"} 90417"));
+  CHECK_THAT(body,
+             Catch::Contains("rdmachaos_ecn_marked_packets_total{interface=\"ens1f0np0\"} 90417"));
   CHECK_THAT(body, Catch::Contains("rdmachaos_cnp_sent_total{interface=\"ens1f0np0\"} 88213"));
   CHECK_THAT(body, Catch::Contains("rdmachaos_cnp_handled_total{interface=\"ens1f0np0\"} 87950"));
-  CHECK_THAT(body, Catch::Contains(
-                       "rdmachaos_rdma_transport_errors_total{counter=\"out_of_sequence\",interface=\"ens1f0np0\"} 1537"));
-  CHECK_THAT(body, Catch::Contains(
-                       "rdmachaos_rdma_transport_errors_total{counter=\"local_ack_timeout_err\",interface=\"ens1f0np0\"} 41"));
-  CHECK_THAT(body, Catch::Contains("rdmachaos_dropped_packets_total{direction=\"rx\",interface=\"ens1f0np0\"} 17"));
+  CHECK_THAT(body, Catch::Contains("rdmachaos_rdma_transport_errors_total{counter=\"out_of_"
+                                   "sequence\",interface=\"ens1f0np0\"} 1537"));
+  CHECK_THAT(body, Catch::Contains("rdmachaos_rdma_transport_errors_total{counter=\"local_ack_"
+                                   "timeout_err\",interface=\"ens1f0np0\"} 41"));
+  CHECK_THAT(body,
+             Catch::Contains(
+                 "rdmachaos_dropped_packets_total{direction=\"rx\",interface=\"ens1f0np0\"} 17"));
   CHECK_THAT(body, Catch::Contains("# TYPE rdmachaos_link_up gauge"));
 }

@@ -104,7 +104,8 @@ TEST_CASE("the exporter serves rdmachaos_link_up as the link goes down and up") 
   auto body = servesWithin("rdmachaos_link_up{interface=\"rcl0\"} 1");
   CHECK_THAT(body, Catch::Contains("rdmachaos_link_up{interface=\"rcl0\"} 1"));
   CHECK_THAT(body, Catch::Contains("rdmachaos_link_up{interface=\"rcnone0\"} 0"));
-  for (auto [cmd, want] : {std::pair{"ip link set rcl1 down", "0"}, {"ip link set rcl1 up", "1"},
+  for (auto [cmd, want] : {std::pair{"ip link set rcl1 down", "0"},
+                           {"ip link set rcl1 up", "1"},
                            {"ip link set rcl0 down", "0"}}) {
     sh(cmd);
     std::string line = std::string("rdmachaos_link_up{interface=\"rcl0\"} ") + want;
