@@ -44,14 +44,17 @@ struct Series {
 // The data-plane counters in SAMPLE (a NicSampler's) of interface IFNAME, as cumulative series
 // (gauges holding counter values, so `rate()` applies): a fixed list of counter names, so at most
 // kMaxSeriesPerInterface series whatever the driver offers; counters it lacks are simply absent.
-//   rdmachaos_pfc_pause_frames_total{interface,priority,direction}     rx_prioN_pause,
-//   tx_prioN_pause rdmachaos_pfc_pause_duration_seconds_total{interface,priority,direction}
-//   ..._pause_duration (us) rdmachaos_pfc_pause_storm_events_total{interface,level}
-//   tx_pause_storm_{warning,error}_events rdmachaos_ecn_marked_packets_total{interface}
-//   rdma.np_ecn_marked_roce_packets rdmachaos_cnp_sent_total{interface},
-//   rdmachaos_cnp_handled_total{interface} rdmachaos_rdma_transport_errors_total{interface,counter}
-//   rdma.<counter> (kTransportErrorCounters) rdmachaos_dropped_packets_total{interface,direction}
-//   net.rx_dropped, net.tx_dropped
+// - rdmachaos_pfc_pause_frames_total{interface,priority,direction}: ethtool rx/tx_prioN_pause
+// - rdmachaos_pfc_pause_duration_seconds_total{interface,priority,direction}:
+//   ethtool rx/tx_prioN_pause_duration (microseconds there)
+// - rdmachaos_pfc_pause_storm_events_total{interface,level}:
+//   ethtool tx_pause_storm_warning_events, tx_pause_storm_error_events
+// - rdmachaos_ecn_marked_packets_total{interface}: rdma.np_ecn_marked_roce_packets
+// - rdmachaos_cnp_sent_total{interface}, rdmachaos_cnp_handled_total{interface}:
+//   rdma.np_cnp_sent, rdma.rp_cnp_handled
+// - rdmachaos_rdma_transport_errors_total{interface,counter}: rdma.<counter>, for every counter
+//   of kTransportErrorCounters
+// - rdmachaos_dropped_packets_total{interface,direction}: net.rx_dropped, net.tx_dropped
 std::vector<Series> dataPlaneSeries(const std::string& ifname, const counters::Counters& sample);
 
 // The RDMA port counters (without "rdma.") published as transport errors: mlx5's retransmission

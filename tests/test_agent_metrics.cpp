@@ -47,9 +47,9 @@ TEST_CASE("PFC pause counters: one series per priority and direction, durations 
       {"rx_prio3_pause_duration", 2500000},
       {"tx_prio0_pause_duration", 7},
       {"rx_prio3_pause_transition", 9},  // not a pause count
-      {"rx_prio8_pause", 1},
+      {"rx_prio8_pause", 1},             // 8, 12 and X: no such priority
       {"rx_prio12_pause", 1},
-      {"rx_prioX_pause", 1},  // no such priority
+      {"rx_prioX_pause", 1},
       {"rx_pause_ctrl_phy", 5},
       {"tx_bytes", 99},
   };
@@ -68,8 +68,8 @@ TEST_CASE("PFC pause counters: one series per priority and direction, durations 
   CHECK(d->value == Approx(2.5));
   CHECK(find(s, "rdmachaos_pfc_pause_duration_seconds_total",
              {{"interface", "ens1f0np0"}, {"priority", "0"}, {"direction", "tx"}}));
-  CHECK(s.size() ==
-        4);  // the transition count, priorities 8, 12, X and the global pause are not series
+  // The transition count, priorities 8, 12 and X and the global pause are not series.
+  CHECK(s.size() == 4);
 }
 
 TEST_CASE("congestion, transport errors, pause storms and drops; absent counters are absent") {
