@@ -1,0 +1,114 @@
+// rdmachaos_link_up on real veth links in a private network namespace: linkUp follows the
+// admin state and the carrier (the peer's state), and the agent's exporter serves it. /sys is
+// left as the host's, as in the lab's agents: the link state must not come from sysfs.
+#include <net/if.h>
+#include <sched.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "agent/agent_metrics.hpp"
+#include "http_get.hpp"
+
+using namespace rc;
+using namespace rc::agent;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Moves this process, before any thread exists, into a fresh network namespace: it dies with
+// the process, so whatever a failing case leaves in it goes too, and the host's interfaces are
+// out of reach.
+void enterPrivateNetns() {
+  static const std::string failed = []() -> std::string {
+    if (::unshare(CLONE_NEWNET) != 0) return std::string("unshare: ") + std::strerror(errno);
+    if (std::system("ip link set lo up") != 0) return "ip link set lo up failed";
+    return "";
+  }();
+  INFO(failed);
+  REQUIRE(failed.empty());
+}
+
+void sh(const std::string& cmd) {
+  INFO("command: " << cmd);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+}
+
+// veth rcl0 <-> rcl1, both down, fresh for each case; deleted at the end, also on failure.
+struct Veth {
+  Veth() {
+    enterPrivateNetns();
+    (void)std::system("ip link del rcl0 >/dev/null 2>&1");
+    sh("ip link add rcl0 type veth peer name rcl1");
+  }
+  ~Veth() { (void)std::system("ip link del rcl0 >/dev/null 2>&1"); }
+};
+
+// linkUp(IFNAME) once it equals WANT, waiting at most 3 s: the kernel moves IFF_RUNNING in its
+// linkwatch work after a carrier change, which it may hold back up to a second.
+bool settlesTo(const std::string& ifname, bool want) {
+  INFO("linkUp('" << ifname << "')");
+  auto until = std::chrono::steady_clock::now() + 3s;
+  for (;;) {
+    auto r = linkUp(ifname);
+    REQUIRE(r.ok());
+    if (*r == want || std::chrono::steady_clock::now() > until) return *r;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("linkUp: admin state and carrier, read in this namespace") {
+  Veth veth;
+  CHECK_FALSE(settlesTo("rcl0", false));  // down
+  sh("ip link set rcl0 up");
+  // Up without carrier: veth has carrier only while its peer is up too.
+  CHECK_FALSE(settlesTo("rcl0", false));
+  sh("ip link set rcl1 up");
+  CHECK(settlesTo("rcl0", true));
+  CHECK(settlesTo("rcl1", true));
+  // The peer goes down: carrier lost, while rcl0 is still administratively up.
+  sh("ip link set rcl1 down");
+  CHECK_FALSE(settlesTo("rcl0", false));
+  sh("ip link set rcl1 up");
+  CHECK(settlesTo("rcl0", true));
+  sh("ip link set rcl0 down");
+  CHECK_FALSE(settlesTo("rcl0", false));
+  sh("ip link del rcl0");
+  CHECK_FALSE(settlesTo("rcl0", false));  // gone: down, not an error
+}
+
+TEST_CASE("the exporter serves rdmachaos_link_up as the link goes down and up") {
+  Veth veth;
+  sh("ip link set rcl0 up");
+  sh("ip link set rcl1 up");
+  auto e = metrics::Exporter::start("127.0.0.1:0");
+  REQUIRE(e.ok());
+  DataPlaneMetrics dp(**e, {"rcl0", "rcnone0"});
+  // What the agent's 250 ms tick does, until the served line is WANT (at most 3 s: linkwatch).
+  auto servesWithin = [&](const std::string& want) {
+    std::string body;
+    auto until = std::chrono::steady_clock::now() + 3s;
+    do {
+      dp.publishLinks();
+      body = rctest::httpGet("127.0.0.1", (*e)->port(), "/metrics").body;
+      if (body.find(want) != std::string::npos) break;
+      std::this_thread::sleep_for(10ms);
+    } while (std::chrono::steady_clock::now() < until);
+    return body;
+  };
+  auto body = servesWithin("rdmachaos_link_up{interface=\"rcl0\"} 1");
+  CHECK_THAT(body, Catch::Contains("rdmachaos_link_up{interface=\"rcl0\"} 1"));
+  CHECK_THAT(body, Catch::Contains("rdmachaos_link_up{interface=\"rcnone0\"} 0"));
+  for (auto [cmd, want] : {std::pair{"ip link set rcl1 down", "0"},
+                           {"ip link set rcl1 up", "1"},
+                           {"ip link set rcl0 down", "0"}}) {
+    sh(cmd);
+    std::string line = std::string("rdmachaos_link_up{interface=\"rcl0\"} ") + want;
+    CHECK_THAT(servesWithin(line), Catch::Contains(line));
+  }
+}
