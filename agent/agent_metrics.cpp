@@ -2,6 +2,8 @@
 // DataPlaneMetrics: the data interfaces' link state and NIC/RDMA counters.
 #include "agent/agent_metrics.hpp"
 
+#include "agent/link_watch.hpp"
+
 #include <net/if.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -202,8 +204,13 @@ DataPlaneMetrics::DataPlaneMetrics(metrics::Exporter& out, std::vector<std::stri
 
 DataPlaneMetrics::~DataPlaneMetrics() = default;  // the jthread requests the stop and joins
 
-void DataPlaneMetrics::publishLinks() {
+void DataPlaneMetrics::publishLinks(const LinkWatch* watch) {
   for (const auto& ifname : interfaces_) {
+    if (watch)
+      out_.set("rdmachaos_link_down_events_total",
+               "times the data interface fell from up with carrier, as the kernel announced them (flaps shorter "
+               "than a scrape included)",
+               {{"interface", ifname}}, double(watch->downEvents(ifname)));
     auto up = linkUp(ifname, sock_.get());
     if (!up) {
       // Unknown is not down: the series keeps its last value rather than raise a false alert.

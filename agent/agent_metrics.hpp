@@ -22,6 +22,8 @@
 
 namespace rc::agent {
 
+class LinkWatch;
+
 // Sets every agent gauge from the managers' current state (call on the event loop).
 void publishAgentMetrics(metrics::Exporter& out, const FaultManager& faults, const Server& server,
                          const WorkloadManager& workloads);
@@ -77,8 +79,9 @@ class DataPlaneMetrics {
   DataPlaneMetrics(const DataPlaneMetrics&) = delete;
   DataPlaneMetrics& operator=(const DataPlaneMetrics&) = delete;
 
-  // rdmachaos_link_up of every interface (call on the event loop).
-  void publishLinks();
+  // rdmachaos_link_up of every interface (call on the event loop), and with WATCH its
+  // rdmachaos_link_down_events_total: every fall from up the kernel announced, however short.
+  void publishLinks(const LinkWatch* watch = nullptr);
 
  private:
   void sampleCounters();  // one round over every interface, on the counter thread

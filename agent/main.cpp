@@ -15,6 +15,7 @@
 #include <cstdio>
 
 #include "agent/agent_metrics.hpp"
+#include "agent/link_watch.hpp"
 #include "agent/capabilities.hpp"
 #include "agent/config.hpp"
 #include "agent/fault_manager.hpp"
@@ -270,9 +271,19 @@ int main(int argc, char** argv) {
   boost::asio::steady_timer metricsTick(io);
   std::optional<rc::agent::DataPlaneMetrics> dataPlane;
   if (exporter) dataPlane.emplace(*exporter, config->dataInterfaces);
+  // Link changes as the kernel announces them: a flap shorter than the 250 ms refresh (or any
+  // scrape) is still counted. Without it (no netlink socket), the link gauge alone.
+  std::unique_ptr<rc::agent::LinkWatch> linkWatch;
+  if (exporter) {
+    auto w = rc::agent::LinkWatch::start(io, config->dataInterfaces);
+    if (w)
+      linkWatch = std::move(*w);
+    else
+      rc::log::warn("[agent] metrics: {}: rdmachaos_link_down_events_total is not served", w.error().message);
+  }
   std::function<void()> publish = [&] {
     rc::agent::publishAgentMetrics(*exporter, manager, server, workloads);
-    dataPlane->publishLinks();
+    dataPlane->publishLinks(linkWatch.get());
     metricsTick.expires_after(std::chrono::milliseconds(250));
     metricsTick.async_wait([&](const boost::system::error_code& ec) {
       if (!ec) publish();

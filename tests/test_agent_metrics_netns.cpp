@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "agent/agent_metrics.hpp"
+#include "agent/link_watch.hpp"
 #include "http_get.hpp"
 
 using namespace rc;
@@ -111,4 +112,54 @@ TEST_CASE("the exporter serves rdmachaos_link_up as the link goes down and up") 
     std::string line = std::string("rdmachaos_link_up{interface=\"rcl0\"} ") + want;
     CHECK_THAT(servesWithin(line), Catch::Contains(line));
   }
+}
+
+// Runs IO until PRED holds or 3 s pass (linkwatch may hold a carrier change back a second).
+template <class P>
+bool runUntil(boost::asio::io_context& io, P pred) {
+  auto until = std::chrono::steady_clock::now() + 3s;
+  while (!pred() && std::chrono::steady_clock::now() < until) {
+    io.run_for(20ms);
+    io.restart();
+  }
+  return pred();
+}
+
+TEST_CASE("LinkWatch counts every fall from up, however short, from the kernel's announcements") {
+  Veth veth;
+  sh("ip link set rcl0 up");
+  sh("ip link set rcl1 up");
+  REQUIRE(settlesTo("rcl0", true));
+  boost::asio::io_context io;
+  auto w = LinkWatch::start(io, {"rcl0", "rcnone0"});
+  REQUIRE(w.ok());
+  LinkWatch& watch = **w;
+  CHECK(watch.downEvents("rcl0") == 0);
+  // Three flaps of ~20 ms each: far shorter than any scrape or the agent's 250 ms refresh,
+  // which would see none of them; the kernel announces every one.
+  for (int i = 0; i < 3; i++) {
+    sh("ip link set rcl0 down");
+    std::this_thread::sleep_for(20ms);
+    sh("ip link set rcl0 up");
+    REQUIRE(settlesTo("rcl0", true));
+  }
+  CHECK(runUntil(io, [&] { return watch.downEvents("rcl0") == 3; }));
+  CHECK(watch.downEvents("rcl0") == 3);
+  // Losing the carrier (the peer goes down) is a fall too; coming back is not.
+  sh("ip link set rcl1 down");
+  CHECK(runUntil(io, [&] { return watch.downEvents("rcl0") == 4; }));
+  sh("ip link set rcl1 up");
+  REQUIRE(settlesTo("rcl0", true));
+  io.run_for(200ms);
+  CHECK(watch.downEvents("rcl0") == 4);
+  CHECK(watch.downEvents("rcnone0") == 0);
+  CHECK(watch.overruns() == 0);
+
+  // The exporter serves the count beside the gauge.
+  auto e = metrics::Exporter::start("127.0.0.1:0");
+  REQUIRE(e.ok());
+  DataPlaneMetrics dp(**e, {"rcl0"});
+  dp.publishLinks(&watch);
+  CHECK_THAT(rctest::httpGet("127.0.0.1", (*e)->port(), "/metrics").body,
+             Catch::Contains("rdmachaos_link_down_events_total{interface=\"rcl0\"} 4"));
 }

@@ -66,12 +66,19 @@ struct Monitoring {
     for (const auto& n : lab.nodes())
       targets += "      - targets: ['" + n.mgmtAddress + ":" + std::to_string(kAgentMetricsPort) +
                  "']\n        labels: {node: '" + n.name + "'}\n";
+    // The starter rules as shipped, evaluated every second as on a game day (the file's group
+    // interval is 5 s, for sites whose global evaluation interval is Prometheus's 1 m).
+    std::string rules = rctest::readFile(rctest::env("RDMACHAOS_SOURCE_DIR") + "/deploy/prometheus/rdmachaos-rules.yml");
+    const std::string groupInterval = "    interval: 5s\n";
+    REQUIRE(rules.find(groupInterval) != std::string::npos);
+    rules.replace(rules.find(groupInterval), groupInterval.size(), "    interval: 1s\n");
+    std::ofstream(dir + "/rdmachaos-rules.yml") << rules;
     std::ofstream(dir + "/prometheus.yml")
         << "global:\n"
         << "  scrape_interval: 1s\n"
         << "  scrape_timeout: 900ms\n"
         << "  evaluation_interval: 1s\n"
-        << "rule_files: ['" << rctest::env("RDMACHAOS_SOURCE_DIR") << "/deploy/prometheus/rdmachaos-rules.yml']\n"
+        << "rule_files: ['" << dir << "/rdmachaos-rules.yml']\n"
         << "alerting:\n"
         << "  alertmanagers:\n"
         << "    - static_configs: [{targets: ['127.0.0.1:" << amPort << "']}]\n"
