@@ -1,12 +1,25 @@
 // alerts/: the Alertmanager webhook parser and receiver, the Prometheus API parsers and
 // poller; against a real Prometheus and Alertmanager on loopback where Debian's are installed.
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
 
+#include "alerts/http_client.hpp"
 #include "alerts/time_text.hpp"
 #include "alerts/webhook.hpp"
+#include "alerts/webhook_receiver.hpp"
+#include "common/clock.hpp"
 
 using namespace rc::alerts;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
 
 namespace {
 
@@ -47,6 +60,41 @@ const char* kWebhook = R"({
 
 // 2026-11-26T14:30:01Z in Unix seconds (date -u -d 2026-11-26T14:30:01Z +%s).
 constexpr int64_t k143001 = 1795703401;
+
+// co_spawn in Boost 1.74 wants a default-constructible result; Result<T> is not.
+template <typename T>
+asio::awaitable<void> storeResult(std::shared_ptr<std::optional<T>> out, asio::awaitable<T> coro) {
+  out->emplace(co_await std::move(coro));
+}
+
+// Runs CORO on IO until it ends (the io_context also serves the receiver meanwhile); fails
+// the case if it has not ended within LIMIT.
+template <typename T>
+T runToEnd(asio::io_context& io, asio::awaitable<T> coro, std::chrono::seconds limit = 30s) {
+  auto out = std::make_shared<std::optional<T>>();
+  auto error = std::make_shared<std::exception_ptr>();
+  asio::co_spawn(io, storeResult(out, std::move(coro)), [&io, error](std::exception_ptr p) {
+    *error = p;
+    io.stop();
+  });
+  io.restart();
+  io.run_for(limit);
+  if (*error) std::rethrow_exception(*error);
+  REQUIRE(out->has_value());
+  return std::move(**out);
+}
+
+rc::Result<HttpResponse> post(asio::io_context& io, uint16_t port, std::string body, std::string method = "POST") {
+  HttpRequest r;
+  r.method = std::move(method);
+  r.host = "127.0.0.1";
+  r.port = port;
+  r.target = "/alerts";
+  r.body = std::move(body);
+  r.contentType = "application/json";
+  r.timeout = 10s;
+  return runToEnd(io, httpRequest(std::move(r)));
+}
 
 }  // namespace
 
@@ -195,4 +243,110 @@ TEST_CASE("webhook posts over the bounds are refused") {
                                0);
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.error().message, Catch::Contains("alerts[0].labels.a: a value of 5000 bytes (bound 4096)"));
+}
+
+TEST_CASE("the webhook receiver serves posts on a loopback port and survives bad ones") {
+  asio::io_context io;
+  WebhookReceiverOptions options;
+  options.maxBodyBytes = 64 << 10;
+  auto rx = WebhookReceiver::start(io, "127.0.0.1:0", options);
+  REQUIRE(rx.ok());
+  WebhookReceiver& receiver = **rx;
+  REQUIRE(receiver.port() != 0);
+  CHECK(receiver.endpoint() == "127.0.0.1:" + std::to_string(receiver.port()));
+
+  const int64_t before = rc::wallNs();
+  auto r = post(io, receiver.port(), kWebhook);
+  REQUIRE(r.ok());
+  CHECK(r->status == 200);
+  auto events = receiver.take();
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].labels.at("alertname") == "RdmaLinkDown");
+  CHECK(events[0].firing);
+  CHECK_FALSE(events[1].firing);
+  CHECK(events[0].receivedUnixNs >= before);
+  CHECK(events[0].receivedUnixNs <= rc::wallNs());
+  CHECK(receiver.take().empty());
+
+  SECTION("a bad body gets 400 with the reason, is kept, and the next post is served") {
+    r = post(io, receiver.port(), R"({"alerts":[{"status":"firing","labels":{"a":1},"startsAt":"2026-11-26T14:30:01Z"}]})");
+    REQUIRE(r.ok());
+    CHECK(r->status == 400);
+    CHECK_THAT(r->body, Catch::Contains("alerts[0].labels.a: expected a string, got number"));
+    r = post(io, receiver.port(), "not json");
+    REQUIRE(r.ok());
+    CHECK(r->status == 400);
+    CHECK(receiver.badPosts() == 2);
+    REQUIRE(receiver.errors().size() == 2);
+    CHECK_THAT(receiver.errors()[0], Catch::Contains("POST /alerts from 127.0.0.1:"));
+    CHECK_THAT(receiver.errors()[1], Catch::Contains("the body is not JSON"));
+    CHECK(receiver.take().empty());
+
+    r = post(io, receiver.port(), kWebhook);
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    CHECK(receiver.take().size() == 2);
+    CHECK(receiver.goodPosts() == 2);
+  }
+  SECTION("a body over the bound gets 413") {
+    std::string huge = R"({"alerts":[],"pad":")" + std::string(100 << 10, 'x') + R"("})";
+    r = post(io, receiver.port(), huge);
+    REQUIRE(r.ok());
+    CHECK(r->status == 413);
+    CHECK_THAT(r->body, Catch::Contains("over the bound of 65536 bytes"));
+    CHECK(receiver.badPosts() == 1);
+    r = post(io, receiver.port(), kWebhook);
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+  }
+  SECTION("other methods get 405") {
+    r = post(io, receiver.port(), "", "GET");
+    REQUIRE(r.ok());
+    CHECK(r->status == 405);
+    CHECK(receiver.take().empty());
+  }
+  SECTION("only as many errors as the bound are kept") {
+    for (int i = 0; i < 25; i++) {
+      r = post(io, receiver.port(), "[" + std::to_string(i) + "]");
+      REQUIRE(r.ok());
+      CHECK(r->status == 400);
+    }
+    CHECK(receiver.badPosts() == 25);
+    CHECK(receiver.errors().size() == 20);
+  }
+  SECTION("stop() closes the listener and open connections") {
+    asio::ip::tcp::socket idle(io);
+    idle.connect({asio::ip::make_address("127.0.0.1"), receiver.port()});
+    io.restart();
+    io.run_for(100ms);  // the receiver accepts it
+    receiver.stop();
+    io.restart();
+    io.run_for(100ms);
+    char c;
+    boost::system::error_code ec;
+    asio::read(idle, asio::buffer(&c, 1), ec);
+    CHECK(ec);  // eof or reset: the receiver closed it
+    r = post(io, receiver.port(), kWebhook);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("cannot connect"));
+  }
+}
+
+TEST_CASE("the webhook receiver's start errors say what is wrong") {
+  asio::io_context io;
+  for (const char* bad : {"localhost", "127.0.0.1", "localhost:9099", "127.0.0.1:http", "127.0.0.1:70000", "::1:9099"}) {
+    INFO(bad);
+    auto r = WebhookReceiver::start(io, bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("expected ADDR:PORT, e.g. 127.0.0.1:9099"));
+  }
+  auto first = WebhookReceiver::start(io, "127.0.0.1:0");
+  REQUIRE(first.ok());
+  auto second = WebhookReceiver::start(io, (*first)->endpoint());
+  REQUIRE_FALSE(second.ok());
+  CHECK_THAT(second.error().message, Catch::Contains("cannot listen for Alertmanager's webhook on " + (*first)->endpoint()));
+  CHECK_THAT(second.error().message, Catch::Contains("another process listens there"));
+  auto v6 = WebhookReceiver::start(io, "[::1]:0");
+  if (v6.ok()) CHECK((*v6)->endpoint().rfind("[::1]:", 0) == 0);
+  else CHECK_THAT(v6.error().message, Catch::Contains("[::1]:0"));
 }
