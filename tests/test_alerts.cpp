@@ -12,6 +12,8 @@
 #include <string>
 
 #include "alerts/http_client.hpp"
+#include "alerts/prometheus_api.hpp"
+#include "alerts/prometheus_poller.hpp"
 #include "alerts/time_text.hpp"
 #include "alerts/webhook.hpp"
 #include "alerts/webhook_receiver.hpp"
@@ -349,4 +351,153 @@ TEST_CASE("the webhook receiver's start errors say what is wrong") {
   auto v6 = WebhookReceiver::start(io, "[::1]:0");
   if (v6.ok()) CHECK((*v6)->endpoint().rfind("[::1]:", 0) == 0);
   else CHECK_THAT(v6.error().message, Catch::Contains("[::1]:0"));
+}
+
+namespace {
+
+// Prometheus 2.42's answer to /api/v1/rules?type=alert: a firing alert (for: 30s), a pending
+// one, and a second group with a longer interval.
+const char* kRules = R"({"status":"success","data":{"groups":[
+  {"name":"rdma","file":"/etc/prometheus/rdma.yml","interval":1,"limit":0,"evaluationTime":0.0003,
+   "lastEvaluation":"2026-11-26T14:30:02.000000001Z","rules":[
+    {"state":"firing","name":"RdmaLinkDown","query":"rdma_link_up == 0","duration":30,
+     "labels":{"severity":"page"},"annotations":{},"health":"ok","evaluationTime":0.0001,
+     "lastEvaluation":"2026-11-26T14:30:02Z","type":"alerting","alerts":[
+       {"labels":{"alertname":"RdmaLinkDown","instance":"n2:9465","severity":"page"},"annotations":{},
+        "state":"firing","activeAt":"2026-11-26T14:29:31.25Z","value":"0e+00"},
+       {"labels":{"alertname":"RdmaLinkDown","instance":"n3:9465","severity":"page"},"annotations":{},
+        "state":"pending","activeAt":"2026-11-26T14:30:01Z","value":"0e+00"}]},
+    {"state":"inactive","name":"RdmaPfcStorm","query":"x","duration":0,"labels":{},"annotations":{},
+     "alerts":[],"health":"ok","type":"alerting"}]},
+  {"name":"slow","file":"/etc/prometheus/slow.yml","interval":15.5,"rules":[]}]}})";
+
+const char* kTargets = R"({"status":"success","data":{"activeTargets":[
+  {"discoveredLabels":{},"labels":{"job":"a"},"scrapePool":"a","scrapeUrl":"http://127.0.0.1:9090/metrics",
+   "globalUrl":"http://h:9090/metrics","lastError":"","lastScrape":"2026-11-26T14:30:01Z",
+   "lastScrapeDuration":0.002,"health":"up","scrapeInterval":"15s","scrapeTimeout":"10s"},
+  {"labels":{"job":"b"},"scrapeInterval":"1m30s","scrapeTimeout":"10s"},
+  {"labels":{"job":"c"},"scrapeInterval":"250ms","scrapeTimeout":"200ms"}],"droppedTargets":[]}})";
+
+}  // namespace
+
+TEST_CASE("Prometheus's rules answer: firing alerts, their start, the evaluation interval") {
+  auto r = parsePrometheusRules(kRules, 7);
+  INFO((r.ok() ? "" : r.error().message));
+  REQUIRE(r.ok());
+  CHECK(r->evaluationIntervalNs == 15'500'000'000);
+  CHECK(r->pending == 1);
+  REQUIRE(r->firing.size() == 1);
+  const AlertEvent& ev = r->firing[0];
+  CHECK(ev.firing);
+  CHECK(ev.labels.at("instance") == "n2:9465");
+  CHECK(ev.startsAtUnixNs == (k143001 + 0) * kS + 250'000'000);  // activeAt + for: 30s
+  CHECK(ev.endsAtUnixNs == 0);
+  CHECK(ev.receivedUnixNs == 7);
+  CHECK(ev.source == "prometheus");
+  CHECK(ev.fingerprint == R"({alertname="RdmaLinkDown", instance="n2:9465", severity="page"})");
+
+  auto empty = parsePrometheusRules(R"({"status":"success","data":{"groups":[]}})", 0);
+  REQUIRE(empty.ok());
+  CHECK(empty->evaluationIntervalNs == 0);
+  CHECK(empty->firing.empty());
+}
+
+TEST_CASE("bad rules answers are errors naming the field") {
+  struct Case {
+    std::string body, error;
+  };
+  auto c = GENERATE(values<Case>({
+      {"<html>", "the answer is not JSON"},
+      {R"({"status":"error","errorType":"bad_data","error":"invalid parameter"})",
+       "Prometheus answered status \"error\" (bad_data): invalid parameter"},
+      {R"({"status":"success"})", "data: missing or not an object"},
+      {R"({"status":"success","data":{}})", "data.groups: missing"},
+      {R"({"status":"success","data":{"groups":[{"rules":[]}]}})", "data.groups[0].interval: missing"},
+      {R"({"status":"success","data":{"groups":[{"interval":"1s","rules":[]}]}})",
+       "data.groups[0].interval: expected seconds, got string"},
+      {R"({"status":"success","data":{"groups":[{"interval":1,"rules":[{"type":"alerting","alerts":[]}]}]}})",
+       "data.groups[0].rules[0].duration: missing"},
+      {R"({"status":"success","data":{"groups":[{"interval":1,"rules":[{"duration":0,"alerts":[{"state":"firing","labels":{"a":2},"activeAt":"2026-11-26T14:30:01Z"}]}]}]}})",
+       "data.groups[0].rules[0].alerts[0].labels.a: expected a string, got number"},
+      {R"({"status":"success","data":{"groups":[{"interval":1,"rules":[{"duration":0,"alerts":[{"state":"firing","labels":{},"activeAt":"soon"}]}]}]}})",
+       "data.groups[0].rules[0].alerts[0].activeAt: \"soon\" is not an RFC 3339 time"},
+  }));
+  INFO(c.body);
+  auto r = parsePrometheusRules(c.body, 0);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains(c.error));
+}
+
+TEST_CASE("the targets answer's longest scrape interval") {
+  auto r = parseTargetsScrapeInterval(kTargets);
+  INFO((r.ok() ? "" : r.error().message));
+  REQUIRE(r.ok());
+  CHECK(*r == 90 * kS);
+  auto none = parseTargetsScrapeInterval(R"({"status":"success","data":{"activeTargets":[],"droppedTargets":[]}})");
+  REQUIRE(none.ok());
+  CHECK(*none == 0);
+  auto bad = parseTargetsScrapeInterval(R"({"status":"success","data":{"activeTargets":[{"scrapeInterval":"fast"}]}})");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::Contains("data.activeTargets[0].scrapeInterval: \"fast\" is not a Prometheus duration"));
+  auto old = parseTargetsScrapeInterval(R"({"status":"success","data":{"activeTargets":[{"labels":{}}]}})");
+  REQUIRE_FALSE(old.ok());
+  CHECK_THAT(old.error().message, Catch::Contains("data.activeTargets[0].scrapeInterval: missing"));
+}
+
+TEST_CASE("Prometheus URLs") {
+  auto u = parsePrometheusUrl("http://127.0.0.1:9090");
+  REQUIRE(u.ok());
+  CHECK(u->host == "127.0.0.1");
+  CHECK(u->port == 9090);
+  CHECK(u->prefix.empty());
+  CHECK(u->text() == "http://127.0.0.1:9090");
+  u = parsePrometheusUrl("http://[::1]:9090/prometheus/");
+  REQUIRE(u.ok());
+  CHECK(u->host == "::1");
+  CHECK(u->prefix == "/prometheus");
+  CHECK(u->text() == "http://[::1]:9090/prometheus");
+  u = parsePrometheusUrl("http://prom.lab");
+  REQUIRE(u.ok());
+  CHECK(u->port == 80);
+
+  auto https = parsePrometheusUrl("https://prom.lab:9090");
+  REQUIRE_FALSE(https.ok());
+  CHECK_THAT(https.error().message, Catch::Contains("https is not supported"));
+  for (const char* bad : {"", "prom.lab:9090", "http://", "http://:9090", "http://h:", "http://h:0", "http://h:99999",
+                          "http://u:p@h:9090", "http://h:9090/?x=1", "http://[::1:9090", "http://h h:1"}) {
+    INFO(bad);
+    auto r = parsePrometheusUrl(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("expected http://HOST:PORT[/prefix]"));
+  }
+}
+
+TEST_CASE("the poller counts an unreachable Prometheus and goes on polling") {
+  asio::io_context io;
+  // A port nothing listens on: bound, read and closed again.
+  uint16_t port;
+  {
+    asio::ip::tcp::acceptor a(io, {asio::ip::make_address("127.0.0.1"), 0});
+    port = a.local_endpoint().port();
+  }
+  PrometheusPollerOptions options;
+  options.interval = 50ms;
+  int polls = 0;
+  options.onPoll = [&] {
+    if (++polls == 3) io.stop();
+  };
+  auto poller = PrometheusPoller::start(io, "http://127.0.0.1:" + std::to_string(port), options);
+  REQUIRE(poller.ok());
+  io.run_for(20s);
+  CHECK(polls == 3);
+  CHECK((*poller)->polls() == 0);
+  CHECK((*poller)->failedPolls() >= 3);
+  REQUIRE_FALSE((*poller)->errors().empty());
+  CHECK_THAT((*poller)->errors().back(), Catch::Contains("cannot connect"));
+  CHECK_FALSE((*poller)->timing().has_value());
+  CHECK((*poller)->take().empty());
+
+  auto https = PrometheusPoller::start(io, "https://127.0.0.1:9090");
+  REQUIRE_FALSE(https.ok());
+  CHECK_THAT(https.error().message, Catch::Contains("https is not supported"));
 }
