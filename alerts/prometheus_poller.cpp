@@ -28,7 +28,6 @@ struct PrometheusPoller::Impl {
   std::vector<AlertEvent> queue;
   std::deque<std::string> errors;
   uint64_t polls = 0, failed = 0;
-  std::optional<int64_t> scrapeIntervalNs, evaluationIntervalNs;
   std::optional<PipelineTiming> timing;
   std::map<std::string, AlertEvent> firing;  // by fingerprint: what the last good poll saw firing
 
@@ -73,11 +72,15 @@ struct PrometheusPoller::Impl {
     }
   }
 
-  void noteTiming() {
-    if (timing || !scrapeIntervalNs || !evaluationIntervalNs) return;
-    timing = PipelineTiming{.scrapeIntervalNs = *scrapeIntervalNs,
-                            .evaluationIntervalNs = *evaluationIntervalNs,
-                            .source = "prometheus " + url.text()};
+  // Each interval is read until known (non-zero), then kept: Prometheus says it is ready
+  // before its service discovery has found the targets.
+  void noteTiming(std::optional<int64_t> scrapeNs, std::optional<int64_t> evaluationNs) {
+    if (!timing) {
+      if (!evaluationNs) return;
+      timing = PipelineTiming{.scrapeIntervalNs = 0, .evaluationIntervalNs = 0, .source = "prometheus " + url.text()};
+    }
+    if (scrapeNs && timing->scrapeIntervalNs == 0) timing->scrapeIntervalNs = *scrapeNs;
+    if (evaluationNs && timing->evaluationIntervalNs == 0) timing->evaluationIntervalNs = *evaluationNs;
   }
 };
 
@@ -97,7 +100,8 @@ asio::awaitable<Result<std::string>> fetchBody(std::shared_ptr<Impl> impl, std::
 
 asio::awaitable<void> pollOnce(std::shared_ptr<Impl> impl) {
   static const std::string kTargets = "/api/v1/targets?state=active", kRules = "/api/v1/rules?type=alert";
-  if (!impl->scrapeIntervalNs) {
+  std::optional<int64_t> scrapeNs;
+  if (!impl->timing || impl->timing->scrapeIntervalNs == 0) {
     auto body = co_await fetchBody(impl, kTargets);
     if (impl->stopped) co_return;
     if (!body) {
@@ -105,7 +109,7 @@ asio::awaitable<void> pollOnce(std::shared_ptr<Impl> impl) {
     } else if (auto si = parseTargetsScrapeInterval(*body); !si) {
       impl->fail("GET " + impl->url.text() + kTargets + ": " + si.error().message);
     } else {
-      impl->scrapeIntervalNs = *si;
+      scrapeNs = *si;
     }
   }
   auto body = co_await fetchBody(impl, kRules);
@@ -121,8 +125,7 @@ asio::awaitable<void> pollOnce(std::shared_ptr<Impl> impl) {
     co_return;
   }
   impl->polls++;
-  if (!impl->evaluationIntervalNs) impl->evaluationIntervalNs = rules->evaluationIntervalNs;
-  impl->noteTiming();
+  impl->noteTiming(scrapeNs, rules->evaluationIntervalNs);
   impl->update(std::move(rules->firing), answeredNs);
 }
 

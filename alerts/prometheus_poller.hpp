@@ -41,8 +41,10 @@ class PrometheusPoller {
 
   // The events since the last take(), oldest first.
   std::vector<AlertEvent> take();
-  // The pipeline's timing, once both the rules and the targets have been read (the first
-  // successful poll of each); source "prometheus http://HOST:PORT[/prefix]".
+  // The pipeline's timing from the first successful rules poll on; source "prometheus
+  // http://HOST:PORT[/prefix]". An interval stays 0 (unknown) until an answer gives it: the
+  // targets are asked again on every poll until one is active (Prometheus reports ready
+  // before it has discovered them), the rules until a group exists; then each is kept.
   std::optional<PipelineTiming> timing() const;
   // The last keptErrors failures (server down, HTTP status, bad answer), oldest first.
   std::vector<std::string> errors() const;
