@@ -30,6 +30,9 @@ asio::awaitable<Result<HttpResponse>> httpRequest(HttpRequest request) {
   auto fail = [&](const std::string& why) { return makeError(what + ": " + why); };
   const std::string timedOut = "no answer within " + std::to_string(request.timeout.count()) + " ms";
 
+  const http::verb verb = http::string_to_verb(request.method);
+  if (verb != http::verb::get && verb != http::verb::post) co_return fail("only GET and POST are supported");
+
   boost::system::error_code ec;
   std::vector<tcp::endpoint> endpoints;
   if (auto addr = asio::ip::make_address(request.host, ec); !ec) {
@@ -58,7 +61,7 @@ asio::awaitable<Result<HttpResponse>> httpRequest(HttpRequest request) {
   if (ec == beast::error::timeout) co_return fail("connecting: " + timedOut);
   if (ec) co_return fail("cannot connect: " + ec.message());
 
-  http::request<http::string_body> req{http::string_to_verb(request.method), request.target, 11};
+  http::request<http::string_body> req{verb, request.target, 11};
   req.set(http::field::host, request.host + ":" + std::to_string(request.port));
   req.set(http::field::user_agent, "rdmachaos");
   req.set(http::field::connection, "close");

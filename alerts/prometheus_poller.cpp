@@ -27,14 +27,29 @@ struct PrometheusPoller::Impl {
   bool stopped = false;
   std::vector<AlertEvent> queue;
   std::deque<std::string> errors;
-  uint64_t polls = 0, failed = 0;
+  uint64_t polls = 0, failed = 0, dropped = 0;
   std::optional<PipelineTiming> timing;
   std::map<std::string, AlertEvent> firing;  // by fingerprint: what the last good poll saw firing
 
-  void fail(std::string what) {
-    failed++;
+  void enqueue(AlertEvent ev) {
+    if (queue.size() >= options.maxQueuedEvents) {
+      dropped++;
+      if (dropped == 1 || dropped % 1000 == 0)
+        keepError("dropped " + std::to_string(dropped) + " alert event(s): " + std::to_string(queue.size()) +
+             " wait to be taken (the bound)");
+      return;
+    }
+    queue.push_back(std::move(ev));
+  }
+
+  void keepError(std::string what) {
     errors.push_back(std::move(what));
     while (errors.size() > options.keptErrors) errors.pop_front();
+  }
+
+  void fail(std::string what) {
+    failed++;
+    keepError(std::move(what));
   }
 
   HttpRequest get(std::string path) const {
@@ -59,7 +74,7 @@ struct PrometheusPoller::Impl {
         resolved.firing = false;
         resolved.endsAtUnixNs = nowNs;
         resolved.receivedUnixNs = nowNs;
-        queue.push_back(std::move(resolved));
+        enqueue(std::move(resolved));
         it = firing.erase(it);
       } else {
         ++it;
@@ -67,7 +82,7 @@ struct PrometheusPoller::Impl {
     }
     for (auto& [fp, ev] : seen) {
       if (firing.count(fp)) continue;
-      queue.push_back(ev);
+      enqueue(ev);
       firing.emplace(fp, std::move(ev));
     }
   }

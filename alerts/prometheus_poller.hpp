@@ -24,11 +24,14 @@ struct PrometheusPollerOptions {
   std::chrono::milliseconds interval{500};          // from the end of one poll to the next
   std::chrono::milliseconds requestTimeout{2000};   // per HTTP request
   size_t maxResponseBytes = 16 << 20;
-  size_t keptErrors = 20;  // the last ones, for errors()
+  size_t keptErrors = 20;               // the last ones, for errors()
+  size_t maxQueuedEvents = 100'000;      // until take(); the excess is dropped, as an error
   // Called on the io_context after every poll, good or failed (a test or a run can wake on it).
   std::function<void()> onPoll;
 };
 
+// Single-threaded: every member is called on the io_context's thread. Destroy it before the
+// io_context.
 class PrometheusPoller {
  public:
   // Starts polling URL ("http://HOST:PORT[/prefix]") on IO at once. Only a URL that does not
@@ -46,7 +49,8 @@ class PrometheusPoller {
   // targets are asked again on every poll until one is active (Prometheus reports ready
   // before it has discovered them), the rules until a group exists; then each is kept.
   std::optional<PipelineTiming> timing() const;
-  // The last keptErrors failures (server down, HTTP status, bad answer), oldest first.
+  // The last keptErrors failures (server down, HTTP status, bad answer) and dropped events,
+  // oldest first.
   std::vector<std::string> errors() const;
   uint64_t polls() const;        // successful rules polls
   uint64_t failedPolls() const;  // every failed request since start

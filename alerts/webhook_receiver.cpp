@@ -8,7 +8,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
@@ -122,8 +124,18 @@ asio::awaitable<void> serveConnection(std::shared_ptr<Impl> impl, tcp::socket so
   while (!impl->stopped) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(impl->options.maxBodyBytes);
+    // One deadline for the whole request: the stream's expiry holds across operations.
     stream.expires_after(impl->options.readTimeout);
-    co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+    co_await http::async_read_header(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+    // curl (not Alertmanager) asks before sending a body over 1 KiB, and waits a second
+    // for an answer that never comes unless we give it.
+    if (!ec && parser.get().method() == http::verb::post &&
+        beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+      http::response<http::empty_body> cont{http::status::continue_, 11};
+      co_await http::async_write(stream, cont, asio::redirect_error(asio::use_awaitable, ec));
+    }
+    if (!ec && !parser.is_done())
+      co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
     if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
         ec == asio::error::connection_reset || ec == asio::error::eof || impl->stopped)
       break;

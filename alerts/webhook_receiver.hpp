@@ -30,6 +30,8 @@ struct WebhookReceiverOptions {
   std::function<void()> onPost;
 };
 
+// Single-threaded: every member is called on the io_context's thread. Destroy it before the
+// io_context.
 class WebhookReceiver {
  public:
   // Listens on ENDPOINT, "ADDR:PORT" ("127.0.0.1:9099", "[::1]:0"; port 0 picks a free one),

@@ -4,12 +4,18 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "alerts/http_client.hpp"
 #include "alerts/prometheus_api.hpp"
@@ -332,6 +338,75 @@ TEST_CASE("the webhook receiver serves posts on a loopback port and survives bad
     REQUIRE_FALSE(r.ok());
     CHECK_THAT(r.error().message, Catch::Contains("cannot connect"));
   }
+}
+
+TEST_CASE("the webhook receiver closes idle connections at the deadline and refuses over the bound") {
+  asio::io_context io;
+  WebhookReceiverOptions options;
+  options.readTimeout = 300ms;
+  options.maxConnections = 2;
+  auto rx = WebhookReceiver::start(io, "127.0.0.1:0", options);
+  REQUIRE(rx.ok());
+  WebhookReceiver& receiver = **rx;
+  const asio::ip::tcp::endpoint ep{asio::ip::make_address("127.0.0.1"), receiver.port()};
+  std::vector<asio::ip::tcp::socket> idle;
+  for (int i = 0; i < 3; i++) {
+    idle.emplace_back(io);
+    idle.back().connect(ep);
+    io.restart();
+    io.run_for(50ms);  // accepted in this order
+  }
+  // The third found both slots taken: closed at once, and said so.
+  REQUIRE(receiver.errors().size() == 1);
+  CHECK_THAT(receiver.errors()[0], Catch::Contains("refused a connection from 127.0.0.1:"));
+  CHECK_THAT(receiver.errors()[0], Catch::Contains("2 connections open (the bound)"));
+  // The other two, silent, are closed by the read deadline; then posts are served again.
+  io.restart();
+  io.run_for(1s);
+  for (auto& s : idle) {
+    char c;
+    boost::system::error_code ec;
+    s.non_blocking(true);
+    asio::read(s, asio::buffer(&c, 1), ec);
+    INFO(ec.message());
+    CHECK((ec == asio::error::eof || ec == asio::error::connection_reset));
+  }
+  auto r = post(io, receiver.port(), kWebhook);
+  REQUIRE(r.ok());
+  CHECK(r->status == 200);
+}
+
+TEST_CASE("the webhook receiver answers Expect: 100-continue, as curl sends it") {
+  asio::io_context io;
+  auto rx = WebhookReceiver::start(io, "127.0.0.1:0");
+  REQUIRE(rx.ok());
+  // The receiver on a thread of its own, the client blocking on this one; joined before the
+  // receiver is looked at.
+  auto work = asio::make_work_guard(io);
+  std::thread server([&io] { io.run_for(20s); });
+  std::string reply;
+  {
+    asio::io_context clientIo;
+    asio::ip::tcp::socket s(clientIo);
+    s.connect({asio::ip::make_address("127.0.0.1"), (*rx)->port()});
+    const std::string body = kWebhook;
+    asio::write(s, asio::buffer("POST /hook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                "Expect: 100-continue\r\nConnection: close\r\nContent-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n"));
+    boost::system::error_code ec;
+    asio::streambuf head;
+    asio::read_until(s, head, "\r\n\r\n", ec);
+    reply = std::string(asio::buffers_begin(head.data()), asio::buffers_end(head.data()));
+    CHECK_THAT(reply, Catch::StartsWith("HTTP/1.1 100 Continue"));
+    asio::write(s, asio::buffer(body));
+    std::string rest;
+    asio::read(s, asio::dynamic_buffer(rest), ec);
+    reply += rest;
+  }
+  asio::post(io, [&] { (*rx)->stop(); work.reset(); io.stop(); });
+  server.join();
+  CHECK_THAT(reply, Catch::Contains("HTTP/1.1 200 OK"));
+  CHECK((*rx)->take().size() == 2);
 }
 
 TEST_CASE("the webhook receiver's start errors say what is wrong") {
