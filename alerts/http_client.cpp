@@ -24,9 +24,10 @@ using tcp = asio::ip::tcp;
 asio::awaitable<Result<HttpResponse>> httpRequest(HttpRequest request) {
   auto ex = co_await asio::this_coro::executor;
   const auto deadline = std::chrono::steady_clock::now() + request.timeout;
-  const std::string what = request.method + " http://" +
-                           (request.host.find(':') != std::string::npos ? "[" + request.host + "]" : request.host) +
-                           ":" + std::to_string(request.port) + request.target;
+  const std::string authority =
+      (request.host.find(':') != std::string::npos ? "[" + request.host + "]" : request.host) + ":" +
+      std::to_string(request.port);
+  const std::string what = request.method + " http://" + authority + request.target;
   auto fail = [&](const std::string& why) { return makeError(what + ": " + why); };
   const std::string timedOut = "no answer within " + std::to_string(request.timeout.count()) + " ms";
 
@@ -62,7 +63,7 @@ asio::awaitable<Result<HttpResponse>> httpRequest(HttpRequest request) {
   if (ec) co_return fail("cannot connect: " + ec.message());
 
   http::request<http::string_body> req{verb, request.target, 11};
-  req.set(http::field::host, request.host + ":" + std::to_string(request.port));
+  req.set(http::field::host, authority);
   req.set(http::field::user_agent, "rdmachaos");
   req.set(http::field::connection, "close");
   if (!request.body.empty() || request.method == "POST") {
