@@ -1,6 +1,7 @@
 // alerts/: the Alertmanager webhook parser and receiver, the Prometheus API parsers and
 // poller; against a real Prometheus and Alertmanager on loopback where Debian's are installed.
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -8,8 +9,14 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/streambuf.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
@@ -575,4 +582,126 @@ TEST_CASE("the poller counts an unreachable Prometheus and goes on polling") {
   auto https = PrometheusPoller::start(io, "https://127.0.0.1:9090");
   REQUIRE_FALSE(https.ok());
   CHECK_THAT(https.error().message, Catch::Contains("https is not supported"));
+}
+
+namespace {
+
+// A stand-in Prometheus: answers the targets with TARGETS and each rules request with the
+// next of RULES (the last one repeated); a body "500" is answered with HTTP 500.
+struct FakePrometheus {
+  std::string targets;
+  std::vector<std::string> rules;
+  size_t rulesServed = 0;
+};
+
+asio::awaitable<void> serveFake(std::shared_ptr<FakePrometheus> fake, asio::ip::tcp::socket socket) {
+  namespace http = boost::beast::http;
+  boost::beast::flat_buffer buffer;
+  http::request<http::string_body> req;
+  boost::system::error_code ec;
+  co_await http::async_read(socket, buffer, req, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return;
+  std::string body;
+  if (req.target().starts_with("/api/v1/targets")) {
+    body = fake->targets;
+  } else {
+    body = fake->rules[std::min(fake->rulesServed, fake->rules.size() - 1)];
+    fake->rulesServed++;
+  }
+  http::response<http::string_body> res{body == "500" ? http::status::internal_server_error : http::status::ok, 11};
+  res.body() = body;
+  res.keep_alive(false);
+  res.prepare_payload();
+  co_await http::async_write(socket, res, asio::redirect_error(asio::use_awaitable, ec));
+}
+
+asio::awaitable<void> acceptFake(std::shared_ptr<FakePrometheus> fake, std::shared_ptr<asio::ip::tcp::acceptor> acceptor) {
+  for (;;) {
+    boost::system::error_code ec;
+    auto socket = co_await acceptor->async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return;
+    asio::co_spawn(acceptor->get_executor(), serveFake(fake, std::move(socket)), asio::detached);
+  }
+}
+
+std::string rulesWith(const std::string& alerts) {
+  return R"({"status":"success","data":{"groups":[{"name":"g","interval":2,"rules":[{"type":"alerting","name":"A",)"
+         R"("duration":1.5,"alerts":[)" + alerts + "]}]}]}}";
+}
+
+std::string alertA(const std::string& instance, const std::string& activeAt, const std::string& state = "firing") {
+  return R"({"labels":{"alertname":"A","instance":")" + instance + R"("},"state":")" + state + R"(","activeAt":")" +
+         activeAt + R"("})";
+}
+
+}  // namespace
+
+TEST_CASE("the poller reports each firing once and a resolution when a later good poll no longer sees it") {
+  asio::io_context io;
+  auto fake = std::make_shared<FakePrometheus>();
+  fake->targets = kTargets;
+  const std::string t1 = "2026-11-26T14:30:00Z", t2 = "2026-11-26T14:31:00Z";
+  fake->rules = {
+      rulesWith(alertA("n1", t1, "pending")),                        // 1: pending only
+      rulesWith(alertA("n1", t1) + "," + alertA("n2", t1)),          // 2: both fire
+      rulesWith(alertA("n1", t1) + "," + alertA("n2", t1)),          // 3: no change
+      "500",                                                         // 4: a failed poll resolves nothing
+      "{not json",                                                   // 5: nor does a bad answer
+      rulesWith(alertA("n1", t1)),                                   // 6: n2 resolved
+      rulesWith(alertA("n1", t2)),                                   // 7: n1 resolved and fired again
+      rulesWith(""),                                                 // 8: n1 resolved
+  };
+  auto acceptor = std::make_shared<asio::ip::tcp::acceptor>(
+      io, asio::ip::tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0});
+  asio::co_spawn(io, acceptFake(fake, acceptor), asio::detached);
+
+  std::vector<std::vector<AlertEvent>> perPoll;
+  std::unique_ptr<PrometheusPoller> poller;
+  PrometheusPollerOptions options;
+  options.interval = 10ms;
+  options.onPoll = [&] {
+    perPoll.push_back(poller->take());
+    if (perPoll.size() == 9) io.stop();
+  };
+  auto p = PrometheusPoller::start(io, "http://127.0.0.1:" + std::to_string(acceptor->local_endpoint().port()), options);
+  REQUIRE(p.ok());
+  poller = std::move(*p);
+  io.run_for(20s);
+  REQUIRE(perPoll.size() == 9);
+
+  auto names = [](const std::vector<AlertEvent>& evs) {
+    std::string out;
+    for (const auto& e : evs) out += (e.firing ? "+" : "-") + e.labels.at("instance") + " ";
+    return out;
+  };
+  CHECK(names(perPoll[0]) == "");
+  CHECK(names(perPoll[1]) == "+n1 +n2 ");
+  CHECK(names(perPoll[2]) == "");
+  CHECK(names(perPoll[3]) == "");
+  CHECK(names(perPoll[4]) == "");
+  CHECK(names(perPoll[5]) == "-n2 ");
+  CHECK(names(perPoll[6]) == "-n1 +n1 ");
+  CHECK(names(perPoll[7]) == "-n1 ");
+  CHECK(names(perPoll[8]) == "");
+
+  const AlertEvent& fired = perPoll[1][0];
+  CHECK(fired.startsAtUnixNs == (k143001 - 1) * kS + 1'500'000'000);  // activeAt + for: 1.5s
+  CHECK(fired.source == "prometheus");
+  const AlertEvent& resolved = perPoll[5][0];
+  CHECK(resolved.fingerprint == perPoll[1][1].fingerprint);
+  CHECK(resolved.startsAtUnixNs == perPoll[1][1].startsAtUnixNs);
+  CHECK(resolved.endsAtUnixNs == resolved.receivedUnixNs);
+  CHECK(resolved.endsAtUnixNs >= perPoll[1][1].receivedUnixNs);
+  CHECK(perPoll[6][1].startsAtUnixNs == (k143001 + 59) * kS + 1'500'000'000);
+
+  CHECK(poller->polls() == 7);
+  CHECK(poller->failedPolls() == 2);
+  REQUIRE(poller->errors().size() == 2);
+  CHECK_THAT(poller->errors()[0], Catch::Contains("/api/v1/rules?type=alert: HTTP 500"));
+  CHECK_THAT(poller->errors()[1], Catch::Contains("the answer is not JSON"));
+  auto timing = poller->timing();
+  REQUIRE(timing.has_value());
+  CHECK(timing->scrapeIntervalNs == 90 * kS);
+  CHECK(timing->evaluationIntervalNs == 2 * kS);
+  CHECK(fake->rulesServed >= 8);
 }
