@@ -25,14 +25,16 @@ asio::awaitable<Result<HttpResponse>> httpRequest(HttpRequest request) {
   auto ex = co_await asio::this_coro::executor;
   const auto deadline = std::chrono::steady_clock::now() + request.timeout;
   const std::string authority =
-      (request.host.find(':') != std::string::npos ? "[" + request.host + "]" : request.host) + ":" +
-      std::to_string(request.port);
+      (request.host.find(':') != std::string::npos ? "[" + request.host + "]" : request.host) +
+      ":" + std::to_string(request.port);
   const std::string what = request.method + " http://" + authority + request.target;
   auto fail = [&](const std::string& why) { return makeError(what + ": " + why); };
-  const std::string timedOut = "no answer within " + std::to_string(request.timeout.count()) + " ms";
+  const std::string timedOut =
+      "no answer within " + std::to_string(request.timeout.count()) + " ms";
 
   const http::verb verb = http::string_to_verb(request.method);
-  if (verb != http::verb::get && verb != http::verb::post) co_return fail("only GET and POST are supported");
+  if (verb != http::verb::get && verb != http::verb::post)
+    co_return fail("only GET and POST are supported");
 
   boost::system::error_code ec;
   std::vector<tcp::endpoint> endpoints;
@@ -83,7 +85,8 @@ asio::awaitable<Result<HttpResponse>> httpRequest(HttpRequest request) {
   co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
   if (ec == beast::error::timeout) co_return fail(timedOut);
   if (ec == http::error::body_limit)
-    co_return fail("the answer is over the bound of " + std::to_string(request.maxBodyBytes) + " bytes");
+    co_return fail("the answer is over the bound of " + std::to_string(request.maxBodyBytes) +
+                   " bytes");
   if (ec) co_return fail("reading the answer: " + ec.message());
   stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   HttpResponse out;

@@ -20,7 +20,9 @@ using json = nlohmann::json;
 constexpr size_t kMaxDepth = 32;
 constexpr int64_t kNsPerSecond = 1'000'000'000;
 
-Error fieldError(const std::string& field, const std::string& why) { return makeError(field + ": " + why); }
+Error fieldError(const std::string& field, const std::string& why) {
+  return makeError(field + ": " + why);
+}
 
 // The `data` of a success answer; an error answer's type and message as the error.
 Result<json> successData(std::string_view body) {
@@ -34,41 +36,49 @@ Result<json> successData(std::string_view body) {
   } catch (const json::exception& e) {
     return makeError(std::string("the answer is not JSON: ") + e.what());
   }
-  if (tooDeep) return makeError("the answer nests deeper than " + std::to_string(kMaxDepth) + " levels");
-  if (!doc.is_object()) return makeError(std::string("the answer is ") + doc.type_name() + ", expected an object");
+  if (tooDeep)
+    return makeError("the answer nests deeper than " + std::to_string(kMaxDepth) + " levels");
+  if (!doc.is_object())
+    return makeError(std::string("the answer is ") + doc.type_name() + ", expected an object");
   auto status = doc.find("status");
-  if (status == doc.end() || !status->is_string()) return fieldError("status", "missing or not a string");
+  if (status == doc.end() || !status->is_string())
+    return fieldError("status", "missing or not a string");
   if (*status != "success") {
-    std::string type = doc.value("errorType", std::string("?")), error = doc.value("error", std::string("?"));
-    return makeError("Prometheus answered status \"" + status->get<std::string>().substr(0, 32) + "\" (" +
-                     type.substr(0, 64) + "): " + error.substr(0, 512));
+    std::string type = doc.value("errorType", std::string("?")),
+                error = doc.value("error", std::string("?"));
+    return makeError("Prometheus answered status \"" + status->get<std::string>().substr(0, 32) +
+                     "\" (" + type.substr(0, 64) + "): " + error.substr(0, 512));
   }
   auto data = doc.find("data");
-  if (data == doc.end() || !data->is_object()) return fieldError("data", "missing or not an object");
+  if (data == doc.end() || !data->is_object())
+    return fieldError("data", "missing or not an object");
   return std::move(*data);
 }
 
 Result<const json*> arrayField(const json& obj, const char* name, const std::string& where) {
   auto it = obj.find(name);
   if (it == obj.end()) return fieldError(where + name, "missing");
-  if (!it->is_array()) return fieldError(where + name, std::string("expected an array, got ") + it->type_name());
+  if (!it->is_array())
+    return fieldError(where + name, std::string("expected an array, got ") + it->type_name());
   return &*it;
 }
 
 Result<double> secondsField(const json& obj, const char* name, const std::string& where) {
   auto it = obj.find(name);
   if (it == obj.end()) return fieldError(where + name, "missing");
-  if (!it->is_number()) return fieldError(where + name, std::string("expected seconds, got ") + it->type_name());
+  if (!it->is_number())
+    return fieldError(where + name, std::string("expected seconds, got ") + it->type_name());
   const double s = it->get<double>();
-  if (!std::isfinite(s) || s < 0 || s > 1e9) return fieldError(where + name, "out of range: " + std::to_string(s));
+  if (!std::isfinite(s) || s < 0 || s > 1e9)
+    return fieldError(where + name, "out of range: " + std::to_string(s));
   return s;
 }
 
 }  // namespace
 
 std::string PrometheusUrl::text() const {
-  return "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port) +
-         prefix;
+  return "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+         std::to_string(port) + prefix;
 }
 
 Result<PrometheusUrl> parsePrometheusUrl(std::string_view url) {
@@ -77,14 +87,17 @@ Result<PrometheusUrl> parsePrometheusUrl(std::string_view url) {
                      " (expected http://HOST:PORT[/prefix], e.g. http://127.0.0.1:9090)");
   };
   if (url.substr(0, 8) == "https://")
-    return bad("https is not supported; give Prometheus's plain-HTTP address, or a local proxy to it");
+    return bad(
+        "https is not supported; give Prometheus's plain-HTTP address, or a local proxy to it");
   if (url.substr(0, 7) != "http://") return bad("not an http:// URL");
   std::string_view rest = url.substr(7);
-  if (rest.find_first_of("?#") != std::string_view::npos) return bad("a query or fragment is not supported");
+  if (rest.find_first_of("?#") != std::string_view::npos)
+    return bad("a query or fragment is not supported");
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
-  if (authority.find('@') != std::string_view::npos) return bad("credentials in the URL are not supported");
+  if (authority.find('@') != std::string_view::npos)
+    return bad("credentials in the URL are not supported");
   PrometheusUrl out;
   std::string_view portText;
   if (!authority.empty() && authority.front() == '[') {
@@ -107,7 +120,8 @@ Result<PrometheusUrl> parsePrometheusUrl(std::string_view url) {
   }
   if (out.host.empty()) return bad("no host");
   for (char c : out.host)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' || c == '_'))
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' ||
+          c == '_'))
       return bad("\"" + out.host + "\" is not a host name or address");
   if (!portText.empty()) {
     unsigned port = 0;
@@ -135,7 +149,8 @@ Result<PrometheusRules> parsePrometheusRules(std::string_view body, int64_t nowU
     if (!group.is_object()) return fieldError(gw.substr(0, gw.size() - 1), "expected an object");
     auto interval = secondsField(group, "interval", gw);
     if (!interval) return interval.error();
-    out.evaluationIntervalNs = std::max(out.evaluationIntervalNs, int64_t(std::llround(*interval * kNsPerSecond)));
+    out.evaluationIntervalNs =
+        std::max(out.evaluationIntervalNs, int64_t(std::llround(*interval * kNsPerSecond)));
     auto rules = arrayField(group, "rules", gw);
     if (!rules) return rules.error();
     for (size_t r = 0; r < (*rules)->size(); r++) {
@@ -152,9 +167,11 @@ Result<PrometheusRules> parsePrometheusRules(std::string_view body, int64_t nowU
       for (size_t a = 0; a < (*alerts)->size(); a++) {
         const json& alert = (**alerts)[a];
         const std::string aw = rw + "alerts[" + std::to_string(a) + "].";
-        if (!alert.is_object()) return fieldError(aw.substr(0, aw.size() - 1), "expected an object");
+        if (!alert.is_object())
+          return fieldError(aw.substr(0, aw.size() - 1), "expected an object");
         auto state = alert.find("state");
-        if (state == alert.end() || !state->is_string()) return fieldError(aw + "state", "missing or not a string");
+        if (state == alert.end() || !state->is_string())
+          return fieldError(aw + "state", "missing or not a string");
         if (*state != "firing") {
           if (*state == "pending") out.pending++;
           continue;
@@ -163,13 +180,16 @@ Result<PrometheusRules> parsePrometheusRules(std::string_view body, int64_t nowU
         ev.source = "prometheus";
         ev.receivedUnixNs = nowUnixNs;
         auto labels = alert.find("labels");
-        if (labels == alert.end() || !labels->is_object()) return fieldError(aw + "labels", "missing or not an object");
+        if (labels == alert.end() || !labels->is_object())
+          return fieldError(aw + "labels", "missing or not an object");
         if (labels->size() > limits.maxLabels)
-          return fieldError(aw + "labels", std::to_string(labels->size()) + " labels, more than the bound of " +
+          return fieldError(aw + "labels", std::to_string(labels->size()) +
+                                               " labels, more than the bound of " +
                                                std::to_string(limits.maxLabels));
         for (const auto& [name, value] : labels->items()) {
           if (!value.is_string())
-            return fieldError(aw + "labels." + name, std::string("expected a string, got ") + value.type_name());
+            return fieldError(aw + "labels." + name,
+                              std::string("expected a string, got ") + value.type_name());
           ev.labels.emplace(name, value.get<std::string>());
         }
         auto activeAt = alert.find("activeAt");
@@ -197,10 +217,12 @@ Result<int64_t> parseTargetsScrapeInterval(std::string_view body) {
   for (size_t i = 0; i < (*targets)->size(); i++) {
     const json& t = (**targets)[i];
     const std::string where = "data.activeTargets[" + std::to_string(i) + "].scrapeInterval";
-    if (!t.is_object()) return fieldError("data.activeTargets[" + std::to_string(i) + "]", "expected an object");
+    if (!t.is_object())
+      return fieldError("data.activeTargets[" + std::to_string(i) + "]", "expected an object");
     auto si = t.find("scrapeInterval");
     if (si == t.end()) return fieldError(where, "missing (Prometheus older than 2.36?)");
-    if (!si->is_string()) return fieldError(where, std::string("expected a duration string, got ") + si->type_name());
+    if (!si->is_string())
+      return fieldError(where, std::string("expected a duration string, got ") + si->type_name());
     auto ns = parsePromDuration(si->get_ref<const std::string&>());
     if (!ns) return fieldError(where, ns.error().message);
     longest = std::max(longest, *ns);

@@ -15,9 +15,9 @@
 namespace rc::alerts {
 
 struct PrometheusUrl {
-  std::string host;    // a name, an IPv4 or an IPv6 address (without brackets)
-  uint16_t port = 80;  // as in any http:// URL when the URL has none
-  std::string prefix;  // "" or "/prometheus" (--web.route-prefix), no trailing '/'
+  std::string host;          // a name, an IPv4 or an IPv6 address (without brackets)
+  uint16_t port = 80;        // as in any http:// URL when the URL has none
+  std::string prefix;        // "" or "/prometheus" (--web.route-prefix), no trailing '/'
   std::string text() const;  // "http://HOST:PORT[/prefix]"
 };
 

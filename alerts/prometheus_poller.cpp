@@ -35,8 +35,8 @@ struct PrometheusPoller::Impl {
     if (queue.size() >= options.maxQueuedEvents) {
       dropped++;
       if (dropped == 1 || dropped % 1000 == 0)
-        keepError("dropped " + std::to_string(dropped) + " alert event(s): " + std::to_string(queue.size()) +
-             " wait to be taken (the bound)");
+        keepError("dropped " + std::to_string(dropped) + " alert event(s): " +
+                  std::to_string(queue.size()) + " wait to be taken (the bound)");
       return;
     }
     queue.push_back(std::move(ev));
@@ -92,10 +92,12 @@ struct PrometheusPoller::Impl {
   void noteTiming(std::optional<int64_t> scrapeNs, std::optional<int64_t> evaluationNs) {
     if (!timing) {
       if (!evaluationNs) return;
-      timing = PipelineTiming{.scrapeIntervalNs = 0, .evaluationIntervalNs = 0, .source = "prometheus " + url.text()};
+      timing = PipelineTiming{
+          .scrapeIntervalNs = 0, .evaluationIntervalNs = 0, .source = "prometheus " + url.text()};
     }
     if (scrapeNs && timing->scrapeIntervalNs == 0) timing->scrapeIntervalNs = *scrapeNs;
-    if (evaluationNs && timing->evaluationIntervalNs == 0) timing->evaluationIntervalNs = *evaluationNs;
+    if (evaluationNs && timing->evaluationIntervalNs == 0)
+      timing->evaluationIntervalNs = *evaluationNs;
   }
 };
 
@@ -109,12 +111,14 @@ asio::awaitable<Result<std::string>> fetchBody(std::shared_ptr<Impl> impl, std::
   auto r = co_await httpRequest(impl->get(path));
   if (!r) co_return makeError(r.error().message);
   if (r->status != 200)
-    co_return makeError(what + ": HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 300));
+    co_return makeError(what + ": HTTP " + std::to_string(r->status) + ": " +
+                        r->body.substr(0, 300));
   co_return std::move(r->body);
 }
 
 asio::awaitable<void> pollOnce(std::shared_ptr<Impl> impl) {
-  static const std::string kTargets = "/api/v1/targets?state=active", kRules = "/api/v1/rules?type=alert";
+  static const std::string kTargets = "/api/v1/targets?state=active",
+                           kRules = "/api/v1/rules?type=alert";
   std::optional<int64_t> scrapeNs;
   if (!impl->timing || impl->timing->scrapeIntervalNs == 0) {
     auto body = co_await fetchBody(impl, kTargets);
@@ -161,7 +165,8 @@ PrometheusPoller::PrometheusPoller(std::shared_ptr<Impl> impl) : impl_(std::move
 
 PrometheusPoller::~PrometheusPoller() { stop(); }
 
-Result<std::unique_ptr<PrometheusPoller>> PrometheusPoller::start(asio::io_context& io, std::string_view url,
+Result<std::unique_ptr<PrometheusPoller>> PrometheusPoller::start(asio::io_context& io,
+                                                                  std::string_view url,
                                                                   PrometheusPollerOptions options) {
   auto parsed = parsePrometheusUrl(url);
   if (!parsed) return parsed.error();
@@ -177,7 +182,9 @@ std::vector<AlertEvent> PrometheusPoller::take() { return std::exchange(impl_->q
 
 std::optional<PipelineTiming> PrometheusPoller::timing() const { return impl_->timing; }
 
-std::vector<std::string> PrometheusPoller::errors() const { return {impl_->errors.begin(), impl_->errors.end()}; }
+std::vector<std::string> PrometheusPoller::errors() const {
+  return {impl_->errors.begin(), impl_->errors.end()};
+}
 
 uint64_t PrometheusPoller::polls() const { return impl_->polls; }
 

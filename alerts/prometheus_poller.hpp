@@ -21,11 +21,11 @@
 namespace rc::alerts {
 
 struct PrometheusPollerOptions {
-  std::chrono::milliseconds interval{500};          // from the end of one poll to the next
-  std::chrono::milliseconds requestTimeout{2000};   // per HTTP request
+  std::chrono::milliseconds interval{500};         // from the end of one poll to the next
+  std::chrono::milliseconds requestTimeout{2000};  // per HTTP request
   size_t maxResponseBytes = 16 << 20;
-  size_t keptErrors = 20;               // the last ones, for errors()
-  size_t maxQueuedEvents = 100'000;      // until take(); the excess is dropped, as an error
+  size_t keptErrors = 20;            // the last ones, for errors()
+  size_t maxQueuedEvents = 100'000;  // until take(); the excess is dropped, as an error
   // Called on the io_context after every poll, good or failed (a test or a run can wake on it).
   std::function<void()> onPoll;
 };
@@ -36,7 +36,8 @@ class PrometheusPoller {
  public:
   // Starts polling URL ("http://HOST:PORT[/prefix]") on IO at once. Only a URL that does not
   // parse (or https) is an error; an unreachable server is counted and kept, and polling goes on.
-  static Result<std::unique_ptr<PrometheusPoller>> start(boost::asio::io_context& io, std::string_view url,
+  static Result<std::unique_ptr<PrometheusPoller>> start(boost::asio::io_context& io,
+                                                         std::string_view url,
                                                          PrometheusPollerOptions options = {});
   ~PrometheusPoller();  // stop()s
   PrometheusPoller(const PrometheusPoller&) = delete;

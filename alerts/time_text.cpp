@@ -47,19 +47,19 @@ Error badTime(std::string_view text, const std::string& why) {
 
 }  // namespace
 
-bool isGoZeroTime(std::string_view text) {
-  return text.substr(0, 19) == "0001-01-01T00:00:00";
-}
+bool isGoZeroTime(std::string_view text) { return text.substr(0, 19) == "0001-01-01T00:00:00"; }
 
 Result<int64_t> parseRfc3339(std::string_view text) {
   int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
-  if (!digitsAt(text, 0, 4, year) || text.size() < 5 || text[4] != '-' || !digitsAt(text, 5, 2, month) ||
-      text.size() < 8 || text[7] != '-' || !digitsAt(text, 8, 2, day))
+  if (!digitsAt(text, 0, 4, year) || text.size() < 5 || text[4] != '-' ||
+      !digitsAt(text, 5, 2, month) || text.size() < 8 || text[7] != '-' ||
+      !digitsAt(text, 8, 2, day))
     return badTime(text, "the date is not YYYY-MM-DD");
   if (text.size() < 11 || (text[10] != 'T' && text[10] != 't' && text[10] != ' '))
     return badTime(text, "no 'T' between date and time");
-  if (!digitsAt(text, 11, 2, hour) || text.size() < 14 || text[13] != ':' || !digitsAt(text, 14, 2, minute) ||
-      text.size() < 17 || text[16] != ':' || !digitsAt(text, 17, 2, second))
+  if (!digitsAt(text, 11, 2, hour) || text.size() < 14 || text[13] != ':' ||
+      !digitsAt(text, 14, 2, minute) || text.size() < 17 || text[16] != ':' ||
+      !digitsAt(text, 17, 2, second))
     return badTime(text, "the time is not HH:MM:SS");
   if (month < 1 || month > 12) return badTime(text, "month " + std::to_string(month));
   if (day < 1 || day > daysInMonth(year, month)) return badTime(text, "day " + std::to_string(day));
@@ -91,14 +91,15 @@ Result<int64_t> parseRfc3339(std::string_view text) {
   if (pos != text.size()) return badTime(text, "text after the offset");
   // int64 nanoseconds reach from 1677-09-21 to 2262-04-11; whole years inside that.
   if (year < 1678 || year > 2261) return badTime(text, "year outside 1678..2261");
-  const int64_t seconds = daysFromCivil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second - offsetSeconds;
+  const int64_t seconds =
+      daysFromCivil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second - offsetSeconds;
   return seconds * kNsPerSecond + frac;
 }
 
 Result<int64_t> parsePromDuration(std::string_view text) {
   auto bad = [&](const std::string& why) {
-    return makeError("\"" + std::string(text.substr(0, 64)) + "\" is not a Prometheus duration (" + why +
-                     "; expected e.g. 15s, 250ms, 1m30s)");
+    return makeError("\"" + std::string(text.substr(0, 64)) + "\" is not a Prometheus duration (" +
+                     why + "; expected e.g. 15s, 250ms, 1m30s)");
   };
   if (text == "0") return int64_t{0};
   if (text.empty()) return bad("empty");
@@ -124,7 +125,8 @@ Result<int64_t> parsePromDuration(std::string_view text) {
       if (n > (std::numeric_limits<int64_t>::max() - 9) / 10) return bad("too large");
       n = n * 10 + (text[pos] - '0');
     }
-    if (pos == start) return bad("a number expected at \"" + std::string(text.substr(pos, 8)) + "\"");
+    if (pos == start)
+      return bad("a number expected at \"" + std::string(text.substr(pos, 8)) + "\"");
     size_t unit = 0;
     for (size_t i = 0; i < kUnits.size(); i++)
       if (text.substr(pos, kUnits[i].name.size()) == kUnits[i].name) {

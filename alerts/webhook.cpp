@@ -13,12 +13,15 @@ using json = nlohmann::json;
 
 std::string typeName(const json& j) { return j.type_name(); }
 
-Error fieldError(const std::string& field, const std::string& why) { return makeError(field + ": " + why); }
+Error fieldError(const std::string& field, const std::string& why) {
+  return makeError(field + ": " + why);
+}
 
 // LABELS (an object of strings) into OUT, within the limits; FIELD names it in errors.
 Result<void> readLabels(const json& labels, const std::string& field, const WebhookLimits& limits,
                         std::map<std::string, std::string>& out) {
-  if (!labels.is_object()) return fieldError(field, "expected an object of strings, got " + typeName(labels));
+  if (!labels.is_object())
+    return fieldError(field, "expected an object of strings, got " + typeName(labels));
   if (labels.size() > limits.maxLabels)
     return fieldError(field, std::to_string(labels.size()) + " labels, more than the bound of " +
                                  std::to_string(limits.maxLabels));
@@ -30,14 +33,16 @@ Result<void> readLabels(const json& labels, const std::string& field, const Webh
       return fieldError(field + "." + name, "expected a string, got " + typeName(value));
     const auto& v = value.get_ref<const std::string&>();
     if (v.size() > limits.maxLabelBytes)
-      return fieldError(field + "." + name, "a value of " + std::to_string(v.size()) + " bytes (bound " +
+      return fieldError(field + "." + name, "a value of " + std::to_string(v.size()) +
+                                                " bytes (bound " +
                                                 std::to_string(limits.maxLabelBytes) + ")");
     out.emplace(name, v);
   }
   return {};
 }
 
-Result<const std::string*> stringField(const json& obj, const char* name, const std::string& where) {
+Result<const std::string*> stringField(const json& obj, const char* name,
+                                       const std::string& where) {
   auto it = obj.find(name);
   if (it == obj.end()) return fieldError(where + name, "missing");
   if (!it->is_string()) return fieldError(where + name, "expected a string, got " + typeName(*it));
@@ -46,16 +51,21 @@ Result<const std::string*> stringField(const json& obj, const char* name, const 
 
 Result<AlertEvent> readAlert(const json& a, const std::string& where, int64_t receivedUnixNs,
                              const WebhookLimits& limits) {
-  if (!a.is_object()) return fieldError(where.substr(0, where.size() - 1), "expected an object, got " + typeName(a));
+  if (!a.is_object())
+    return fieldError(where.substr(0, where.size() - 1), "expected an object, got " + typeName(a));
   AlertEvent ev;
   ev.source = "alertmanager";
   ev.receivedUnixNs = receivedUnixNs;
 
   auto status = stringField(a, "status", where);
   if (!status) return status.error();
-  if (**status == "firing") ev.firing = true;
-  else if (**status == "resolved") ev.firing = false;
-  else return fieldError(where + "status", "expected \"firing\" or \"resolved\", got \"" + (*status)->substr(0, 64) + "\"");
+  if (**status == "firing")
+    ev.firing = true;
+  else if (**status == "resolved")
+    ev.firing = false;
+  else
+    return fieldError(where + "status", "expected \"firing\" or \"resolved\", got \"" +
+                                            (*status)->substr(0, 64) + "\"");
 
   auto labels = a.find("labels");
   if (labels == a.end()) return fieldError(where + "labels", "missing");
@@ -86,7 +96,8 @@ Result<AlertEvent> readAlert(const json& a, const std::string& where, int64_t re
   // Alertmanager has sent a fingerprint since 0.19; an older or hand-made post gets the label
   // identity instead, which pairs its firing and resolved posts just as well.
   if (auto fp = a.find("fingerprint"); fp != a.end()) {
-    if (!fp->is_string()) return fieldError(where + "fingerprint", "expected a string, got " + typeName(*fp));
+    if (!fp->is_string())
+      return fieldError(where + "fingerprint", "expected a string, got " + typeName(*fp));
     ev.fingerprint = fp->get<std::string>();
   }
   if (ev.fingerprint.empty()) ev.fingerprint = labelsFingerprint(ev.labels);
@@ -101,16 +112,20 @@ std::string labelsFingerprint(const std::map<std::string, std::string>& labels) 
     if (out.size() > 1) out += ", ";
     out += name + "=\"";
     for (char c : value) {
-      if (c == '\\' || c == '"') out += '\\', out += c;
-      else if (c == '\n') out += "\\n";
-      else out += c;
+      if (c == '\\' || c == '"')
+        out += '\\', out += c;
+      else if (c == '\n')
+        out += "\\n";
+      else
+        out += c;
     }
     out += '"';
   }
   return out + "}";
 }
 
-Result<std::vector<AlertEvent>> parseAlertmanagerWebhook(std::string_view body, int64_t receivedUnixNs,
+Result<std::vector<AlertEvent>> parseAlertmanagerWebhook(std::string_view body,
+                                                         int64_t receivedUnixNs,
                                                          const WebhookLimits& limits) {
   json doc;
   bool tooDeep = false;
@@ -123,20 +138,26 @@ Result<std::vector<AlertEvent>> parseAlertmanagerWebhook(std::string_view body, 
   } catch (const json::exception& e) {
     return makeError(std::string("the body is not JSON: ") + e.what());
   }
-  if (tooDeep) return makeError("the body nests deeper than " + std::to_string(limits.maxNestingDepth) + " levels");
-  if (!doc.is_object()) return makeError("the body is " + typeName(doc) + ", expected a webhook object");
+  if (tooDeep)
+    return makeError("the body nests deeper than " + std::to_string(limits.maxNestingDepth) +
+                     " levels");
+  if (!doc.is_object())
+    return makeError("the body is " + typeName(doc) + ", expected a webhook object");
   if (auto v = doc.find("version"); v != doc.end()) {
     if (!v->is_string()) return fieldError("version", "expected a string, got " + typeName(*v));
     if (*v != "4")
-      return fieldError("version", "\"" + v->get<std::string>().substr(0, 16) +
-                                       "\" is not Alertmanager's webhook version 4, the one understood here");
+      return fieldError("version",
+                        "\"" + v->get<std::string>().substr(0, 16) +
+                            "\" is not Alertmanager's webhook version 4, the one understood here");
   }
   auto alerts = doc.find("alerts");
   if (alerts == doc.end()) return fieldError("alerts", "missing");
-  if (!alerts->is_array()) return fieldError("alerts", "expected an array, got " + typeName(*alerts));
+  if (!alerts->is_array())
+    return fieldError("alerts", "expected an array, got " + typeName(*alerts));
   if (alerts->size() > limits.maxAlerts)
-    return fieldError("alerts", std::to_string(alerts->size()) + " alerts in one post, more than the bound of " +
-                                    std::to_string(limits.maxAlerts) + " (lower Alertmanager's max_alerts)");
+    return fieldError(
+        "alerts", std::to_string(alerts->size()) + " alerts in one post, more than the bound of " +
+                      std::to_string(limits.maxAlerts) + " (lower Alertmanager's max_alerts)");
   std::vector<AlertEvent> out;
   out.reserve(alerts->size());
   for (size_t i = 0; i < alerts->size(); i++) {

@@ -29,7 +29,8 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 struct WebhookReceiver::Impl {
-  Impl(asio::io_context& ioc, WebhookReceiverOptions opts) : io(ioc), options(std::move(opts)), acceptor(ioc) {}
+  Impl(asio::io_context& ioc, WebhookReceiverOptions opts)
+      : io(ioc), options(std::move(opts)), acceptor(ioc) {}
 
   asio::io_context& io;
   WebhookReceiverOptions options;
@@ -57,17 +58,21 @@ using Impl = WebhookReceiver::Impl;
 
 Result<tcp::endpoint> parseEndpoint(std::string_view text) {
   auto bad = [&](const std::string& why) {
-    return makeError("webhook endpoint \"" + std::string(text) + "\": " + why +
-                     " (expected ADDR:PORT, e.g. 127.0.0.1:9099, or [::1]:9099; port 0 picks a free one)");
+    return makeError(
+        "webhook endpoint \"" + std::string(text) + "\": " + why +
+        " (expected ADDR:PORT, e.g. 127.0.0.1:9099, or [::1]:9099; port 0 picks a free one)");
   };
   auto colon = text.rfind(':');
   if (colon == std::string_view::npos) return bad("no port");
   std::string_view host = text.substr(0, colon), portText = text.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  else if (host.find(':') != std::string_view::npos) return bad("an IPv6 address needs brackets");
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  else if (host.find(':') != std::string_view::npos)
+    return bad("an IPv6 address needs brackets");
   unsigned port = 0;
   auto [end, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
-  if (portText.empty() || ec != std::errc() || end != portText.data() + portText.size() || port > 65535)
+  if (portText.empty() || ec != std::errc() || end != portText.data() + portText.size() ||
+      port > 65535)
     return bad("\"" + std::string(portText) + "\" is not a port number");
   boost::system::error_code aec;
   auto addr = asio::ip::make_address(std::string(host), aec);
@@ -100,7 +105,8 @@ asio::awaitable<void> drainAndClose(beast::tcp_stream& stream, size_t maxBytes) 
   stream.expires_after(std::chrono::seconds(2));
   char sink[16384];
   for (size_t total = 0; total < maxBytes;) {
-    size_t n = co_await stream.async_read_some(asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
+    size_t n = co_await stream.async_read_some(asio::buffer(sink),
+                                               asio::redirect_error(asio::use_awaitable, ec));
     if (ec) break;
     total += n;
   }
@@ -126,7 +132,8 @@ asio::awaitable<void> serveConnection(std::shared_ptr<Impl> impl, tcp::socket so
     parser.body_limit(impl->options.maxBodyBytes);
     // One deadline for the whole request: the stream's expiry holds across operations.
     stream.expires_after(impl->options.readTimeout);
-    co_await http::async_read_header(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+    co_await http::async_read_header(stream, buffer, parser,
+                                     asio::redirect_error(asio::use_awaitable, ec));
     // curl (not Alertmanager) asks before sending a body over 1 KiB, and waits a second
     // for an answer that never comes unless we give it.
     if (!ec && parser.get().method() == http::verb::post &&
@@ -135,16 +142,22 @@ asio::awaitable<void> serveConnection(std::shared_ptr<Impl> impl, tcp::socket so
       co_await http::async_write(stream, cont, asio::redirect_error(asio::use_awaitable, ec));
     }
     if (!ec && !parser.is_done())
-      co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
-        ec == asio::error::connection_reset || ec == asio::error::eof || impl->stopped)
+      co_await http::async_read(stream, buffer, parser,
+                                asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+        ec == asio::error::eof || impl->stopped)
       break;
     auto& req = parser.get();
-    const std::string what = std::string(req.method_string()) + " " + std::string(req.target()) + " from " + peer;
+    const std::string what =
+        std::string(req.method_string()) + " " + std::string(req.target()) + " from " + peer;
     if (ec == http::error::body_limit) {
       impl->bad++;
-      std::string size = req.has_content_length() ? req[http::field::content_length].to_string() + " bytes" : "a body";
-      std::string msg = what + ": " + size + ", over the bound of " + std::to_string(impl->options.maxBodyBytes) +
+      std::string size = req.has_content_length()
+                             ? req[http::field::content_length].to_string() + " bytes"
+                             : "a body";
+      std::string msg = what + ": " + size + ", over the bound of " +
+                        std::to_string(impl->options.maxBodyBytes) +
                         " bytes (lower Alertmanager's max_alerts, or raise the receiver's bound)";
       impl->keepError(msg);
       impl->notePost();
@@ -159,7 +172,8 @@ asio::awaitable<void> serveConnection(std::shared_ptr<Impl> impl, tcp::socket so
       impl->bad++;
       impl->keepError("a request from " + peer + " that is not HTTP/1.1: " + ec.message());
       impl->notePost();
-      auto res = answer(http::status::bad_request, "not an HTTP/1.1 request: " + ec.message(), false);
+      auto res =
+          answer(http::status::bad_request, "not an HTTP/1.1 request: " + ec.message(), false);
       stream.expires_after(impl->options.writeTimeout);
       co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
       break;
@@ -167,7 +181,8 @@ asio::awaitable<void> serveConnection(std::shared_ptr<Impl> impl, tcp::socket so
     const bool keepAlive = req.keep_alive();
     http::response<http::string_body> res;
     if (req.method() != http::verb::post) {
-      res = answer(http::status::method_not_allowed, "only POST (Alertmanager's webhook) is served here", keepAlive);
+      res = answer(http::status::method_not_allowed,
+                   "only POST (Alertmanager's webhook) is served here", keepAlive);
     } else {
       auto events = parseAlertmanagerWebhook(req.body(), wallNs(), impl->options.limits);
       if (!events) {
@@ -176,13 +191,17 @@ asio::awaitable<void> serveConnection(std::shared_ptr<Impl> impl, tcp::socket so
         res = answer(http::status::bad_request, events.error().message, keepAlive);
       } else {
         impl->good++;
-        const size_t room = impl->options.maxQueuedEvents - std::min(impl->options.maxQueuedEvents, impl->queue.size());
+        const size_t room = impl->options.maxQueuedEvents -
+                            std::min(impl->options.maxQueuedEvents, impl->queue.size());
         if (events->size() > room)
           impl->keepError(what + ": dropped " + std::to_string(events->size() - room) + " of its " +
-                          std::to_string(events->size()) + " alerts: " + std::to_string(impl->queue.size()) +
+                          std::to_string(events->size()) +
+                          " alerts: " + std::to_string(impl->queue.size()) +
                           " events wait to be taken (the bound)");
-        for (size_t i = 0; i < events->size() && i < room; i++) impl->queue.push_back(std::move((*events)[i]));
-        res = answer(http::status::ok, "ok: " + std::to_string(events->size()) + " alert(s)", keepAlive);
+        for (size_t i = 0; i < events->size() && i < room; i++)
+          impl->queue.push_back(std::move((*events)[i]));
+        res = answer(http::status::ok, "ok: " + std::to_string(events->size()) + " alert(s)",
+                     keepAlive);
       }
       impl->notePost();
     }
@@ -197,8 +216,10 @@ asio::awaitable<void> serveConnection(std::shared_ptr<Impl> impl, tcp::socket so
 asio::awaitable<void> acceptLoop(std::shared_ptr<Impl> impl) {
   while (!impl->stopped) {
     boost::system::error_code ec;
-    tcp::socket socket = co_await impl->acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
-    if (impl->stopped || ec == asio::error::operation_aborted || !impl->acceptor.is_open()) co_return;
+    tcp::socket socket =
+        co_await impl->acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (impl->stopped || ec == asio::error::operation_aborted || !impl->acceptor.is_open())
+      co_return;
     if (ec) {
       // Out of descriptors the listener stays ready: pause rather than spin.
       impl->keepError("accepting a connection: " + ec.message());
@@ -209,22 +230,23 @@ asio::awaitable<void> acceptLoop(std::shared_ptr<Impl> impl) {
     if (impl->connections.size() >= impl->options.maxConnections) {
       std::string peer = "unknown peer";
       if (auto ep = socket.remote_endpoint(ec); !ec) peer = endpointText(ep);
-      impl->keepError("refused a connection from " + peer + ": " + std::to_string(impl->connections.size()) +
-                      " connections open (the bound)");
+      impl->keepError("refused a connection from " + peer + ": " +
+                      std::to_string(impl->connections.size()) + " connections open (the bound)");
       socket.close(ec);
       continue;
     }
-    asio::co_spawn(impl->io, serveConnection(impl, std::move(socket)), [impl](std::exception_ptr p) {
-      // Every error is a value above; this is for the unforeseen (bad_alloc), kept not thrown.
-      if (!p) return;
-      try {
-        std::rethrow_exception(p);
-      } catch (const std::exception& e) {
-        impl->keepError(std::string("a connection ended by an exception: ") + e.what());
-      } catch (...) {
-        impl->keepError("a connection ended by an unknown exception");
-      }
-    });
+    asio::co_spawn(
+        impl->io, serveConnection(impl, std::move(socket)), [impl](std::exception_ptr p) {
+          // Every error is a value above; this is for the unforeseen (bad_alloc), kept not thrown.
+          if (!p) return;
+          try {
+            std::rethrow_exception(p);
+          } catch (const std::exception& e) {
+            impl->keepError(std::string("a connection ended by an exception: ") + e.what());
+          } catch (...) {
+            impl->keepError("a connection ended by an unknown exception");
+          }
+        });
   }
 }
 
@@ -234,7 +256,8 @@ WebhookReceiver::WebhookReceiver(std::shared_ptr<Impl> impl) : impl_(std::move(i
 
 WebhookReceiver::~WebhookReceiver() { stop(); }
 
-Result<std::unique_ptr<WebhookReceiver>> WebhookReceiver::start(asio::io_context& io, std::string_view endpoint,
+Result<std::unique_ptr<WebhookReceiver>> WebhookReceiver::start(asio::io_context& io,
+                                                                std::string_view endpoint,
                                                                 WebhookReceiverOptions options) {
   auto ep = parseEndpoint(endpoint);
   if (!ep) return ep.error();
@@ -248,8 +271,8 @@ Result<std::unique_ptr<WebhookReceiver>> WebhookReceiver::start(asio::io_context
       hint = " (no interface of this host has that address)";
     else if (ec == asio::error::access_denied)
       hint = " (ports below 1024 need privileges)";
-    return makeError("cannot listen for Alertmanager's webhook on " + endpointText(*ep) + ": " + step + ": " +
-                         ec.message() + hint,
+    return makeError("cannot listen for Alertmanager's webhook on " + endpointText(*ep) + ": " +
+                         step + ": " + ec.message() + hint,
                      ec.value());
   };
   impl->acceptor.open(ep->protocol(), ec);
@@ -263,7 +286,8 @@ Result<std::unique_ptr<WebhookReceiver>> WebhookReceiver::start(asio::io_context
   impl->bound = impl->acceptor.local_endpoint(ec);
   if (ec) return fail("getsockname");
   asio::co_spawn(io, acceptLoop(impl), [impl](std::exception_ptr p) {
-    if (p) impl->keepError("the webhook listener stopped by an exception; no more posts are received");
+    if (p)
+      impl->keepError("the webhook listener stopped by an exception; no more posts are received");
   });
   return std::unique_ptr<WebhookReceiver>(new WebhookReceiver(std::move(impl)));
 }
@@ -274,7 +298,9 @@ std::string WebhookReceiver::endpoint() const { return endpointText(impl_->bound
 
 std::vector<AlertEvent> WebhookReceiver::take() { return std::exchange(impl_->queue, {}); }
 
-std::vector<std::string> WebhookReceiver::errors() const { return {impl_->errors.begin(), impl_->errors.end()}; }
+std::vector<std::string> WebhookReceiver::errors() const {
+  return {impl_->errors.begin(), impl_->errors.end()};
+}
 
 uint64_t WebhookReceiver::goodPosts() const { return impl_->good; }
 

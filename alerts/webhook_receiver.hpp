@@ -19,12 +19,12 @@
 namespace rc::alerts {
 
 struct WebhookReceiverOptions {
-  size_t maxBodyBytes = 1 << 20;                   // larger bodies get 413
-  std::chrono::milliseconds readTimeout{10'000};   // per request, headers and body
-  std::chrono::milliseconds writeTimeout{5'000};   // per answer
-  size_t maxConnections = 32;                      // more are closed at once (and kept as errors)
-  size_t maxQueuedEvents = 100'000;                // until take(); the excess is dropped, as an error
-  size_t keptErrors = 20;                          // the last ones, for errors()
+  size_t maxBodyBytes = 1 << 20;                  // larger bodies get 413
+  std::chrono::milliseconds readTimeout{10'000};  // per request, headers and body
+  std::chrono::milliseconds writeTimeout{5'000};  // per answer
+  size_t maxConnections = 32;                     // more are closed at once (and kept as errors)
+  size_t maxQueuedEvents = 100'000;  // until take(); the excess is dropped, as an error
+  size_t keptErrors = 20;            // the last ones, for errors()
   WebhookLimits limits;
   // Called on the io_context after every post, good or bad (a test or a run can wake on it).
   std::function<void()> onPost;
@@ -36,14 +36,15 @@ class WebhookReceiver {
  public:
   // Listens on ENDPOINT, "ADDR:PORT" ("127.0.0.1:9099", "[::1]:0"; port 0 picks a free one),
   // serving on IO. Errors: an endpoint that does not parse, or one we cannot listen on.
-  static Result<std::unique_ptr<WebhookReceiver>> start(boost::asio::io_context& io, std::string_view endpoint,
+  static Result<std::unique_ptr<WebhookReceiver>> start(boost::asio::io_context& io,
+                                                        std::string_view endpoint,
                                                         WebhookReceiverOptions options = {});
   ~WebhookReceiver();  // stop()s
   WebhookReceiver(const WebhookReceiver&) = delete;
   WebhookReceiver& operator=(const WebhookReceiver&) = delete;
 
-  uint16_t port() const;        // the bound port
-  std::string endpoint() const; // "ADDR:PORT" as bound, e.g. for Alertmanager's webhook url
+  uint16_t port() const;         // the bound port
+  std::string endpoint() const;  // "ADDR:PORT" as bound, e.g. for Alertmanager's webhook url
 
   // The events received since the last take(), oldest first.
   std::vector<AlertEvent> take();

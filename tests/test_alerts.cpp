@@ -1,11 +1,11 @@
 // alerts/: the Alertmanager webhook parser and receiver, the Prometheus API parsers and
 // poller; against a real Prometheus and Alertmanager on loopback where Debian's are installed.
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
@@ -99,7 +99,8 @@ T runToEnd(asio::io_context& io, asio::awaitable<T> coro, std::chrono::seconds l
   return std::move(**out);
 }
 
-rc::Result<HttpResponse> post(asio::io_context& io, uint16_t port, std::string body, std::string method = "POST") {
+rc::Result<HttpResponse> post(asio::io_context& io, uint16_t port, std::string body,
+                              std::string method = "POST") {
   HttpRequest r;
   r.method = std::move(method);
   r.host = "127.0.0.1";
@@ -138,10 +139,10 @@ TEST_CASE("RFC 3339 times to Unix nanoseconds") {
 }
 
 TEST_CASE("malformed RFC 3339 times are errors that quote the text") {
-  auto text = GENERATE(as<std::string>{}, "", "2026-11-26", "2026-11-26T14:30:01", "2026-13-01T00:00:00Z",
-                       "2023-02-29T00:00:00Z", "2026-11-26T24:00:00Z", "2026-11-26T14:30:01.Z",
-                       "2026-11-26T14:30:01+0200", "2026-11-26T14:30:01Z ", "0001-01-01T00:00:00Z",
-                       "2026-11-26T14:30:01+02:60", "x026-11-26T14:30:01Z");
+  auto text = GENERATE(as<std::string>{}, "", "2026-11-26", "2026-11-26T14:30:01",
+                       "2026-13-01T00:00:00Z", "2023-02-29T00:00:00Z", "2026-11-26T24:00:00Z",
+                       "2026-11-26T14:30:01.Z", "2026-11-26T14:30:01+0200", "2026-11-26T14:30:01Z ",
+                       "0001-01-01T00:00:00Z", "2026-11-26T14:30:01+02:60", "x026-11-26T14:30:01Z");
   INFO(text);
   auto r = parseRfc3339(text);
   REQUIRE_FALSE(r.ok());
@@ -157,7 +158,8 @@ TEST_CASE("Prometheus durations") {
   CHECK(*parsePromDuration("2d") == 2 * 86400 * kS);
   CHECK(*parsePromDuration("0") == 0);
   CHECK(*parsePromDuration("0s") == 0);
-  for (const char* bad : {"", "s", "1", "1.5s", "30s1m", "1s1s", "1x", "-1s", "99999999999999999999s", "1y1y"}) {
+  for (const char* bad :
+       {"", "s", "1", "1.5s", "30s1m", "1s1s", "1x", "-1s", "99999999999999999999s", "1y1y"}) {
     INFO(bad);
     auto r = parsePromDuration(bad);
     REQUIRE_FALSE(r.ok());
@@ -189,7 +191,8 @@ TEST_CASE("an Alertmanager webhook post becomes firing and resolved events") {
 
 TEST_CASE("a post without fingerprints gets the labels as identity") {
   auto r = parseAlertmanagerWebhook(
-      R"({"alerts":[{"status":"firing","labels":{"b":"2","a":"x\"y"},"startsAt":"2026-11-26T14:30:01Z"}]})", 1);
+      R"({"alerts":[{"status":"firing","labels":{"b":"2","a":"x\"y"},"startsAt":"2026-11-26T14:30:01Z"}]})",
+      1);
   REQUIRE(r.ok());
   REQUIRE(r->size() == 1);
   CHECK((*r)[0].fingerprint == R"({a="x\"y", b="2"})");
@@ -199,7 +202,8 @@ TEST_CASE("bad webhook bodies are errors naming the field and the alert") {
   struct Case {
     std::string body, error;
   };
-  const std::string a0 = R"({"status":"firing","labels":{"alertname":"A"},"startsAt":"2026-11-26T14:30:01Z"})";
+  const std::string a0 =
+      R"({"status":"firing","labels":{"alertname":"A"},"startsAt":"2026-11-26T14:30:01Z"})";
   auto c = GENERATE_COPY(values<Case>({
       {"", "the body is not JSON"},
       {"{\"alerts\": [", "the body is not JSON"},
@@ -207,9 +211,11 @@ TEST_CASE("bad webhook bodies are errors naming the field and the alert") {
       {"[]", "the body is array, expected a webhook object"},
       {"{}", "alerts: missing"},
       {R"({"alerts": {}})", "alerts: expected an array, got object"},
-      {R"({"version": "3", "alerts": []})", "version: \"3\" is not Alertmanager's webhook version 4"},
+      {R"({"version": "3", "alerts": []})",
+       "version: \"3\" is not Alertmanager's webhook version 4"},
       {R"({"alerts": [)" + a0 + R"(, 7]})", "alerts[1]: expected an object, got number"},
-      {R"({"alerts": [)" + a0 + R"(, {"labels":{},"startsAt":"2026-11-26T14:30:01Z"}]})", "alerts[1].status: missing"},
+      {R"({"alerts": [)" + a0 + R"(, {"labels":{},"startsAt":"2026-11-26T14:30:01Z"}]})",
+       "alerts[1].status: missing"},
       {R"({"alerts": [{"status":1,"labels":{},"startsAt":"2026-11-26T14:30:01Z"}]})",
        "alerts[0].status: expected a string, got number"},
       {R"({"alerts": [{"status":"pending","labels":{},"startsAt":"2026-11-26T14:30:01Z"}]})",
@@ -218,7 +224,8 @@ TEST_CASE("bad webhook bodies are errors naming the field and the alert") {
        "alerts[0].labels: expected an object of strings, got array"},
       {R"({"alerts": [{"status":"firing","labels":{"a":1},"startsAt":"2026-11-26T14:30:01Z"}]})",
        "alerts[0].labels.a: expected a string, got number"},
-      {R"({"alerts": [{"status":"firing","startsAt":"2026-11-26T14:30:01Z"}]})", "alerts[0].labels: missing"},
+      {R"({"alerts": [{"status":"firing","startsAt":"2026-11-26T14:30:01Z"}]})",
+       "alerts[0].labels: missing"},
       {R"({"alerts": [{"status":"firing","labels":{}}]})", "alerts[0].startsAt: missing"},
       {R"({"alerts": [{"status":"firing","labels":{},"startsAt":"yesterday"}]})",
        "alerts[0].startsAt: \"yesterday\" is not an RFC 3339 time"},
@@ -237,27 +244,33 @@ TEST_CASE("bad webhook bodies are errors naming the field and the alert") {
 }
 
 TEST_CASE("webhook posts over the bounds are refused") {
-  const std::string a = R"({"status":"firing","labels":{"alertname":"A"},"startsAt":"2026-11-26T14:30:01Z"})";
+  const std::string a =
+      R"({"status":"firing","labels":{"alertname":"A"},"startsAt":"2026-11-26T14:30:01Z"})";
   std::string many = R"({"alerts":[)";
   for (int i = 0; i < 1001; i++) many += (i ? "," : "") + a;
   many += "]}";
   auto r = parseAlertmanagerWebhook(many, 0);
   REQUIRE_FALSE(r.ok());
-  CHECK_THAT(r.error().message, Catch::Contains("1001 alerts in one post, more than the bound of 1000"));
+  CHECK_THAT(r.error().message,
+             Catch::Contains("1001 alerts in one post, more than the bound of 1000"));
 
   std::string labels;
-  for (int i = 0; i < 65; i++) labels += (i ? "," : "") + std::string("\"l") + std::to_string(i) + "\":\"v\"";
+  for (int i = 0; i < 65; i++)
+    labels += (i ? "," : "") + std::string("\"l") + std::to_string(i) + "\":\"v\"";
   r = parseAlertmanagerWebhook(R"({"alerts":[{"status":"firing","labels":{)" + labels +
                                    R"(},"startsAt":"2026-11-26T14:30:01Z"}]})",
                                0);
   REQUIRE_FALSE(r.ok());
-  CHECK_THAT(r.error().message, Catch::Contains("alerts[0].labels: 65 labels, more than the bound of 64"));
+  CHECK_THAT(r.error().message,
+             Catch::Contains("alerts[0].labels: 65 labels, more than the bound of 64"));
 
-  r = parseAlertmanagerWebhook(R"({"alerts":[{"status":"firing","labels":{"a":")" + std::string(5000, 'x') +
+  r = parseAlertmanagerWebhook(R"({"alerts":[{"status":"firing","labels":{"a":")" +
+                                   std::string(5000, 'x') +
                                    R"("},"startsAt":"2026-11-26T14:30:01Z"}]})",
                                0);
   REQUIRE_FALSE(r.ok());
-  CHECK_THAT(r.error().message, Catch::Contains("alerts[0].labels.a: a value of 5000 bytes (bound 4096)"));
+  CHECK_THAT(r.error().message,
+             Catch::Contains("alerts[0].labels.a: a value of 5000 bytes (bound 4096)"));
 }
 
 TEST_CASE("the webhook receiver serves posts on a loopback port and survives bad ones") {
@@ -284,7 +297,9 @@ TEST_CASE("the webhook receiver serves posts on a loopback port and survives bad
   CHECK(receiver.take().empty());
 
   SECTION("a bad body gets 400 with the reason, is kept, and the next post is served") {
-    r = post(io, receiver.port(), R"({"alerts":[{"status":"firing","labels":{"a":1},"startsAt":"2026-11-26T14:30:01Z"}]})");
+    r = post(
+        io, receiver.port(),
+        R"({"alerts":[{"status":"firing","labels":{"a":1},"startsAt":"2026-11-26T14:30:01Z"}]})");
     REQUIRE(r.ok());
     CHECK(r->status == 400);
     CHECK_THAT(r->body, Catch::Contains("alerts[0].labels.a: expected a string, got number"));
@@ -347,7 +362,8 @@ TEST_CASE("the webhook receiver serves posts on a loopback port and survives bad
   }
 }
 
-TEST_CASE("the webhook receiver closes idle connections at the deadline and refuses over the bound") {
+TEST_CASE(
+    "the webhook receiver closes idle connections at the deadline and refuses over the bound") {
   asio::io_context io;
   WebhookReceiverOptions options;
   options.readTimeout = 300ms;
@@ -397,9 +413,10 @@ TEST_CASE("the webhook receiver answers Expect: 100-continue, as curl sends it")
     asio::ip::tcp::socket s(clientIo);
     s.connect({asio::ip::make_address("127.0.0.1"), (*rx)->port()});
     const std::string body = kWebhook;
-    asio::write(s, asio::buffer("POST /hook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                "Expect: 100-continue\r\nConnection: close\r\nContent-Length: " +
-                                std::to_string(body.size()) + "\r\n\r\n"));
+    asio::write(s,
+                asio::buffer("POST /hook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             "Expect: 100-continue\r\nConnection: close\r\nContent-Length: " +
+                             std::to_string(body.size()) + "\r\n\r\n"));
     boost::system::error_code ec;
     asio::streambuf head;
     asio::read_until(s, head, "\r\n\r\n", ec);
@@ -410,7 +427,11 @@ TEST_CASE("the webhook receiver answers Expect: 100-continue, as curl sends it")
     asio::read(s, asio::dynamic_buffer(rest), ec);
     reply += rest;
   }
-  asio::post(io, [&] { (*rx)->stop(); work.reset(); io.stop(); });
+  asio::post(io, [&] {
+    (*rx)->stop();
+    work.reset();
+    io.stop();
+  });
   server.join();
   CHECK_THAT(reply, Catch::Contains("HTTP/1.1 200 OK"));
   CHECK((*rx)->take().size() == 2);
@@ -418,7 +439,8 @@ TEST_CASE("the webhook receiver answers Expect: 100-continue, as curl sends it")
 
 TEST_CASE("the webhook receiver's start errors say what is wrong") {
   asio::io_context io;
-  for (const char* bad : {"localhost", "127.0.0.1", "localhost:9099", "127.0.0.1:http", "127.0.0.1:70000", "::1:9099"}) {
+  for (const char* bad : {"localhost", "127.0.0.1", "localhost:9099", "127.0.0.1:http",
+                          "127.0.0.1:70000", "::1:9099"}) {
     INFO(bad);
     auto r = WebhookReceiver::start(io, bad);
     REQUIRE_FALSE(r.ok());
@@ -428,11 +450,15 @@ TEST_CASE("the webhook receiver's start errors say what is wrong") {
   REQUIRE(first.ok());
   auto second = WebhookReceiver::start(io, (*first)->endpoint());
   REQUIRE_FALSE(second.ok());
-  CHECK_THAT(second.error().message, Catch::Contains("cannot listen for Alertmanager's webhook on " + (*first)->endpoint()));
+  CHECK_THAT(
+      second.error().message,
+      Catch::Contains("cannot listen for Alertmanager's webhook on " + (*first)->endpoint()));
   CHECK_THAT(second.error().message, Catch::Contains("another process listens there"));
   auto v6 = WebhookReceiver::start(io, "[::1]:0");
-  if (v6.ok()) CHECK((*v6)->endpoint().rfind("[::1]:", 0) == 0);
-  else CHECK_THAT(v6.error().message, Catch::Contains("[::1]:0"));
+  if (v6.ok())
+    CHECK((*v6)->endpoint().rfind("[::1]:", 0) == 0);
+  else
+    CHECK_THAT(v6.error().message, Catch::Contains("[::1]:0"));
 }
 
 namespace {
@@ -494,7 +520,8 @@ TEST_CASE("bad rules answers are errors naming the field") {
        "Prometheus answered status \"error\" (bad_data): invalid parameter"},
       {R"({"status":"success"})", "data: missing or not an object"},
       {R"({"status":"success","data":{}})", "data.groups: missing"},
-      {R"({"status":"success","data":{"groups":[{"rules":[]}]}})", "data.groups[0].interval: missing"},
+      {R"({"status":"success","data":{"groups":[{"rules":[]}]}})",
+       "data.groups[0].interval: missing"},
       {R"({"status":"success","data":{"groups":[{"interval":"1s","rules":[]}]}})",
        "data.groups[0].interval: expected seconds, got string"},
       {R"({"status":"success","data":{"groups":[{"interval":1,"rules":[{"type":"alerting","alerts":[]}]}]}})",
@@ -515,13 +542,18 @@ TEST_CASE("the targets answer's longest scrape interval") {
   INFO((r.ok() ? "" : r.error().message));
   REQUIRE(r.ok());
   CHECK(*r == 90 * kS);
-  auto none = parseTargetsScrapeInterval(R"({"status":"success","data":{"activeTargets":[],"droppedTargets":[]}})");
+  auto none = parseTargetsScrapeInterval(
+      R"({"status":"success","data":{"activeTargets":[],"droppedTargets":[]}})");
   REQUIRE(none.ok());
   CHECK(*none == 0);
-  auto bad = parseTargetsScrapeInterval(R"({"status":"success","data":{"activeTargets":[{"scrapeInterval":"fast"}]}})");
+  auto bad = parseTargetsScrapeInterval(
+      R"({"status":"success","data":{"activeTargets":[{"scrapeInterval":"fast"}]}})");
   REQUIRE_FALSE(bad.ok());
-  CHECK_THAT(bad.error().message, Catch::Contains("data.activeTargets[0].scrapeInterval: \"fast\" is not a Prometheus duration"));
-  auto old = parseTargetsScrapeInterval(R"({"status":"success","data":{"activeTargets":[{"labels":{}}]}})");
+  CHECK_THAT(bad.error().message,
+             Catch::Contains(
+                 "data.activeTargets[0].scrapeInterval: \"fast\" is not a Prometheus duration"));
+  auto old = parseTargetsScrapeInterval(
+      R"({"status":"success","data":{"activeTargets":[{"labels":{}}]}})");
   REQUIRE_FALSE(old.ok());
   CHECK_THAT(old.error().message, Catch::Contains("data.activeTargets[0].scrapeInterval: missing"));
 }
@@ -545,8 +577,9 @@ TEST_CASE("Prometheus URLs") {
   auto https = parsePrometheusUrl("https://prom.lab:9090");
   REQUIRE_FALSE(https.ok());
   CHECK_THAT(https.error().message, Catch::Contains("https is not supported"));
-  for (const char* bad : {"", "prom.lab:9090", "http://", "http://:9090", "http://h:", "http://h:0", "http://h:99999",
-                          "http://u:p@h:9090", "http://h:9090/?x=1", "http://[::1:9090", "http://h h:1"}) {
+  for (const char* bad :
+       {"", "prom.lab:9090", "http://", "http://:9090", "http://h:", "http://h:0", "http://h:99999",
+        "http://u:p@h:9090", "http://h:9090/?x=1", "http://[::1:9090", "http://h h:1"}) {
     INFO(bad);
     auto r = parsePrometheusUrl(bad);
     REQUIRE_FALSE(r.ok());
@@ -594,7 +627,8 @@ struct FakePrometheus {
   size_t rulesServed = 0;
 };
 
-asio::awaitable<void> serveFake(std::shared_ptr<FakePrometheus> fake, asio::ip::tcp::socket socket) {
+asio::awaitable<void> serveFake(std::shared_ptr<FakePrometheus> fake,
+                                asio::ip::tcp::socket socket) {
   namespace http = boost::beast::http;
   boost::beast::flat_buffer buffer;
   http::request<http::string_body> req;
@@ -608,14 +642,16 @@ asio::awaitable<void> serveFake(std::shared_ptr<FakePrometheus> fake, asio::ip::
     body = fake->rules[std::min(fake->rulesServed, fake->rules.size() - 1)];
     fake->rulesServed++;
   }
-  http::response<http::string_body> res{body == "500" ? http::status::internal_server_error : http::status::ok, 11};
+  http::response<http::string_body> res{
+      body == "500" ? http::status::internal_server_error : http::status::ok, 11};
   res.body() = body;
   res.keep_alive(false);
   res.prepare_payload();
   co_await http::async_write(socket, res, asio::redirect_error(asio::use_awaitable, ec));
 }
 
-asio::awaitable<void> acceptFake(std::shared_ptr<FakePrometheus> fake, std::shared_ptr<asio::ip::tcp::acceptor> acceptor) {
+asio::awaitable<void> acceptFake(std::shared_ptr<FakePrometheus> fake,
+                                 std::shared_ptr<asio::ip::tcp::acceptor> acceptor) {
   for (;;) {
     boost::system::error_code ec;
     auto socket = co_await acceptor->async_accept(asio::redirect_error(asio::use_awaitable, ec));
@@ -626,30 +662,34 @@ asio::awaitable<void> acceptFake(std::shared_ptr<FakePrometheus> fake, std::shar
 
 std::string rulesWith(const std::string& alerts) {
   return R"({"status":"success","data":{"groups":[{"name":"g","interval":2,"rules":[{"type":"alerting","name":"A",)"
-         R"("duration":1.5,"alerts":[)" + alerts + "]}]}]}}";
+         R"("duration":1.5,"alerts":[)" +
+         alerts + "]}]}]}}";
 }
 
-std::string alertA(const std::string& instance, const std::string& activeAt, const std::string& state = "firing") {
-  return R"({"labels":{"alertname":"A","instance":")" + instance + R"("},"state":")" + state + R"(","activeAt":")" +
-         activeAt + R"("})";
+std::string alertA(const std::string& instance, const std::string& activeAt,
+                   const std::string& state = "firing") {
+  return R"({"labels":{"alertname":"A","instance":")" + instance + R"("},"state":")" + state +
+         R"(","activeAt":")" + activeAt + R"("})";
 }
 
 }  // namespace
 
-TEST_CASE("the poller reports each firing once and a resolution when a later good poll no longer sees it") {
+TEST_CASE(
+    "the poller reports each firing once and a resolution when a later good poll no longer sees "
+    "it") {
   asio::io_context io;
   auto fake = std::make_shared<FakePrometheus>();
   fake->targets = kTargets;
   const std::string t1 = "2026-11-26T14:30:00Z", t2 = "2026-11-26T14:31:00Z";
   fake->rules = {
-      rulesWith(alertA("n1", t1, "pending")),                        // 1: pending only
-      rulesWith(alertA("n1", t1) + "," + alertA("n2", t1)),          // 2: both fire
-      rulesWith(alertA("n1", t1) + "," + alertA("n2", t1)),          // 3: no change
-      "500",                                                         // 4: a failed poll resolves nothing
-      "{not json",                                                   // 5: nor does a bad answer
-      rulesWith(alertA("n1", t1)),                                   // 6: n2 resolved
-      rulesWith(alertA("n1", t2)),                                   // 7: n1 resolved and fired again
-      rulesWith(""),                                                 // 8: n1 resolved
+      rulesWith(alertA("n1", t1, "pending")),                // 1: pending only
+      rulesWith(alertA("n1", t1) + "," + alertA("n2", t1)),  // 2: both fire
+      rulesWith(alertA("n1", t1) + "," + alertA("n2", t1)),  // 3: no change
+      "500",                                                 // 4: a failed poll resolves nothing
+      "{not json",                                           // 5: nor does a bad answer
+      rulesWith(alertA("n1", t1)),                           // 6: n2 resolved
+      rulesWith(alertA("n1", t2)),                           // 7: n1 resolved and fired again
+      rulesWith(""),                                         // 8: n1 resolved
   };
   auto acceptor = std::make_shared<asio::ip::tcp::acceptor>(
       io, asio::ip::tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0});
@@ -663,7 +703,8 @@ TEST_CASE("the poller reports each firing once and a resolution when a later goo
     perPoll.push_back(poller->take());
     if (perPoll.size() == 9) io.stop();
   };
-  auto p = PrometheusPoller::start(io, "http://127.0.0.1:" + std::to_string(acceptor->local_endpoint().port()), options);
+  auto p = PrometheusPoller::start(
+      io, "http://127.0.0.1:" + std::to_string(acceptor->local_endpoint().port()), options);
   REQUIRE(p.ok());
   poller = std::move(*p);
   io.run_for(20s);

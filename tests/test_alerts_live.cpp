@@ -133,8 +133,9 @@ std::string rfc3339(int64_t unixNs) {
   tm t{};
   ::gmtime_r(&s, &t);
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday,
-                t.tm_hour, t.tm_min, t.tm_sec, int(unixNs % kS / 1'000'000));
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.tm_year + 1900,
+                t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec,
+                int(unixNs % kS / 1'000'000));
   return buf;
 }
 
@@ -146,30 +147,33 @@ asio::awaitable<void> storeResult(std::shared_ptr<std::optional<T>> out, asio::a
 }  // namespace
 
 TEST_CASE("the poller reports a real Prometheus's firing and resolved alerts and its intervals") {
-  if (::access(kPrometheus, X_OK) != 0) RC_SKIP(std::string(kPrometheus) + " is missing (apt-get install prometheus)");
+  if (::access(kPrometheus, X_OK) != 0)
+    RC_SKIP(std::string(kPrometheus) + " is missing (apt-get install prometheus)");
   TempDir dir;
   const int port = freeLoopbackPort();
-  std::ofstream(dir.path() + "/rules.yml") << "groups:\n"
-                                           << "  - name: rdmachaos-test\n"
-                                           << "    interval: 1s\n"
-                                           << "    rules:\n"
-                                           << "      - alert: AlwaysOn\n"
-                                           << "        expr: vector(1)\n"
-                                           << "        for: 0s\n"
-                                           // On for 3 s of every 6: a firing and a resolution to see.
-                                           << "      - alert: Blinking\n"
-                                           << "        expr: vector(time()) % 6 < 3\n"
-                                           << "        for: 0s\n";
-  std::ofstream(dir.path() + "/prometheus.yml") << "global:\n"
-                                                << "  scrape_interval: 1s\n"
-                                                << "  evaluation_interval: 1s\n"
-                                                << "rule_files: ['" << dir.path() << "/rules.yml']\n"
-                                                << "scrape_configs:\n"
-                                                << "  - job_name: prometheus\n"
-                                                << "    static_configs: [{targets: ['127.0.0.1:" << port << "']}]\n";
+  std::ofstream(dir.path() + "/rules.yml")
+      << "groups:\n"
+      << "  - name: rdmachaos-test\n"
+      << "    interval: 1s\n"
+      << "    rules:\n"
+      << "      - alert: AlwaysOn\n"
+      << "        expr: vector(1)\n"
+      << "        for: 0s\n"
+      // On for 3 s of every 6: a firing and a resolution to see.
+      << "      - alert: Blinking\n"
+      << "        expr: vector(time()) % 6 < 3\n"
+      << "        for: 0s\n";
+  std::ofstream(dir.path() + "/prometheus.yml")
+      << "global:\n"
+      << "  scrape_interval: 1s\n"
+      << "  evaluation_interval: 1s\n"
+      << "rule_files: ['" << dir.path() << "/rules.yml']\n"
+      << "scrape_configs:\n"
+      << "  - job_name: prometheus\n"
+      << "    static_configs: [{targets: ['127.0.0.1:" << port << "']}]\n";
   Daemon prom({kPrometheus, "--config.file=" + dir.path() + "/prometheus.yml",
-               "--storage.tsdb.path=" + dir.path() + "/data", "--web.listen-address=127.0.0.1:" + std::to_string(port),
-               "--log.level=warn"},
+               "--storage.tsdb.path=" + dir.path() + "/data",
+               "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"},
               dir.path() + "/prometheus.log");
   INFO(prom.log());
   REQUIRE(waitReady(port, 60s));
@@ -253,8 +257,10 @@ TEST_CASE("a real Alertmanager's webhook reaches the receiver: firing, then reso
   auto done = [&] {
     bool fired = false;
     for (const auto& e : events) {
-      if (e.firing) fired = true;
-      else if (fired) return true;
+      if (e.firing)
+        fired = true;
+      else if (fired)
+        return true;
     }
     return false;
   };
@@ -282,7 +288,8 @@ TEST_CASE("a real Alertmanager's webhook reaches the receiver: firing, then reso
       << "        send_resolved: true\n";
   // No cluster listener: its default is a fixed port (9094) on every address.
   Daemon am({kAlertmanager, "--config.file=" + dir.path() + "/alertmanager.yml",
-             "--storage.path=" + dir.path() + "/data", "--web.listen-address=127.0.0.1:" + std::to_string(port),
+             "--storage.path=" + dir.path() + "/data",
+             "--web.listen-address=127.0.0.1:" + std::to_string(port),
              "--cluster.listen-address=", "--log.level=warn"},
             dir.path() + "/alertmanager.log");
   INFO(am.log());
@@ -296,8 +303,10 @@ TEST_CASE("a real Alertmanager's webhook reaches the receiver: firing, then reso
   post.target = "/api/v2/alerts";
   post.contentType = "application/json";
   post.timeout = 10s;
-  post.body = R"([{"labels":{"alertname":"GameDayTest","severity":"page"},"annotations":{"summary":"test"},)"
-              R"("startsAt":")" + rfc3339(startsAt) + R"(","endsAt":")" + rfc3339(startsAt + 3 * kS) + R"("}])";
+  post.body =
+      R"([{"labels":{"alertname":"GameDayTest","severity":"page"},"annotations":{"summary":"test"},)"
+      R"("startsAt":")" +
+      rfc3339(startsAt) + R"(","endsAt":")" + rfc3339(startsAt + 3 * kS) + R"("}])";
   auto answer = std::make_shared<std::optional<rc::Result<HttpResponse>>>();
   asio::co_spawn(io, storeResult(answer, httpRequest(post)), [](std::exception_ptr p) {
     if (p) std::rethrow_exception(p);
