@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/units.hpp"
+#include "controller/playbook_internal.hpp"
 #include "controller/report.hpp"
 
 namespace rc::controller {
@@ -71,20 +72,32 @@ std::string where(const json& e) {
   return "trial " + std::to_string(e.value("trial", 0) + 1) + " step " + s(e, "step") + " on " + joinList(e["nodes"]);
 }
 
+// The alert as expected for this fault: its name and resolved labels.
+std::string expectedAlert(const json& e) {
+  std::string name, rest;
+  const json match = e.value("match", json::object());
+  for (const auto& [k, v] : match.items()) {
+    if (!v.is_string()) continue;
+    if (k == "alertname") name = v.get<std::string>();
+    else rest += (rest.empty() ? "" : ", ") + k + "=\"" + v.get<std::string>() + "\"";
+  }
+  return rest.empty() ? name : name + "{" + rest + "}";
+}
+
 std::string outcomeText(const json& e) {
-  std::string what = s(e, "alert").empty() ? s(e, "expectation") : s(e, "alert");
+  std::string what = s(e, "alert").empty() ? expectedAlert(e) : s(e, "alert");
   std::string st = s(e, "status"), out = what + ": " + st;
   if (e["time_to_detect_ns"].is_number()) {
     out += " in " + dur(e["time_to_detect_ns"].get<int64_t>());
     if (e.value("uncertainty_ns", int64_t(0))) out += " ±" + dur(e["uncertainty_ns"].get<int64_t>());
   }
-  if (st == "late" || st == "missed") out += " (within " + dur(e.value("within_ns", int64_t(0))) + ")";
+  if (st == "late" || st == "missed") out += " (within " + detail::fmtDur(e.value("within_ns", int64_t(0))) + ")";
   if (e["clears_within_ns"].is_number() && (st == "detected" || st == "late")) {
     if (e["time_to_clear_ns"].is_number())
       out += ", cleared in " + dur(e["time_to_clear_ns"].get<int64_t>()) +
-             (e.value("cleared", false) ? "" : " (within " + dur(e["clears_within_ns"].get<int64_t>()) + ")");
+             (e.value("cleared", false) ? "" : " (within " + detail::fmtDur(e["clears_within_ns"].get<int64_t>()) + ")");
     else if (!e.value("cleared", false))
-      out += ", not cleared within " + dur(e["clears_within_ns"].get<int64_t>());
+      out += ", not cleared within " + detail::fmtDur(e["clears_within_ns"].get<int64_t>());
   }
   if (!s(e, "note").empty()) out += "; " + s(e, "note");
   return out;

@@ -227,7 +227,7 @@ TEST_CASE("a flap is detected by the real monitoring; a missing alert fails; a s
   CHECK(d["summary"]["false_alarms"] == 1);
   CHECK(d["summary"]["precision"] == 0.5);
   CHECK(d["summary"]["recall"] == 0.5);
-  CHECK_THAT(out, Catch::Contains("RdmaNoSuchAlert{node=\"n2\"} within 5s: missed"));
+  CHECK_THAT(out, Catch::Contains("step flap on n2: RdmaNoSuchAlert{node=\"n2\"}: missed (within 5s)"));
   CHECK_THAT(out, Catch::Contains("FALSE ALARM RdmaLinkDown{interface=\"data0\", node=\"n3\"}"));
   std::string junit = rctest::readFile(lab.dir() + "/report/junit.xml");
   CHECK_THAT(junit, Catch::Contains("RdmaNoSuchAlert"));
