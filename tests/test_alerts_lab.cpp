@@ -185,6 +185,9 @@ TEST_CASE("a flap is detected by the real monitoring; a missing alert fails; a s
   // A stray alert in the baseline, well before the fault (at 15 s) and its 3 s margin.
   std::this_thread::sleep_for(5s);
   mon.postAlert({{"alertname", "RdmaLinkDown"}, {"node", "n3"}, {"interface", "data0"}}, 2s);
+  // A broken post to the run's webhook: refused with its reason, and the run goes on.
+  auto bad = rctest::httpPost("127.0.0.1", mon.webhookPort, "/alerts", "{\"alerts\": [{\"status\": 7}]}");
+  CHECK(bad.status == 400);
   int code = rctest::waitCli(p, 240s);
   const std::string out = rctest::readFile(p.out), err = rctest::readFile(p.err);
   INFO(err << out);
@@ -226,6 +229,8 @@ TEST_CASE("a flap is detected by the real monitoring; a missing alert fails; a s
   CHECK(d["summary"]["missed"] == 1);
   CHECK(d["summary"]["false_alarms"] == 1);
   CHECK(d["summary"]["precision"] == 0.5);
+  REQUIRE(d["errors"].size() == 1);
+  CHECK_THAT(d["errors"][0].get<std::string>(), Catch::Contains("alertmanager webhook: "));
   CHECK(d["summary"]["recall"] == 0.5);
   CHECK_THAT(out, Catch::Contains("step flap on n2: RdmaNoSuchAlert{node=\"n2\"}: missed (within 5s)"));
   CHECK_THAT(out, Catch::Contains("FALSE ALARM RdmaLinkDown{interface=\"data0\", node=\"n3\"}"));
