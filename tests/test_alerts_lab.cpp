@@ -269,6 +269,11 @@ TEST_CASE("the game-day playbook scores its detections over three rounds") {
   }
   CHECK(d["summary"]["recall"].is_number());
   std::printf("[alerts] game-day: %s\n", d["summary"].dump().c_str());
+  for (const auto& e : d["expectations"])
+    if (e["status"] != "detected")
+      std::printf("[alerts] game-day round %d step %s on %s: %s %s %s\n", e["repeat"].get<int>() + 1,
+                  e["step"].get<std::string>().c_str(), e["nodes"].dump().c_str(), e["status"].get<std::string>().c_str(),
+                  e["expectation"].get<std::string>().c_str(), e["note"].get<std::string>().c_str());
   CHECK_THAT(out, Catch::Contains("round 3: "));
   rctest::checkEverythingReverted(lab);
 }
