@@ -418,7 +418,12 @@ CompareOutcome compareTables(const MetricTable& base, const MetricTable& result,
     } else {
       const double d = *row.result.value - *row.base.value;
       row.diff = d;
-      if (std::fabs(d) <= row.base.noise + row.result.noise)
+      // A golden baseline's runs gave every value of lo..hi: one of them again is no change,
+      // however skewed the runs were around their median (a job's p50 over a handful of
+      // iterations flips between a fast and a stalled one).
+      const double v = *row.result.value, rn = row.result.noise;
+      const bool insideRuns = row.base.runs > 1 && v >= row.base.lo - rn && v <= row.base.hi + rn;
+      if (std::fabs(d) <= row.base.noise + row.result.noise || insideRuns)
         row.verdict = "same within noise";
       else
         row.verdict = d * worseOf(k.metric) > 0 ? "worse" : "better";

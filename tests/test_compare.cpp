@@ -192,6 +192,16 @@ TEST_CASE("baseline merge: per value the median and range of the runs; compare r
   auto bad = compareTables(t, table(documentWith("n2", 20)), {}, "golden", "n2 2.5 s");
   CHECK(row(bad, "n2", "recovery_time")->verdict == "worse");
   CHECK(row(bad, "n1", "recovery_time")->verdict == "same within noise");
+  // Skewed runs (0.5, 0.5 and 2.5 s): a value the runs themselves gave is the same, though it
+  // is further from their median than the noise; one beyond them is worse.
+  auto skewed = mergeGolden({a, documentWith("n2", 0), documentWith("n2", 20)}, {"a", "b", "c"});
+  REQUIRE(skewed);
+  MetricTable st = table(*skewed);
+  CHECK(st.at({trial, "n2", "recovery_time"}).hi == Approx(2.5e9).margin(1e6));
+  auto atHi = compareTables(st, table(documentWith("n2", 20)), {}, "golden", "n2 2.5 s");
+  CHECK(row(atHi, "n2", "recovery_time")->verdict == "same within noise");
+  auto beyond = compareTables(st, table(documentWith("n2", 40)), {}, "golden", "n2 4.5 s");
+  CHECK(row(beyond, "n2", "recovery_time")->verdict == "worse");
   // Runs of another playbook do not merge.
   json other = documentWith();
   other["playbook"]["name"] = "other";
