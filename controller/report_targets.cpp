@@ -205,10 +205,12 @@ std::string targetsText(const json& doc) {
         against.replace(against.size() - 5, 5, "WORSE");
       against = col(against, 34);
     }
-    o << "  " << col(showTarget(r["target"]), 13) << col(str(r, "verdict"), 13) << col(recoveryText(r), 13)
-      << col(r["longest_stall_ns"].is_number() ? dur(r["longest_stall_ns"].get<int64_t>()) : "-", 14)
-      << col(r["loss_pct"].is_number() ? pct("%.1f%%", r["loss_pct"].get<double>()) : "-", 9) << against << missed
-      << "\n";
+    std::string line = "  " + col(showTarget(r["target"]), 13) + col(str(r, "verdict"), 13) + col(recoveryText(r), 13) +
+                       col(r["longest_stall_ns"].is_number() ? dur(r["longest_stall_ns"].get<int64_t>()) : "-", 14) +
+                       col(r["loss_pct"].is_number() ? pct("%.1f%%", r["loss_pct"].get<double>()) : "-", 9) + against +
+                       missed;
+    line.erase(line.find_last_not_of(' ') + 1);
+    o << line << "\n";
   }
   return o.str();
 }
