@@ -51,7 +51,8 @@ std::string differenceText(const CompareRow& r) {
   const double base = r.base.value.value_or(0);
   if (base != 0) return pct("%+.0f%%", *r.diff / std::fabs(base) * 100);
   const MetricRow* m = findMetric(r.key.metric);
-  return (*r.diff >= 0 ? "+" : "-") + formatMetric(m ? m->unit : MetricUnit::number, std::fabs(*r.diff));
+  return (*r.diff >= 0 ? "+" : "-") +
+         formatMetric(m ? m->unit : MetricUnit::number, std::fabs(*r.diff));
 }
 
 bool failing(const json& row) {
@@ -115,7 +116,11 @@ json targetTable(const json& trials) {
 json trialVsBaseline(const CompareOutcome& c, const std::string& label) {
   // Worse first, then values the result lacks, better, the same; within one, the largest change.
   auto rank = [](const std::string& v) {
-    return v == "worse" ? 0 : v == "missing in result" ? 1 : v == "better" ? 2 : v == "same within noise" ? 3 : 4;
+    return v == "worse"               ? 0
+           : v == "missing in result" ? 1
+           : v == "better"            ? 2
+           : v == "same within noise" ? 3
+                                      : 4;
   };
   const CompareRow* pick = nullptr;
   int rows = 0, worse = 0, better = 0, same = 0, missingInBaseline = 0;
@@ -130,10 +135,15 @@ json trialVsBaseline(const CompareOutcome& c, const std::string& label) {
         (rank(r.verdict) == rank(pick->verdict) && severity(r) > severity(*pick)))
       pick = &r;
   }
-  json out = {{"verdict", "missing in baseline"}, {"metric", nullptr}, {"scope", nullptr},
-              {"difference", nullptr},           {"difference_pct", nullptr},
-              {"worse", worse},                  {"better", better},
-              {"same", same},                    {"text", "missing in baseline"}};
+  json out = {{"verdict", "missing in baseline"},
+              {"metric", nullptr},
+              {"scope", nullptr},
+              {"difference", nullptr},
+              {"difference_pct", nullptr},
+              {"worse", worse},
+              {"better", better},
+              {"same", same},
+              {"text", "missing in baseline"}};
   if (!pick || missingInBaseline == rows) return out;  // the baseline has nothing of this trial
   out["verdict"] = pick->verdict;
   if (pick->verdict == "same within noise") {
@@ -144,7 +154,8 @@ json trialVsBaseline(const CompareOutcome& c, const std::string& label) {
   out["scope"] = pick->key.scope;
   if (pick->diff) {
     out["difference"] = *pick->diff;
-    if (pick->base.value && *pick->base.value != 0) out["difference_pct"] = *pick->diff / std::fabs(*pick->base.value) * 100;
+    if (pick->base.value && *pick->base.value != 0)
+      out["difference_pct"] = *pick->diff / std::fabs(*pick->base.value) * 100;
   }
   const std::string where = pick->key.scope == "job" ? "" : " (" + pick->key.scope + ")";
   if (pick->verdict == "missing in result")
@@ -176,7 +187,8 @@ std::string targetsText(const json& doc) {
     if (r.contains("vs_baseline")) {
       vs = true;
       const std::string v = r["vs_baseline"].value("verdict", "");
-      if (v == "worse" || v == "missing in result") worse += (worse.empty() ? "" : ", ") + showTarget(r["target"]);
+      if (v == "worse" || v == "missing in result")
+        worse += (worse.empty() ? "" : ", ") + showTarget(r["target"]);
     }
   }
   o << "\ntargets: " << rows.size() - failed << " of " << rows.size() << " passed";
@@ -192,8 +204,8 @@ std::string targetsText(const json& doc) {
     s.resize(std::max(s.size(), w), ' ');
     return s + " ";
   };
-  o << "\n  target        verdict       recovery      longest stall  loss      " << (vs ? col("vs baseline", 34) : "")
-    << "missed\n";
+  o << "\n  target        verdict       recovery      longest stall  loss      "
+    << (vs ? col("vs baseline", 34) : "") << "missed\n";
   for (const auto& r : rows) {
     std::string missed;
     for (const auto& m : r["missed"]) missed += (missed.empty() ? "" : "; ") + m.get<std::string>();
@@ -201,14 +213,18 @@ std::string targetsText(const json& doc) {
     if (vs) {
       against = r.contains("vs_baseline") ? str(r["vs_baseline"], "text") : "-";
       // Shouted, as compare prints it: the rows to look at first.
-      if (r.contains("vs_baseline") && r["vs_baseline"].value("verdict", "") == "worse" && against.size() >= 5)
+      if (r.contains("vs_baseline") && r["vs_baseline"].value("verdict", "") == "worse" &&
+          against.size() >= 5)
         against.replace(against.size() - 5, 5, "WORSE");
       against = col(against, 34);
     }
-    std::string line = "  " + col(showTarget(r["target"]), 13) + col(str(r, "verdict"), 13) + col(recoveryText(r), 13) +
-                       col(r["longest_stall_ns"].is_number() ? dur(r["longest_stall_ns"].get<int64_t>()) : "-", 14) +
-                       col(r["loss_pct"].is_number() ? pct("%.1f%%", r["loss_pct"].get<double>()) : "-", 9) + against +
-                       missed;
+    std::string line =
+        "  " + col(showTarget(r["target"]), 13) + col(str(r, "verdict"), 13) +
+        col(recoveryText(r), 13) +
+        col(r["longest_stall_ns"].is_number() ? dur(r["longest_stall_ns"].get<int64_t>()) : "-",
+            14) +
+        col(r["loss_pct"].is_number() ? pct("%.1f%%", r["loss_pct"].get<double>()) : "-", 9) +
+        against + missed;
     line.erase(line.find_last_not_of(' ') + 1);
     o << line << "\n";
   }
@@ -220,27 +236,33 @@ std::string targetsHtml(const json& doc) {
   bool vs = false;
   for (const auto& r : doc["targets"]) vs = vs || r.contains("vs_baseline");
   std::ostringstream h;
-  h << "<h2>Targets, failures first</h2>\n<table class=\"targets\"><tr><th>target</th><th>verdict</th>"
+  h << "<h2>Targets, failures first</h2>\n<table "
+       "class=\"targets\"><tr><th>target</th><th>verdict</th>"
        "<th>recovery</th><th>longest stall</th><th>loss</th>"
     << (vs ? "<th>vs baseline</th>" : "") << "<th>missed</th></tr>\n";
   for (const auto& r : doc["targets"]) {
     std::string v = str(r, "verdict");
-    h << "<tr><td><a href=\"#trial-" << r.value("trial", 0) << "\">" << xmlEscape(showTarget(r["target"])) << "</a></td>"
+    h << "<tr><td><a href=\"#trial-" << r.value("trial", 0) << "\">"
+      << xmlEscape(showTarget(r["target"])) << "</a></td>"
       << "<td><span class=\"badge " << xmlEscape(v) << "\">" << xmlEscape(v) << "</span></td><td>"
       << xmlEscape(recoveryText(r)) << "</td><td>"
-      << (r["longest_stall_ns"].is_number() ? xmlEscape(dur(r["longest_stall_ns"].get<int64_t>())) : "–") << "</td><td>"
+      << (r["longest_stall_ns"].is_number() ? xmlEscape(dur(r["longest_stall_ns"].get<int64_t>()))
+                                            : "–")
+      << "</td><td>"
       << (r["loss_pct"].is_number() ? pct("%.1f%%", r["loss_pct"].get<double>()) : "–") << "</td>";
     if (vs) {
       const json against = r.value("vs_baseline", json());
       const std::string verdict = against.is_object() ? against.value("verdict", "") : "";
       // The badge classes of the trial verdicts: worse reads as failed, better as passed.
       const char* cls = verdict == "worse" || verdict == "missing in result" ? "failed"
-                        : verdict == "better"                                  ? "passed"
-                                                                               : "inconclusive";
+                        : verdict == "better"                                ? "passed"
+                                                                             : "inconclusive";
       h << "<td class=\"vs-baseline\">";
       if (against.is_object())
         h << "<span class=\"badge " << cls << "\">" << xmlEscape(verdict) << "</span> "
-          << (verdict == "same within noise" || verdict == "missing in baseline" ? "" : xmlEscape(str(against, "text")));
+          << (verdict == "same within noise" || verdict == "missing in baseline"
+                  ? ""
+                  : xmlEscape(str(against, "text")));
       else
         h << "–";
       h << "</td>";
