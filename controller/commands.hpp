@@ -126,9 +126,13 @@ struct BaselineCheck {
   std::vector<CompareRule> rules;
 };
 Result<BaselineCheck> loadBaselineCheck(const std::string& path, const std::string& rulesPath);
-// After the run: the comparison printed and written to DIR/compare.json and DIR/compare-junit.xml;
-// the exit code folded with it (a failed comparison turns 0 into 1).
-int foldBaseline(const BaselineCheck& b, const nlohmann::json& resultDoc, const std::string& dir, int exitCode);
+// After the run, before its reports are written: the run compared with the baseline; a target
+// sweep's "targets" rows in RESULTDOC get their "vs_baseline" column.
+Result<CompareOutcome> compareWithBaseline(const BaselineCheck& b, nlohmann::json& resultDoc);
+// Then the comparison printed and written to DIR/compare.json, compare-junit.xml and
+// compare.html; the exit code folded with it (a failed comparison turns 0 into 1).
+int foldBaseline(const BaselineCheck& b, const CompareOutcome& c, const nlohmann::json& resultDoc,
+                 const std::string& dir, int exitCode);
 // A golden baseline from several results of one playbook (per value: median, range, noise).
 int cmdBaselineMerge(const std::vector<std::string>& inputs, const std::string& output);
 

@@ -36,6 +36,9 @@ double bandDepth(const json& scope) {
   return floor ? std::max(0.0, *b - *floor) : 0;
 }
 
+// Fewer iterations than this in a fault window: its p50 is one of them, not a median.
+constexpr int kFewIterations = 10;
+
 // Every compared metric of one scope of one trial.
 void addScope(MetricTable& t, const std::string& trial, const json& s) {
   const std::string scope = s.value("scope", std::string());
@@ -51,8 +54,9 @@ void addScope(MetricTable& t, const std::string& trial, const json& s) {
   const auto baseline = number(s, "baseline_Bps");
   const double depth = bandDepth(s);
   put("baseline", baseline, depth);
-  if (const json* impact = member(s, "impact")) {
-    const double u = number(*impact, "uncertainty_ns").value_or(0);
+  const json* impact = member(s, "impact");
+  const double u = impact ? number(*impact, "uncertainty_ns").value_or(0) : 0;
+  if (impact) {
     const bool recovered = impact->value("recovered", false);
     put("recovery_time", recovered ? number(*impact, "recovery_time_ns") : std::nullopt, u, !recovered);
     // Loss as a share depends on the window (fault start to recovery), so the bytes lost are
@@ -65,13 +69,23 @@ void addScope(MetricTable& t, const std::string& trial, const json& s) {
     put("min_throughput", number(*impact, "min_Bps"), depth);
   }
   if (const json* it = member(s, "iterations")) {
-    double spread = 0;  // the baseline's own p50..p99
-    if (const json* b = member(*it, "baseline"))
-      spread = number(*b, "p99_ns").value_or(0) - number(*b, "p50_ns").value_or(0);
+    double spread = 0, baseP50 = 0;  // the baseline's own p50..p99
+    if (const json* b = member(*it, "baseline")) {
+      baseP50 = number(*b, "p50_ns").value_or(0);
+      spread = number(*b, "p99_ns").value_or(0) - baseP50;
+    }
     if (const json* w = member(*it, "window")) {
-      put("iteration_p50", number(*w, "p50_ns"), spread);
-      put("iteration_p99", number(*w, "p99_ns"), spread);
-      put("iteration_max", number(*w, "max_ns"), spread);
+      // The window's slowest iteration spans the stall, known to the trial's uncertainty.
+      const double tail = std::max(spread, u);
+      // A fault window of a few iterations (the stalled one and some healthy ones) has no stable
+      // median: its p50 is the fast or the stalled one from run to run (0.12 s, then 1.6 s, on
+      // the lab), anywhere from the healthy p50 to the window's slowest.
+      double p50noise = tail;
+      if (w->value("count", 0) < kFewIterations)
+        p50noise = std::max(p50noise, number(*w, "max_ns").value_or(0) - baseP50);
+      put("iteration_p50", number(*w, "p50_ns"), p50noise);
+      put("iteration_p99", number(*w, "p99_ns"), tail);
+      put("iteration_max", number(*w, "max_ns"), tail);
     }
   }
   if (auto busbw = number(s, "busbw_Bps"); busbw && baseline && *baseline > 0)
@@ -418,7 +432,12 @@ CompareOutcome compareTables(const MetricTable& base, const MetricTable& result,
     } else {
       const double d = *row.result.value - *row.base.value;
       row.diff = d;
-      if (std::fabs(d) <= row.base.noise + row.result.noise)
+      // A golden baseline's runs gave every value of lo..hi: one of them again is no change,
+      // however skewed the runs were around their median (a job's p50 over a handful of
+      // iterations flips between a fast and a stalled one).
+      const double v = *row.result.value, rn = row.result.noise;
+      const bool insideRuns = row.base.runs > 1 && v >= row.base.lo - rn && v <= row.base.hi + rn;
+      if (std::fabs(d) <= row.base.noise + row.result.noise || insideRuns)
         row.verdict = "same within noise";
       else
         row.verdict = d * worseOf(k.metric) > 0 ? "worse" : "better";

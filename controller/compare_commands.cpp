@@ -7,6 +7,7 @@
 #include "controller/commands_internal.hpp"
 #include "controller/compare.hpp"
 #include "controller/report.hpp"
+#include "controller/report_targets.hpp"
 
 namespace rc::controller {
 namespace {
@@ -40,6 +41,14 @@ Result<std::vector<CompareRule>> loadRules(const std::string& path) {
   return parseCompareRules(ss.str(), path);
 }
 
+// compare.json: the comparison and, for a target sweep, its table with the "vs_baseline"
+// column (RESULTDOC as addTargetsVsBaseline left it).
+json comparisonJson(const CompareOutcome& c, const json& resultDoc) {
+  json out = compareDocument(c);
+  if (resultDoc.contains("targets")) out["targets"] = resultDoc["targets"];
+  return out;
+}
+
 }  // namespace
 
 Result<BaselineCheck> loadBaselineCheck(const std::string& path, const std::string& rulesPath) {
@@ -55,21 +64,25 @@ Result<BaselineCheck> loadBaselineCheck(const std::string& path, const std::stri
   return b;
 }
 
-int foldBaseline(const BaselineCheck& b, const json& resultDoc, const std::string& dir, int exitCode) {
+Result<CompareOutcome> compareWithBaseline(const BaselineCheck& b, json& resultDoc) {
   auto bt = metricTableOf(b.doc), rt = metricTableOf(resultDoc);
-  if (!bt || !rt) {
-    std::fprintf(stderr, "rdmachaos: --baseline: %s\n", (!bt ? bt : rt).error().message.c_str());
-    return kExitError;
-  }
+  if (!bt) return makeError("--baseline: " + bt.error().message);
+  if (!rt) return makeError("--baseline: this run: " + rt.error().message);
   CompareOutcome c = compareTables(*bt, *rt, b.rules, b.path + " (" + describeDocument(b.doc) + ")",
                                    "this run (" + describeDocument(resultDoc) + ")");
+  addTargetsVsBaseline(resultDoc, c);
+  return c;
+}
+
+int foldBaseline(const BaselineCheck& b, const CompareOutcome& c, const json& resultDoc, const std::string& dir,
+                 int exitCode) {
   std::printf("\n== against the baseline ==\n%s", renderCompareText(c).c_str());
   const std::string jsonPath = dir + "/compare.json", junitPath = dir + "/compare-junit.xml";
-  if (auto w = writeFileAtomic(jsonPath, compareDocument(c).dump(2) + "\n"); !w) return fail(w.error().message);
+  if (auto w = writeFileAtomic(jsonPath, comparisonJson(c, resultDoc).dump(2) + "\n"); !w) return fail(w.error().message);
   if (auto w = writeFileAtomic(junitPath, renderCompareJunit(c)); !w) return fail(w.error().message);
   if (auto w = writeFileAtomic(dir + "/compare.html",
                                renderOverlayHtml(b.doc, resultDoc, b.path, "this run", c.exitCode() ? "failed" : "passed",
-                                                 renderCompareText(c)));
+                                                 renderCompareText(c) + targetsText(resultDoc)));
       !w)
     return fail(w.error().message);
   std::printf("compare: %s\n", jsonPath.c_str());
@@ -92,14 +105,17 @@ int cmdCompare(const CompareOptions& o) {
   if (!rt) return fail(o.result + ": " + rt.error().message);
   CompareOutcome c = compareTables(*bt, *rt, rules, o.baseline + " (" + describeDocument(*base) + ")",
                                    o.result + " (" + describeDocument(*res) + ")");
-  std::printf("%s", renderCompareText(c).c_str());
+  json annotated = *res;
+  addTargetsVsBaseline(annotated, c);
+  const std::string text = renderCompareText(c) + targetsText(annotated);
+  std::printf("%s", text.c_str());
   if (!o.json.empty())
-    if (auto w = writeFileAtomic(o.json, compareDocument(c).dump(2) + "\n"); !w) return fail(w.error().message);
+    if (auto w = writeFileAtomic(o.json, comparisonJson(c, annotated).dump(2) + "\n"); !w) return fail(w.error().message);
   if (!o.junit.empty())
     if (auto w = writeFileAtomic(o.junit, renderCompareJunit(c)); !w) return fail(w.error().message);
   if (!o.html.empty())
     if (auto w = writeFileAtomic(o.html, renderOverlayHtml(*base, *res, o.baseline, o.result,
-                                                           c.exitCode() ? "failed" : "passed", renderCompareText(c)));
+                                                           c.exitCode() ? "failed" : "passed", text));
         !w)
       return fail(w.error().message);
   return c.exitCode() ? kExitFailed : kExitOk;

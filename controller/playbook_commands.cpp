@@ -268,6 +268,13 @@ int cmdRun(const RunOptions& o) {
 
   Scores scores = score(result, *pb);
   json doc = makeResultDocument(result, *pb, scores);
+  // Compared before the reports are written: a target sweep's table carries the comparison.
+  std::optional<CompareOutcome> against;
+  std::string againstError;
+  if (baseline && result.abortReason.empty()) {
+    if (auto c = compareWithBaseline(*baseline, doc)) against = std::move(*c);
+    else againstError = c.error().message;
+  }
   const std::string resultPath = dir + "/result.json", htmlPath = dir + "/report.html",
                     junitPath = dir + "/junit.xml";
   if (auto w = publishReports(*reports, {{"result.json", doc.dump(2) + "\n"},
@@ -279,7 +286,10 @@ int cmdRun(const RunOptions& o) {
   std::printf("\nreport: %s\nresult: %s\njunit:  %s\n", htmlPath.c_str(), resultPath.c_str(),
               junitPath.c_str());
   if (!result.abortReason.empty()) return kExitError;
-  if (baseline) return foldBaseline(*baseline, doc, dir, exitCodeFor(scores.outcome));
+  if (baseline) {
+    if (!against) return fail(againstError);
+    return foldBaseline(*baseline, *against, doc, dir, exitCodeFor(scores.outcome));
+  }
   return exitCodeFor(scores.outcome);
 }
 

@@ -1,6 +1,7 @@
 // The result document and its renderings: JUnit XML, a self-contained HTML page, text.
 #include "controller/report.hpp"
 #include "controller/report_detection.hpp"
+#include "controller/report_targets.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -124,58 +125,6 @@ std::optional<double> num(const json& j, const char* key) {
 
 std::string dur(int64_t ns) { return ns == 0 ? "0s" : formatDuration(Nanos(ns)); }
 
-// A trial's verdict as the report says it: error (a problem), inconclusive (its condition was
-// not reached), failed or passed.
-std::string showTarget(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
-
-const char* trialVerdict(const json& t) {
-  if (!t.value("problems", json::array()).empty()) return "error";
-  if (!t.value("condition", json::object()).value("reached", true)) return "inconclusive";
-  for (const auto& v : t.value("verdicts", json::array()))
-    if (!v.value("passed", false)) return "failed";
-  return "passed";
-}
-
-// Target sweeps ([sweep] over = "target"): one row per trial with the target(s) it faulted,
-// its verdict, what it missed and its worst job figures; failures first, then the slowest to
-// recover (never recovered counts as the slowest), so the report opens on what to fix.
-json targetTable(const json& trials) {
-  json rows = json::array();
-  for (const auto& t : trials) {
-    const json sweep = t.value("sweep", json());
-    if (!sweep.is_object() || sweep.value("param", "") != "target") continue;
-    json missed = json::array();
-    for (const auto& v : t.value("verdicts", json::array()))
-      if (!v.value("passed", false))
-        missed.push_back(str(v, "metric") + " " + str(v, "op") + " " + str(v, "bound_text") + ": " +
-                         str(v, "measured_text"));
-    const json im = t.value("job", json::object()).value("impact", json());
-    auto field = [&](const char* k) { return im.is_object() && im.contains(k) ? im[k] : json(); };
-    rows.push_back({{"target", sweep.value("value", json())},
-                    {"trial", t.value("index", 0)},
-                    {"label", str(t, "label")},
-                    {"verdict", trialVerdict(t)},
-                    {"missed", missed},
-                    {"recovery_time_ns", field("recovery_time_ns")},
-                    {"longest_stall_ns", field("longest_stall_ns")},
-                    {"loss_pct", field("loss_pct")},
-                    {"impacted", im.is_object()}});
-  }
-  auto rank = [](const json& r) {
-    std::string v = r.value("verdict", "");
-    return v == "failed" ? 0 : v == "error" ? 1 : v == "inconclusive" ? 2 : 3;
-  };
-  auto recovery = [](const json& r) {
-    if (!r.value("impacted", false)) return 0.0;
-    const json& x = r["recovery_time_ns"];
-    return x.is_number() ? x.get<double>() : 1e30;  // impacted and never recovered: the worst
-  };
-  std::stable_sort(rows.begin(), rows.end(), [&](const json& a, const json& b) {
-    if (rank(a) != rank(b)) return rank(a) < rank(b);
-    return recovery(a) > recovery(b);
-  });
-  return rows;
-}
 std::string rel(int64_t ns) { return fmt("%+.3fs", double(ns) / 1e9); }
 std::string rateText(std::optional<double> Bps) {
   if (!Bps) return "–";
@@ -807,34 +756,7 @@ std::string renderText(const json& doc) {
         << str(v, "bound_text") << " (" << str(v, "scope") << "): " << str(v, "measured_text") << "\n";
   }
   // The target sweep's table: what failed, by name, first.
-  if (doc.contains("targets")) {
-    const json& rows = doc["targets"];
-    size_t failed = 0;
-    for (const auto& r : rows) failed += r.value("verdict", "") == "passed" ? 0 : 1;
-    o << "\ntargets: " << rows.size() - failed << " of " << rows.size() << " passed";
-    if (failed) o << "; not passed: ";
-    bool first = true;
-    for (const auto& r : rows)
-      if (r.value("verdict", "") != "passed") {
-        o << (first ? "" : ", ") << showTarget(r["target"]);
-        first = false;
-      }
-    o << "\n  target        verdict       recovery      longest stall  loss      missed\n";
-    for (const auto& r : rows) {
-      auto col = [](std::string s, size_t w) {
-        s.resize(std::max(s.size(), w), ' ');
-        return s + " ";
-      };
-      std::string recv = !r.value("impacted", false)                ? "no impact"
-                         : r["recovery_time_ns"].is_number()        ? dur(r["recovery_time_ns"].get<int64_t>())
-                                                                    : "NOT RECOVERED";
-      std::string missed;
-      for (const auto& m : r["missed"]) missed += (missed.empty() ? "" : "; ") + m.get<std::string>();
-      o << "  " << col(showTarget(r["target"]), 13) << col(str(r, "verdict"), 13) << col(recv, 13)
-        << col(r["longest_stall_ns"].is_number() ? dur(r["longest_stall_ns"].get<int64_t>()) : "-", 14)
-        << col(r["loss_pct"].is_number() ? fmt("%.1f%%", r["loss_pct"].get<double>()) : "-", 9) << missed << "\n";
-    }
-  }
+  o << targetsText(doc);
   // Repeatability: every trial of a scenario side by side, with mean, stddev and CV.
   for (const auto& g : doc.value("repeatability", json::array())) {
     o << "\nrepeatability of " << str(g, "group") << " over " << g.value("trials", 0) << " trials\n";
@@ -1458,23 +1380,7 @@ std::string renderHtml(const json& doc) {
     h << "</section>\n";
   }
 
-  if (doc.contains("targets")) {
-    h << "<h2>Targets, failures first</h2>\n<table class=\"targets\"><tr><th>target</th><th>verdict</th>"
-         "<th>recovery</th><th>longest stall</th><th>loss</th><th>missed</th></tr>\n";
-    for (const auto& r : doc["targets"]) {
-      std::string v = str(r, "verdict");
-      std::string recv = !r.value("impacted", false)         ? "no impact"
-                         : r["recovery_time_ns"].is_number() ? dur(r["recovery_time_ns"].get<int64_t>())
-                                                             : "NOT RECOVERED";
-      h << "<tr><td><a href=\"#trial-" << r.value("trial", 0) << "\">" << esc(showTarget(r["target"])) << "</a></td>"
-        << "<td><span class=\"badge " << esc(v) << "\">" << esc(v) << "</span></td><td>" << esc(recv) << "</td><td>"
-        << (r["longest_stall_ns"].is_number() ? esc(dur(r["longest_stall_ns"].get<int64_t>())) : "–") << "</td><td>"
-        << (r["loss_pct"].is_number() ? fmt("%.1f%%", r["loss_pct"].get<double>()) : "–") << "</td><td>";
-      for (const auto& m : r["missed"]) h << esc(m.get<std::string>()) << "<br>";
-      h << "</td></tr>\n";
-    }
-    h << "</table>\n";
-  }
+  h << targetsHtml(doc);
   for (const auto& g : doc.value("repeatability", json::array())) {
     h << "<h2>Repeatability: " << esc(str(g, "group")) << " over " << g.value("trials", 0)
       << " trials</h2>\n<table class=\"repeatability\"><tr><th>metric</th><th>per trial</th><th>mean</th>"

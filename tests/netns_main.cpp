@@ -1,16 +1,15 @@
 // Catch2 main for the netns suite: exits 77 (meson's skip) with a reason when this process
 // cannot create network namespaces, so unprivileged machines skip instead of failing; and
-// also when a case skipped with RC_SKIP and nothing failed (skip.hpp).
-#define CATCH_CONFIG_RUNNER
+// also when a case skipped with RC_SKIP and nothing failed (skip.hpp). Catch2 itself is
+// compiled once, in catch_session.cpp.
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
 
-#include "failure_recap.hpp"
-#include "skip.hpp"
+#include "catch_session.hpp"
 
 namespace {
 // Tries to create a network namespace in a throwaway child, so this process is untouched.
@@ -37,5 +36,5 @@ int main(int argc, char* argv[]) {
     std::printf("SKIP: iproute2 ('ip') is not installed; run scripts/install-deps\n");
     return 77;
   }
-  return rctest::exitStatus(Catch::Session().run(argc, argv));
+  return rctest::runCatch(argc, argv);
 }

@@ -4,6 +4,7 @@
 
 #include "controller/compare.hpp"
 #include "controller/report.hpp"
+#include "controller/report_targets.hpp"
 #include "controller/score.hpp"
 #include "synthetic_run.hpp"
 
@@ -191,6 +192,16 @@ TEST_CASE("baseline merge: per value the median and range of the runs; compare r
   auto bad = compareTables(t, table(documentWith("n2", 20)), {}, "golden", "n2 2.5 s");
   CHECK(row(bad, "n2", "recovery_time")->verdict == "worse");
   CHECK(row(bad, "n1", "recovery_time")->verdict == "same within noise");
+  // Skewed runs (0.5, 0.5 and 2.5 s): a value the runs themselves gave is the same, though it
+  // is further from their median than the noise; one beyond them is worse.
+  auto skewed = mergeGolden({a, documentWith("n2", 0), documentWith("n2", 20)}, {"a", "b", "c"});
+  REQUIRE(skewed);
+  MetricTable st = table(*skewed);
+  CHECK(st.at({trial, "n2", "recovery_time"}).hi == Approx(2.5e9).margin(1e6));
+  auto atHi = compareTables(st, table(documentWith("n2", 20)), {}, "golden", "n2 2.5 s");
+  CHECK(row(atHi, "n2", "recovery_time")->verdict == "same within noise");
+  auto beyond = compareTables(st, table(documentWith("n2", 40)), {}, "golden", "n2 4.5 s");
+  CHECK(row(beyond, "n2", "recovery_time")->verdict == "worse");
   // Runs of another playbook do not merge.
   json other = documentWith();
   other["playbook"]["name"] = "other";
@@ -233,4 +244,110 @@ TEST_CASE("compare's page: both runs' series overlaid per trial; a golden baseli
   CHECK(alone.find("id=\"no-overlay\"") != std::string::npos);
   CHECK(alone.find("class=\"series overlay\"") == std::string::npos);
   CHECK(alone.find("<path class=\"series\" ") != std::string::npos);
+}
+
+namespace {
+
+// A target sweep over n1..n3 made of the synthetic trial, its expectations all met: LATE's
+// trial is the one of a run whose n2 came back EXTRA bins late; ONLY, if set, keeps that
+// target's trial alone.
+json sweepDocument(const std::string& late = "", int extra = 0, const std::string& only = "") {
+  json doc = documentWith();
+  json trials = json::array();
+  for (const std::string node : {"n1", "n2", "n3"}) {
+    if (!only.empty() && node != only) continue;
+    json t = (node == late ? documentWith("n2", extra) : doc)["trials"][0];
+    t["index"] = trials.size();
+    t["label"] = "flap target=" + node;
+    t["sweep"] = {{"param", "target"}, {"value", node}};
+    for (auto& v : t["verdicts"]) v["passed"] = true;
+    trials.push_back(t);
+  }
+  doc["trials"] = trials;
+  doc["targets"] = targetTable(doc["trials"]);
+  return doc;
+}
+
+}  // namespace
+
+TEST_CASE("a target sweep's table against a baseline: the target worse beyond noise is named and first") {
+  json base = sweepDocument(), res = sweepDocument("n3", 20);
+  REQUIRE(res["targets"].size() == 3);
+  auto c = compareTables(table(base), table(res), {}, "golden", "n3 late");
+  addTargetsVsBaseline(res, c);
+  const json& rows = res["targets"];
+  INFO(rows.dump(2));
+  // Every trial passed its expectations: n3 is first for being worse than the baseline alone.
+  CHECK(rows[0]["target"] == "n3");
+  CHECK(rows[0]["verdict"] == "passed");
+  CHECK(rows[0]["vs_baseline"]["verdict"] == "worse");
+  CHECK(rows[0]["vs_baseline"]["worse"].get<int>() > 0);
+  const std::string metric = rows[0]["vs_baseline"]["metric"];
+  CHECK(rows[0]["vs_baseline"]["difference"].get<double>() * (metric == "min_throughput" || metric == "baseline" ? -1 : 1) > 0);
+  CHECK_THAT(rows[0]["vs_baseline"]["text"].get<std::string>(), Catch::EndsWith(" worse"));
+  CHECK_THAT(rows[0]["vs_baseline"]["text"].get<std::string>(), Catch::StartsWith(metric));
+  // The others, by name, the same within noise.
+  CHECK(rows[1]["target"] == "n1");
+  CHECK(rows[2]["target"] == "n2");
+  for (size_t i = 1; i < 3; i++) {
+    CHECK(rows[i]["vs_baseline"]["verdict"] == "same within noise");
+    CHECK(rows[i]["vs_baseline"]["text"] == "same within noise");
+    CHECK(rows[i]["vs_baseline"]["metric"].is_null());
+  }
+  // The terminal summary, the HTML table and the result document all carry the column.
+  std::string text = renderText(res);
+  CHECK_THAT(text, Catch::Contains("; worse than the baseline: n3\n"));
+  CHECK_THAT(text, Catch::Contains("vs baseline"));
+  auto n3 = text.find("\n  n3 "), n1 = text.find("\n  n1 ");
+  REQUIRE(n3 != std::string::npos);
+  CHECK(n3 < n1);
+  CHECK(text.find("WORSE", n3) < n1);
+  std::string html = renderHtml(res);
+  CHECK_THAT(html, Catch::Contains("<th>vs baseline</th>"));
+  CHECK_THAT(html, Catch::Contains("<span class=\"badge failed\">worse</span> " + metric));
+  // Without a baseline, no column.
+  CHECK_THAT(renderText(sweepDocument()), !Catch::Contains("vs baseline"));
+  CHECK_THAT(renderHtml(sweepDocument()), !Catch::Contains("<th>vs baseline</th>"));
+}
+
+TEST_CASE("a target sweep's table against a baseline: better, and a target the baseline lacks") {
+  // A trial's verdict is its worst row's; the metric named is the one that moved most.
+  auto rowOf = [](const std::string& trial, const std::string& scope, const std::string& metric, double base,
+                  double result, const std::string& verdict) {
+    CompareRow r;
+    r.key = {trial, scope, metric};
+    r.base.value = base;
+    r.result.value = result;
+    r.diff = result - base;
+    r.verdict = verdict;
+    return r;
+  };
+  CompareOutcome c;
+  c.rows = {rowOf("a", "job", "recovery_time", 2e9, 1e9, "better"), rowOf("a", "n1", "stall_time", 1e9, 0.8e9, "better"),
+            rowOf("a", "job", "baseline", 1e9, 1e9, "same within noise"),
+            rowOf("b", "job", "recovery_time", 2e9, 1e9, "better"), rowOf("b", "n2", "min_throughput", 1e9, 0.7e9, "worse"),
+            rowOf("c", "job", "stall_time", 0, 0.5e9, "worse"), rowOf("c", "job", "recovery_time", 1e9, 1.5e9, "worse")};
+  json a = trialVsBaseline(c, "a");
+  CHECK(a["verdict"] == "better");
+  CHECK(a["metric"] == "recovery_time");
+  CHECK(a["difference_pct"].get<double>() == Approx(-50));
+  CHECK(a["text"] == "recovery_time -50% better");
+  CHECK(a["better"] == 2);
+  CHECK(a["same"] == 1);
+  json b = trialVsBaseline(c, "b");  // better by 50 %, worse by 30 %: worse
+  CHECK(b["verdict"] == "worse");
+  CHECK(b["text"] == "min_throughput (n2) -30% worse");
+  json st = trialVsBaseline(c, "c");  // from a baseline of 0: the change itself, first
+  CHECK(st["metric"] == "stall_time");
+  CHECK(st["difference_pct"].is_null());
+  CHECK_THAT(st["text"].get<std::string>(), Catch::StartsWith("stall_time +") && Catch::EndsWith(" worse"));
+  CHECK(trialVsBaseline(c, "d")["verdict"] == "missing in baseline");
+  // A baseline of n1's trial alone: n2 and n3 are missing in it, and n1 is the same.
+  json res2 = sweepDocument();
+  auto c2 = compareTables(table(sweepDocument("", 0, "n1")), table(res2), {}, "n1 only", "all");
+  addTargetsVsBaseline(res2, c2);
+  std::map<std::string, std::string> vs;
+  for (const auto& r : res2["targets"]) vs[r["target"]] = r["vs_baseline"]["verdict"];
+  CHECK(vs == std::map<std::string, std::string>{
+                  {"n1", "same within noise"}, {"n2", "missing in baseline"}, {"n3", "missing in baseline"}});
 }
