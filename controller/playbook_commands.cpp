@@ -71,7 +71,7 @@ int64_t timelineNow(const RunResult& r) {
 // A detection is settled when nothing that may still arrive can change it: its alert fired
 // and, where it must clear, it resolved (or the fault's revert is unknown).
 bool settled(const DetectionOutcome& o) {
-  if (o.status == "not scored" && o.note == "the fault was never applied") return true;
+  if (!o.appliedNs) return true;  // never applied: not scored, whatever comes
   if (!o.firedNs) return false;
   return !o.clearsWithinNs || o.resolvedNs || !o.revertedNs;
 }

@@ -13,6 +13,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -67,6 +69,12 @@ class ServerProcess {
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
   const std::string& log() const { return log_; }
+  std::string logText() const {
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
 
  private:
   pid_t pid_ = -1;
@@ -98,6 +106,7 @@ class Prometheus {
 
   bool ready() const { return httpGet("127.0.0.1", port_, "/-/ready").status == 200; }
   const std::string& log() const { return proc_.log(); }
+  std::string logText() const { return proc_.logText(); }
   int port() const { return port_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
@@ -122,6 +131,24 @@ class Prometheus {
   ServerProcess proc_;
 };
 
+// An Alertmanager configuration for a game day: every alert to one webhook at ENDPOINT
+// (ADDR:PORT) at once (group_wait 0, group_interval 1 s) and again when it resolves. With
+// GROUP_BY "..." every alert is its own group.
+inline void writeAlertmanagerConfig(const std::string& path, const std::string& endpoint,
+                                    const std::string& groupBy = "...") {
+  std::ofstream(path) << "route:\n"
+                      << "  receiver: rdmachaos\n"
+                      << "  group_by: ['" << groupBy << "']\n"
+                      << "  group_wait: 0s\n"
+                      << "  group_interval: 1s\n"
+                      << "  repeat_interval: 1h\n"
+                      << "receivers:\n"
+                      << "  - name: rdmachaos\n"
+                      << "    webhook_configs:\n"
+                      << "      - url: 'http://" << endpoint << "/alerts'\n"
+                      << "        send_resolved: true\n";
+}
+
 // Alertmanager without clustering (no gossip port), its data under DIR.
 class Alertmanager {
  public:
@@ -134,6 +161,7 @@ class Alertmanager {
 
   bool ready() const { return httpGet("127.0.0.1", port_, "/-/ready").status == 200; }
   const std::string& log() const { return proc_.log(); }
+  std::string logText() const { return proc_.logText(); }
   int port() const { return port_; }
 
  private:

@@ -105,6 +105,35 @@ inline double shapeBytes(Shape s, int i) {
   return 0;
 }
 
+// A [[detect]] on the synthetic playbook's flap, to append to its text: RdmaLinkDown on the
+// faulted node within 10 s, clearing within 5 s; scrape 1 s + evaluation 500 ms.
+inline const char* kSyntheticDetect = R"(
+[detection]
+scrape_interval = "1s"
+evaluation_interval = "500ms"
+false_alarm_margin = "5s"
+[[detect]]
+step = "flap"
+alert = { alertname = "RdmaLinkDown", node = "{target}" }
+within = "10s"
+clears_within = "5s"
+)";
+
+// An alert event of RUN as a source reports it, times from the run start.
+inline rc::alerts::AlertEvent syntheticAlert(const RunResult& r, const std::string& node, bool firing, int64_t startsNs,
+                                             int64_t endsNs = 0, const std::string& source = "alertmanager",
+                                             const std::string& name = "RdmaLinkDown") {
+  rc::alerts::AlertEvent e;
+  e.labels = {{"alertname", name}, {"node", node}, {"instance", node + ":9465"}, {"severity", "critical"}};
+  e.firing = firing;
+  e.startsAtUnixNs = r.startedUnixNs + startsNs;
+  e.endsAtUnixNs = endsNs ? r.startedUnixNs + endsNs : 0;
+  e.receivedUnixNs = r.startedUnixNs + (firing ? startsNs : endsNs) + 50'000'000;
+  e.source = source;
+  e.fingerprint = source + node;
+  return e;
+}
+
 inline Inventory syntheticInventory() { return *parseInventory(kSyntheticInventory, "/lab/inventory.toml"); }
 inline Playbook syntheticPlaybook() { return *parsePlaybook(kSyntheticPlaybook, "synthetic.toml"); }
 

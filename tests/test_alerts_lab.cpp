@@ -50,18 +50,7 @@ struct Monitoring {
 
   explicit Monitoring(const rctest::Lab& lab) {
     const std::string dir = lab.dir();
-    std::ofstream(dir + "/alertmanager.yml")
-        << "route:\n"
-        << "  receiver: rdmachaos\n"
-        << "  group_by: ['...']\n"  // every alert its own group: each is notified at once
-        << "  group_wait: 0s\n"
-        << "  group_interval: 1s\n"
-        << "  repeat_interval: 1h\n"
-        << "receivers:\n"
-        << "  - name: rdmachaos\n"
-        << "    webhook_configs:\n"
-        << "      - url: 'http://127.0.0.1:" << webhookPort << "/alerts'\n"
-        << "        send_resolved: true\n";
+    rctest::writeAlertmanagerConfig(dir + "/alertmanager.yml", "127.0.0.1:" + std::to_string(webhookPort));
     std::string targets;
     for (const auto& n : lab.nodes())
       targets += "      - targets: ['" + n.mgmtAddress + ":" + std::to_string(kAgentMetricsPort) +

@@ -31,6 +31,7 @@
 #include "alerts/webhook_receiver.hpp"
 #include "common/clock.hpp"
 #include "http_get.hpp"
+#include "monitoring.hpp"
 #include "skip.hpp"
 
 using namespace rc::alerts;
@@ -39,8 +40,7 @@ namespace asio = boost::asio;
 
 namespace {
 
-const char* kPrometheus = "/usr/bin/prometheus";
-const char* kAlertmanager = "/usr/bin/prometheus-alertmanager";
+using rctest::freeLoopbackPort;
 constexpr int64_t kS = 1'000'000'000;
 
 // A scratch directory, removed with everything in it when the object goes.
@@ -63,71 +63,6 @@ class TempDir {
   std::string path_;
 };
 
-// A daemon this test starts, its output in LOG; SIGTERM then SIGKILL by PID when the object
-// goes, and killed by the kernel should this process die first.
-class Daemon {
- public:
-  Daemon(std::vector<std::string> argv, std::string log) : log_(std::move(log)) {
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      std::vector<char*> args;
-      for (auto& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-  }
-  ~Daemon() {
-    ::kill(pid_, SIGTERM);
-    for (int i = 0; i < 100; i++) {
-      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
-      std::this_thread::sleep_for(100ms);
-    }
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  Daemon(const Daemon&) = delete;
-  Daemon& operator=(const Daemon&) = delete;
-
-  std::string log() const {
-    std::ifstream in(log_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::string log_;
-};
-
-int freeLoopbackPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof sa;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
-
-// Waits (blocking: nothing else runs yet) until GET /-/ready on PORT answers 200.
-bool waitReady(int port, std::chrono::seconds limit) {
-  auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (rctest::httpGet("127.0.0.1", port, "/-/ready").status == 200) return true;
-    std::this_thread::sleep_for(200ms);
-  }
-  return false;
-}
-
 std::string rfc3339(int64_t unixNs) {
   time_t s = time_t(unixNs / kS);
   tm t{};
@@ -147,8 +82,8 @@ asio::awaitable<void> storeResult(std::shared_ptr<std::optional<T>> out, asio::a
 }  // namespace
 
 TEST_CASE("the poller reports a real Prometheus's firing and resolved alerts and its intervals") {
-  if (::access(kPrometheus, X_OK) != 0)
-    RC_SKIP(std::string(kPrometheus) + " is missing (apt-get install prometheus)");
+  if (::access(rctest::kPrometheusBin, X_OK) != 0)
+    RC_SKIP(std::string(rctest::kPrometheusBin) + " is missing (apt-get install prometheus)");
   TempDir dir;
   const int port = freeLoopbackPort();
   std::ofstream(dir.path() + "/rules.yml")
@@ -171,12 +106,9 @@ TEST_CASE("the poller reports a real Prometheus's firing and resolved alerts and
       << "scrape_configs:\n"
       << "  - job_name: prometheus\n"
       << "    static_configs: [{targets: ['127.0.0.1:" << port << "']}]\n";
-  Daemon prom({kPrometheus, "--config.file=" + dir.path() + "/prometheus.yml",
-               "--storage.tsdb.path=" + dir.path() + "/data",
-               "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"},
-              dir.path() + "/prometheus.log");
-  INFO(prom.log());
-  REQUIRE(waitReady(port, 60s));
+  rctest::Prometheus prom(dir.path(), dir.path() + "/prometheus.yml", port);
+  INFO(prom.logText());
+  REQUIRE(rctest::waitReady([&] { return prom.ready(); }, 60s));
 
   asio::io_context io;
   std::vector<AlertEvent> events;
@@ -248,8 +180,8 @@ TEST_CASE("the poller reports a real Prometheus's firing and resolved alerts and
 }
 
 TEST_CASE("a real Alertmanager's webhook reaches the receiver: firing, then resolved") {
-  if (::access(kAlertmanager, X_OK) != 0)
-    RC_SKIP(std::string(kAlertmanager) + " is missing (apt-get install prometheus-alertmanager)");
+  if (::access(rctest::kAlertmanagerBin, X_OK) != 0)
+    RC_SKIP(std::string(rctest::kAlertmanagerBin) + " is missing (apt-get install prometheus-alertmanager)");
   TempDir dir;
   asio::io_context io;
   std::vector<AlertEvent> events;
@@ -274,26 +206,11 @@ TEST_CASE("a real Alertmanager's webhook reaches the receiver: firing, then reso
   receiver = std::move(*rx);
 
   const int port = freeLoopbackPort();
-  std::ofstream(dir.path() + "/alertmanager.yml")
-      << "route:\n"
-      << "  receiver: rdmachaos\n"
-      << "  group_by: ['alertname']\n"
-      << "  group_wait: 0s\n"
-      << "  group_interval: 1s\n"
-      << "  repeat_interval: 1h\n"
-      << "receivers:\n"
-      << "  - name: rdmachaos\n"
-      << "    webhook_configs:\n"
-      << "      - url: 'http://" << receiver->endpoint() << "/alerts'\n"
-      << "        send_resolved: true\n";
-  // No cluster listener: its default is a fixed port (9094) on every address.
-  Daemon am({kAlertmanager, "--config.file=" + dir.path() + "/alertmanager.yml",
-             "--storage.path=" + dir.path() + "/data",
-             "--web.listen-address=127.0.0.1:" + std::to_string(port),
-             "--cluster.listen-address=", "--log.level=warn"},
-            dir.path() + "/alertmanager.log");
-  INFO(am.log());
-  REQUIRE(waitReady(port, 60s));
+  rctest::writeAlertmanagerConfig(dir.path() + "/alertmanager.yml", receiver->endpoint(), "alertname");
+  // No cluster listener (monitoring.hpp): its default is a fixed port (9094) on every address.
+  rctest::Alertmanager am(dir.path(), dir.path() + "/alertmanager.yml", port);
+  INFO(am.logText());
+  REQUIRE(rctest::waitReady([&] { return am.ready(); }, 60s));
 
   const int64_t startsAt = rc::wallNs();
   HttpRequest post;

@@ -131,31 +131,14 @@ TEST_CASE("the DOM chromium built holds the charts' parts") {
 TEST_CASE("the detection table and the alerts' marks are drawn") {
   // The synthetic playbook with a [[detect]] on its flap; the monitoring saw n2's link go down
   // 1.5 s after the fault and fired once more, on n1, long after it (a false alarm).
-  std::string text = std::string(rc::test::kSyntheticPlaybook) + R"(
-[detection]
-scrape_interval = "1s"
-evaluation_interval = "1s"
-false_alarm_margin = "5s"
-[[detect]]
-step = "flap"
-alert = { alertname = "RdmaLinkDown", node = "{target}" }
-within = "10s"
-clears_within = "5s"
-)";
+  std::string text = std::string(rc::test::kSyntheticPlaybook) + rc::test::kSyntheticDetect;
   auto pb = parsePlaybook(text, "detect.toml");
   REQUIRE(pb);
   RunResult r = rc::test::syntheticRun(*pb, rc::test::Shape::cleanStep, 10'000'000'000, 12'000'000'000, 1.25e5);
   r.alertSources = {"alertmanager webhook 127.0.0.1:9099"};
   r.alertsUntilNs = r.endedNs;
   auto alert = [&](const char* node, bool firing, int64_t starts, int64_t ends) {
-    rc::alerts::AlertEvent e;
-    e.labels = {{"alertname", "RdmaLinkDown"}, {"node", node}};
-    e.firing = firing;
-    e.startsAtUnixNs = r.startedUnixNs + starts;
-    e.endsAtUnixNs = ends ? r.startedUnixNs + ends : 0;
-    e.receivedUnixNs = r.startedUnixNs + (ends ? ends : starts);
-    e.source = "alertmanager";
-    return e;
+    return rc::test::syntheticAlert(r, node, firing, starts, ends);
   };
   r.alerts = {alert("n2", true, 11'500'000'000, 0), alert("n2", false, 11'500'000'000, 12'800'000'000),
               alert("n1", true, 25'000'000'000, 0)};
@@ -167,7 +150,7 @@ clears_within = "5s"
   REQUIRE(status == 0);
   CHECK(dom.find("<table class=\"detection\">") != std::string::npos);
   CHECK(count(dom, "<tr class=\"detection-row ok\">") == 1);
-  CHECK(dom.find("1.500s ±2.000s") != std::string::npos);
+  CHECK(dom.find("1.500s ±1.500s") != std::string::npos);  // scrape 1 s + evaluation 500 ms
   CHECK(dom.find("<table class=\"false-alarms\">") != std::string::npos);
   // On the job's chart: the detection's mark and band, and the false alarm's.
   CHECK(count(dom, "<line class=\"alert-mark alert-detected\"") == 1);

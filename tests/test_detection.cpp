@@ -15,17 +15,7 @@ namespace {
 
 constexpr int64_t kS = 1'000'000'000;
 
-const char* kDetect = R"(
-[detection]
-scrape_interval = "1s"
-evaluation_interval = "500ms"
-false_alarm_margin = "5s"
-[[detect]]
-step = "flap"
-alert = { alertname = "RdmaLinkDown", node = "{target}" }
-within = "10s"
-clears_within = "5s"
-)";
+const char* kDetect = kSyntheticDetect;
 
 Playbook detectPlaybook(const std::string& extra = kDetect, int repeat = 1) {
   std::string text = std::string(kSyntheticPlaybook) + extra;
@@ -36,19 +26,10 @@ Playbook detectPlaybook(const std::string& extra = kDetect, int repeat = 1) {
   return *pb;
 }
 
-// An alert event as a source reports it, times from the run start.
 rc::alerts::AlertEvent event(const RunResult& r, const std::string& node, bool firing, int64_t startsNs,
                              int64_t endsNs = 0, const std::string& source = "alertmanager",
                              const std::string& name = "RdmaLinkDown") {
-  rc::alerts::AlertEvent e;
-  e.labels = {{"alertname", name}, {"node", node}, {"instance", node + ":9465"}, {"severity", "critical"}};
-  e.firing = firing;
-  e.startsAtUnixNs = r.startedUnixNs + startsNs;
-  e.endsAtUnixNs = endsNs ? r.startedUnixNs + endsNs : 0;
-  e.receivedUnixNs = r.startedUnixNs + (firing ? startsNs : endsNs) + 50'000'000;
-  e.source = source;
-  e.fingerprint = source + node;
-  return e;
+  return syntheticAlert(r, node, firing, startsNs, endsNs, source, name);
 }
 
 RunResult withSource(RunResult r) {
