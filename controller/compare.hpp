@@ -34,6 +34,12 @@ struct MetricValue {
   double noise = 0;
   int runs = 1;
   double lo = 0, hi = 0;
+  std::vector<double> samples;  // every run's value (one for a result; a golden's "values")
+  // In a target sweep the targets are peers: the range of this metric over every target's
+  // trial, in the same role (the job, the target node, a bystander node), outliers beyond
+  // Tukey's fences left out; peerSamples 0 when there is no such pool (docs/acceptance.md).
+  int peerSamples = 0;
+  double peerLo = 0, peerHi = 0;
 };
 using MetricTable = std::map<MetricKey, MetricValue>;
 

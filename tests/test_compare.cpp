@@ -268,6 +268,24 @@ json sweepDocument(const std::string& late = "", int extra = 0, const std::strin
   return doc;
 }
 
+// A sweep over targets n1..n4 in which node n2 (a bystander in every trial but n2's) is held
+// off EXTRA[target] bins more in that target's trial.
+json sweepWith(const std::map<std::string, int>& extra) {
+  json trials = json::array();
+  for (const std::string node : {"n1", "n2", "n3", "n4"}) {
+    auto e = extra.find(node);
+    json t = documentWith("n2", e == extra.end() ? 0 : e->second)["trials"][0];
+    t["index"] = trials.size();
+    t["label"] = "flap target=" + node;
+    t["sweep"] = {{"param", "target"}, {"value", node}};
+    trials.push_back(t);
+  }
+  json doc = documentWith();
+  doc["trials"] = trials;
+  doc["targets"] = targetTable(doc["trials"]);
+  return doc;
+}
+
 }  // namespace
 
 TEST_CASE("a target sweep's table against a baseline: the target worse beyond noise is named and first") {
@@ -350,4 +368,57 @@ TEST_CASE("a target sweep's table against a baseline: better, and a target the b
   for (const auto& r : res2["targets"]) vs[r["target"]] = r["vs_baseline"]["verdict"];
   CHECK(vs == std::map<std::string, std::string>{
                   {"n1", "same within noise"}, {"n2", "missing in baseline"}, {"n3", "missing in baseline"}});
+}
+
+TEST_CASE("a target sweep's golden baseline pools the peers: a value another target gave is no change, one beyond all is") {
+  // Three golden runs: n2 recovers 0.9 s after the job in n3's trial, 0.5 s in the others
+  // (two modes, as the lab's recoveries); one run's n1 trial was disturbed (4.5 s).
+  json r1 = sweepWith({{"n3", 4}}), r2 = sweepWith({{"n3", 4}}), r3 = sweepWith({{"n3", 4}, {"n1", 40}});
+  auto g = mergeGolden({r1, r2, r3}, {"r1", "r2", "r3"});
+  REQUIRE(g);
+  REQUIRE((*g).contains("targets"));
+  CHECK((*g)["targets"].size() == 4);
+  MetricTable t = table(*g);
+  const MetricValue& n4 = t.at({"flap target=n4", "n2", "recovery_time"});
+  CHECK(n4.samples.size() == 3);
+  CHECK(n4.hi == Approx(500e6).margin(1e6));  // n4's own runs: 0.5 s only
+  // Bystander n2 in n1, n3 and n4's trials, n1 in n2, n3 and n4's: 6 values a run, 18; the
+  // disturbed one is beyond the 90th percentile, the 0.9 s mode inside it.
+  CHECK(n4.peerSamples == 18);
+  CHECK(n4.peerLo == Approx(500e6).margin(1e6));
+  CHECK(n4.peerHi == Approx(900e6).margin(1e6));
+
+  // n2 0.9 s in n4's trial: outside n4's own runs, but a value its peers gave: the same.
+  auto mode = compareTables(t, table(sweepWith({{"n4", 4}})), {}, "golden", "n4's trial in the other mode");
+  const CompareRow* r = nullptr;
+  for (const auto& x : mode.rows)
+    if (x.key.trial == "flap target=n4" && x.key.scope == "n2" && x.key.metric == "recovery_time") r = &x;
+  REQUIRE(r);
+  CHECK(*r->diff == Approx(400e6).margin(1e6));
+  CHECK(*r->diff > r->base.noise + r->result.noise);  // beyond the noise of its own runs
+  CHECK(r->verdict == "same within noise");
+  CHECK(mode.worse == 0);
+  CHECK(mode.exitCode() == 0);
+  json modeDoc = compareDocument(mode);
+  bool peersListed = false;
+  for (const auto& row : modeDoc["rows"])
+    peersListed = peersListed || (row["baseline"].is_object() && row["baseline"].contains("peers"));
+  CHECK(peersListed);
+
+  // 2.5 s in n3's trial: beyond its own runs and its peers (the disturbed 4.5 s does not count).
+  auto late = compareTables(t, table(sweepWith({{"n3", 20}})), {}, "golden", "n3's trial late");
+  json res = sweepWith({{"n3", 20}});
+  addTargetsVsBaseline(res, late);
+  std::map<std::string, std::string> vs;
+  for (const auto& row : res["targets"]) vs[row["target"]] = row["vs_baseline"]["verdict"];
+  CHECK(vs == std::map<std::string, std::string>{{"n1", "same within noise"}, {"n2", "same within noise"},
+                                                 {"n3", "worse"}, {"n4", "same within noise"}});
+  CHECK(late.exitCode() == 1);
+
+  // Without a target table (not a sweep), no pool: the value is judged against its own runs.
+  json plain = r1;
+  plain.erase("targets");
+  auto own = metricTableOf(plain);
+  REQUIRE(own);
+  CHECK(own->at({"flap target=n4", "n2", "recovery_time"}).peerSamples == 0);
 }
