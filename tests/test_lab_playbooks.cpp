@@ -649,24 +649,16 @@ TEST_CASE("cluster-acceptance against a golden baseline of three runs: the node 
   REQUIRE(json::parse(readFile(golden))["runs"] == 3);
 
   // n3's switch port held down 3 s in its trial (the others: the playbook's 1 s flap alone),
-  // run with --baseline: its table says n3 is worse, and only n3. Once more if another node
-  // was worse too: the host disturbs a trial now and then (n4's recovered in 3.4 s once, against
-  // 0.54-0.93 s in the golden runs, failing its own bound too).
-  Run r;
+  // run with --baseline: its table says n3 is worse, and only n3. One run, no second try: the
+  // other targets are judged against their peers' golden values too (the lab's recoveries
+  // spread from 0.51 to 1.03 s; docs/acceptance.md, "Peers in a target sweep").
+  bool held = false;
+  Run r = runPlaybook(
+      lab, playbook, "held-n3", plannedS, [&](const rctest::Proc& p) { held = holdPortInTrial(lab, p, "n3", 3s); },
+      {"--baseline", golden});
+  REQUIRE(held);
   std::map<std::string, std::string> vs;
-  for (int attempt = 1; attempt <= 2; attempt++) {
-    bool held = false;
-    r = runPlaybook(
-        lab, playbook, "held-n3-" + std::to_string(attempt), plannedS,
-        [&](const rctest::Proc& p) { held = holdPortInTrial(lab, p, "n3", 3s); }, {"--baseline", golden});
-    REQUIRE(held);
-    vs.clear();
-    for (const auto& row : r.doc["targets"]) vs[row["target"].get<std::string>()] = row["vs_baseline"]["verdict"];
-    int othersWorse = 0;
-    for (const auto& [node, v] : vs) othersWorse += node != "n3" && v == "worse";
-    if (othersWorse == 0 || attempt == 2) break;
-    std::printf("[lab-playbooks] held-n3: another node was worse too (%s); once more\n", json(vs).dump().c_str());
-  }
+  for (const auto& row : r.doc["targets"]) vs[row["target"].get<std::string>()] = row["vs_baseline"]["verdict"];
   CHECK(r.code == 1);
   INFO("result.json targets: " << r.doc["targets"].dump(2));
   CHECK(vs.size() == 4);
@@ -693,27 +685,18 @@ TEST_CASE("cluster-acceptance against a golden baseline of three runs: the node 
     if (row["target"] == "n3") n3Label = row["label"];
   CHECK(worseTrials == std::set<std::string>{n3Label});
 
-  // Nothing changed: every node the same within noise, exit 0. At most three runs, as for the
-  // other checks that hold on a quiet lab only: this 2-core machine disturbs a job now and then
-  // (a recovery of 2.4 s instead of 0.55 s once, with a build beside the lab).
-  for (int attempt = 1; attempt <= 3; attempt++) {
-    const std::string report = "unchanged-" + std::to_string(attempt);
-    Run u = runPlaybook(lab, playbook, report, plannedS);
-    const std::string cmpPath = lab.dir() + "/compare-" + report + ".json";
-    int rc = cli(lab, {"compare", golden, u.reportDir + "/result.json", "--json", cmpPath});
-    json same = json::parse(readFile(cmpPath));
-    auto verdicts = verdictsVsBaseline(same);
-    bool allSame = verdicts.size() == 4;
-    for (const auto& [node, v] : verdicts) allSame = allSame && v == "same within noise";
-    if ((rc != 0 || !allSame) && attempt < 3) {
-      std::printf("[lab-playbooks] the unchanged run was not the same (exit %d, %s); once more\n", rc,
-                  json(verdicts).dump().c_str());
-      continue;
-    }
-    INFO("targets vs baseline: " << json(verdicts).dump());
-    CHECK(rc == 0);
-    CHECK(allSame);
-    CHECK(same["outcome"]["worse"] == 0);
-    break;
+  // Nothing changed: every node the same within noise, exit 0 (one run).
+  Run u = runPlaybook(lab, playbook, "unchanged", plannedS);
+  const std::string cmpPath = lab.dir() + "/compare-unchanged.json";
+  int rc = cli(lab, {"compare", golden, u.reportDir + "/result.json", "--json", cmpPath});
+  json same = json::parse(readFile(cmpPath));
+  auto verdicts = verdictsVsBaseline(same);
+  INFO("targets vs baseline: " << json(verdicts).dump());
+  CHECK(verdicts.size() == 4);
+  for (const auto& [node, v] : verdicts) {
+    INFO("target " << node);
+    CHECK(v == "same within noise");
   }
+  CHECK(rc == 0);
+  CHECK(same["outcome"]["worse"] == 0);
 }
