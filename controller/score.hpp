@@ -31,6 +31,8 @@ struct Grid {
 Grid toGrid(const std::vector<Bin>& bins, int64_t binNs, int64_t fromNs, int64_t toNs);
 // Bin-wise sum of grids on the same timeline (the job's series).
 Grid sumGrids(const std::vector<Grid>& grids);
+// Index of the first bin of G starting at or after T, clamped to the grid.
+size_t binFrom(const Grid& g, int64_t t);
 
 // Median (mean of the two middle values for an even count); nullopt when empty.
 std::optional<double> median(std::vector<double> v);
