@@ -304,14 +304,40 @@ std::string card(const std::string& k, const std::string& v, bool bad = false) {
 
 }  // namespace
 
-std::string renderHtml(const json& doc) {
+namespace {
+
+// One trial of the page: its document, index and span, and the faults that shade its charts.
+struct TrialView {
+  const json& doc;
+  const json& t;
+  int idx = 0;
+  int64_t t0 = 0, t1 = 0, binNs = 1;
+  double epsilon = 0.05;
+
+  // This trial's faults as shades of a chart of NODE ("" = the job: every fault at full
+  // strength; a node's chart: its own faults strong, the others' faint).
+  std::vector<Shade> shades(const std::string& node) const {
+    std::vector<Shade> out;
+    for (const auto& f : doc["faults"]) {
+      if (i64(f, "trial", -1) != idx || !f["applied_ns"].is_number()) continue;
+      int64_t a = f["applied_ns"].get<int64_t>();
+      int64_t r = f["reverted_ns"].is_number() ? f["reverted_ns"].get<int64_t>() : t1;
+      out.push_back({a, r,
+                     str(f, "kind") + " on " + str(f, "node") + " (step " + str(f, "step") + "): applied " + rel(a - t0) +
+                         ", reverted " + rel(r - t0),
+                     node.empty() || str(f, "node") == node});
+    }
+    return out;
+  }
+};
+
+// The page's head: the playbook, its verdict and the run's facts, and the charts' legend.
+void headerHtml(std::ostream& h, const json& doc) {
   const json& pb = doc["playbook"];
   const json& oc = doc["outcome"];
   const json& series = doc["series"];
   const int64_t binNs = series["bin_ns"].get<int64_t>();
-  const double epsilon = pb.contains("scoring") ? pb["scoring"].value("epsilon", 0.05) : 0.05;
   const std::string verdict = str(oc, "verdict", "error");
-  std::ostringstream h;
   h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>rdmachaos: "
     << esc(str(pb, "name")) << " — " << esc(verdict) << "</title>\n<style>" << kCss << "</style></head>\n<body>\n";
   h << "<header><h1>" << esc(str(pb, "name")) << " <span class=\"badge " << esc(verdict) << "\" id=\"verdict\">"
@@ -336,287 +362,320 @@ std::string renderHtml(const json& doc) {
        "<span><i class=\"sw\" style=\"border-top:2px dashed #59636e;height:0\"></i>baseline (median after warm-up)</span>"
        "<span><i class=\"sw\" style=\"border-top:2px dotted #9a6700;height:0\"></i>recovery threshold</span>"
        "<span><i class=\"sw\" style=\"background:#1a7f37;width:3px\"></i>recovered</span></div>\n";
+}
 
-  const json& faults = doc["faults"];
-  for (const auto& t : doc["trials"]) {
-    const int idx = int(i64(t, "index"));
-    const int64_t t0 = i64(t, "start_ns"), t1 = i64(t, "end_ns");
-    const json& job = t["job"];
-    const json& im = job.value("impact", json());
-    int met = 0, total = 0;
-    for (const auto& v : t["verdicts"]) {
-      total++;
-      met += v.value("passed", false) ? 1 : 0;
-    }
-    const bool trialError = !t.value("problems", json::array()).empty();
-    const json cond = t.value("condition", json::object());
-    const bool reached = cond.value("reached", true);
-    const char* tv = trialVerdict(t);
-    h << "<section class=\"trial\" id=\"trial-" << idx << "\">\n<h2>Trial " << idx + 1 << ": " << esc(str(t, "label"))
-      << " <span class=\"badge " << tv << "\">"
-      << (trialError ? "error" : !reached ? "condition not reached" : std::to_string(met) + "/" + std::to_string(total) + " met")
-      << "</span></h2>\n";
-    for (const auto& p : t.value("problems", json::array()))
-      h << "<div class=\"problem\">⚠ " << esc(p.get<std::string>()) << "</div>\n";
-    for (const auto& c : cond.value("checks", json::array()))
-      h << "<div class=\"" << (c.value("passed", false) ? "muted" : "problem") << " condition\">"
-        << (c.value("passed", false) ? "condition met: " : "⚠ condition not reached, expectations not scored: ")
-        << esc(str(c, "metric") + " " + str(c, "op") + " " + str(c, "bound_text") + " (" + str(c, "scope") +
-               "), measured " + str(c, "measured_text"))
-        << "</div>\n";
-    h << "<div class=\"cards\">" << card("baseline", rateText(num(job, "baseline_Bps")));
-    if (auto bw = num(job, "busbw_Bps")) h << card("bus bandwidth", rateText(bw));
-    if (im.is_object()) {
-      auto tti = num(im, "time_to_impact_ns");
-      auto rec = num(im, "recovery_time_ns");
-      std::string pm = im.contains("uncertainty_ns") ? " ± " + dur(i64(im, "uncertainty_ns")) : "";
-      h << card("time to impact", tti ? dur(int64_t(*tti)) + pm : "no impact")
-        << card("recovery time", rec ? dur(int64_t(*rec)) + pm : "not recovered", !rec)
-        << card("throughput loss", fmt("%.2f%%", num(im, "loss_pct").value_or(0)) + " · " +
-                                       formatSize(uint64_t(num(im, "loss_bytes").value_or(0))))
-        << card("stall time", dur(i64(im, "stall_ns")), i64(im, "stall_ns") > 0);
-      const json& wi = job["iterations"].value("window", json());
-      const json& bi = job["iterations"].value("baseline", json());
-      if (wi.is_object())
-        h << card("iteration p99 (base p50)", dur(i64(wi, "p99_ns")) +
-                                                  (bi.is_object() ? " (" + dur(i64(bi, "p50_ns")) + ")" : ""));
-      if (auto g = num(job, "gpu_hours"))
-        h << card("GPU-hours / incident", fmt("%.3g", *g) + " · " + fmt("%.2f", num(job, "cost").value_or(0)) + " " +
-                                              str(pb.value("cost", json::object()), "currency"));
-    } else {
-      h << card("fault", "none applied", true);
-    }
-    h << "</div>\n";
-
-    ChartInput base;
-    base.binNs = binNs;
-    base.t0 = t0;
-    base.t1 = t1;
-    base.epsilon = epsilon;
-    for (const auto& ph : t.value("phases", json::array())) base.phases.push_back({str(ph, "name"), i64(ph, "start_ns")});
-    if (im.is_object()) {
-      base.faultEnd = num(t, "fault_end_ns") ? std::optional<int64_t>(i64(t, "fault_end_ns")) : std::nullopt;
-    }
-    auto shadesFor = [&](const std::string& node) {
-      std::vector<Shade> out;
-      for (const auto& f : faults) {
-        if (i64(f, "trial", -1) != idx || !f["applied_ns"].is_number()) continue;
-        int64_t a = f["applied_ns"].get<int64_t>();
-        int64_t r = f["reverted_ns"].is_number() ? f["reverted_ns"].get<int64_t>() : t1;
-        out.push_back({a, r,
-                       str(f, "kind") + " on " + str(f, "node") + " (step " + str(f, "step") + "): applied " +
-                           rel(a - t0) + ", reverted " + rel(r - t0),
-                       node.empty() || str(f, "node") == node});
-      }
-      return out;
-    };
-    auto marks = [&](ChartInput& c, const json& scope) {
-      c.baseline = num(scope, "baseline_Bps");
-      const json& sim = scope.value("impact", json());
-      if (sim.is_object()) {
-        c.threshold = num(sim, "threshold_Bps");
-        if (sim.value("recovered", false) && sim["recovered_at_ns"].is_number())
-          c.recoveredAt = sim["recovered_at_ns"].get<int64_t>();
-        else
-          c.notRecovered = true;
-      }
-    };
-    {
-      ChartInput c = base;
-      c.id = "chart-" + std::to_string(idx) + "-job";
-      c.title = "Job throughput (sum of " + std::to_string(series["nodes"].size()) + " nodes), time from trial start";
-      c.bytes = slice(series["job"], binNs, t0, t1);
-      c.shades = shadesFor("");
-      c.alerts = alertMarkers(doc, t0, t1);
-      marks(c, job);
-      h << chart(c);
-    }
-    h << "<h3>Per node</h3>\n";
-    for (const auto& n : t.value("nodes", json::array())) {
-      std::string node = str(n, "scope");
-      ChartInput c = base;
-      c.id = "chart-" + std::to_string(idx) + "-" + node;
-      c.title = node;
-      c.height = 150;
-      c.bytes = slice(series["nodes"].value(node, json::array()), binNs, t0, t1);
-      c.shades = shadesFor(node);
-      marks(c, n);
-      h << chart(c);
-    }
-
-    // The nodes' NIC counters beside the throughput: pause frames, ECN-marked packets and CNPs
-    // per second for every node whose counters moved in this trial.
-    if (doc.contains("nic") && doc["nic"].is_object()) {
-      std::vector<CounterLine> lines;
-      for (auto it = doc["nic"].begin(); it != doc["nic"].end(); ++it) {
-        const json& q = *it;
-        auto rates = [&](const char* counter) { return counterRates(q, counter); };
-        const std::string& node = it.key();
-        if (nicGrowth(q, "pause_frames", t0, t1) > 0)
-          lines.push_back({"pfc", node + " pause frames (NIC)", rates("pause_frames")});
-        if (nicGrowth(q, "ecn_marked", t0, t1) > 0)
-          lines.push_back({"ecn", node + " ECN-marked packets received (NIC)", rates("ecn_marked")});
-        if (nicGrowth(q, "cnp_sent", t0, t1) > 0)
-          lines.push_back({"cnp", node + " CNPs sent (NIC)", rates("cnp_sent")});
-      }
-      if (!lines.empty()) {
-        h << "<h3>NIC counters</h3>\n";
-        h << counterChart("nic-" + std::to_string(idx), "Pause frames, ECN marks and CNPs per second, by node (NIC counters)",
-                          t0, t1, shadesFor(""), lines);
-      }
-    }
-
-    // The fabric's own view beside the throughput: pause frames and ECN marks per second for
-    // every switch queue that moved in this trial, and the deltas per queue.
-    if (t.contains("fabric") && t["fabric"].is_object() && !str(t["fabric"], "source").empty() &&
-        doc.contains("fabric") && doc["fabric"].contains("series")) {
-      const json& fb = t["fabric"];
-      std::vector<CounterLine> lines;
-      for (const auto& d : fb["deltas"]) {
-        std::string key = str(d, "port") + "/" + std::to_string(d.value("queue", 0));
-        const json& q = doc["fabric"]["series"].value(key, json());
-        if (!q.is_object()) continue;
-        auto rates = [&](const char* counter) { return counterRates(q, counter); };
-        std::string where = str(d, "port") + " q" + std::to_string(d.value("queue", 0));
-        if (d.value("pfc_rx", uint64_t(0)) > 0) lines.push_back({"pfc", where + " PFC frames received", rates("pfc_rx")});
-        if (d.value("pfc_tx", uint64_t(0)) > 0) lines.push_back({"pfc", where + " PFC frames sent", rates("pfc_tx")});
-        if (d.value("ecn_marked", uint64_t(0)) > 0) lines.push_back({"ecn", where + " ECN marks", rates("ecn_marked")});
-        if (d.value("drops", uint64_t(0)) > 0) lines.push_back({"drops", where + " drops", rates("drops")});
-      }
-      h << "<h3>Fabric (" << esc(str(fb, "source")) << ")</h3>\n";
-      h << counterChart("fabric-" + std::to_string(idx), "Pause frames, ECN marks and drops per second, by switch queue",
-                        t0, t1, shadesFor(""), lines);
-      h << "<table class=\"fabric\"><tr><th>port / queue</th><th>PFC rx</th><th>PFC tx</th><th>paused</th>"
-           "<th>senders in XOFF</th><th>ECN marks</th><th>drops</th><th>max depth</th><th>storm gaps</th></tr>\n";
-      for (const auto& d : fb["deltas"])
-        h << "<tr><td>" << esc(str(d, "port") + " / " + std::to_string(d.value("queue", 0))) << "</td><td class=\"num\">"
-          << d.value("pfc_rx", uint64_t(0)) << "</td><td class=\"num\">" << d.value("pfc_tx", uint64_t(0))
-          << "</td><td class=\"num\">" << esc(dur(d.value("paused_ns", int64_t(0)))) << "</td><td class=\"num\">"
-          << esc(dur(d.value("xoff_ns", int64_t(0)))) << "</td><td class=\"num\">" << d.value("ecn_marked", uint64_t(0))
-          << "</td><td class=\"num\">" << d.value("drops", uint64_t(0)) << "</td><td class=\"num\">"
-          << esc(formatSize(d.value("max_depth_bytes", uint64_t(0)))) << "</td><td class=\"num\">"
-          << d.value("storm_gaps", uint64_t(0)) << "</td></tr>\n";
-      h << "</table>\n";
-      for (const auto& w : fb["watchdog"]) {
-        auto show = [&](const char* k) { return w[k].is_number() ? dur(w[k].get<int64_t>()) : std::string("never"); };
-        h << "<p class=\"watchdog\">PFC watchdog on " << esc(str(w, "port")) << " priority " << w.value("priority", 0)
-          << ": detected " << esc(show("detect_time_ns")) << " after the storm began (data plane: traffic moved again after "
-          << esc(show("data_plane_detect_time_ns")) << "), restored " << esc(show("restore_time_ns"))
-          << " after it ended";
-        if (w.contains("data_plane_restore_time_ns") && w["data_plane_restore_time_ns"].is_number())
-          h << " (data plane: frames delivered to " << esc(str(w, "port")) << " again after "
-            << esc(show("data_plane_restore_time_ns")) << ")";
-        h << ".</p>\n";
-      }
-    }
-
-    // The nodes' NIC and RDMA counters per fault window, beside the switch's view: every
-    // counter that moved, the evidence (errors, retries, pause, ECN, CNPs, drops) first.
-    if (t.contains("nic") && t["nic"].is_object() && !t["nic"].value("fault_windows", json::array()).empty()) {
-      h << "<h3>NIC and RDMA counters per fault window</h3>\n<p class=\"muted\">Each node's counter deltas from "
-           "the fault's apply to its revert, from the agents' samples (about every 100 ms): the counters that "
-           "moved.</p>\n<table class=\"nicwindows\"><tr><th>fault</th><th>window</th><th>node</th>"
-           "<th>counters that moved</th></tr>\n";
-      for (const auto& w : t["nic"]["fault_windows"]) {
-        std::string fault = str(w, "step");
-        fault.append(" (").append(str(w, "kind")).append(" on ").append(str(w, "node"));
-        if (!str(w, "role").empty()) fault.append(", ").append(str(w, "role"));
-        fault.append(")");
-        std::string when = rel(i64(w, "from_ns") - t0);
-        when.append(" to ").append(rel(i64(w, "to_ns") - t0));
-        const json& nodes = w.value("nodes", json::object());
-        if (!nodes.is_object() || nodes.empty()) {
-          h << "<tr><td>" << esc(fault) << "</td><td class=\"num\">" << esc(when)
-            << "</td><td>–</td><td class=\"muted\">no counter moved on any node</td></tr>\n";
-          continue;
-        }
-        for (auto it = nodes.begin(); it != nodes.end(); ++it) {
-          std::string cell;
-          for (const auto& item : nicWindowItems(*it)) {
-            if (!cell.empty()) cell.append(", ");
-            cell.append(nicItemText(item));
-          }
-          h << "<tr><td>" << esc(fault) << "</td><td class=\"num\">" << esc(when) << "</td><td>" << esc(it.key())
-            << "</td><td>" << esc(cell) << "</td></tr>\n";
-        }
-      }
-      h << "</table>\n";
-    }
-
-    if (!t["verdicts"].empty()) {
-      h << "<h3>Expectations</h3>\n<table class=\"verdicts\"><tr><th></th><th>expectation</th><th>scope</th><th>measured</th><th>playbook line</th></tr>\n";
-      for (const auto& v : t["verdicts"]) {
-        bool ok = v.value("passed", false);
-        h << "<tr class=\"" << (ok ? "pass" : "fail") << "\"><td class=\"" << (ok ? "pass" : "fail") << "\">"
-          << (ok ? "✓ pass" : "✗ fail") << "</td><td>" << esc(str(v, "metric") + " " + str(v, "op") + " " + str(v, "bound_text"))
-          << "</td><td>" << esc(str(v, "scope")) << "</td><td class=\"num\">" << esc(str(v, "measured_text"))
-          << "</td><td class=\"num\">" << i64(v, "line") << "</td></tr>\n";
-      }
-      h << "</table>\n";
-    }
-    h << "<h3>Scores per scope</h3>\n<table class=\"scopes\"><tr><th>scope</th><th>baseline</th><th>time to impact</th>"
-         "<th>recovery</th><th>loss</th><th>stall</th><th>min</th><th>iter p50 / p99 / max</th></tr>\n";
-    std::vector<json> scopes{job};
-    for (const auto& n : t.value("nodes", json::array())) scopes.push_back(n);
-    for (const auto& sc : scopes) {
-      const json& si = sc.value("impact", json());
-      const json& wi = sc.value("iterations", json::object()).value("window", json());
-      h << "<tr><td>" << esc(str(sc, "scope")) << "</td><td class=\"num\">" << esc(rateText(num(sc, "baseline_Bps")))
-        << "</td>";
-      if (si.is_object()) {
-        auto tti = num(si, "time_to_impact_ns");
-        auto rec = num(si, "recovery_time_ns");
-        h << "<td class=\"num\">" << esc(tti ? dur(int64_t(*tti)) : "–") << "</td><td class=\"num" << (rec ? "" : " fail")
-          << "\">" << esc(rec ? dur(int64_t(*rec)) : "not recovered") << "</td><td class=\"num\">"
-          << fmt("%.2f%%", num(si, "loss_pct").value_or(0)) << "</td><td class=\"num\">" << esc(dur(i64(si, "stall_ns")))
-          << "</td><td class=\"num\">" << esc(rateText(num(si, "min_Bps"))) << "</td>";
-      } else {
-        h << "<td>–</td><td>–</td><td>–</td><td>–</td><td>–</td>";
-      }
-      h << "<td class=\"num\">"
-        << (wi.is_object() ? esc(dur(i64(wi, "p50_ns")) + " / " + dur(i64(wi, "p99_ns")) + " / " + dur(i64(wi, "max_ns")))
-                           : "–")
-        << "</td></tr>\n";
-    }
-    h << "</table>\n";
-
-    h << "<h3>Faults (times from the trial start)</h3>\n<table class=\"faults\"><tr><th>step</th><th>kind</th><th>node</th>"
-         "<th>scheduled</th><th>applied</th><th>reverted</th><th>parameters</th></tr>\n";
-    for (const auto& f : faults) {
-      if (i64(f, "trial", -1) != idx) continue;
-      std::string params = formatParams(str(f, "kind"), f["params"]);
-      h << "<tr><td>" << esc(str(f, "step")) << "</td><td>" << esc(str(f, "kind")) << "</td><td>" << esc(str(f, "node"))
-        << "</td><td class=\"num\">" << rel(i64(f, "scheduled_ns") - t0) << "</td><td class=\"num\">"
-        << (f["applied_ns"].is_number() ? rel(f["applied_ns"].get<int64_t>() - t0) : "<span class=\"fail\">" + esc(str(f, "error", "not applied")) + "</span>")
-        << "</td><td class=\"num\">" << (f["reverted_ns"].is_number() ? rel(f["reverted_ns"].get<int64_t>() - t0) : "–")
-        << "</td><td>" << esc(params) << "</td></tr>\n";
-    }
-    h << "</table>\n";
-
-    // Counter deltas: one row per node, one column per counter any node reported.
-    std::vector<std::string> names;
-    for (const auto& c : doc["counters"])
-      if (i64(c, "trial", -1) == idx)
-        for (auto it = c["delta"].begin(); it != c["delta"].end(); ++it)
-          if (*it != 0 && std::find(names.begin(), names.end(), it.key()) == names.end())
-            names.push_back(it.key());
-    if (!names.empty()) {
-      h << "<h3>Counter deltas over the trial (the counters that moved)</h3>\n<table class=\"counters\"><tr><th>node</th>";
-      for (const auto& n : names) h << "<th>" << esc(n) << "</th>";
-      h << "</tr>\n";
-      for (const auto& c : doc["counters"]) {
-        if (i64(c, "trial", -1) != idx) continue;
-        h << "<tr><td>" << esc(str(c, "node")) << "</td>";
-        for (const auto& n : names)
-          h << "<td class=\"num\">" << (c["delta"].contains(n) ? c["delta"][n].dump() : "–") << "</td>";
-        h << "</tr>\n";
-      }
-      h << "</table>\n";
-    }
-    h << "</section>\n";
+// A trial's title, its problems and conditions, and its cards (baseline, impact, cost).
+void trialHeadHtml(std::ostream& h, const TrialView& view) {
+  const json& t = view.t;
+  const json& pb = view.doc["playbook"];
+  const json& job = t["job"];
+  const json& im = job.value("impact", json());
+  const int idx = view.idx;
+  int met = 0, total = 0;
+  for (const auto& v : t["verdicts"]) {
+    total++;
+    met += v.value("passed", false) ? 1 : 0;
   }
+  const bool trialError = !t.value("problems", json::array()).empty();
+  const json cond = t.value("condition", json::object());
+  const bool reached = cond.value("reached", true);
+  const char* tv = trialVerdict(t);
+  h << "<section class=\"trial\" id=\"trial-" << idx << "\">\n<h2>Trial " << idx + 1 << ": " << esc(str(t, "label"))
+    << " <span class=\"badge " << tv << "\">"
+    << (trialError ? "error" : !reached ? "condition not reached" : std::to_string(met) + "/" + std::to_string(total) + " met")
+    << "</span></h2>\n";
+  for (const auto& p : t.value("problems", json::array()))
+    h << "<div class=\"problem\">⚠ " << esc(p.get<std::string>()) << "</div>\n";
+  for (const auto& c : cond.value("checks", json::array()))
+    h << "<div class=\"" << (c.value("passed", false) ? "muted" : "problem") << " condition\">"
+      << (c.value("passed", false) ? "condition met: " : "⚠ condition not reached, expectations not scored: ")
+      << esc(str(c, "metric") + " " + str(c, "op") + " " + str(c, "bound_text") + " (" + str(c, "scope") +
+             "), measured " + str(c, "measured_text"))
+      << "</div>\n";
+  h << "<div class=\"cards\">" << card("baseline", rateText(num(job, "baseline_Bps")));
+  if (auto bw = num(job, "busbw_Bps")) h << card("bus bandwidth", rateText(bw));
+  if (im.is_object()) {
+    auto tti = num(im, "time_to_impact_ns");
+    auto rec = num(im, "recovery_time_ns");
+    std::string pm = im.contains("uncertainty_ns") ? " ± " + dur(i64(im, "uncertainty_ns")) : "";
+    h << card("time to impact", tti ? dur(int64_t(*tti)) + pm : "no impact")
+      << card("recovery time", rec ? dur(int64_t(*rec)) + pm : "not recovered", !rec)
+      << card("throughput loss", fmt("%.2f%%", num(im, "loss_pct").value_or(0)) + " · " +
+                                     formatSize(uint64_t(num(im, "loss_bytes").value_or(0))))
+      << card("stall time", dur(i64(im, "stall_ns")), i64(im, "stall_ns") > 0);
+    const json& wi = job["iterations"].value("window", json());
+    const json& bi = job["iterations"].value("baseline", json());
+    if (wi.is_object())
+      h << card("iteration p99 (base p50)", dur(i64(wi, "p99_ns")) +
+                                                (bi.is_object() ? " (" + dur(i64(bi, "p50_ns")) + ")" : ""));
+    if (auto g = num(job, "gpu_hours"))
+      h << card("GPU-hours / incident", fmt("%.3g", *g) + " · " + fmt("%.2f", num(job, "cost").value_or(0)) + " " +
+                                            str(pb.value("cost", json::object()), "currency"));
+  } else {
+    h << card("fault", "none applied", true);
+  }
+  h << "</div>\n";
+}
 
-  h << targetsHtml(doc);
+// The job's throughput chart and each node's, with baseline, threshold, recovery and alerts.
+void trialChartsHtml(std::ostream& h, const TrialView& view) {
+  const json& t = view.t;
+  const json& doc = view.doc;
+  const json& series = doc["series"];
+  const json& job = t["job"];
+  const json& im = job.value("impact", json());
+  const int idx = view.idx;
+  const int64_t binNs = view.binNs, t0 = view.t0, t1 = view.t1;
+  const double epsilon = view.epsilon;
+  ChartInput base;
+  base.binNs = binNs;
+  base.t0 = t0;
+  base.t1 = t1;
+  base.epsilon = epsilon;
+  for (const auto& ph : t.value("phases", json::array())) base.phases.push_back({str(ph, "name"), i64(ph, "start_ns")});
+  if (im.is_object()) {
+    base.faultEnd = num(t, "fault_end_ns") ? std::optional<int64_t>(i64(t, "fault_end_ns")) : std::nullopt;
+  }
+  auto marks = [&](ChartInput& c, const json& scope) {
+    c.baseline = num(scope, "baseline_Bps");
+    const json& sim = scope.value("impact", json());
+    if (sim.is_object()) {
+      c.threshold = num(sim, "threshold_Bps");
+      if (sim.value("recovered", false) && sim["recovered_at_ns"].is_number())
+        c.recoveredAt = sim["recovered_at_ns"].get<int64_t>();
+      else
+        c.notRecovered = true;
+    }
+  };
+  {
+    ChartInput c = base;
+    c.id = "chart-" + std::to_string(idx) + "-job";
+    c.title = "Job throughput (sum of " + std::to_string(series["nodes"].size()) + " nodes), time from trial start";
+    c.bytes = slice(series["job"], binNs, t0, t1);
+    c.shades = view.shades("");
+    c.alerts = alertMarkers(doc, t0, t1);
+    marks(c, job);
+    h << chart(c);
+  }
+  h << "<h3>Per node</h3>\n";
+  for (const auto& n : t.value("nodes", json::array())) {
+    std::string node = str(n, "scope");
+    ChartInput c = base;
+    c.id = "chart-" + std::to_string(idx) + "-" + node;
+    c.title = node;
+    c.height = 150;
+    c.bytes = slice(series["nodes"].value(node, json::array()), binNs, t0, t1);
+    c.shades = view.shades(node);
+    marks(c, n);
+    h << chart(c);
+  }
+}
+
+// The nodes' NIC counters beside the throughput: pause frames, ECN-marked packets and CNPs
+// per second for every node whose counters moved in this trial.
+void nicChartHtml(std::ostream& h, const TrialView& view) {
+  const json& doc = view.doc;
+  const int idx = view.idx;
+  const int64_t t0 = view.t0, t1 = view.t1;
+  if (doc.contains("nic") && doc["nic"].is_object()) {
+    std::vector<CounterLine> lines;
+    for (auto it = doc["nic"].begin(); it != doc["nic"].end(); ++it) {
+      const json& q = *it;
+      auto rates = [&](const char* counter) { return counterRates(q, counter); };
+      const std::string& node = it.key();
+      if (nicGrowth(q, "pause_frames", t0, t1) > 0)
+        lines.push_back({"pfc", node + " pause frames (NIC)", rates("pause_frames")});
+      if (nicGrowth(q, "ecn_marked", t0, t1) > 0)
+        lines.push_back({"ecn", node + " ECN-marked packets received (NIC)", rates("ecn_marked")});
+      if (nicGrowth(q, "cnp_sent", t0, t1) > 0)
+        lines.push_back({"cnp", node + " CNPs sent (NIC)", rates("cnp_sent")});
+    }
+    if (!lines.empty()) {
+      h << "<h3>NIC counters</h3>\n";
+      h << counterChart("nic-" + std::to_string(idx), "Pause frames, ECN marks and CNPs per second, by node (NIC counters)",
+                        t0, t1, view.shades(""), lines);
+    }
+  }
+}
+
+// The fabric's own view beside the throughput: pause frames and ECN marks per second for
+// every switch queue that moved in this trial, and the deltas per queue.
+void fabricHtml(std::ostream& h, const TrialView& view) {
+  const json& t = view.t;
+  const json& doc = view.doc;
+  const int idx = view.idx;
+  const int64_t t0 = view.t0, t1 = view.t1;
+  if (t.contains("fabric") && t["fabric"].is_object() && !str(t["fabric"], "source").empty() &&
+      doc.contains("fabric") && doc["fabric"].contains("series")) {
+    const json& fb = t["fabric"];
+    std::vector<CounterLine> lines;
+    for (const auto& d : fb["deltas"]) {
+      std::string key = str(d, "port") + "/" + std::to_string(d.value("queue", 0));
+      const json& q = doc["fabric"]["series"].value(key, json());
+      if (!q.is_object()) continue;
+      auto rates = [&](const char* counter) { return counterRates(q, counter); };
+      std::string where = str(d, "port") + " q" + std::to_string(d.value("queue", 0));
+      if (d.value("pfc_rx", uint64_t(0)) > 0) lines.push_back({"pfc", where + " PFC frames received", rates("pfc_rx")});
+      if (d.value("pfc_tx", uint64_t(0)) > 0) lines.push_back({"pfc", where + " PFC frames sent", rates("pfc_tx")});
+      if (d.value("ecn_marked", uint64_t(0)) > 0) lines.push_back({"ecn", where + " ECN marks", rates("ecn_marked")});
+      if (d.value("drops", uint64_t(0)) > 0) lines.push_back({"drops", where + " drops", rates("drops")});
+    }
+    h << "<h3>Fabric (" << esc(str(fb, "source")) << ")</h3>\n";
+    h << counterChart("fabric-" + std::to_string(idx), "Pause frames, ECN marks and drops per second, by switch queue",
+                      t0, t1, view.shades(""), lines);
+    h << "<table class=\"fabric\"><tr><th>port / queue</th><th>PFC rx</th><th>PFC tx</th><th>paused</th>"
+         "<th>senders in XOFF</th><th>ECN marks</th><th>drops</th><th>max depth</th><th>storm gaps</th></tr>\n";
+    for (const auto& d : fb["deltas"])
+      h << "<tr><td>" << esc(str(d, "port") + " / " + std::to_string(d.value("queue", 0))) << "</td><td class=\"num\">"
+        << d.value("pfc_rx", uint64_t(0)) << "</td><td class=\"num\">" << d.value("pfc_tx", uint64_t(0))
+        << "</td><td class=\"num\">" << esc(dur(d.value("paused_ns", int64_t(0)))) << "</td><td class=\"num\">"
+        << esc(dur(d.value("xoff_ns", int64_t(0)))) << "</td><td class=\"num\">" << d.value("ecn_marked", uint64_t(0))
+        << "</td><td class=\"num\">" << d.value("drops", uint64_t(0)) << "</td><td class=\"num\">"
+        << esc(formatSize(d.value("max_depth_bytes", uint64_t(0)))) << "</td><td class=\"num\">"
+        << d.value("storm_gaps", uint64_t(0)) << "</td></tr>\n";
+    h << "</table>\n";
+    for (const auto& w : fb["watchdog"]) {
+      auto show = [&](const char* k) { return w[k].is_number() ? dur(w[k].get<int64_t>()) : std::string("never"); };
+      h << "<p class=\"watchdog\">PFC watchdog on " << esc(str(w, "port")) << " priority " << w.value("priority", 0)
+        << ": detected " << esc(show("detect_time_ns")) << " after the storm began (data plane: traffic moved again after "
+        << esc(show("data_plane_detect_time_ns")) << "), restored " << esc(show("restore_time_ns"))
+        << " after it ended";
+      if (w.contains("data_plane_restore_time_ns") && w["data_plane_restore_time_ns"].is_number())
+        h << " (data plane: frames delivered to " << esc(str(w, "port")) << " again after "
+          << esc(show("data_plane_restore_time_ns")) << ")";
+      h << ".</p>\n";
+    }
+  }
+}
+
+// The nodes' NIC and RDMA counters per fault window, beside the switch's view: every
+// counter that moved, the evidence (errors, retries, pause, ECN, CNPs, drops) first.
+void nicWindowsHtml(std::ostream& h, const TrialView& view) {
+  const json& t = view.t;
+  const int64_t t0 = view.t0;
+  if (t.contains("nic") && t["nic"].is_object() && !t["nic"].value("fault_windows", json::array()).empty()) {
+    h << "<h3>NIC and RDMA counters per fault window</h3>\n<p class=\"muted\">Each node's counter deltas from "
+         "the fault's apply to its revert, from the agents' samples (about every 100 ms): the counters that "
+         "moved.</p>\n<table class=\"nicwindows\"><tr><th>fault</th><th>window</th><th>node</th>"
+         "<th>counters that moved</th></tr>\n";
+    for (const auto& w : t["nic"]["fault_windows"]) {
+      std::string fault = str(w, "step");
+      fault.append(" (").append(str(w, "kind")).append(" on ").append(str(w, "node"));
+      if (!str(w, "role").empty()) fault.append(", ").append(str(w, "role"));
+      fault.append(")");
+      std::string when = rel(i64(w, "from_ns") - t0);
+      when.append(" to ").append(rel(i64(w, "to_ns") - t0));
+      const json& nodes = w.value("nodes", json::object());
+      if (!nodes.is_object() || nodes.empty()) {
+        h << "<tr><td>" << esc(fault) << "</td><td class=\"num\">" << esc(when)
+          << "</td><td>–</td><td class=\"muted\">no counter moved on any node</td></tr>\n";
+        continue;
+      }
+      for (auto it = nodes.begin(); it != nodes.end(); ++it) {
+        std::string cell;
+        for (const auto& item : nicWindowItems(*it)) {
+          if (!cell.empty()) cell.append(", ");
+          cell.append(nicItemText(item));
+        }
+        h << "<tr><td>" << esc(fault) << "</td><td class=\"num\">" << esc(when) << "</td><td>" << esc(it.key())
+          << "</td><td>" << esc(cell) << "</td></tr>\n";
+      }
+    }
+    h << "</table>\n";
+  }
+}
+
+// The trial's expectations, each with its playbook line.
+void verdictsHtml(std::ostream& h, const json& t) {
+  if (!t["verdicts"].empty()) {
+    h << "<h3>Expectations</h3>\n<table class=\"verdicts\"><tr><th></th><th>expectation</th><th>scope</th><th>measured</th><th>playbook line</th></tr>\n";
+    for (const auto& v : t["verdicts"]) {
+      bool ok = v.value("passed", false);
+      h << "<tr class=\"" << (ok ? "pass" : "fail") << "\"><td class=\"" << (ok ? "pass" : "fail") << "\">"
+        << (ok ? "✓ pass" : "✗ fail") << "</td><td>" << esc(str(v, "metric") + " " + str(v, "op") + " " + str(v, "bound_text"))
+        << "</td><td>" << esc(str(v, "scope")) << "</td><td class=\"num\">" << esc(str(v, "measured_text"))
+        << "</td><td class=\"num\">" << i64(v, "line") << "</td></tr>\n";
+    }
+    h << "</table>\n";
+  }
+}
+
+// Every scope's scores side by side: the job, then each node.
+void scopesHtml(std::ostream& h, const json& t) {
+  const json& job = t["job"];
+  h << "<h3>Scores per scope</h3>\n<table class=\"scopes\"><tr><th>scope</th><th>baseline</th><th>time to impact</th>"
+       "<th>recovery</th><th>loss</th><th>stall</th><th>min</th><th>iter p50 / p99 / max</th></tr>\n";
+  std::vector<json> scopes{job};
+  for (const auto& n : t.value("nodes", json::array())) scopes.push_back(n);
+  for (const auto& sc : scopes) {
+    const json& si = sc.value("impact", json());
+    const json& wi = sc.value("iterations", json::object()).value("window", json());
+    h << "<tr><td>" << esc(str(sc, "scope")) << "</td><td class=\"num\">" << esc(rateText(num(sc, "baseline_Bps")))
+      << "</td>";
+    if (si.is_object()) {
+      auto tti = num(si, "time_to_impact_ns");
+      auto rec = num(si, "recovery_time_ns");
+      h << "<td class=\"num\">" << esc(tti ? dur(int64_t(*tti)) : "–") << "</td><td class=\"num" << (rec ? "" : " fail")
+        << "\">" << esc(rec ? dur(int64_t(*rec)) : "not recovered") << "</td><td class=\"num\">"
+        << fmt("%.2f%%", num(si, "loss_pct").value_or(0)) << "</td><td class=\"num\">" << esc(dur(i64(si, "stall_ns")))
+        << "</td><td class=\"num\">" << esc(rateText(num(si, "min_Bps"))) << "</td>";
+    } else {
+      h << "<td>–</td><td>–</td><td>–</td><td>–</td><td>–</td>";
+    }
+    h << "<td class=\"num\">"
+      << (wi.is_object() ? esc(dur(i64(wi, "p50_ns")) + " / " + dur(i64(wi, "p99_ns")) + " / " + dur(i64(wi, "max_ns")))
+                         : "–")
+      << "</td></tr>\n";
+  }
+  h << "</table>\n";
+}
+
+// The trial's faults, times from the trial's start.
+void faultsHtml(std::ostream& h, const TrialView& view) {
+  const int idx = view.idx;
+  const int64_t t0 = view.t0;
+  const json& faults = view.doc["faults"];
+  h << "<h3>Faults (times from the trial start)</h3>\n<table class=\"faults\"><tr><th>step</th><th>kind</th><th>node</th>"
+       "<th>scheduled</th><th>applied</th><th>reverted</th><th>parameters</th></tr>\n";
+  for (const auto& f : faults) {
+    if (i64(f, "trial", -1) != idx) continue;
+    std::string params = formatParams(str(f, "kind"), f["params"]);
+    h << "<tr><td>" << esc(str(f, "step")) << "</td><td>" << esc(str(f, "kind")) << "</td><td>" << esc(str(f, "node"))
+      << "</td><td class=\"num\">" << rel(i64(f, "scheduled_ns") - t0) << "</td><td class=\"num\">"
+      << (f["applied_ns"].is_number() ? rel(f["applied_ns"].get<int64_t>() - t0) : "<span class=\"fail\">" + esc(str(f, "error", "not applied")) + "</span>")
+      << "</td><td class=\"num\">" << (f["reverted_ns"].is_number() ? rel(f["reverted_ns"].get<int64_t>() - t0) : "–")
+      << "</td><td>" << esc(params) << "</td></tr>\n";
+  }
+  h << "</table>\n";
+}
+
+// Counter deltas: one row per node, one column per counter any node reported.
+void countersHtml(std::ostream& h, const TrialView& view) {
+  const json& doc = view.doc;
+  const int idx = view.idx;
+  std::vector<std::string> names;
+  for (const auto& c : doc["counters"])
+    if (i64(c, "trial", -1) == idx)
+      for (auto it = c["delta"].begin(); it != c["delta"].end(); ++it)
+        if (*it != 0 && std::find(names.begin(), names.end(), it.key()) == names.end())
+          names.push_back(it.key());
+  if (!names.empty()) {
+    h << "<h3>Counter deltas over the trial (the counters that moved)</h3>\n<table class=\"counters\"><tr><th>node</th>";
+    for (const auto& n : names) h << "<th>" << esc(n) << "</th>";
+    h << "</tr>\n";
+    for (const auto& c : doc["counters"]) {
+      if (i64(c, "trial", -1) != idx) continue;
+      h << "<tr><td>" << esc(str(c, "node")) << "</td>";
+      for (const auto& n : names)
+        h << "<td class=\"num\">" << (c["delta"].contains(n) ? c["delta"][n].dump() : "–") << "</td>";
+      h << "</tr>\n";
+    }
+    h << "</table>\n";
+  }
+}
+
+// Repeatability: every trial of a scenario side by side, with mean, stddev, CV and verdicts.
+void repeatabilityHtml(std::ostream& h, const json& doc) {
   for (const auto& g : doc.value("repeatability", json::array())) {
     h << "<h2>Repeatability: " << esc(str(g, "group")) << " over " << g.value("trials", 0)
       << " trials</h2>\n<table class=\"repeatability\"><tr><th>metric</th><th>per trial</th><th>mean</th>"
@@ -640,8 +699,10 @@ std::string renderHtml(const json& doc) {
                " (playbook line " + std::to_string(v.value("line", 0)) + ")")
         << "</div>\n";
   }
+}
 
-  h << detectionHtml(doc);
+// The agents' clock offsets, and the inventory the run used.
+void clocksAndInventoryHtml(std::ostream& h, const json& doc) {
   if (!doc["clocks"].empty()) {
     h << "<h2>Clocks</h2>\n<p class=\"muted\">Agent times are mapped onto the controller's timeline with these offsets; "
          "fault times are exact to within the uncertainty.</p>\n<table class=\"clocks\"><tr><th>node</th><th>offset</th>"
@@ -665,6 +726,36 @@ std::string renderHtml(const json& doc) {
     }
     h << "</table>\n";
   }
+}
+
+}  // namespace
+
+std::string renderHtml(const json& doc) {
+  const json& pb = doc["playbook"];
+  std::ostringstream h;
+  headerHtml(h, doc);
+  for (const auto& t : doc["trials"]) {
+    TrialView view{doc, t};
+    view.idx = int(i64(t, "index"));
+    view.t0 = i64(t, "start_ns");
+    view.t1 = i64(t, "end_ns");
+    view.binNs = doc["series"]["bin_ns"].get<int64_t>();
+    view.epsilon = pb.contains("scoring") ? pb["scoring"].value("epsilon", 0.05) : 0.05;
+    trialHeadHtml(h, view);
+    trialChartsHtml(h, view);
+    nicChartHtml(h, view);
+    fabricHtml(h, view);
+    nicWindowsHtml(h, view);
+    verdictsHtml(h, t);
+    scopesHtml(h, t);
+    faultsHtml(h, view);
+    countersHtml(h, view);
+    h << "</section>\n";
+  }
+  h << targetsHtml(doc);
+  repeatabilityHtml(h, doc);
+  h << detectionHtml(doc);
+  clocksAndInventoryHtml(h, doc);
   h << "<details><summary>Playbook " << esc(str(pb, "path")) << "</summary><pre>" << esc(str(pb, "text"))
     << "</pre></details>\n";
   h << "<p class=\"muted\">Generated by rdmachaos " << esc(str(doc.value("generator", json::object()), "version"))
