@@ -40,7 +40,34 @@ double bandDepth(const json& scope) {
 constexpr int kFewIterations = 10;
 
 // Every compared metric of one scope of one trial.
-void addScope(MetricTable& t, const std::string& trial, const json& s) {
+// How far a TCP job's return after an outage moves on its own: Linux retransmits a lost
+// segment after 200 ms, then at doubling intervals while nothing is acknowledged, so a flow
+// tries again anywhere from 0 to about the outage + 200 ms after the link is back (the lab's
+// recoveries after its 1 s flap: 0.51 to 1.03 s). Half that span is the noise of every value
+// that counts the return. RDMA's RC transport retries at its fixed QP timeout: nothing is added
+// for verbs. The outage: a link_flap's `down`, a pfc_storm's time on.
+int64_t retryNoiseNs(const json& doc, const json& trial) {
+  const json* pb = member(doc, "playbook");
+  const json* wl = pb ? member(*pb, "workload") : nullptr;
+  if (wl && wl->value("transport", std::string("tcp")) != "tcp") return 0;
+  const json* faults = member(doc, "faults");
+  if (!faults || !faults->is_array()) return 0;
+  const int index = trial.value("index", -1);
+  int64_t outage = 0;
+  for (const auto& f : *faults) {
+    if (!f.is_object() || f.value("trial", -2) != index) continue;
+    const std::string kind = f.value("kind", std::string());
+    if (kind == "link_flap" && f.contains("params") && f["params"].is_object())
+      outage = std::max(outage, int64_t(number(f["params"], "down").value_or(0)));
+    if (kind == "pfc_storm") {
+      auto a = number(f, "applied_ns"), r = number(f, "reverted_ns");
+      if (a && r) outage = std::max(outage, int64_t(*r - *a));
+    }
+  }
+  return outage > 0 ? (outage + 200'000'000) / 2 : 0;
+}
+
+void addScope(MetricTable& t, const std::string& trial, const json& s, double retry) {
   const std::string scope = s.value("scope", std::string());
   auto put = [&](const char* metric, std::optional<double> v, double noise, bool notRecovered = false) {
     if (!v && !notRecovered) return;
@@ -59,14 +86,17 @@ void addScope(MetricTable& t, const std::string& trial, const json& s) {
   const double u = impact ? number(*impact, "uncertainty_ns").value_or(0) : 0;
   if (impact) {
     const bool recovered = impact->value("recovered", false);
-    put("recovery_time", recovered ? number(*impact, "recovery_time_ns") : std::nullopt, u, !recovered);
+    put("recovery_time", recovered ? number(*impact, "recovery_time_ns") : std::nullopt, u + retry, !recovered);
     // Loss as a share depends on the window (fault start to recovery), so the bytes lost are
     // compared too; their noise is the healthy band's depth over that window.
-    put("throughput_loss_pct", number(*impact, "loss_pct"), baseline && *baseline > 0 ? depth / *baseline * 100 : 0);
+    // A later return (retry) costs the baseline's rate for that long.
     const double window = (number(*impact, "window_to_ns").value_or(0) - number(*impact, "window_from_ns").value_or(0)) / 1e9;
-    put("throughput_loss_bytes", number(*impact, "loss_bytes"), depth * std::max(0.0, window));
-    put("stall_time", number(*impact, "stall_ns"), u);
-    put("longest_stall", number(*impact, "longest_stall_ns"), u);
+    put("throughput_loss_pct", number(*impact, "loss_pct"),
+        (baseline && *baseline > 0 ? depth / *baseline * 100 : 0) + (window > 0 ? retry / 1e9 / window * 100 : 0));
+    put("throughput_loss_bytes", number(*impact, "loss_bytes"),
+        depth * std::max(0.0, window) + baseline.value_or(0) * retry / 1e9);
+    put("stall_time", number(*impact, "stall_ns"), u + retry);
+    put("longest_stall", number(*impact, "longest_stall_ns"), u + retry);
     put("min_throughput", number(*impact, "min_Bps"), depth);
   }
   if (const json* it = member(s, "iterations")) {
@@ -77,7 +107,7 @@ void addScope(MetricTable& t, const std::string& trial, const json& s) {
     }
     if (const json* w = member(*it, "window")) {
       // The window's slowest iteration spans the stall, known to the trial's uncertainty.
-      const double tail = std::max(spread, u);
+      const double tail = std::max(spread, u) + retry;
       // A fault window of a few iterations (the stalled one and some healthy ones) has no stable
       // median: its p50 is the fast or the stalled one from run to run (0.12 s, then 1.6 s, on
       // the lab), anywhere from the healthy p50 to the window's slowest.
@@ -248,9 +278,10 @@ Result<MetricTable> metricTableOf(const json& doc) {
   if (auto ok = checkResultDocument(doc); !ok) return ok.error();
   for (const auto& trial : doc["trials"]) {
     const std::string label = trial.value("label", std::string());
-    if (const json* job = member(trial, "job")) addScope(t, label, *job);
+    const double retry = double(retryNoiseNs(doc, trial));
+    if (const json* job = member(trial, "job")) addScope(t, label, *job, retry);
     if (const json* nodes = member(trial, "nodes"))
-      for (const auto& n : *nodes) addScope(t, label, n);
+      for (const auto& n : *nodes) addScope(t, label, n, retry);
   }
   addPeerRanges(t, doc);
   return t;

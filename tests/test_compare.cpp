@@ -20,7 +20,11 @@ json documentWith(const std::string& node = "", int extra = 0) {
   RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
   if (!node.empty())
     for (int i = 125; i < 125 + extra; i++) run.series[node][size_t(i)].bytes = 0;
-  return makeResultDocument(run, pb, score(run, pb));
+  json doc = makeResultDocument(run, pb, score(run, pb));
+  // On RDMA's transport the noise is the scorer's alone (TCP's retransmission backoff adds to
+  // it: the case "a TCP job's return after an outage...").
+  doc["playbook"]["workload"]["transport"] = "verbs";
+  return doc;
 }
 
 MetricTable table(const json& doc) {
@@ -427,4 +431,34 @@ TEST_CASE("a target sweep's golden baseline pools the peers: a value another tar
   CHECK(own.at({"flap target=n4", "n2", "recovery_time"}).peerSamples == 0);
   auto alone = compareTables(own, table(strip(sweepWith({{"n4", 4}}))), {}, "golden", "n4's trial at 0.9 s");
   CHECK(alone.worse > 0);
+}
+
+TEST_CASE("a TCP job's return after an outage moves by its retransmission timer: within it is noise, beyond it worse") {
+  auto tcp = [](json d) {
+    d["playbook"]["workload"]["transport"] = "tcp";
+    return d;
+  };
+  json base = documentWith();
+  CHECK(makeResultDocument(rc::test::syntheticRun(rc::test::syntheticPlaybook(), Shape::cleanStep),
+                           rc::test::syntheticPlaybook(),
+                           score(rc::test::syntheticRun(rc::test::syntheticPlaybook(), Shape::cleanStep),
+                                 rc::test::syntheticPlaybook()))["playbook"]["workload"]["transport"] == "tcp");
+  // The synthetic flap is 2 s down: TCP tries again up to 2.2 s after the link is back, so each
+  // value that counts the return carries half of that (1.1 s) besides the scorer's uncertainty.
+  MetricTable tb = table(tcp(base));
+  const MetricValue& rec = tb.at({base["trials"][0]["label"], "n2", "recovery_time"});
+  const MetricValue& vrec = table(base).at({base["trials"][0]["label"], "n2", "recovery_time"});
+  CHECK(rec.noise == Approx(vrec.noise + 1.1e9).margin(1e6));
+  CHECK(tb.at({base["trials"][0]["label"], "job", "baseline"}).noise ==
+        Approx(table(base).at({base["trials"][0]["label"], "job", "baseline"}).noise));  // not a return
+  // n2 back 1 s later: worse on verbs (beyond the scorer's noise), the same on TCP.
+  auto verbs1 = compareTables(table(base), table(documentWith("n2", 10)), {}, "golden", "n2 1 s later");
+  CHECK(row(verbs1, "n2", "recovery_time")->verdict == "worse");
+  auto tcp1 = compareTables(tb, table(tcp(documentWith("n2", 10))), {}, "golden", "n2 1 s later");
+  CHECK(row(tcp1, "n2", "recovery_time")->verdict == "same within noise");
+  CHECK(tcp1.worse == 0);
+  // 4 s later: beyond what the timer explains, worse on TCP too.
+  auto tcp4 = compareTables(tb, table(tcp(documentWith("n2", 40))), {}, "golden", "n2 4 s later");
+  CHECK(row(tcp4, "n2", "recovery_time")->verdict == "worse");
+  CHECK(tcp4.exitCode() == 1);
 }
