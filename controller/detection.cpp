@@ -165,6 +165,122 @@ std::string DetectionOutcome::describe() const {
   return out;
 }
 
+namespace {
+
+// The expected alerts of detect D in TRIAL: one per (step, resolved labels), with the nodes,
+// the first apply and the last revert of the faults it covers.
+std::vector<DetectionOutcome> expectedAlerts(const RunResult& run, const Trial& trial, const Scenario& sc,
+                                             const DetectExpectation& d, int64_t uncertainty) {
+  std::vector<DetectionOutcome> mine;
+  for (const auto& f : run.faults) {
+    if (f.trial != trial.index) continue;
+    if (!d.steps.empty() && std::find(d.steps.begin(), d.steps.end(), f.step) == d.steps.end()) continue;
+    std::vector<std::pair<std::string, std::string>> match;
+    for (const auto& [k, v] : d.match) match.emplace_back(k, resolvePlaceholders(v, f.node, f.step, f.kind, sc.name));
+    auto same = std::find_if(mine.begin(), mine.end(),
+                             [&](const DetectionOutcome& o) { return o.step == f.step && o.match == match; });
+    if (same == mine.end()) {
+      DetectionOutcome o;
+      o.trial = trial.index;
+      o.repeat = trial.repeat;
+      o.scenario = sc.name;
+      o.step = f.step;
+      o.kind = f.kind;
+      o.expectation = d.describe();
+      o.match = match;
+      o.withinNs = d.withinNs;
+      o.clearsWithinNs = d.clearsWithinNs;
+      o.uncertaintyNs = uncertainty;
+      o.pos = d.pos;
+      mine.push_back(std::move(o));
+      same = mine.end() - 1;
+    }
+    if (std::find(same->nodes.begin(), same->nodes.end(), f.node) == same->nodes.end()) same->nodes.push_back(f.node);
+    if (f.appliedNs) same->appliedNs = same->appliedNs ? std::min(*same->appliedNs, *f.appliedNs) : *f.appliedNs;
+    if (f.revertedNs) same->revertedNs = same->revertedNs ? std::max(*same->revertedNs, *f.revertedNs) : *f.revertedNs;
+  }
+  return mine;
+}
+
+// One expected alert judged against the episodes: detected, late, missed or not scored, and
+// whether it cleared in time. UNTIL: the end of what the run listened to.
+void judgeAlert(DetectionOutcome& o, const std::vector<AlertEpisode>& episodes, const DetectionSettings& ds,
+                const Trial& trial, int64_t until) {
+  if (!o.appliedNs) {
+    o.status = "not scored";
+    o.note = "the fault was never applied";
+    return;
+  }
+  const int64_t applied = *o.appliedNs;
+  const AlertEpisode* found = nullptr;
+  for (const auto& ep : episodes) {
+    if (!matches(ep.labels, o.match)) continue;
+    if (ep.firedNs < applied - ds.clockSkewNs) {
+      // Firing before the fault: not its detection; say so when it still fired at it.
+      if (!ep.resolvedNs || *ep.resolvedNs > applied) o.note = "already firing when the fault was applied (" + ep.name() + ")";
+      continue;
+    }
+    if (ep.firedNs > trial.endNs + o.withinNs) break;
+    found = &ep;
+    break;
+  }
+  if (!found) {
+    if (until < applied + o.withinNs + ds.clockSkewNs) {
+      o.status = "not scored";
+      o.note = "alerts were collected only until " + sign(until - applied) + " after the fault";
+    } else {
+      o.status = "missed";
+    }
+    return;
+  }
+  o.alert = found->name();
+  o.firedNs = found->firedNs;
+  o.timeToDetectNs = found->firedNs - applied;
+  o.status = *o.timeToDetectNs <= o.withinNs + ds.clockSkewNs ? "detected" : "late";
+  o.resolvedNs = found->resolvedNs;
+  if (found->resolvedNs && o.revertedNs) o.timeToClearNs = *found->resolvedNs - *o.revertedNs;
+  o.cleared = !o.clearsWithinNs || (o.timeToClearNs && *o.timeToClearNs <= *o.clearsWithinNs + ds.clockSkewNs);
+  if (o.clearsWithinNs && !o.timeToClearNs && o.revertedNs && until < *o.revertedNs + *o.clearsWithinNs) {
+    o.cleared = true;  // cannot be judged: not held against it
+    o.note = "alerts were collected only until " + sign(until - *o.revertedNs) + " after the revert";
+  }
+  if (o.clearsWithinNs && !o.revertedNs) o.note = "the fault's revert was not reported: clearing not judged";
+  o.passed = o.status == "detected" && o.cleared;
+}
+
+// False alarms: watched alerts that no expected detection claimed, fired outside every fault
+// window widened by the margin, while the run listened; counted per repeat round.
+std::map<int, int> findFalseAlarms(const RunResult& run, int64_t until, DetectionScore& out) {
+  std::set<const AlertEpisode*> claimed;
+  for (const auto& o : out.outcomes)
+    if (o.firedNs)
+      for (const auto& ep : out.episodes)
+        if (ep.firedNs == *o.firedNs && matches(ep.labels, o.match)) claimed.insert(&ep);
+  std::map<int, int> falseByRound;
+  for (const auto& ep : out.episodes) {
+    if (claimed.count(&ep) || ep.firedNs < 0 || ep.firedNs > until) continue;
+    auto nm = ep.labels.find("alertname");
+    if (nm == ep.labels.end() || std::find(out.watched.begin(), out.watched.end(), nm->second) == out.watched.end())
+      continue;
+    bool explained = false;
+    for (const auto& f : run.faults) {
+      if (!f.appliedNs) continue;
+      int64_t from = *f.appliedNs - out.falseAlarmMarginNs;
+      int64_t to = f.revertedNs.value_or(run.endedNs) + out.falseAlarmMarginNs;
+      explained |= ep.firedNs >= from && ep.firedNs <= to;
+    }
+    if (explained) continue;
+    out.falseAlarms.push_back(ep);
+    int round = 0;
+    for (const auto& t : run.plan.trials)
+      if (ep.firedNs >= t.startNs) round = t.repeat;
+    falseByRound[round]++;
+  }
+  return falseByRound;
+}
+
+}  // namespace
+
 DetectionScore scoreDetection(const RunResult& run, const Playbook& pb) {
   DetectionScore out;
   out.expected = pb.hasDetections();
@@ -205,110 +321,14 @@ DetectionScore scoreDetection(const RunResult& run, const Playbook& pb) {
   for (const auto& trial : run.plan.trials) {
     auto sc = std::find_if(pb.scenarios.begin(), pb.scenarios.end(), [&](const Scenario& s) { return s.name == trial.scenario; });
     if (sc == pb.scenarios.end()) continue;
-    for (const auto& d : sc->detections) {
-      std::vector<DetectionOutcome> mine;
-      for (const auto& f : run.faults) {
-        if (f.trial != trial.index) continue;
-        if (!d.steps.empty() && std::find(d.steps.begin(), d.steps.end(), f.step) == d.steps.end()) continue;
-        std::vector<std::pair<std::string, std::string>> match;
-        for (const auto& [k, v] : d.match) match.emplace_back(k, resolvePlaceholders(v, f.node, f.step, f.kind, sc->name));
-        auto same = std::find_if(mine.begin(), mine.end(), [&](const DetectionOutcome& o) { return o.step == f.step && o.match == match; });
-        if (same == mine.end()) {
-          DetectionOutcome o;
-          o.trial = trial.index;
-          o.repeat = trial.repeat;
-          o.scenario = sc->name;
-          o.step = f.step;
-          o.kind = f.kind;
-          o.expectation = d.describe();
-          o.match = match;
-          o.withinNs = d.withinNs;
-          o.clearsWithinNs = d.clearsWithinNs;
-          o.uncertaintyNs = uncertainty;
-          o.pos = d.pos;
-          mine.push_back(std::move(o));
-          same = mine.end() - 1;
-        }
-        if (std::find(same->nodes.begin(), same->nodes.end(), f.node) == same->nodes.end()) same->nodes.push_back(f.node);
-        if (f.appliedNs) same->appliedNs = same->appliedNs ? std::min(*same->appliedNs, *f.appliedNs) : *f.appliedNs;
-        if (f.revertedNs) same->revertedNs = same->revertedNs ? std::max(*same->revertedNs, *f.revertedNs) : *f.revertedNs;
-      }
-      for (auto& o : mine) {
-        if (!o.appliedNs) {
-          o.status = "not scored";
-          o.note = "the fault was never applied";
-          out.outcomes.push_back(std::move(o));
-          continue;
-        }
-        const int64_t applied = *o.appliedNs;
-        const AlertEpisode* found = nullptr;
-        for (const auto& ep : out.episodes) {
-          if (!matches(ep.labels, o.match)) continue;
-          if (ep.firedNs < applied - ds.clockSkewNs) {
-            // Firing before the fault: not its detection; say so when it still fired at it.
-            if (!ep.resolvedNs || *ep.resolvedNs > applied) o.note = "already firing when the fault was applied (" + ep.name() + ")";
-            continue;
-          }
-          if (ep.firedNs > trial.endNs + o.withinNs) break;
-          found = &ep;
-          break;
-        }
-        if (!found) {
-          if (until < applied + o.withinNs + ds.clockSkewNs) {
-            o.status = "not scored";
-            o.note = "alerts were collected only until " + sign(until - applied) + " after the fault";
-          } else {
-            o.status = "missed";
-          }
-          out.outcomes.push_back(std::move(o));
-          continue;
-        }
-        o.alert = found->name();
-        o.firedNs = found->firedNs;
-        o.timeToDetectNs = found->firedNs - applied;
-        o.status = *o.timeToDetectNs <= o.withinNs + ds.clockSkewNs ? "detected" : "late";
-        o.resolvedNs = found->resolvedNs;
-        if (found->resolvedNs && o.revertedNs) o.timeToClearNs = *found->resolvedNs - *o.revertedNs;
-        o.cleared = !o.clearsWithinNs || (o.timeToClearNs && *o.timeToClearNs <= *o.clearsWithinNs + ds.clockSkewNs);
-        if (o.clearsWithinNs && !o.timeToClearNs && o.revertedNs && until < *o.revertedNs + *o.clearsWithinNs) {
-          o.cleared = true;  // cannot be judged: not held against it
-          o.note = "alerts were collected only until " + sign(until - *o.revertedNs) + " after the revert";
-        }
-        if (o.clearsWithinNs && !o.revertedNs) o.note = "the fault's revert was not reported: clearing not judged";
-        o.passed = o.status == "detected" && o.cleared;
+    for (const auto& d : sc->detections)
+      for (auto& o : expectedAlerts(run, trial, *sc, d, uncertainty)) {
+        judgeAlert(o, out.episodes, ds, trial, until);
         out.outcomes.push_back(std::move(o));
       }
-    }
   }
-
-  // False alarms: watched alerts that no expected detection claimed, fired outside every
-  // fault window widened by the margin, while the run listened.
-  std::set<const AlertEpisode*> claimed;
-  for (const auto& o : out.outcomes)
-    if (o.firedNs)
-      for (const auto& ep : out.episodes)
-        if (ep.firedNs == *o.firedNs && matches(ep.labels, o.match)) claimed.insert(&ep);
   std::map<int, int> falseByRound;
-  if (ds.falseAlarms)
-    for (const auto& ep : out.episodes) {
-      if (claimed.count(&ep) || ep.firedNs < 0 || ep.firedNs > until) continue;
-      auto nm = ep.labels.find("alertname");
-      if (nm == ep.labels.end() || std::find(out.watched.begin(), out.watched.end(), nm->second) == out.watched.end())
-        continue;
-      bool explained = false;
-      for (const auto& f : run.faults) {
-        if (!f.appliedNs) continue;
-        int64_t from = *f.appliedNs - out.falseAlarmMarginNs;
-        int64_t to = f.revertedNs.value_or(run.endedNs) + out.falseAlarmMarginNs;
-        explained |= ep.firedNs >= from && ep.firedNs <= to;
-      }
-      if (explained) continue;
-      out.falseAlarms.push_back(ep);
-      int round = 0;
-      for (const auto& t : run.plan.trials)
-        if (ep.firedNs >= t.startNs) round = t.repeat;
-      falseByRound[round]++;
-    }
+  if (ds.falseAlarms) falseByRound = findFalseAlarms(run, until, out);
 
   std::vector<const DetectionOutcome*> all;
   for (const auto& o : out.outcomes) {
