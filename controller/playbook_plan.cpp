@@ -107,6 +107,166 @@ static std::string targetKey(const PlannedFault& f) {
   return k && k->planTarget ? k->planTarget(f.params) : std::string();
 }
 
+namespace {
+
+// The workload's nodes: at least 2 (perftest: exactly 2); every expectation's scope is the
+// job or one of them.
+void checkWorkloadNodes(const SourceFile& p, const Playbook& pb, const Plan& plan) {
+  if (plan.workloadNodes.size() < 2)
+    p.fail(pb.workload.nodes.pos, std::string(toString(pb.workload.kind)) + " needs at least 2 nodes; workload nodes '" +
+                                      pb.workload.nodes.describe() + "' match " + std::to_string(plan.workloadNodes.size()));
+  if (pb.workload.kind == WorkloadKind::perftest && plan.workloadNodes.size() != 2)
+    p.fail(pb.workload.nodes.pos, "perftest runs between exactly 2 nodes (client, then server); "
+                                  "workload nodes '" + pb.workload.nodes.describe() + "' match " +
+                                      std::to_string(plan.workloadNodes.size()) + ": name two, e.g. nodes = [\"n1\", \"n2\"]");
+  for (const auto& sc : pb.scenarios)
+    for (const auto* list : {&sc.expectations, &sc.requirements})
+      for (const auto& e : *list)
+        if (e.scope != "job" &&
+            std::find(plan.workloadNodes.begin(), plan.workloadNodes.end(), e.scope) == plan.workloadNodes.end())
+          p.fail(e.pos, "expectation scope '" + e.scope + "' is neither \"job\" nor a workload node (" +
+                            joinNames(plan.workloadNodes) + ")");
+}
+
+// A target sweep: the swept step's targets, in a seeded order, per_trial at a time; each value
+// is "n3" (or "n3,n1"), GROUPS maps it to its nodes.
+std::vector<json> sweepTargets(const SourceFile& p, const Playbook& pb, const Scenario& sc, const Inventory& inv,
+                               std::map<std::string, std::vector<std::string>>& groups) {
+  std::vector<json> values;
+  const Step* swept = nullptr;
+  for (const auto& s : sc.steps)
+    if (s.name == sc.sweep->step) swept = &s;
+  std::vector<std::string> pool = selectNodes(p, swept->target, inv, nullptr);
+  if (pool.empty())
+    p.fail(swept->target.pos, "step '" + swept->name + "' is swept over its targets, but '" + swept->target.describe() +
+                                  "' matches no node");
+  Rng order = rngFor(pb.seed, SIZE_MAX, 0);
+  for (size_t i = pool.size(); i > 1; i--) std::swap(pool[i - 1], pool[order.below(i)]);
+  for (size_t i = 0; i < pool.size(); i += size_t(sc.sweep->perTrial)) {
+    std::vector<std::string> g(pool.begin() + long(i),
+                               pool.begin() + long(std::min(pool.size(), i + size_t(sc.sweep->perTrial))));
+    std::string name = joinNames(g, ",");
+    groups[name] = g;
+    values.push_back(name);
+  }
+  if (values.size() * size_t(pb.repeat) > kMaxTrials)
+    p.fail(sc.sweep->pos, "the target sweep expands to " + std::to_string(values.size() * size_t(pb.repeat)) +
+                              " trials (more than 1000): raise per_trial or narrow the step's target");
+  if (int64_t(values.size()) * pb.repeat * sc.durationNs() > kMaxRunNs)
+    p.fail(sc.sweep->pos, "the target sweep runs for more than 7 days: raise per_trial or narrow the target");
+  return values;
+}
+
+// The faults of step K in trial T: its seeded instant in its phase, its (swept) parameters,
+// its targets bound to nodes.
+void planStep(const SourceFile& p, const Playbook& pb, const Scenario& sc, const Inventory& inv, size_t k,
+              const json& value, const std::map<std::string, std::vector<std::string>>& groups, Trial& t) {
+  const Step& s = sc.steps[k];
+  Rng rng = rngFor(pb.seed, size_t(t.index), k);
+  int64_t phaseStart = t.startNs;
+  for (const auto& ph : t.phases)
+    if (ph.name == s.phase) phaseStart = ph.startNs;
+  int64_t at = s.atNs;
+  if (s.atMaxNs > s.atNs) at += int64_t(rng.below(uint64_t(s.atMaxNs - s.atNs) + 1));
+  json params = s.params;
+  bool sweptTargets = sc.sweep && sc.sweep->overTargets && sc.sweep->step == s.name;
+  if (sc.sweep && !sc.sweep->overTargets && sc.sweep->step == s.name) {
+    json raw = s.rawParams;
+    raw[sc.sweep->param] = value;
+    auto n = faults::normaliseParams(s.kind, faults::findKind(s.kind)->params, raw);
+    if (!n) p.fail(sc.sweep->pos, n.error().message);  // checked at parse time
+    params = *n;
+  }
+  auto bound = bindTargets(s.kind, params,
+                           sweptTargets ? groups.at(value.get<std::string>()) : selectNodes(p, s.target, inv, &rng), inv,
+                           [&rng](uint64_t n) { return rng.below(n); });
+  if (!bound) p.fail(s.pos, "step '" + s.name + "': " + bound.error().message);
+  for (auto& b : *bound) t.faults.push_back({s.name, s.kind, b.node, phaseStart + at, s.forNs, std::move(b.params), b.role});
+}
+
+// An agent runs one fault per target at a time and refuses the second: find that here, so a
+// valid plan never aborts halfway. T's faults are sorted by start.
+void checkOverlaps(const SourceFile& p, const Scenario& sc, const Trial& t) {
+  for (size_t i = 0; i < t.faults.size(); i++) {
+    const PlannedFault& a = t.faults[i];
+    std::string key = targetKey(a);
+    if (key.empty()) continue;
+    for (size_t j = i + 1; j < t.faults.size(); j++) {
+      const PlannedFault& b = t.faults[j];
+      if (b.atNs >= a.atNs + a.forNs) break;  // sorted by start: no later one overlaps
+      if (b.node != a.node || targetKey(b) != key) continue;
+      const Step* later = nullptr;
+      for (const auto& st : sc.steps)
+        if (st.name == b.step) later = &st;
+      p.fail(later ? later->pos : sc.pos,
+             "trial " + t.label() + ": step '" + b.step + "' (at " + fmtDur(b.atNs - t.startNs) + ") and step '" +
+                 a.step + "' (at " + fmtDur(a.atNs - t.startNs) + " for " + fmtDur(a.forNs) + ") both hold " + key +
+                 " on " + a.node +
+                 "; an agent runs one fault per target at a time (docs/safety.md): "
+                 "move one so that their windows do not overlap");
+    }
+  }
+}
+
+// One trial of scenario SC (sweep VALUE, repeat R) from CURSOR on the run's timeline.
+Trial planTrial(const SourceFile& p, const Playbook& pb, const Scenario& sc, const Inventory& inv, const json& value,
+                int r, int64_t cursor, int index, const std::map<std::string, std::vector<std::string>>& groups) {
+  Trial t;
+  t.index = index;
+  t.scenario = sc.name;
+  t.repeat = r;
+  if (sc.sweep) {
+    t.sweepParam = sc.sweep->param;
+    t.sweepValue = value;
+  }
+  t.startNs = cursor;
+  int64_t c = cursor;
+  for (const auto& ph : sc.phases) {
+    t.phases.push_back({ph.name, c, c + ph.durationNs});
+    c += ph.durationNs;
+  }
+  t.endNs = c;
+  t.baselineFromNs = cursor + pb.scoring.warmupNs;
+  t.baselineToNs = t.phases.front().endNs;
+  for (size_t k = 0; k < sc.steps.size(); k++) planStep(p, pb, sc, inv, k, value, groups, t);
+  std::stable_sort(t.faults.begin(), t.faults.end(),
+                   [](const PlannedFault& a, const PlannedFault& b) { return a.atNs < b.atNs; });
+  checkOverlaps(p, sc, t);
+  return t;
+}
+
+// What the agents accept: a run schedules every fault at its start, and an agent holds at most
+// kMaxActiveFaults scheduled or running, none more than kMaxScheduleAheadNs ahead. Found here,
+// so that validate and --dry-run say it, and a run never aborts at its start.
+void checkAgentLimits(const SourceFile& p, const Playbook& pb, const Plan& plan) {
+  std::map<std::string, std::map<std::string, size_t>> perNode;  // node -> step -> faults
+  for (const auto& t : plan.trials)
+    for (const auto& f : t.faults) {
+      perNode[f.node][f.step]++;
+      if (f.atNs > proto::kMaxScheduleAheadNs)
+        p.fail(pb.scenarios.front().pos,
+               "trial " + t.label() + ": step '" + f.step + "' starts " + fmtDur(f.atNs) +
+                   " into the run; an agent accepts faults at most 24h ahead and a run schedules "
+                   "every fault at its start: split the playbook into runs shorter than a day");
+    }
+  for (const auto& [node, steps] : perNode) {
+    size_t n = 0;
+    std::string which;
+    for (const auto& [step, k] : steps) {
+      n += k;
+      which += (which.empty() ? "" : ", ") + step + " x" + std::to_string(k);
+    }
+    if (n > proto::kMaxActiveFaults)
+      p.fail(pb.scenarios.front().pos,
+             "the plan gives node " + node + " " + std::to_string(n) + " faults (" + which + "); an agent holds at most " +
+                 std::to_string(proto::kMaxActiveFaults) +
+                 " scheduled or running faults and a run schedules every fault at its start: "
+                 "lower repeat, narrow the targets, or split the playbook");
+  }
+}
+
+}  // namespace
+
 Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
   SourceFile p{pb.path};
   try {
@@ -114,158 +274,23 @@ Result<Plan> resolvePlan(const Playbook& pb, const Inventory& inv) {
     plan.playbook = pb.name;
     plan.seed = pb.seed;
     plan.workloadNodes = selectNodes(p, pb.workload.nodes, inv, nullptr);
-    if (plan.workloadNodes.size() < 2)
-      p.fail(pb.workload.nodes.pos, std::string(toString(pb.workload.kind)) +
-                                        " needs at least 2 nodes; workload nodes '" +
-                                        pb.workload.nodes.describe() + "' match " +
-                                        std::to_string(plan.workloadNodes.size()));
-    if (pb.workload.kind == WorkloadKind::perftest && plan.workloadNodes.size() != 2)
-      p.fail(pb.workload.nodes.pos, "perftest runs between exactly 2 nodes (client, then server); "
-                                    "workload nodes '" + pb.workload.nodes.describe() + "' match " +
-                                        std::to_string(plan.workloadNodes.size()) +
-                                        ": name two, e.g. nodes = [\"n1\", \"n2\"]");
-    for (const auto& sc : pb.scenarios)
-      for (const auto* list : {&sc.expectations, &sc.requirements})
-      for (const auto& e : *list)
-        if (e.scope != "job" &&
-            std::find(plan.workloadNodes.begin(), plan.workloadNodes.end(), e.scope) ==
-                plan.workloadNodes.end())
-          p.fail(e.pos, "expectation scope '" + e.scope +
-                            "' is neither \"job\" nor a workload node (" +
-                            joinNames(plan.workloadNodes) + ")");
+    checkWorkloadNodes(p, pb, plan);
     int64_t cursor = 0;
     size_t faults = 0;
     for (const auto& sc : pb.scenarios) {
-      std::vector<json> values = sc.sweep ? sc.sweep->values : std::vector<json>{json()};
-      // A target sweep: the swept step's targets, in a seeded order, per_trial at a time; each
-      // value is "n3" (or "n3,n1").
       std::map<std::string, std::vector<std::string>> groups;
-      if (sc.sweep && sc.sweep->overTargets) {
-        values.clear();
-        const Step* swept = nullptr;
-        for (const auto& s : sc.steps)
-          if (s.name == sc.sweep->step) swept = &s;
-        std::vector<std::string> pool = selectNodes(p, swept->target, inv, nullptr);
-        if (pool.empty())
-          p.fail(swept->target.pos, "step '" + swept->name + "' is swept over its targets, but '" +
-                                        swept->target.describe() + "' matches no node");
-        Rng order = rngFor(pb.seed, SIZE_MAX, 0);
-        for (size_t i = pool.size(); i > 1; i--) std::swap(pool[i - 1], pool[order.below(i)]);
-        for (size_t i = 0; i < pool.size(); i += size_t(sc.sweep->perTrial)) {
-          std::vector<std::string> g(pool.begin() + long(i),
-                                     pool.begin() + long(std::min(pool.size(), i + size_t(sc.sweep->perTrial))));
-          std::string name = joinNames(g, ",");
-          groups[name] = g;
-          values.push_back(name);
-        }
-        if (values.size() * size_t(pb.repeat) > kMaxTrials)
-          p.fail(sc.sweep->pos, "the target sweep expands to " + std::to_string(values.size() * size_t(pb.repeat)) +
-                                    " trials (more than 1000): raise per_trial or narrow the step's target");
-        if (int64_t(values.size()) * pb.repeat * sc.durationNs() > kMaxRunNs)
-          p.fail(sc.sweep->pos, "the target sweep runs for more than 7 days: raise per_trial or narrow the target");
-      }
-      for (const auto& value : values) {
+      std::vector<json> values = sc.sweep ? sc.sweep->values : std::vector<json>{json()};
+      if (sc.sweep && sc.sweep->overTargets) values = sweepTargets(p, pb, sc, inv, groups);
+      for (const auto& value : values)
         for (int r = 0; r < pb.repeat; r++) {
-          Trial t;
-          t.index = int(plan.trials.size());
-          t.scenario = sc.name;
-          t.repeat = r;
-          if (sc.sweep) {
-            t.sweepParam = sc.sweep->param;
-            t.sweepValue = value;
-          }
-          t.startNs = cursor;
-          int64_t c = cursor;
-          for (const auto& ph : sc.phases) {
-            t.phases.push_back({ph.name, c, c + ph.durationNs});
-            c += ph.durationNs;
-          }
-          t.endNs = c;
-          t.baselineFromNs = cursor + pb.scoring.warmupNs;
-          t.baselineToNs = t.phases.front().endNs;
-          for (size_t k = 0; k < sc.steps.size(); k++) {
-            const Step& s = sc.steps[k];
-            Rng rng = rngFor(pb.seed, size_t(t.index), k);
-            int64_t phaseStart = cursor;
-            for (const auto& ph : t.phases)
-              if (ph.name == s.phase) phaseStart = ph.startNs;
-            int64_t at = s.atNs;
-            if (s.atMaxNs > s.atNs) at += int64_t(rng.below(uint64_t(s.atMaxNs - s.atNs) + 1));
-            json params = s.params;
-            bool sweptTargets = sc.sweep && sc.sweep->overTargets && sc.sweep->step == s.name;
-            if (sc.sweep && !sc.sweep->overTargets && sc.sweep->step == s.name) {
-              json raw = s.rawParams;
-              raw[sc.sweep->param] = value;
-              auto n = faults::normaliseParams(s.kind, faults::findKind(s.kind)->params, raw);
-              if (!n) p.fail(sc.sweep->pos, n.error().message);  // checked at parse time
-              params = *n;
-            }
-            auto bound = bindTargets(s.kind, params,
-                                     sweptTargets ? groups[value.get<std::string>()] : selectNodes(p, s.target, inv, &rng), inv,
-                                     [&rng](uint64_t n) { return rng.below(n); });
-            if (!bound) p.fail(s.pos, "step '" + s.name + "': " + bound.error().message);
-            for (auto& b : *bound)
-              t.faults.push_back({s.name, s.kind, b.node, phaseStart + at, s.forNs, std::move(b.params), b.role});
-          }
-          std::stable_sort(t.faults.begin(), t.faults.end(),
-                           [](const PlannedFault& a, const PlannedFault& b) { return a.atNs < b.atNs; });
-          // An agent runs one fault per target at a time and refuses the second: find that
-          // here, so a valid plan never aborts halfway.
-          for (size_t i = 0; i < t.faults.size(); i++) {
-            const PlannedFault& a = t.faults[i];
-            std::string key = targetKey(a);
-            if (key.empty()) continue;
-            for (size_t j = i + 1; j < t.faults.size(); j++) {
-              const PlannedFault& b = t.faults[j];
-              if (b.atNs >= a.atNs + a.forNs) break;  // sorted by start: no later one overlaps
-              if (b.node != a.node || targetKey(b) != key) continue;
-              const Step* later = nullptr;
-              for (const auto& st : sc.steps)
-                if (st.name == b.step) later = &st;
-              p.fail(later ? later->pos : sc.pos,
-                     "trial " + t.label() + ": step '" + b.step + "' (at " +
-                         fmtDur(b.atNs - t.startNs) + ") and step '" + a.step + "' (at " +
-                         fmtDur(a.atNs - t.startNs) + " for " + fmtDur(a.forNs) + ") both hold " +
-                         key + " on " + a.node +
-                         "; an agent runs one fault per target at a time (docs/safety.md): "
-                         "move one so that their windows do not overlap");
-            }
-          }
+          Trial t = planTrial(p, pb, sc, inv, value, r, cursor, int(plan.trials.size()), groups);
           faults += t.faults.size();
-          if (faults > kMaxPlannedFaults)
-            p.fail(sc.pos, "the plan has more than 100000 fault injections; narrow the targets");
+          if (faults > kMaxPlannedFaults) p.fail(sc.pos, "the plan has more than 100000 fault injections; narrow the targets");
           cursor = t.endNs;
           plan.trials.push_back(std::move(t));
         }
-      }
     }
-    // What the agents accept: a run schedules every fault at its start, and an agent holds at
-    // most kMaxActiveFaults scheduled or running, none more than kMaxScheduleAheadNs ahead.
-    // Found here, so that validate and --dry-run say it, and a run never aborts at its start.
-    std::map<std::string, std::map<std::string, size_t>> perNode;  // node -> step -> faults
-    for (const auto& t : plan.trials)
-      for (const auto& f : t.faults) {
-        perNode[f.node][f.step]++;
-        if (f.atNs > proto::kMaxScheduleAheadNs)
-          p.fail(pb.scenarios.front().pos,
-                 "trial " + t.label() + ": step '" + f.step + "' starts " + fmtDur(f.atNs) +
-                     " into the run; an agent accepts faults at most 24h ahead and a run schedules "
-                     "every fault at its start: split the playbook into runs shorter than a day");
-      }
-    for (const auto& [node, steps] : perNode) {
-      size_t n = 0;
-      std::string which;
-      for (const auto& [step, k] : steps) {
-        n += k;
-        which += (which.empty() ? "" : ", ") + step + " x" + std::to_string(k);
-      }
-      if (n > proto::kMaxActiveFaults)
-        p.fail(pb.scenarios.front().pos,
-               "the plan gives node " + node + " " + std::to_string(n) + " faults (" + which +
-                   "); an agent holds at most " + std::to_string(proto::kMaxActiveFaults) +
-                   " scheduled or running faults and a run schedules every fault at its start: "
-                   "lower repeat, narrow the targets, or split the playbook");
-    }
+    checkAgentLimits(p, pb, plan);
     // A target sweep's trials are known only now: the parser checked the rest.
     if (auto why = runTooLong(cursor, plan.trials.size()); !why.empty()) p.fail(pb.scenarios.front().pos, why);
     plan.durationNs = cursor;
