@@ -186,6 +186,165 @@ std::optional<Result<json>> FrameDecoder::next() {
   return body;
 }
 
+namespace {
+
+Result<Hello> parseHello(const json& m) {
+  if (auto r = onlyKeys(m, {"controller", "versions"}); !r) return r.error();
+  Hello h;
+  auto c = getId(m, "controller");
+  if (!c) return c.error();
+  h.controllerId = *c;
+  auto it = m.find("versions");
+  if (it == m.end() || !it->is_array() || it->empty() || it->size() > 16)
+    return rc::makeError("field 'versions' must be a non-empty array of at most 16 integers");
+  for (const auto& x : *it) {
+    if (!x.is_number_integer()) return rc::makeError("field 'versions' must hold integers");
+    h.versions.push_back(x.get<int>());
+  }
+  return h;
+}
+
+Result<Schedule> parseSchedule(const json& m) {
+  if (auto r = onlyKeys(m, {"fault", "kind", "params", "start_ns", "clock_offset_ns",
+                            "lifetime_ms"});
+      !r)
+    return r.error();
+  Schedule s;
+  auto f = getId(m, "fault");
+  if (!f) return f.error();
+  s.faultId = *f;
+  auto k = getString(m, "kind", 32, true);
+  if (!k) return k.error();
+  s.kind = *k;
+  if (auto it = m.find("params"); it != m.end()) {
+    if (!it->is_object()) return rc::makeError("field 'params' must be an object");
+    if (it->size() > kMaxParams) return rc::makeError("field 'params' has too many entries");
+    s.params = *it;
+  }
+  // Start times within about 290 years of the epoch, offsets within a day, lifetimes
+  // within a day: anything else is a bug or an attack.
+  auto st = getInt(m, "start_ns", 0, INT64_MAX / 2, false);
+  if (!st) return st.error();
+  s.startNs = *st;
+  auto off = getInt(m, "clock_offset_ns", -86'400'000'000'000, 86'400'000'000'000, false);
+  if (!off) return off.error();
+  s.clockOffsetNs = *off;
+  auto lt = getInt(m, "lifetime_ms", 1, 86'400'000, true);
+  if (!lt) return lt.error();
+  s.lifetimeMs = *lt;
+  return s;
+}
+
+// The workload's world: ranks 0..n-1 in order, each an address and a port.
+Result<std::vector<WorldMember>> parseWorld(const json& m) {
+  std::vector<WorldMember> world;
+  auto wit = m.find("world");
+  if (wit == m.end() || !wit->is_array() || wit->size() < 2 || wit->size() > kMaxWorld)
+    return rc::makeError("field 'world' must be an array of 2 to " + std::to_string(kMaxWorld) +
+                         " members");
+  for (const auto& x : *wit) {
+    if (!x.is_object()) return rc::makeError("field 'world' must hold objects");
+    if (auto r = onlyKeys(x, {"rank", "address", "port"}); !r)
+      return rc::makeError("world member: " + r.error().message);
+    WorldMember mb;
+    auto rk = getInt(x, "rank", 0, int64_t(kMaxWorld) - 1, true);
+    if (!rk) return rc::makeError("world member: " + rk.error().message);
+    auto ad = getString(x, "address", 64, true);
+    if (!ad) return rc::makeError("world member: " + ad.error().message);
+    auto pt = getInt(x, "port", 1, 65535, true);
+    if (!pt) return rc::makeError("world member: " + pt.error().message);
+    mb.rank = int(*rk);
+    mb.address = *ad;
+    mb.port = int(*pt);
+    if (mb.rank != int(world.size()))
+      return rc::makeError("field 'world' must list ranks 0..n-1 in order");
+    world.push_back(std::move(mb));
+  }
+  return world;
+}
+
+Result<WorkloadStart> parseWorkloadStart(const json& m) {
+  if (auto r = onlyKeys(m, {"workload", "kind", "rank", "world", "size", "iterations",
+                            "duration_ms", "streams", "incast_receiver", "fan_in", "bin_us",
+                            "reconnect_timeout_ms", "start_ns", "clock_offset_ns", "checksum",
+                            "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry",
+                            "perftest"});
+      !r)
+    return r.error();
+  WorkloadStart w;
+  auto wid = getId(m, "workload");
+  if (!wid) return wid.error();
+  w.workloadId = *wid;
+  auto k = getString(m, "kind", 32, true);
+  if (!k) return k.error();
+  w.kind = *k;
+  auto world = parseWorld(m);
+  if (!world) return world.error();
+  w.world = std::move(*world);
+  const int64_t n = int64_t(w.world.size());
+  auto rk = getInt(m, "rank", 0, n - 1, true);
+  if (!rk) return rk.error();
+  w.rank = int(*rk);
+  auto sz = getInt(m, "size", 1, kMaxWorkloadSize, true);
+  if (!sz) return sz.error();
+  w.size = *sz;
+  auto it = getInt(m, "iterations", 0, 1'000'000'000, false);
+  if (!it) return it.error();
+  w.iterations = *it;
+  auto du = getInt(m, "duration_ms", 0, 86'400'000, false);
+  if (!du) return du.error();
+  w.durationMs = *du;
+  if ((w.iterations == 0) == (w.durationMs == 0))
+    return rc::makeError("exactly one of 'iterations' and 'duration_ms' must be set");
+  auto st = getInt(m, "streams", 1, kMaxWorkloadStreams, false, 1);
+  if (!st) return st.error();
+  w.streams = int(*st);
+  auto ir = getInt(m, "incast_receiver", 0, n - 1, false);
+  if (!ir) return ir.error();
+  w.incastReceiver = int(*ir);
+  auto fi = getInt(m, "fan_in", 0, n - 1, false);
+  if (!fi) return fi.error();
+  w.fanIn = int(*fi);
+  auto bu = getInt(m, "bin_us", 100, 1'000'000, false, 10'000);
+  if (!bu) return bu.error();
+  w.binUs = *bu;
+  auto rt = getInt(m, "reconnect_timeout_ms", 100, 600'000, false, 10'000);
+  if (!rt) return rt.error();
+  w.reconnectTimeoutMs = *rt;
+  auto sn = getInt(m, "start_ns", 0, INT64_MAX / 2, false);
+  if (!sn) return sn.error();
+  w.startNs = *sn;
+  auto off = getInt(m, "clock_offset_ns", -86'400'000'000'000, 86'400'000'000'000, false);
+  if (!off) return off.error();
+  w.clockOffsetNs = *off;
+  if (auto c = m.find("checksum"); c != m.end()) {
+    if (!c->is_boolean()) return rc::makeError("field 'checksum' must be true or false");
+    w.checksum = c->get<bool>();
+  }
+  auto tr = getString(m, "transport", 16, false);
+  if (!tr) return tr.error();
+  if (!tr->empty()) w.transport = *tr;
+  if (w.transport != "tcp" && w.transport != "verbs")
+    return rc::makeError("field 'transport' must be \"tcp\" or \"verbs\", not '" + w.transport + "'");
+  for (auto [key, field, hi] : {std::tuple{"dscp", &w.qp.dscp, 63}, std::tuple{"qp_timeout", &w.qp.timeout, 31},
+                                std::tuple{"qp_retry_cnt", &w.qp.retryCount, 7},
+                                std::tuple{"qp_rnr_retry", &w.qp.rnrRetry, 7}}) {
+    auto q = getInt(m, key, 0, hi, false, *field);
+    if (!q) return q.error();
+    *field = int(*q);
+  }
+  // Which perftest program: a name the agent looks up in its own fixed list, never a path.
+  auto pt = getString(m, "perftest", 32, false);
+  if (!pt) return pt.error();
+  w.perftest = *pt;
+  if (w.kind == "perftest" && w.perftest.empty()) w.perftest = "ib_write_bw";
+  if (w.kind != "perftest" && !w.perftest.empty())
+    return rc::makeError("field 'perftest' is only for kind \"perftest\"");
+  return w;
+}
+
+}  // namespace
+
 Result<Envelope> parseRequest(const json& m) {
   if (!m.is_object()) return rc::makeError("message must be a JSON object");
   Envelope env;
@@ -206,19 +365,9 @@ Result<Envelope> parseRequest(const json& m) {
 
   const std::string& t = env.type;
   if (t == "hello") {
-    if (auto r = onlyKeys(m, {"controller", "versions"}); !r) return r.error();
-    Hello h;
-    auto c = getId(m, "controller");
-    if (!c) return c.error();
-    h.controllerId = *c;
-    auto it = m.find("versions");
-    if (it == m.end() || !it->is_array() || it->empty() || it->size() > 16)
-      return rc::makeError("field 'versions' must be a non-empty array of at most 16 integers");
-    for (const auto& x : *it) {
-      if (!x.is_number_integer()) return rc::makeError("field 'versions' must hold integers");
-      h.versions.push_back(x.get<int>());
-    }
-    env.request = h;
+    auto h = parseHello(m);
+    if (!h) return h.error();
+    env.request = std::move(*h);
   } else if (t == "clock") {
     if (auto r = onlyKeys(m, {"t0"}); !r) return r.error();
     auto t0 = getInt(m, "t0", 0, INT64_MAX, true);
@@ -228,34 +377,9 @@ Result<Envelope> parseRequest(const json& m) {
     if (auto r = onlyKeys(m, {}); !r) return r.error();
     env.request = Heartbeat{};
   } else if (t == "schedule") {
-    if (auto r = onlyKeys(m, {"fault", "kind", "params", "start_ns", "clock_offset_ns",
-                              "lifetime_ms"});
-        !r)
-      return r.error();
-    Schedule s;
-    auto f = getId(m, "fault");
-    if (!f) return f.error();
-    s.faultId = *f;
-    auto k = getString(m, "kind", 32, true);
-    if (!k) return k.error();
-    s.kind = *k;
-    if (auto it = m.find("params"); it != m.end()) {
-      if (!it->is_object()) return rc::makeError("field 'params' must be an object");
-      if (it->size() > kMaxParams) return rc::makeError("field 'params' has too many entries");
-      s.params = *it;
-    }
-    // Start times within about 290 years of the epoch, offsets within a day, lifetimes
-    // within a day: anything else is a bug or an attack.
-    auto st = getInt(m, "start_ns", 0, INT64_MAX / 2, false);
-    if (!st) return st.error();
-    s.startNs = *st;
-    auto off = getInt(m, "clock_offset_ns", -86'400'000'000'000, 86'400'000'000'000, false);
-    if (!off) return off.error();
-    s.clockOffsetNs = *off;
-    auto lt = getInt(m, "lifetime_ms", 1, 86'400'000, true);
-    if (!lt) return lt.error();
-    s.lifetimeMs = *lt;
-    env.request = std::move(s);
+    auto s = parseSchedule(m);
+    if (!s) return s.error();
+    env.request = std::move(*s);
   } else if (t == "revert" || t == "get") {
     if (auto r = onlyKeys(m, {"fault"}); !r) return r.error();
     auto f = getId(m, "fault");
@@ -278,102 +402,9 @@ Result<Envelope> parseRequest(const json& m) {
     if (t == "status") env.request = Status{};
     if (t == "capabilities") env.request = Capabilities{};
   } else if (t == "workload_start") {
-    if (auto r = onlyKeys(m, {"workload", "kind", "rank", "world", "size", "iterations",
-                              "duration_ms", "streams", "incast_receiver", "fan_in", "bin_us",
-                              "reconnect_timeout_ms", "start_ns", "clock_offset_ns", "checksum",
-                              "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry",
-                              "perftest"});
-        !r)
-      return r.error();
-    WorkloadStart w;
-    auto wid = getId(m, "workload");
-    if (!wid) return wid.error();
-    w.workloadId = *wid;
-    auto k = getString(m, "kind", 32, true);
-    if (!k) return k.error();
-    w.kind = *k;
-    auto wit = m.find("world");
-    if (wit == m.end() || !wit->is_array() || wit->size() < 2 || wit->size() > kMaxWorld)
-      return rc::makeError("field 'world' must be an array of 2 to " + std::to_string(kMaxWorld) +
-                           " members");
-    for (const auto& x : *wit) {
-      if (!x.is_object()) return rc::makeError("field 'world' must hold objects");
-      if (auto r = onlyKeys(x, {"rank", "address", "port"}); !r)
-        return rc::makeError("world member: " + r.error().message);
-      WorldMember mb;
-      auto rk = getInt(x, "rank", 0, int64_t(kMaxWorld) - 1, true);
-      if (!rk) return rc::makeError("world member: " + rk.error().message);
-      auto ad = getString(x, "address", 64, true);
-      if (!ad) return rc::makeError("world member: " + ad.error().message);
-      auto pt = getInt(x, "port", 1, 65535, true);
-      if (!pt) return rc::makeError("world member: " + pt.error().message);
-      mb.rank = int(*rk);
-      mb.address = *ad;
-      mb.port = int(*pt);
-      if (mb.rank != int(w.world.size()))
-        return rc::makeError("field 'world' must list ranks 0..n-1 in order");
-      w.world.push_back(std::move(mb));
-    }
-    const int64_t n = int64_t(w.world.size());
-    auto rk = getInt(m, "rank", 0, n - 1, true);
-    if (!rk) return rk.error();
-    w.rank = int(*rk);
-    auto sz = getInt(m, "size", 1, kMaxWorkloadSize, true);
-    if (!sz) return sz.error();
-    w.size = *sz;
-    auto it = getInt(m, "iterations", 0, 1'000'000'000, false);
-    if (!it) return it.error();
-    w.iterations = *it;
-    auto du = getInt(m, "duration_ms", 0, 86'400'000, false);
-    if (!du) return du.error();
-    w.durationMs = *du;
-    if ((w.iterations == 0) == (w.durationMs == 0))
-      return rc::makeError("exactly one of 'iterations' and 'duration_ms' must be set");
-    auto st = getInt(m, "streams", 1, kMaxWorkloadStreams, false, 1);
-    if (!st) return st.error();
-    w.streams = int(*st);
-    auto ir = getInt(m, "incast_receiver", 0, n - 1, false);
-    if (!ir) return ir.error();
-    w.incastReceiver = int(*ir);
-    auto fi = getInt(m, "fan_in", 0, n - 1, false);
-    if (!fi) return fi.error();
-    w.fanIn = int(*fi);
-    auto bu = getInt(m, "bin_us", 100, 1'000'000, false, 10'000);
-    if (!bu) return bu.error();
-    w.binUs = *bu;
-    auto rt = getInt(m, "reconnect_timeout_ms", 100, 600'000, false, 10'000);
-    if (!rt) return rt.error();
-    w.reconnectTimeoutMs = *rt;
-    auto sn = getInt(m, "start_ns", 0, INT64_MAX / 2, false);
-    if (!sn) return sn.error();
-    w.startNs = *sn;
-    auto off = getInt(m, "clock_offset_ns", -86'400'000'000'000, 86'400'000'000'000, false);
-    if (!off) return off.error();
-    w.clockOffsetNs = *off;
-    if (auto c = m.find("checksum"); c != m.end()) {
-      if (!c->is_boolean()) return rc::makeError("field 'checksum' must be true or false");
-      w.checksum = c->get<bool>();
-    }
-    auto tr = getString(m, "transport", 16, false);
-    if (!tr) return tr.error();
-    if (!tr->empty()) w.transport = *tr;
-    if (w.transport != "tcp" && w.transport != "verbs")
-      return rc::makeError("field 'transport' must be \"tcp\" or \"verbs\", not '" + w.transport + "'");
-    for (auto [key, field, hi] : {std::tuple{"dscp", &w.qp.dscp, 63}, std::tuple{"qp_timeout", &w.qp.timeout, 31},
-                                  std::tuple{"qp_retry_cnt", &w.qp.retryCount, 7},
-                                  std::tuple{"qp_rnr_retry", &w.qp.rnrRetry, 7}}) {
-      auto q = getInt(m, key, 0, hi, false, *field);
-      if (!q) return q.error();
-      *field = int(*q);
-    }
-    // Which perftest program: a name the agent looks up in its own fixed list, never a path.
-    auto pt = getString(m, "perftest", 32, false);
-    if (!pt) return pt.error();
-    w.perftest = *pt;
-    if (w.kind == "perftest" && w.perftest.empty()) w.perftest = "ib_write_bw";
-    if (w.kind != "perftest" && !w.perftest.empty())
-      return rc::makeError("field 'perftest' is only for kind \"perftest\"");
-    env.request = std::move(w);
+    auto w = parseWorkloadStart(m);
+    if (!w) return w.error();
+    env.request = std::move(*w);
   } else if (t == "workload_stop") {
     if (auto r = onlyKeys(m, {"workload"}); !r) return r.error();
     auto wid = getId(m, "workload");
