@@ -144,31 +144,40 @@ struct Reader {
 
 }  // namespace
 
-Result<Config> parseConfig(const std::string& text, const std::string& src) {
-  toml::table root;
-  try {
-    root = rc::parseToml(text, src);
-  } catch (const toml::parse_error& e) {
-    return makeError(src + ":" + std::to_string(e.source().begin.line) + ":" +
-                     std::to_string(e.source().begin.column) + ": " + std::string(e.description()));
+namespace {
+
+// [agent] listen = "ADDR:PORT" or "[V6]:PORT".
+void parseListen(Reader& r, const std::string& src, const std::string& listen, Config& c) {
+  // "ADDR:PORT" or "[V6]:PORT"
+  std::string host, port;
+  if (listen.front() == '[') {
+    auto close = listen.find(']');
+    if (close != std::string::npos && close + 1 < listen.size() && listen[close + 1] == ':') {
+      host = listen.substr(1, close - 1);
+      port = listen.substr(close + 2);
+    }
+  } else if (auto colon = listen.rfind(':'); colon != std::string::npos) {
+    host = listen.substr(0, colon);
+    port = listen.substr(colon + 1);
   }
-  Reader r{src, std::nullopt};
-  Config c;
-  r.checkKeys(root, "top level", {"agent", "tls", "interfaces", "lab", "ecn_commands"});
-  static const toml::table empty;
-  auto section = [&](std::string_view name) -> const toml::table& {
-    auto* n = root.get(name);
-    if (!n) {
-      r.fail(src, "missing section [" + std::string(name) + "]");
-      return empty;
-    }
-    if (!n->is_table()) {
-      r.fail(at(src, n->source()), "'" + std::string(name) + "' must be a table");
-      return empty;
-    }
-    return *n->as_table();
-  };
-  const auto& a = section("agent");
+  unsigned char buf[16];
+  bool hostOk = inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
+  int portNum = -1;
+  try {
+    size_t used = 0;
+    portNum = std::stoi(port, &used);
+    if (used != port.size()) portNum = -1;
+  } catch (...) {
+  }
+  if (!hostOk || portNum < 0 || portNum > 65535)
+    r.fail(src, "[agent] listen = \"" + listen +
+                    "\" must be an IP address and port, e.g. \"198.18.1.11:7470\" or \"[::1]:7470\"");
+  c.listenAddress = host;
+  c.listenPort = uint16_t(portNum < 0 ? 0 : portNum);
+}
+
+// [agent]: the node's name, where it listens, its state, leases, limits and metrics.
+void parseAgentSection(Reader& r, const std::string& src, const toml::table& a, Config& c) {
   r.checkKeys(a, "agent", {"node", "listen", "state_dir", "lease_timeout", "max_fault_lifetime",
                            "max_connections", "max_workload_memory", "metrics"});
   c.node = r.str(a, "node", "agent", true);
@@ -203,40 +212,11 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
     else
       c.metrics = *addr;
   }
-  if (!listen.empty()) {
-    // "ADDR:PORT" or "[V6]:PORT"
-    std::string host, port;
-    if (listen.front() == '[') {
-      auto close = listen.find(']');
-      if (close != std::string::npos && close + 1 < listen.size() && listen[close + 1] == ':') {
-        host = listen.substr(1, close - 1);
-        port = listen.substr(close + 2);
-      }
-    } else if (auto colon = listen.rfind(':'); colon != std::string::npos) {
-      host = listen.substr(0, colon);
-      port = listen.substr(colon + 1);
-    }
-    unsigned char buf[16];
-    bool hostOk = inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
-    int portNum = -1;
-    try {
-      size_t used = 0;
-      portNum = std::stoi(port, &used);
-      if (used != port.size()) portNum = -1;
-    } catch (...) {
-    }
-    if (!hostOk || portNum < 0 || portNum > 65535)
-      r.fail(src, "[agent] listen = \"" + listen +
-                      "\" must be an IP address and port, e.g. \"198.18.1.11:7470\" or \"[::1]:7470\"");
-    c.listenAddress = host;
-    c.listenPort = uint16_t(portNum < 0 ? 0 : portNum);
-  }
-  const auto& t = section("tls");
-  r.checkKeys(t, "tls", {"ca", "cert", "key"});
-  c.tls.caFile = r.str(t, "ca", "tls", true);
-  c.tls.certFile = r.str(t, "cert", "tls", true);
-  c.tls.keyFile = r.str(t, "key", "tls", true);
-  const auto& i = section("interfaces");
+  if (!listen.empty()) parseListen(r, src, listen, c);
+}
+
+// [interfaces]: which interfaces carry data, may be faulted or are protected.
+void parseInterfaces(Reader& r, const std::string& src, const toml::table& i, Config& c) {
   r.checkKeys(i, "interfaces", {"data", "allow", "protected", "allow_default_route",
                                  "counter_interval", "data_subnets"});
   c.counterInterval = r.dur(i, "counter_interval", c.counterInterval,
@@ -268,51 +248,94 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
       if (p == al)
         r.fail(src, "[interfaces] '" + p +
                         "' is both allowed and protected: remove it from one of the lists");
-  if (auto* n = root.get("lab")) {
-    if (!n->is_table()) {
-      r.fail(at(src, n->source()), "'lab' must be a table");
-    } else {
-      const auto& l = *n->as_table();
-      r.checkKeys(l, "lab", {"switch_socket", "switch_port"});
-      c.labswitchSocket = r.str(l, "switch_socket", "lab", false);
-      c.labswitchPort = r.str(l, "switch_port", "lab", false);
-      // A unix socket path, or tcp:IPV4:PORT (how a soft-RoCE lab guest reaches the switch
-      // on its host, docs/soft-roce.md).
-      bool tcp = c.labswitchSocket.rfind("tcp:", 0) == 0 && c.labswitchSocket.size() <= 30;
-      if (!c.labswitchSocket.empty() && !tcp &&
-          (c.labswitchSocket.front() != '/' || c.labswitchSocket.size() > 107))
-        r.fail(src, "[lab] switch_socket = \"" + c.labswitchSocket +
-                        "\" must be an absolute path of at most 107 characters or tcp:IPV4:PORT");
-    }
+}
+
+// [lab]: the lab switch's control socket and this node's port on it.
+void parseLab(Reader& r, const std::string& src, const toml::node& n, Config& c) {
+  if (!n.is_table()) {
+    r.fail(at(src, n.source()), "'lab' must be a table");
+  } else {
+    const auto& l = *n.as_table();
+    r.checkKeys(l, "lab", {"switch_socket", "switch_port"});
+    c.labswitchSocket = r.str(l, "switch_socket", "lab", false);
+    c.labswitchPort = r.str(l, "switch_port", "lab", false);
+    // A unix socket path, or tcp:IPV4:PORT (how a soft-RoCE lab guest reaches the switch
+    // on its host, docs/soft-roce.md).
+    bool tcp = c.labswitchSocket.rfind("tcp:", 0) == 0 && c.labswitchSocket.size() <= 30;
+    if (!c.labswitchSocket.empty() && !tcp &&
+        (c.labswitchSocket.front() != '/' || c.labswitchSocket.size() > 107))
+      r.fail(src, "[lab] switch_socket = \"" + c.labswitchSocket +
+                      "\" must be an absolute path of at most 107 characters or tcp:IPV4:PORT");
   }
-  if (auto* n = root.get("ecn_commands")) {
-    if (!n->is_table()) {
-      r.fail(at(src, n->source()), "'ecn_commands' must be a table of named templates");
-    } else {
-      for (auto&& [key, value] : *n->as_table()) {
-        std::string name(key.str());
-        std::string where = "[ecn_commands." + name + "]";
-        bool nameOk = !name.empty() && name.size() <= 32;
-        for (char ch : name)
-          nameOk = nameOk && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-');
-        if (!nameOk) {
-          r.fail(at(src, value.source()), "command template names are 1-32 characters of A-Z a-z 0-9 _ -");
-          continue;
-        }
-        auto* entry = value.as_table();
-        if (!entry) {
-          r.fail(at(src, value.source()), where + " must be a table with snapshot, apply and revert");
-          continue;
-        }
-        r.checkKeys(*entry, "ecn_commands." + name, {"snapshot", "apply", "revert"});
-        faults::CommandTemplate tmpl;
-        tmpl.snapshot = r.argv(*entry, "snapshot", where, false);
-        tmpl.apply = r.argv(*entry, "apply", where, false);
-        tmpl.revert = r.argv(*entry, "revert", where, true);
-        c.ecnCommands[name] = std::move(tmpl);
+}
+
+// [ecn_commands.NAME]: a site's command templates for ecn_shift (snapshot, apply, revert).
+void parseEcnCommands(Reader& r, const std::string& src, const toml::node& n, Config& c) {
+  if (!n.is_table()) {
+    r.fail(at(src, n.source()), "'ecn_commands' must be a table of named templates");
+  } else {
+    for (auto&& [key, value] : *n.as_table()) {
+      std::string name(key.str());
+      std::string where = "[ecn_commands." + name + "]";
+      bool nameOk = !name.empty() && name.size() <= 32;
+      for (char ch : name)
+        nameOk = nameOk && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-');
+      if (!nameOk) {
+        r.fail(at(src, value.source()), "command template names are 1-32 characters of A-Z a-z 0-9 _ -");
+        continue;
       }
+      auto* entry = value.as_table();
+      if (!entry) {
+        r.fail(at(src, value.source()), where + " must be a table with snapshot, apply and revert");
+        continue;
+      }
+      r.checkKeys(*entry, "ecn_commands." + name, {"snapshot", "apply", "revert"});
+      faults::CommandTemplate tmpl;
+      tmpl.snapshot = r.argv(*entry, "snapshot", where, false);
+      tmpl.apply = r.argv(*entry, "apply", where, false);
+      tmpl.revert = r.argv(*entry, "revert", where, true);
+      c.ecnCommands[name] = std::move(tmpl);
     }
   }
+}
+
+}  // namespace
+
+Result<Config> parseConfig(const std::string& text, const std::string& src) {
+  toml::table root;
+  try {
+    root = rc::parseToml(text, src);
+  } catch (const toml::parse_error& e) {
+    return makeError(src + ":" + std::to_string(e.source().begin.line) + ":" +
+                     std::to_string(e.source().begin.column) + ": " + std::string(e.description()));
+  }
+  Reader r{src, std::nullopt};
+  Config c;
+  r.checkKeys(root, "top level", {"agent", "tls", "interfaces", "lab", "ecn_commands"});
+  static const toml::table empty;
+  auto section = [&](std::string_view name) -> const toml::table& {
+    auto* n = root.get(name);
+    if (!n) {
+      r.fail(src, "missing section [" + std::string(name) + "]");
+      return empty;
+    }
+    if (!n->is_table()) {
+      r.fail(at(src, n->source()), "'" + std::string(name) + "' must be a table");
+      return empty;
+    }
+    return *n->as_table();
+  };
+  const auto& a = section("agent");
+  parseAgentSection(r, src, a, c);
+  const auto& t = section("tls");
+  r.checkKeys(t, "tls", {"ca", "cert", "key"});
+  c.tls.caFile = r.str(t, "ca", "tls", true);
+  c.tls.certFile = r.str(t, "cert", "tls", true);
+  c.tls.keyFile = r.str(t, "key", "tls", true);
+  const auto& i = section("interfaces");
+  parseInterfaces(r, src, i, c);
+  if (auto* n = root.get("lab")) parseLab(r, src, *n, c);
+  if (auto* n = root.get("ecn_commands")) parseEcnCommands(r, src, *n, c);
   if (r.err) return *r.err;
   return c;
 }
