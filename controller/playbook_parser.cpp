@@ -220,6 +220,12 @@ class Parser {
   Sweep sweep(const toml::node& n, const Scenario& sc) const;
   DetectExpectation detect(const toml::node& n, const Scenario& sc) const;
   void detectionSettings(const toml::node& n, DetectionSettings& d) const;
+  void workload(const toml::node& wl, Workload& w) const;
+  void guardrails(const toml::node& g, Guardrails& gr) const;
+  void scoring(const toml::node& s, ScoringSettings& sc) const;
+  void cost(const toml::node& c, CostSettings& co) const;
+  void scenarios(const toml::node& scs, bool inlineForm, Playbook& pb);
+  void checkTimeline(const Playbook& pb);
   json normalise(const toml::node& where, const std::string& kind, const json& raw,
                  const toml::table* rawTable) const;
 
@@ -677,158 +683,136 @@ Scenario Parser::scenario(const toml::table& t, const std::string& nm, const Sou
   return sc;
 }
 
-Playbook Parser::parse(const std::string& text) {
-  toml::table root;
-  try {
-    root = rc::parseToml(text, path_);
-  } catch (const toml::parse_error& e) {
-    throw Fail{at(e.source()) + ": " + std::string(e.description())};
+void Parser::workload(const toml::node& wlNode, Workload& w) const {
+  const toml::node* wl = &wlNode;
+  const auto& t = table(*wl, "workload");
+  checkKeys(t, {"kind", "size", "streams", "nodes", "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry",
+                "test"},
+            "[workload]");
+  auto* k = t.get("kind");
+  if (!k) fail(*wl, "[workload] needs kind = \"allreduce\" (or allgather, alltoall, incast, pairwise, perftest)");
+  auto kind = workloadKindFromString(str(*k, "workload kind", 32));
+  if (!kind)
+    fail(*k, "workload kind '" + k->as_string()->get() +
+                 "' is unknown (known: allreduce, allgather, alltoall, incast, pairwise, perftest)");
+  w.kind = *kind;
+  // perftest: which program of the agents' fixed list (they run nothing else).
+  if (*kind == WorkloadKind::perftest) w.test = "ib_write_bw";
+  if (auto* te = t.get("test")) {
+    if (*kind != WorkloadKind::perftest) fail(*te, "test names a perftest program: it needs kind = \"perftest\"");
+    w.test = str(*te, "workload test", 32);
+    if (!rc::workload::perftestProgram(w.test))
+      fail(*te, "perftest test '" + w.test + "' is unknown (known: " + rc::workload::perftestTests() + ")");
   }
-  checkKeys(root,
-            {"name", "description", "seed", "repeat", "workload", "guardrails", "scoring", "cost",
-             "phase", "step", "expect", "require", "sweep", "detect", "detection", "scenario"},
-            "the playbook");
-  Playbook pb;
-  pb.path = path_;
-  pb.text = text;
-  part([&] {
-    auto* nm = root.get("name");
-    if (!nm) throw Fail{path_ + ":1:1: the playbook needs a name, e.g. name = \"link-flap-recovery\""};
-    pb.name = name(*nm, "name");
-  });
-  if (auto* d = root.get("description")) part([&] { pb.description = str(*d, "description", 4096); });
-  if (auto* s = root.get("seed")) part([&] { pb.seed = uint64_t(integer(*s, "seed", 0, INT64_MAX)); });
-  if (auto* r = root.get("repeat")) part([&] { pb.repeat = int(integer(*r, "repeat", 1, 100)); });
-
-  part([&] {
-    auto* wl = root.get("workload");
-    if (!wl) throw Fail{path_ + ":1:1: the playbook needs a [workload] table (kind, size, streams, nodes)"};
-    const auto& t = table(*wl, "workload");
-    checkKeys(t, {"kind", "size", "streams", "nodes", "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry",
-                  "test"},
-              "[workload]");
-    auto* k = t.get("kind");
-    if (!k) fail(*wl, "[workload] needs kind = \"allreduce\" (or allgather, alltoall, incast, pairwise, perftest)");
-    auto kind = workloadKindFromString(str(*k, "workload kind", 32));
-    if (!kind)
-      fail(*k, "workload kind '" + k->as_string()->get() +
-                   "' is unknown (known: allreduce, allgather, alltoall, incast, pairwise, perftest)");
-    pb.workload.kind = *kind;
-    // perftest: which program of the agents' fixed list (they run nothing else).
-    if (*kind == WorkloadKind::perftest) pb.workload.test = "ib_write_bw";
-    if (auto* te = t.get("test")) {
-      if (*kind != WorkloadKind::perftest) fail(*te, "test names a perftest program: it needs kind = \"perftest\"");
-      pb.workload.test = str(*te, "workload test", 32);
-      if (!rc::workload::perftestProgram(pb.workload.test))
-        fail(*te, "perftest test '" + pb.workload.test + "' is unknown (known: " + rc::workload::perftestTests() + ")");
-    }
-    // Parsed wider than an agent accepts, so that the message can say what an agent accepts.
-    if (auto* s = t.get("size")) {
-      pb.workload.sizeBytes = size(*s, "workload size", 1, uint64_t(16) << 30);
-      if (pb.workload.sizeBytes > uint64_t(proto::kMaxWorkloadSize))
-        fail(*s, "workload size " + formatSize(pb.workload.sizeBytes) + " is more than an agent accepts (" +
-                     formatSize(uint64_t(proto::kMaxWorkloadSize)) +
-                     " per rank's message): lower size, e.g. size = \"256MiB\"");
-    }
-    if (auto* s = t.get("streams")) {
-      pb.workload.streams = int(integer(*s, "workload streams", 1, 1024));
-      if (pb.workload.streams > proto::kMaxWorkloadStreams)
-        fail(*s, "workload streams = " + std::to_string(pb.workload.streams) + " is more than an agent opens (" +
-                     std::to_string(proto::kMaxWorkloadStreams) + " connections per peer): lower streams");
-    }
-    if (auto* tr = t.get("transport")) {
-      pb.workload.transport = str(*tr, "workload transport", 16);
-      if (pb.workload.transport != "tcp" && pb.workload.transport != "verbs")
-        fail(*tr, "workload transport '" + pb.workload.transport + "' is unknown (known: tcp, verbs)");
-      if (pb.workload.transport == "verbs" && pb.workload.streams > 16)
-        fail(*tr, "workload streams must be 1 to 16 with transport = \"verbs\" (QPs per peer)");
-    }
-    // The traffic class of both transports, and the verbs QPs' attributes (NCCL's defaults).
-    if (auto* d = t.get("dscp")) pb.workload.qp.dscp = int(integer(*d, "workload dscp", 0, 63));
-    if (auto* q = t.get("qp_timeout")) pb.workload.qp.timeout = int(integer(*q, "workload qp_timeout", 0, 31));
-    if (auto* q = t.get("qp_retry_cnt")) pb.workload.qp.retryCount = int(integer(*q, "workload qp_retry_cnt", 0, 7));
-    if (auto* q = t.get("qp_rnr_retry")) pb.workload.qp.rnrRetry = int(integer(*q, "workload qp_rnr_retry", 0, 7));
-    if (*kind == WorkloadKind::perftest && pb.workload.streams > 16)
-      fail(*wl, "workload streams must be 1 to 16 with kind = \"perftest\" (its QPs, -q)");
-    if (auto* tr = t.get("transport"); tr && *kind == WorkloadKind::perftest)
-      fail(*tr, "kind = \"perftest\" always runs over RDMA: leave transport out");
-    for (const char* key : {"qp_retry_cnt", "qp_rnr_retry"})
-      if (auto* q = t.get(key); q && *kind == WorkloadKind::perftest)
-        fail(*q, std::string(key) + " is not a perftest option (perftest sets its own; qp_timeout is its -u)");
-    for (const char* key : {"qp_timeout", "qp_retry_cnt", "qp_rnr_retry"})
-      if (auto* q = t.get(key); q && pb.workload.transport != "verbs" && *kind != WorkloadKind::perftest)
-        fail(*q, std::string(key) + " sets a verbs QP attribute: it needs transport = \"verbs\"");
-    pb.workload.nodes.names = {"all"};
-    pb.workload.nodes.pos = pos(*wl);
-    if (auto* n = t.get("nodes")) {
-      pb.workload.nodes = selector(*n, "workload nodes");
-      if (pb.workload.nodes.random) fail(*n, "workload nodes cannot be a random pick");
-    }
-  });
-  if (auto* g = root.get("guardrails")) part([&] {
-    const auto& t = table(*g, "guardrails");
-    checkKeys(t, {"min_baseline", "abort_on_agent_loss", "max_stall"}, "[guardrails]");
-    if (auto* v = t.get("min_baseline")) pb.guardrails.minBaselineBytesPerSec = bitRateAsBytes(*v, "min_baseline");
-    if (auto* v = t.get("abort_on_agent_loss")) pb.guardrails.abortOnAgentLoss = boolean(*v, "abort_on_agent_loss");
-    if (auto* v = t.get("max_stall")) pb.guardrails.maxStallNs = duration(*v, "max_stall", 10 * kMs, kHour);
-  });
-  if (auto* s = root.get("scoring")) part([&] {
-    const auto& t = table(*s, "scoring");
-    checkKeys(t, {"bin", "warmup", "epsilon", "hold", "smooth", "stall_fraction"}, "[scoring]");
-    auto& sc = pb.scoring;
-    if (auto* v = t.get("bin")) sc.binNs = duration(*v, "bin", kMs, 10 * kSec);
-    if (auto* v = t.get("warmup")) sc.warmupNs = duration(*v, "warmup", 0, kHour);
-    if (auto* v = t.get("epsilon")) sc.epsilon = number(*v, "epsilon", 0.001, 0.5);
-    if (auto* v = t.get("hold")) sc.holdNs = duration(*v, "hold", kMs, kHour);
-    if (auto* v = t.get("smooth")) sc.smoothNs = duration(*v, "smooth", 0, 10 * kSec);
-    if (auto* v = t.get("stall_fraction")) sc.stallFraction = number(*v, "stall_fraction", 0.001, 0.9);
-    if (sc.holdNs < sc.binNs)
-      fail(*s, "hold (" + fmtDur(sc.holdNs) + ") must be at least one bin (" + fmtDur(sc.binNs) + ")");
-    if (sc.stallFraction >= 1 - sc.epsilon)
-      fail(*s, "stall_fraction must be below the recovery threshold 1 - epsilon");
-  });
-  if (auto* d = root.get("detection")) part([&] { detectionSettings(*d, pb.detection); });
-  if (auto* c = root.get("cost")) part([&] {
-    const auto& t = table(*c, "cost");
-    checkKeys(t, {"gpus", "price_per_gpu_hour", "currency", "incidents_per_day", "days"}, "[cost]");
-    auto& co = pb.cost;
-    if (auto* v = t.get("gpus")) co.gpus = integer(*v, "gpus", 0, 10'000'000);
-    if (auto* v = t.get("price_per_gpu_hour")) co.pricePerGpuHour = number(*v, "price_per_gpu_hour", 0, 10000);
-    if (auto* v = t.get("currency")) co.currency = str(*v, "currency", 8);
-    if (auto* v = t.get("incidents_per_day")) co.incidentsPerDay = number(*v, "incidents_per_day", 0, 100000);
-    if (auto* v = t.get("days")) co.days = number(*v, "days", 0, 3650);
-  });
-
-  const bool inlineForm =
-      root.get("phase") || root.get("step") || root.get("expect") || root.get("require") || root.get("sweep") ||
-      root.get("detect");
-  if (auto* scs = root.get("scenario")) {
-    const toml::array* sa = nullptr;
-    bool ok = part([&] {
-      if (inlineForm)
-        fail(*scs, "use either [[scenario]] tables or top-level [[phase]]/[[step]]/[[expect]]/[[require]]/[[detect]], not both");
-      sa = &arrayOfTables(*this, *scs, "scenario");
-      if (sa->size() > kMaxScenarios) fail(*scs, "more than 64 scenarios");
-    });
-    std::set<std::string> names;
-    for (size_t i = 0; ok && i < sa->size(); i++) {
-      const toml::node& s = *sa->get(i);
-      const auto& t = *s.as_table();
-      checkKeys(t, {"name", "phase", "step", "expect", "require", "sweep", "detect"}, "[[scenario]]");
-      std::string scName;
-      if (!part([&] {
-            auto* n = t.get("name");
-            if (!n) fail(s, "[[scenario]] needs a name");
-            scName = name(*n, "scenario name");
-            if (!names.insert(scName).second) fail(*n, "scenario '" + scName + "' appears twice");
-          }))
-        scName = "#" + std::to_string(i + 1);  // its other parts are still checked
-      pb.scenarios.push_back(scenario(t, scName, pos(s), pb));
-    }
-  } else {
-    pb.scenarios.push_back(scenario(root, pb.name, SourcePos{1, 1}, pb));
+  // Parsed wider than an agent accepts, so that the message can say what an agent accepts.
+  if (auto* s = t.get("size")) {
+    w.sizeBytes = size(*s, "workload size", 1, uint64_t(16) << 30);
+    if (w.sizeBytes > uint64_t(proto::kMaxWorkloadSize))
+      fail(*s, "workload size " + formatSize(w.sizeBytes) + " is more than an agent accepts (" +
+                   formatSize(uint64_t(proto::kMaxWorkloadSize)) +
+                   " per rank's message): lower size, e.g. size = \"256MiB\"");
   }
+  if (auto* s = t.get("streams")) {
+    w.streams = int(integer(*s, "workload streams", 1, 1024));
+    if (w.streams > proto::kMaxWorkloadStreams)
+      fail(*s, "workload streams = " + std::to_string(w.streams) + " is more than an agent opens (" +
+                   std::to_string(proto::kMaxWorkloadStreams) + " connections per peer): lower streams");
+  }
+  if (auto* tr = t.get("transport")) {
+    w.transport = str(*tr, "workload transport", 16);
+    if (w.transport != "tcp" && w.transport != "verbs")
+      fail(*tr, "workload transport '" + w.transport + "' is unknown (known: tcp, verbs)");
+    if (w.transport == "verbs" && w.streams > 16)
+      fail(*tr, "workload streams must be 1 to 16 with transport = \"verbs\" (QPs per peer)");
+  }
+  // The traffic class of both transports, and the verbs QPs' attributes (NCCL's defaults).
+  if (auto* d = t.get("dscp")) w.qp.dscp = int(integer(*d, "workload dscp", 0, 63));
+  if (auto* q = t.get("qp_timeout")) w.qp.timeout = int(integer(*q, "workload qp_timeout", 0, 31));
+  if (auto* q = t.get("qp_retry_cnt")) w.qp.retryCount = int(integer(*q, "workload qp_retry_cnt", 0, 7));
+  if (auto* q = t.get("qp_rnr_retry")) w.qp.rnrRetry = int(integer(*q, "workload qp_rnr_retry", 0, 7));
+  if (*kind == WorkloadKind::perftest && w.streams > 16)
+    fail(*wl, "workload streams must be 1 to 16 with kind = \"perftest\" (its QPs, -q)");
+  if (auto* tr = t.get("transport"); tr && *kind == WorkloadKind::perftest)
+    fail(*tr, "kind = \"perftest\" always runs over RDMA: leave transport out");
+  for (const char* key : {"qp_retry_cnt", "qp_rnr_retry"})
+    if (auto* q = t.get(key); q && *kind == WorkloadKind::perftest)
+      fail(*q, std::string(key) + " is not a perftest option (perftest sets its own; qp_timeout is its -u)");
+  for (const char* key : {"qp_timeout", "qp_retry_cnt", "qp_rnr_retry"})
+    if (auto* q = t.get(key); q && w.transport != "verbs" && *kind != WorkloadKind::perftest)
+      fail(*q, std::string(key) + " sets a verbs QP attribute: it needs transport = \"verbs\"");
+  w.nodes.names = {"all"};
+  w.nodes.pos = pos(*wl);
+  if (auto* n = t.get("nodes")) {
+    w.nodes = selector(*n, "workload nodes");
+    if (w.nodes.random) fail(*n, "workload nodes cannot be a random pick");
+  }
+}
 
+void Parser::guardrails(const toml::node& gNode, Guardrails& gr) const {
+  const toml::node* g = &gNode;
+  const auto& t = table(*g, "guardrails");
+  checkKeys(t, {"min_baseline", "abort_on_agent_loss", "max_stall"}, "[guardrails]");
+  if (auto* v = t.get("min_baseline")) gr.minBaselineBytesPerSec = bitRateAsBytes(*v, "min_baseline");
+  if (auto* v = t.get("abort_on_agent_loss")) gr.abortOnAgentLoss = boolean(*v, "abort_on_agent_loss");
+  if (auto* v = t.get("max_stall")) gr.maxStallNs = duration(*v, "max_stall", 10 * kMs, kHour);
+}
+
+void Parser::scoring(const toml::node& sNode, ScoringSettings& sc) const {
+  const toml::node* s = &sNode;
+  const auto& t = table(*s, "scoring");
+  checkKeys(t, {"bin", "warmup", "epsilon", "hold", "smooth", "stall_fraction"}, "[scoring]");
+  if (auto* v = t.get("bin")) sc.binNs = duration(*v, "bin", kMs, 10 * kSec);
+  if (auto* v = t.get("warmup")) sc.warmupNs = duration(*v, "warmup", 0, kHour);
+  if (auto* v = t.get("epsilon")) sc.epsilon = number(*v, "epsilon", 0.001, 0.5);
+  if (auto* v = t.get("hold")) sc.holdNs = duration(*v, "hold", kMs, kHour);
+  if (auto* v = t.get("smooth")) sc.smoothNs = duration(*v, "smooth", 0, 10 * kSec);
+  if (auto* v = t.get("stall_fraction")) sc.stallFraction = number(*v, "stall_fraction", 0.001, 0.9);
+  if (sc.holdNs < sc.binNs)
+    fail(*s, "hold (" + fmtDur(sc.holdNs) + ") must be at least one bin (" + fmtDur(sc.binNs) + ")");
+  if (sc.stallFraction >= 1 - sc.epsilon)
+    fail(*s, "stall_fraction must be below the recovery threshold 1 - epsilon");
+}
+
+void Parser::cost(const toml::node& cNode, CostSettings& co) const {
+  const toml::node* c = &cNode;
+  const auto& t = table(*c, "cost");
+  checkKeys(t, {"gpus", "price_per_gpu_hour", "currency", "incidents_per_day", "days"}, "[cost]");
+  if (auto* v = t.get("gpus")) co.gpus = integer(*v, "gpus", 0, 10'000'000);
+  if (auto* v = t.get("price_per_gpu_hour")) co.pricePerGpuHour = number(*v, "price_per_gpu_hour", 0, 10000);
+  if (auto* v = t.get("currency")) co.currency = str(*v, "currency", 8);
+  if (auto* v = t.get("incidents_per_day")) co.incidentsPerDay = number(*v, "incidents_per_day", 0, 100000);
+  if (auto* v = t.get("days")) co.days = number(*v, "days", 0, 3650);
+}
+
+// [[scenario]] tables: each with its own phases, steps, expectations, sweep and detects.
+void Parser::scenarios(const toml::node& scsNode, bool inlineForm, Playbook& pb) {
+  const toml::node* scs = &scsNode;
+  const toml::array* sa = nullptr;
+  bool ok = part([&] {
+    if (inlineForm)
+      fail(*scs, "use either [[scenario]] tables or top-level [[phase]]/[[step]]/[[expect]]/[[require]]/[[detect]], not both");
+    sa = &arrayOfTables(*this, *scs, "scenario");
+    if (sa->size() > kMaxScenarios) fail(*scs, "more than 64 scenarios");
+  });
+  std::set<std::string> names;
+  for (size_t i = 0; ok && i < sa->size(); i++) {
+    const toml::node& s = *sa->get(i);
+    const auto& t = *s.as_table();
+    checkKeys(t, {"name", "phase", "step", "expect", "require", "sweep", "detect"}, "[[scenario]]");
+    std::string scName;
+    if (!part([&] {
+          auto* n = t.get("name");
+          if (!n) fail(s, "[[scenario]] needs a name");
+          scName = name(*n, "scenario name");
+          if (!names.insert(scName).second) fail(*n, "scenario '" + scName + "' appears twice");
+        }))
+      scName = "#" + std::to_string(i + 1);  // its other parts are still checked
+    pb.scenarios.push_back(scenario(t, scName, pos(s), pb));
+  }
+}
+
+// The whole timeline: cv needs repeats, warm-up inside the baseline phase, trials and run time bounded.
+void Parser::checkTimeline(const Playbook& pb) {
   size_t trials = 0;
   int64_t total = 0;
   for (const auto& sc : pb.scenarios) {
@@ -856,6 +840,56 @@ Playbook Parser::parse(const std::string& text) {
         }))
       break;  // said once
   }
+}
+
+Playbook Parser::parse(const std::string& text) {
+  toml::table root;
+  try {
+    root = rc::parseToml(text, path_);
+  } catch (const toml::parse_error& e) {
+    throw Fail{at(e.source()) + ": " + std::string(e.description())};
+  }
+  checkKeys(root,
+            {"name", "description", "seed", "repeat", "workload", "guardrails", "scoring", "cost",
+             "phase", "step", "expect", "require", "sweep", "detect", "detection", "scenario"},
+            "the playbook");
+  Playbook pb;
+  pb.path = path_;
+  pb.text = text;
+  part([&] {
+    auto* nm = root.get("name");
+    if (!nm) throw Fail{path_ + ":1:1: the playbook needs a name, e.g. name = \"link-flap-recovery\""};
+    pb.name = name(*nm, "name");
+  });
+  if (auto* d = root.get("description")) part([&] { pb.description = str(*d, "description", 4096); });
+  if (auto* s = root.get("seed")) part([&] { pb.seed = uint64_t(integer(*s, "seed", 0, INT64_MAX)); });
+  if (auto* r = root.get("repeat")) part([&] { pb.repeat = int(integer(*r, "repeat", 1, 100)); });
+
+  part([&] {
+    auto* wl = root.get("workload");
+    if (!wl) throw Fail{path_ + ":1:1: the playbook needs a [workload] table (kind, size, streams, nodes)"};
+    workload(*wl, pb.workload);
+  });
+  if (auto* g = root.get("guardrails")) part([&] {
+    guardrails(*g, pb.guardrails);
+  });
+  if (auto* s = root.get("scoring")) part([&] {
+    scoring(*s, pb.scoring);
+  });
+  if (auto* d = root.get("detection")) part([&] { detectionSettings(*d, pb.detection); });
+  if (auto* c = root.get("cost")) part([&] {
+    cost(*c, pb.cost);
+  });
+
+  const bool inlineForm =
+      root.get("phase") || root.get("step") || root.get("expect") || root.get("require") || root.get("sweep") ||
+      root.get("detect");
+  if (auto* scs = root.get("scenario"))
+    scenarios(*scs, inlineForm, pb);
+  else
+    pb.scenarios.push_back(scenario(root, pb.name, SourcePos{1, 1}, pb));
+
+  checkTimeline(pb);
   if (auto all = errors(); !all.empty()) throw Fail{all};
   return pb;
 }
