@@ -447,7 +447,8 @@ TEST_CASE("a TCP job's return after an outage moves by its retransmission timer:
   // value that counts the return carries half of that (1.1 s) besides the scorer's uncertainty.
   MetricTable tb = table(tcp(base));
   const MetricValue& rec = tb.at({base["trials"][0]["label"], "n2", "recovery_time"});
-  const MetricValue& vrec = table(base).at({base["trials"][0]["label"], "n2", "recovery_time"});
+  MetricTable vb = table(base);
+  const MetricValue& vrec = vb.at({base["trials"][0]["label"], "n2", "recovery_time"});
   CHECK(rec.noise == Approx(vrec.noise + 1.1e9).margin(1e6));
   CHECK(tb.at({base["trials"][0]["label"], "job", "baseline"}).noise ==
         Approx(table(base).at({base["trials"][0]["label"], "job", "baseline"}).noise));  // not a return
