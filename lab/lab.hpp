@@ -1,5 +1,6 @@
 // The embedded lab fabric: namespace hosts with agents, a data network and a management
-// network, all created and removed by rdmachaos itself (rdmachaos lab up/down/status).
+// network, or QEMU guests with soft-RoCE (lab/vm_lab.hpp), all created and removed by
+// rdmachaos itself (rdmachaos lab up/down/status).
 #pragma once
 
 #include <chrono>
@@ -13,7 +14,7 @@ struct UpOptions {
   int nodes = 3;             // 1..32
   std::string dir;           // lab state, certificates, configs, inventory.toml, logs
   std::string agentBinary;   // path of rdmachaos-agent to run in each host
-  bool softRoce = false;     // QEMU guests with rdma_rxe (not yet: clear error)
+  bool softRoce = false;     // QEMU guests with rdma_rxe (lab up --soft-roce; lab/vm_lab.cpp)
   // The data fabric: "switch" (rdmachaos-labswitch, TAP ports; the default) or "bridge"
   // (a Linux bridge: no queues, PFC, ECN or line rate, but no extra process).
   std::string fabric = "switch";
