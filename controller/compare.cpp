@@ -69,12 +69,15 @@ int64_t retryNoiseNs(const json& doc, const json& trial) {
 
 void addScope(MetricTable& t, const std::string& trial, const json& s, double retry) {
   const std::string scope = s.value("scope", std::string());
-  auto put = [&](const char* metric, std::optional<double> v, double noise, bool notRecovered = false) {
+  auto put = [&](const char* metric, std::optional<double> v, double noise, bool notRecovered = false,
+                 double retryPart = 0) {
     if (!v && !notRecovered) return;
     MetricValue m;
     m.value = v;
     m.notRecovered = notRecovered;
     m.noise = std::max(0.0, noise);
+    m.retryNs = retry;
+    m.retryPart = std::min(m.noise, std::max(0.0, retryPart));
     m.lo = m.hi = v.value_or(0);
     if (v) m.samples = {*v};
     t[{trial, scope, metric}] = m;
@@ -86,17 +89,18 @@ void addScope(MetricTable& t, const std::string& trial, const json& s, double re
   const double u = impact ? number(*impact, "uncertainty_ns").value_or(0) : 0;
   if (impact) {
     const bool recovered = impact->value("recovered", false);
-    put("recovery_time", recovered ? number(*impact, "recovery_time_ns") : std::nullopt, u + retry, !recovered);
+    put("recovery_time", recovered ? number(*impact, "recovery_time_ns") : std::nullopt, u + retry, !recovered, retry);
     // Loss as a share depends on the window (fault start to recovery), so the bytes lost are
     // compared too; their noise is the healthy band's depth over that window.
     // A later return (retry) costs the baseline's rate for that long.
     const double window = (number(*impact, "window_to_ns").value_or(0) - number(*impact, "window_from_ns").value_or(0)) / 1e9;
+    const double pctRetry = window > 0 ? retry / 1e9 / window * 100 : 0, bytesRetry = baseline.value_or(0) * retry / 1e9;
     put("throughput_loss_pct", number(*impact, "loss_pct"),
-        (baseline && *baseline > 0 ? depth / *baseline * 100 : 0) + (window > 0 ? retry / 1e9 / window * 100 : 0));
-    put("throughput_loss_bytes", number(*impact, "loss_bytes"),
-        depth * std::max(0.0, window) + baseline.value_or(0) * retry / 1e9);
-    put("stall_time", number(*impact, "stall_ns"), u + retry);
-    put("longest_stall", number(*impact, "longest_stall_ns"), u + retry);
+        (baseline && *baseline > 0 ? depth / *baseline * 100 : 0) + pctRetry, false, pctRetry);
+    put("throughput_loss_bytes", number(*impact, "loss_bytes"), depth * std::max(0.0, window) + bytesRetry, false,
+        bytesRetry);
+    put("stall_time", number(*impact, "stall_ns"), u + retry, false, retry);
+    put("longest_stall", number(*impact, "longest_stall_ns"), u + retry, false, retry);
     put("min_throughput", number(*impact, "min_Bps"), depth);
   }
   if (const json* it = member(s, "iterations")) {
@@ -107,16 +111,18 @@ void addScope(MetricTable& t, const std::string& trial, const json& s, double re
     }
     if (const json* w = member(*it, "window")) {
       // The window's slowest iteration spans the stall, known to the trial's uncertainty.
-      const double tail = std::max(spread, u) + retry;
+      const double tail0 = std::max(spread, u), tail = tail0 + retry;
       // A fault window of a few iterations (the stalled one and some healthy ones) has no stable
       // median: its p50 is the fast or the stalled one from run to run (0.12 s, then 1.6 s, on
       // the lab), anywhere from the healthy p50 to the window's slowest.
-      double p50noise = tail;
-      if (w->value("count", 0) < kFewIterations)
+      double p50noise = tail, p50noise0 = tail0;
+      if (w->value("count", 0) < kFewIterations) {
         p50noise = std::max(p50noise, number(*w, "max_ns").value_or(0) - baseP50);
-      put("iteration_p50", number(*w, "p50_ns"), p50noise);
-      put("iteration_p99", number(*w, "p99_ns"), tail);
-      put("iteration_max", number(*w, "max_ns"), tail);
+        p50noise0 = std::max(p50noise0, number(*w, "max_ns").value_or(0) - baseP50);
+      }
+      put("iteration_p50", number(*w, "p50_ns"), p50noise, false, p50noise - p50noise0);
+      put("iteration_p99", number(*w, "p99_ns"), tail, false, retry);
+      put("iteration_max", number(*w, "max_ns"), tail, false, retry);
     }
   }
   if (auto busbw = number(s, "busbw_Bps"); busbw && baseline && *baseline > 0)
@@ -263,6 +269,8 @@ Result<MetricTable> metricTableOf(const json& doc) {
       v.value = number(r, "median");
       v.notRecovered = r.value("not_recovered", false);
       v.noise = number(r, "noise").value_or(0);
+      v.retryNs = number(r, "retry_ns").value_or(0);
+      v.retryPart = std::min(v.noise, number(r, "retry_part").value_or(0));
       v.runs = r.value("n", 1);
       v.lo = number(r, "lo").value_or(v.value.value_or(0));
       v.hi = number(r, "hi").value_or(v.value.value_or(0));
@@ -318,12 +326,14 @@ Result<json> mergeGolden(const std::vector<json>& docs, const std::vector<std::s
   }
   json metrics = json::array();
   for (auto& [k, vs] : all) {
-    std::vector<double> values, noises;
+    std::vector<double> values, noises, retries, retryParts;
     size_t notRecovered = 0;
     for (const auto& v : vs) {
       if (v.value) values.push_back(*v.value);
       if (v.notRecovered) notRecovered++;
       noises.push_back(v.noise);
+      retries.push_back(v.retryNs);
+      retryParts.push_back(v.retryPart);
     }
     auto median = [](std::vector<double> x) {
       std::sort(x.begin(), x.end());
@@ -340,6 +350,10 @@ Result<json> mergeGolden(const std::vector<json>& docs, const std::vector<std::s
       row["lo"] = *lo;
       row["hi"] = *hi;
       row["noise"] = std::max(median(noises), (*hi - *lo) / 2);
+      if (median(retries) > 0) {  // runs of one playbook: one outage
+        row["retry_ns"] = median(retries);
+        row["retry_part"] = median(retryParts);
+      }
       std::sort(values.begin(), values.end());
       row["values"] = values;
       if (notRecovered) row["not_recovered_runs"] = notRecovered;
@@ -519,6 +533,12 @@ CompareOutcome compareTables(const MetricTable& base, const MetricTable& result,
                     : row.result.notRecovered                       ? "worse"
                                                                     : "better";
     } else {
+      // TCP's retry timer is noise between runs of one outage only (compare.hpp, retryNs).
+      if (std::fabs(row.base.retryNs - row.result.retryNs) > 1e6) {
+        row.base.noise -= row.base.retryPart;
+        row.result.noise -= row.result.retryPart;
+        row.base.retryPart = row.result.retryPart = 0;
+      }
       const double d = *row.result.value - *row.base.value;
       row.diff = d;
       // A golden baseline's runs gave every value of lo..hi: one of them again is no change,

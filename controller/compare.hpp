@@ -40,6 +40,10 @@ struct MetricValue {
   // Tukey's fences left out; peerSamples 0 when there is no such pool (docs/acceptance.md).
   int peerSamples = 0;
   double peerLo = 0, peerHi = 0;
+  // TCP's retransmission timer (compare.cpp, retryNoiseNs): the trial's term, which names its
+  // outage, and the part of `noise` it makes. Noise only between runs of the same outage: two
+  // runs of different outages are different faults, and their difference is not excused by it.
+  double retryNs = 0, retryPart = 0;
 };
 using MetricTable = std::map<MetricKey, MetricValue>;
 

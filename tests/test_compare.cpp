@@ -462,4 +462,13 @@ TEST_CASE("a TCP job's return after an outage moves by its retransmission timer:
   auto tcp4 = compareTables(tb, table(tcp(documentWith("n2", 40))), {}, "golden", "n2 4 s later");
   CHECK(row(tcp4, "n2", "recovery_time")->verdict == "worse");
   CHECK(tcp4.exitCode() == 1);
+  // A longer outage is another fault: its stall 1 s longer is not excused by the timer (the
+  // 2 s flap of the baseline against a 3 s one: the same shape, the outage's own second more).
+  json longer = tcp(documentWith("n2", 10));
+  for (auto& f : longer["faults"])
+    if (f["kind"] == "link_flap") f["params"]["down"] = 3'000'000'000LL;
+  auto other = compareTables(tb, table(longer), {}, "golden", "a 3 s flap");
+  const CompareRow* r3 = row(other, "n2", "recovery_time");
+  CHECK(r3->verdict == "worse");
+  CHECK(r3->base.noise == Approx(vrec.noise).margin(1e6));  // the timer's part taken out
 }
