@@ -75,6 +75,7 @@ struct LabFabricOptions {
   std::string lease = "5s";  // the agents' lease_timeout
   int agentMetrics = 0;      // port where each agent serves Prometheus on its management address
   bool noOffload = false;    // the switch's TAPs without segmentation offload
+  std::string deliveryHold = "500us";  // how long a TAP holds a TCP run for its host
 };
 int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOptions& fabric = {});
 int cmdLabDown(const std::string& dir);

@@ -82,6 +82,13 @@ int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOp
   opt.spines = fabric.spines;
   opt.routing = fabric.routing;
   opt.switchOffload = !fabric.noOffload;
+  {
+    auto hold = parseDuration(fabric.deliveryHold);
+    if (!hold) return fail("lab up: --delivery-hold: " + hold.error().message);
+    if (hold->count() < 0 || *hold > 10ms)
+      return fail("lab up: --delivery-hold must be 0..10ms (e.g. 500us; 0 writes every pass at once)");
+    opt.deliveryHoldNs = std::chrono::duration_cast<std::chrono::nanoseconds>(*hold).count();
+  }
   if (fabric.agentMetrics < 0 || fabric.agentMetrics > 65535 || fabric.agentMetrics == 7470)
     return fail("lab up: --agent-metrics must be a port in 1-65535 other than the agents' 7470");
   opt.agentMetricsPort = fabric.agentMetrics;

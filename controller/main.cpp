@@ -107,6 +107,9 @@ int main(int argc, char** argv) {
   cLabUp->add_option("--routing", labFabric.routing, "ecmp or adaptive")->capture_default_str();
   cLabUp->add_flag("--no-offload", labFabric.noOffload,
                    "switch TAPs without segmentation offload: one system call per wire frame (for comparison)");
+  cLabUp->add_option("--delivery-hold", labFabric.deliveryHold,
+                     "how long the switch holds a TCP run for its host so that one write carries it (0-10ms; 0: every pass writes)")
+      ->capture_default_str();
   cLabUp->add_option("--lease", labFabric.lease, "the agents' lease: a silent controller's faults are reverted after it")
       ->capture_default_str();
   cLabUp->add_option("--agent-metrics", labFabric.agentMetrics,

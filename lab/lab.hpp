@@ -32,6 +32,7 @@ struct UpOptions {
   // The switch's TAPs with segmentation offload (labswitch/switch_offload.hpp); false: one
   // system call per wire frame each way, as before (for comparison).
   bool switchOffload = true;
+  int64_t deliveryHoldNs = 500'000;  // the switch's delivery hold (labswitch Config::deliveryHoldNs)
 };
 
 // Brings the lab up and returns the path of DIR/inventory.toml. Refuses if DIR already holds

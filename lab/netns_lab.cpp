@@ -302,7 +302,8 @@ std::string switchConfig(const LabState& s, const UpOptions& o) {
     hosts.push_back({{"name", n.name}, {"netns", "/run/netns/" + n.netns}, {"ifname", "data0"}});
   nlohmann::json j = {{"control", s.sw.control}, {"rate_bps", o.rateBps}, {"mtu", 1500},
                       {"leaves", o.leaves},      {"spines", o.spines},     {"routing", o.routing},
-                      {"hosts", hosts}, {"offload", o.switchOffload}};
+                      {"hosts", hosts}, {"offload", o.switchOffload},
+                      {"delivery_hold_us", double(o.deliveryHoldNs) / 1e3}};
   return j.dump(2) + "\n";
 }
 

@@ -32,6 +32,9 @@ Result<Config> parseConfig(const json& j) {
     c.flowletGapNs = int64_t(get<double>(j, "flowlet_gap_us", 500) * 1e3);
     c.seed = get<uint32_t>(j, "seed", 1);
     c.offload = get<bool>(j, "offload", true);
+    c.deliveryHoldNs = int64_t(get<double>(j, "delivery_hold_us", 500) * 1e3);
+    if (c.deliveryHoldNs < 0 || c.deliveryHoldNs > 10'000'000)
+      return makeError("delivery_hold_us must be 0-10000 (microseconds a TAP holds a TCP run for its host)", EINVAL);
     if (j.contains("lossless")) {
       c.losslessMask = 0;
       for (int p : j["lossless"].get<std::vector<int>>())

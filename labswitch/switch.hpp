@@ -74,6 +74,12 @@ struct Config {
   // cut into wire frames on the way in and joined again on the way out. false: one frame per
   // read and write, as before (for comparison: bench/labswitch_bench).
   bool offload = true;
+  // With offload, how long a TAP holds what the model sent a host before writing it, so that
+  // one write carries a run of up to 62 KiB (a 1G port sends that in 500 us), as a NIC's
+  // interrupt moderation and GRO hand a host's stack a burst at a time. The model's queues,
+  // pacing, marks, pauses and counters act at each frame's own time; only the host sees the
+  // frames of a TCP run up to this much later. 0: every loop pass writes what it sent.
+  int64_t deliveryHoldNs = 500'000;
 };
 
 // Reads the switch's JSON configuration (what `lab up` writes to DIR/switch.json).

@@ -199,7 +199,8 @@ json Fabric::counters(const json& req, int64_t now) {
       // they carried (more than one each with offload).
       auto io = p.io->ioStats();
       ports.back()["io"] = {{"reads", io.reads}, {"read_frames", io.readFrames}, {"writes", io.writes},
-                            {"write_frames", io.writeFrames}};
+                            {"write_frames", io.writeFrames}, {"super_writes", io.superWrites},
+                            {"super_write_frames", io.superWriteFrames}};
     }
   }
   // busy_ns: the event loop's time outside epoll_wait since loop_ns ago (see idleNs_).

@@ -505,7 +505,7 @@ void Fabric::event(int64_t at, const char* what, const std::string& port, int pr
 }
 
 Result<void> Fabric::addHost(int sw, const HostPort& h) {
-  auto io = h.stream.empty() ? attachTap(h.netns, h.ifname, cfg_.offload) : connectStream(h.stream, h.name);
+  auto io = h.stream.empty() ? attachTap(h.netns, h.ifname, cfg_.offload, cfg_.deliveryHoldNs) : connectStream(h.stream, h.name);
   if (!io) return makeError("host port " + h.name + ": " + io.error().message, io.error().code);
   int pi = addPort(sw, h.name, cfg_.rateBps);
   Port& p = ports_[size_t(pi)];

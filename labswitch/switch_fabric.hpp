@@ -288,7 +288,12 @@ class Fabric {
 
   Result<void> serve();
 
-  void pump(int64_t now);
+  // Transmits what each port's schedule has due; returns when the next frame is due.
+  int64_t pump(int64_t now);
+  // Writes what each host port holds that is due; returns when the next held run is due.
+  int64_t flushPorts(int64_t now);
+  // The transmit timer: wakes the loop at WAKE (INT64_MAX: never).
+  void armTimer(int64_t wake, int64_t now);
 
   // Stops reading a host whose NIC model holds too much, and resumes when it drained: the
   // host's own TAP queue then fills, which is what a paused NIC does to its host.

@@ -110,17 +110,25 @@ Result<void> Fabric::serve() {
         for (auto& f : batch) fromHost(pi, std::move(f), now);
       }
     }
-    for (auto& p : ports_)
-      if (p.io && !p.closed) p.io->flush();
-    pump(monoNs());
-    // What the pass sent to each host goes out now (a TAP with offload joins it first).
-    for (auto& p : ports_)
-      if (p.io && !p.closed) p.io->flush();
+    int64_t now = monoNs();
+    int64_t due = flushPorts(now);
+    int64_t wake = pump(now);
+    // What the pass sent to each host goes out (a TAP with offload joins it first, and holds a
+    // TCP run up to Config::deliveryHoldNs so that one write carries it).
+    due = std::min(due, flushPorts(now));
+    armTimer(std::min(wake, due), now);
     updateReading();
   }
 }
 
-void Fabric::pump(int64_t now) {
+int64_t Fabric::flushPorts(int64_t now) {
+  int64_t due = INT64_MAX;
+  for (auto& p : ports_)
+    if (p.io && !p.closed) due = std::min(due, p.io->flushDue(now));
+  return due;
+}
+
+int64_t Fabric::pump(int64_t now) {
   int64_t wake = INT64_MAX;
   // A frame delivered over an internal link can queue on a port served earlier in the
   // pass; passes repeat until nothing moves, and the last pass computes the wake-up.
@@ -166,6 +174,10 @@ void Fabric::pump(int64_t now) {
     if (!moved) break;
     wake = std::min(wake, now + 1000);  // still moving after the last pass: come back soon
   }
+  return wake;
+}
+
+void Fabric::armTimer(int64_t wake, int64_t now) {
   if (wake <= now) wake = now + 1000;
   // The timer already stands there (most passes of a busy port end at the same next frame).
   if (wake == armedWake_) return;

@@ -172,43 +172,69 @@ std::string segmentFrame(const uint8_t* frame, size_t len, const VnetHdr& h,
   return {};
 }
 
-bool TcpCoalescer::joins(const uint8_t* f, size_t len) const {
-  if (closed_ || len <= hdrLen_ || run_.size() + (len - hdrLen_) > kMaxRunBytes) return false;
-  const uint8_t* r = run_.data();
-  TcpLayout l;
-  if (!tcpLayout(f, len, l).empty() || l.hdr != hdrLen_ || l.l4 != l4_ || l.l3 != l3_) return false;
-  if (std::memcmp(f, r, l3_) != 0) return false;  // Ethernet (and VLAN) header
-  if (l.v6) {
-    // Version, class (ECN included), flow label; next header and hop limit; addresses.
-    if (std::memcmp(f + l3_, r + l3_, 4) != 0 || std::memcmp(f + l3_ + 6, r + l3_ + 6, 34) != 0) return false;
-  } else {
-    // Version, length, TOS (ECN included); fragment field, TTL, protocol; addresses, options.
-    if (std::memcmp(f + l3_, r + l3_, 2) != 0 || std::memcmp(f + l3_ + 6, r + l3_ + 6, 4) != 0 ||
-        std::memcmp(f + l3_ + 12, r + l3_ + 12, l4_ - l3_ - 12) != 0)
-      return false;
-  }
-  const uint8_t* t = f + l4_;
-  const uint8_t* rt = r + l4_;
-  const size_t plen = len - hdrLen_;
-  return std::memcmp(t, rt, 4) == 0 && get32(t + 4) == nextSeq_ && std::memcmp(t + 8, rt + 8, 5) == 0 &&
-         (t[13] & uint8_t(~(kPsh | kFin))) == rt[13] && std::memcmp(t + 14, rt + 14, 2) == 0 &&
-         std::memcmp(t + 18, rt + 18, hdrLen_ - l4_ - 18) == 0 && plen <= mss_;
+// The same flow: Ethernet (and VLAN) header, IP version, addresses and protocol, TCP ports.
+bool TcpCoalescer::sameFlow(const Run& r, const uint8_t* f, size_t len) const {
+  if (len < r.l4 + 4) return false;
+  const uint8_t* b = r.bytes.data();
+  if (std::memcmp(f, b, r.l3) != 0 || (f[r.l3] >> 4) != (b[r.l3] >> 4)) return false;
+  const bool v6 = (b[r.l3] >> 4) == 6;
+  if (v6 ? std::memcmp(f + r.l3 + 8, b + r.l3 + 8, 32) != 0 || f[r.l3 + 6] != b[r.l3 + 6]
+         : std::memcmp(f + r.l3 + 12, b + r.l3 + 12, 8) != 0 || f[r.l3 + 9] != b[r.l3 + 9])
+    return false;
+  return std::memcmp(f + r.l4, b + r.l4, 4) == 0;
 }
 
-void TcpCoalescer::add(const uint8_t* f, size_t len) {
-  if (frames_ > 0 && joins(f, len)) {
-    const size_t plen = len - hdrLen_;
-    run_.insert(run_.end(), f + hdrLen_, f + len);
-    frames_++;
-    nextSeq_ += uint32_t(plen);
-    const uint8_t last = f[l4_ + 13] & (kPsh | kFin);
-    if (plen < mss_ || last) {
-      run_[l4_ + 13] |= last;
-      closed_ = true;
-    }
-    return;
+bool TcpCoalescer::joins(const Run& run, const uint8_t* f, size_t len) const {
+  if (run.closed || len <= run.hdrLen || run.bytes.size() + (len - run.hdrLen) > kMaxRunBytes) return false;
+  const uint8_t* r = run.bytes.data();
+  TcpLayout l;
+  if (!tcpLayout(f, len, l).empty() || l.hdr != run.hdrLen || l.l4 != run.l4 || l.l3 != run.l3) return false;
+  if (std::memcmp(f, r, run.l3) != 0) return false;  // Ethernet (and VLAN) header
+  const size_t l3 = run.l3, l4 = run.l4;
+  if (l.v6) {
+    // Version, class (ECN included), flow label; next header and hop limit; addresses.
+    if (std::memcmp(f + l3, r + l3, 4) != 0 || std::memcmp(f + l3 + 6, r + l3 + 6, 34) != 0) return false;
+  } else {
+    // Version, length, TOS (ECN included); fragment field, TTL, protocol; addresses, options.
+    if (std::memcmp(f + l3, r + l3, 2) != 0 || std::memcmp(f + l3 + 6, r + l3 + 6, 4) != 0 ||
+        std::memcmp(f + l3 + 12, r + l3 + 12, l4 - l3 - 12) != 0)
+      return false;
   }
-  flush();
+  const uint8_t* t = f + l4;
+  const uint8_t* rt = r + l4;
+  const size_t plen = len - run.hdrLen;
+  return std::memcmp(t, rt, 4) == 0 && get32(t + 4) == run.nextSeq && std::memcmp(t + 8, rt + 8, 5) == 0 &&
+         (t[13] & uint8_t(~(kPsh | kFin))) == rt[13] && std::memcmp(t + 14, rt + 14, 2) == 0 &&
+         std::memcmp(t + 18, rt + 18, run.hdrLen - l4 - 18) == 0 && plen <= run.mss;
+}
+
+void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
+  // The open run of this frame's flow, if any (a frame that is not TCP has none).
+  auto own = runs_.end();
+  for (auto it = runs_.begin(); it != runs_.end(); ++it)
+    if (sameFlow(*it, f, len)) {
+      own = it;
+      break;
+    }
+  if (own != runs_.end()) {
+    Run& r = *own;
+    if (joins(r, f, len)) {
+      const size_t plen = len - r.hdrLen;
+      r.bytes.insert(r.bytes.end(), f + r.hdrLen, f + len);
+      r.frames++;
+      r.nextSeq += uint32_t(plen);
+      const uint8_t last = f[r.l4 + 13] & (kPsh | kFin);
+      if (plen < r.mss || last) {
+        r.bytes[r.l4 + 13] |= last;
+        r.closed = true;
+      }
+      return;
+    }
+    // The flow's next frame does not join: what it holds goes first, in the flow's order.
+    emitRun(r);
+    spare_.push_back(std::move(r));
+    runs_.erase(own);
+  }
   TcpLayout l;
   const bool tcp = tcpLayout(f, len, l).empty();
   const uint8_t flags = tcp ? f[l.l4 + 13] : 0;
@@ -217,45 +243,88 @@ void TcpCoalescer::add(const uint8_t* f, size_t len) {
     emit_(VnetHdr{}, f, len);
     return;
   }
-  run_.assign(f, f + len);
-  frames_ = 1;
-  l3_ = l.l3;
-  l4_ = l.l4;
-  hdrLen_ = l.hdr;
-  mss_ = uint16_t(len - l.hdr);
-  nextSeq_ = get32(f + l.l4 + 4) + uint32_t(len - l.hdr);
-  closed_ = (flags & (kPsh | kFin)) != 0;
+  if (runs_.size() >= kMaxRuns) {
+    emitRun(runs_.front());
+    spare_.push_back(std::move(runs_.front()));
+    runs_.erase(runs_.begin());
+  }
+  Run r;
+  if (!spare_.empty()) {
+    r = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  r.bytes.assign(f, f + len);
+  r.frames = 1;
+  r.l3 = l.l3;
+  r.l4 = l.l4;
+  r.hdrLen = l.hdr;
+  r.mss = uint16_t(len - l.hdr);
+  r.nextSeq = get32(f + l.l4 + 4) + uint32_t(len - l.hdr);
+  r.closed = (flags & (kPsh | kFin)) != 0;
+  r.since = now;
+  runs_.push_back(std::move(r));
 }
 
-void TcpCoalescer::flush() {
-  if (frames_ == 0) return;
-  if (frames_ == 1) {
-    emit_(VnetHdr{}, run_.data(), run_.size());
-  } else {
+size_t TcpCoalescer::heldBytes() const {
+  size_t n = 0;
+  for (const auto& r : runs_) n += r.bytes.size();
+  return n;
+}
+
+void TcpCoalescer::emitRun(Run& r) {
+  if (r.frames == 1) {
+    emit_(VnetHdr{}, r.bytes.data(), r.bytes.size());
+  } else if (r.frames > 1) {
     TcpLayout l;
-    l.l3 = l3_;
-    l.l4 = l4_;
-    l.hdr = hdrLen_;
-    l.v6 = (run_[l3_] >> 4) == 6;
-    uint8_t* f = run_.data();
-    setIpLength(f, l, run_.size());
+    l.l3 = r.l3;
+    l.l4 = r.l4;
+    l.hdr = r.hdrLen;
+    l.v6 = (r.bytes[r.l3] >> 4) == 6;
+    uint8_t* f = r.bytes.data();
+    setIpLength(f, l, r.bytes.size());
     // The receiving stack finishes the checksum (CHECKSUM_PARTIAL): the field holds the
     // pseudo-header's sum, as a sender's stack leaves it for a NIC.
-    put16(f + l4_ + 16, csumFold(pseudoSum(f, l, run_.size() - l4_)));
+    put16(f + r.l4 + 16, csumFold(pseudoSum(f, l, r.bytes.size() - r.l4)));
     VnetHdr h;
     h.flags = kVnetNeedsCsum;
     h.gsoType = l.v6 ? kGsoTcpV6 : kGsoTcpV4;
-    h.hdrLen = uint16_t(hdrLen_);
-    h.gsoSize = mss_;
-    h.csumStart = uint16_t(l4_);
+    h.hdrLen = uint16_t(r.hdrLen);
+    h.gsoSize = r.mss;
+    h.csumStart = uint16_t(r.l4);
     h.csumOffset = 16;
-    emit_(h, run_.data(), run_.size());
+    emit_(h, r.bytes.data(), r.bytes.size());
     superFrames_++;
-    framesJoined_ += frames_;
+    framesJoined_ += r.frames;
   }
-  frames_ = 0;
-  closed_ = false;
-  run_.clear();
+  r.frames = 0;
+  r.closed = false;
+  r.bytes.clear();
+}
+
+int64_t TcpCoalescer::flushDue(int64_t now, int64_t hold) {
+  int64_t next = INT64_MAX;
+  size_t kept = 0;
+  for (size_t i = 0; i < runs_.size(); i++) {
+    Run& r = runs_[i];
+    if (r.since + hold <= now) {
+      emitRun(r);
+      spare_.push_back(std::move(r));
+      continue;
+    }
+    next = std::min(next, r.since + hold);
+    if (kept != i) runs_[kept] = std::move(r);
+    kept++;
+  }
+  runs_.resize(kept);
+  return next;
+}
+
+void TcpCoalescer::flush() {
+  for (auto& r : runs_) {
+    emitRun(r);
+    spare_.push_back(std::move(r));
+  }
+  runs_.clear();
 }
 
 }  // namespace rc::labswitch

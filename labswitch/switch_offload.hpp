@@ -48,28 +48,48 @@ bool completeChecksum(uint8_t* frame, size_t len, uint16_t start, uint16_t offse
 std::string segmentFrame(const uint8_t* frame, size_t len, const VnetHdr& h,
                          std::vector<std::vector<uint8_t>>& out);
 
-// Joins runs of wire frames to one host into super-frames (see the top of this file). add()
-// takes the next frame for the host; emit gets each frame or super-frame with its header, in
-// order; flush() emits what is held. A run holds at most kMaxRunBytes.
+// Joins runs of wire frames to one host into super-frames (see the top of this file), as a
+// NIC's GRO does: up to kMaxRuns flows are open at once, so the frames of two streams that a
+// queue interleaves still join, each flow in its own order (frames of different flows may
+// reach the host in another order than the model sent them, as after GRO; one flow's never).
+// add() takes the next frame for the host; emit gets each frame or super-frame with its
+// header; a frame that cannot join (a pure ACK, UDP, a SYN) goes at once, after its own flow's
+// open run if it has one; flush() emits every open run, oldest first; flushDue() only those
+// opened HOLD ago or earlier (the delivery hold: see switch_port.hpp). A run holds at most
+// kMaxRunBytes.
 class TcpCoalescer {
  public:
   using Emit = std::function<void(const VnetHdr&, const uint8_t*, size_t)>;
   static constexpr size_t kMaxRunBytes = 62 * 1024;
+  static constexpr size_t kMaxRuns = 8;
   explicit TcpCoalescer(Emit emit) : emit_(std::move(emit)) {}
-  void add(const uint8_t* frame, size_t len);
+  // NOW: when the frame left the model (it opens a run's hold).
+  void add(const uint8_t* frame, size_t len, int64_t now = 0);
   void flush();
+  // Emits the runs opened at NOW - HOLD or earlier; returns when the next open run is due
+  // (INT64_MAX when none is open).
+  int64_t flushDue(int64_t now, int64_t hold);
+  bool empty() const { return runs_.empty(); }
+  size_t heldBytes() const;
   uint64_t superFrames() const { return superFrames_; }  // runs of two frames or more emitted
   uint64_t framesJoined() const { return framesJoined_; }
 
  private:
-  bool joins(const uint8_t* frame, size_t len) const;
+  struct Run {
+    std::vector<uint8_t> bytes;  // the first frame's headers, then every frame's payload
+    size_t frames = 0;
+    size_t hdrLen = 0, l3 = 0, l4 = 0;
+    uint16_t mss = 0;
+    uint32_t nextSeq = 0;
+    int64_t since = 0;  // when its first frame came
+    bool closed = false;  // the last frame was short or carried PSH/FIN: nothing may follow
+  };
+  bool sameFlow(const Run& r, const uint8_t* frame, size_t len) const;
+  bool joins(const Run& r, const uint8_t* frame, size_t len) const;
+  void emitRun(Run& r);
   Emit emit_;
-  std::vector<uint8_t> run_;  // the first frame's headers, then every frame's payload
-  size_t frames_ = 0;
-  size_t hdrLen_ = 0, l3_ = 0, l4_ = 0;
-  uint16_t mss_ = 0;
-  uint32_t nextSeq_ = 0;
-  bool closed_ = false;  // the last frame was short or carried PSH/FIN: nothing may follow
+  std::vector<Run> runs_;  // open runs, oldest first
+  std::vector<Run> spare_;  // emptied runs kept for their buffers
   uint64_t superFrames_ = 0, framesJoined_ = 0;
 };
 

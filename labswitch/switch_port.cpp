@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/clock.hpp"
 #include "common/log.hpp"
 #include "labswitch/switch_offload.hpp"
 
@@ -23,8 +24,8 @@ constexpr size_t kMaxFrame = 65536;
 
 class TapIo final : public PortIo {
  public:
-  TapIo(UniqueFD fd, std::string name, Mac mac, bool offload)
-      : fd_(std::move(fd)), name_(std::move(name)), mac_(mac), offload_(offload),
+  TapIo(UniqueFD fd, std::string name, Mac mac, bool offload, int64_t holdNs)
+      : fd_(std::move(fd)), name_(std::move(name)), mac_(mac), offload_(offload), holdNs_(holdNs),
         out_([this](const VnetHdr& h, const uint8_t* data, size_t len) { send(h, data, len); }) {}
   int fd() const override { return fd_.get(); }
   Result<size_t> readBatch(std::vector<std::vector<uint8_t>>& out, size_t max) override {
@@ -65,12 +66,25 @@ class TapIo final : public PortIo {
       stats_.writes++;
       return sendPlain(data, len);
     }
-    out_.add(data, len);
+    out_.add(data, len, holdNs_ > 0 ? monoNs() : 0);
     return ok_;
   }
-  IoStats ioStats() const override { return stats_; }
+  IoStats ioStats() const override {
+    IoStats s = stats_;
+    s.superWrites = out_.superFrames();
+    s.superWriteFrames = out_.framesJoined();
+    return s;
+  }
   void flush() override {
     if (offload_) out_.flush();
+  }
+  int64_t flushDue(int64_t now) override {
+    if (!offload_) return INT64_MAX;
+    if (holdNs_ <= 0) {
+      out_.flush();
+      return INT64_MAX;
+    }
+    return out_.flushDue(now, holdNs_);
   }
   Mac hostMac() const override { return mac_; }
   std::string describe() const override { return "tap " + name_ + (offload_ ? " (offload)" : ""); }
@@ -89,6 +103,7 @@ class TapIo final : public PortIo {
   std::string name_;
   Mac mac_;
   bool offload_;
+  int64_t holdNs_;
   TcpCoalescer out_;
   bool ok_ = true;
   uint64_t badFrames_ = 0;
@@ -180,7 +195,8 @@ class StreamIo final : public PortIo {
 
 }  // namespace
 
-Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname, bool offload) {
+Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname, bool offload,
+                                          int64_t holdNs) {
   std::string what = "TAP '" + ifname + "' in " + netnsPath;
   UniqueFD home(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
   UniqueFD target(::open(netnsPath.c_str(), O_RDONLY | O_CLOEXEC));
@@ -216,7 +232,7 @@ Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const st
   if (err != 0)
     return makeError("cannot attach to " + what + ": " + std::strerror(err) +
                      " (it must exist: `ip tuntap add dev " + ifname + " mode tap`)", err);
-  return std::unique_ptr<PortIo>(std::make_unique<TapIo>(std::move(fd), ifname, mac, offload));
+  return std::unique_ptr<PortIo>(std::make_unique<TapIo>(std::move(fd), ifname, mac, offload, holdNs));
 }
 
 std::unique_ptr<PortIo> streamPort(UniqueFD connected, std::string name) {

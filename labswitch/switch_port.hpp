@@ -28,12 +28,21 @@ class PortIo {
   virtual Result<size_t> readBatch(std::vector<std::vector<uint8_t>>& out, size_t max) = 0;
   // Hands one frame to the host. False if it could not (the host side is gone or full).
   virtual bool write(const uint8_t* data, size_t len) = 0;
-  // Moves frames that write() had to keep (a stream socket that was full) to the host.
+  // Moves frames that write() had to keep (a stream socket that was full, a TAP's open TCP
+  // runs) to the host.
   virtual void flush() {}
+  // Moves what is due at NOW (a TAP's runs held their delivery hold; everything elsewhere) and
+  // returns when the next held run is due (INT64_MAX: nothing held).
+  virtual int64_t flushDue(int64_t now) {
+    (void)now;
+    flush();
+    return INT64_MAX;
+  }
   // System calls and frames through this port's I/O (a TAP with offload reads and writes
   // several wire frames per call): the measure of what offload saves.
   struct IoStats {
     uint64_t reads = 0, readFrames = 0, writes = 0, writeFrames = 0;
+    uint64_t superWrites = 0, superWriteFrames = 0;  // writes of joined runs, and their frames
   };
   virtual IoStats ioStats() const { return {}; }
   // The host NIC's MAC address when it is known up front (a TAP's own address).
@@ -46,9 +55,10 @@ class PortIo {
 // a restarted switch re-attaches to the same NIC and the host keeps its address and routes.
 // OFFLOAD: with a virtio_net_hdr on every frame and TSO/checksum offload on the TAP, so the
 // host hands over TCP super-frames (switch_offload.hpp); reads still return wire frames, and
-// writes are joined into super-frames until flush().
+// writes are joined into super-frames, each held up to HOLD_NS (Config::deliveryHoldNs) from
+// its first frame until flushDue() or flush().
 Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname,
-                                          bool offload = true);
+                                          bool offload = true, int64_t holdNs = 0);
 
 // A QEMU `-netdev stream`/`socket` peer: frames with a 4-byte big-endian length prefix on a
 // connected stream socket (the switch listens, QEMU connects). The descriptor is adopted.

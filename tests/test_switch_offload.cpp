@@ -1,11 +1,17 @@
 // The lab switch's segmentation offload (labswitch/switch_offload.cpp): a host's TCP super-frame
 // becomes exactly the wire frames it stands for, and wire frames are joined back only where
 // nothing the model did to one of them would be lost.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "common/unique_fd.hpp"
+#include "labswitch/switch_fabric.hpp"
 #include "labswitch/switch_offload.hpp"
 #include "labswitch/switch_packet.hpp"
 
@@ -208,7 +214,7 @@ TEST_CASE("wire frames of one flow, back to back and alike, are joined; the host
   CHECK(again == wire);
 }
 
-TEST_CASE("what the model did to one frame ends a run: a CE mark, a gap, another flow, a SYN", "[offload]") {
+TEST_CASE("what the model did to one frame ends a run: a CE mark, a gap, a SYN; another flow does not", "[offload]") {
   const uint16_t mss = 1448;
   Frame super = tcpFrame(6 * mss, 1, 0, true);
   std::vector<Frame> wire;
@@ -239,18 +245,36 @@ TEST_CASE("what the model did to one frame ends a run: a CE mark, a gap, another
     c.flush();
     CHECK(sent() == std::vector<size_t>{3, 2});
   }
-  SECTION("another flow in between, and a SYN, each end a run and go alone") {
-    Frame other = tcpFrame(mss, 9, 0, false, 40001), syn = tcpFrame(0, 5, 0x02);
+  SECTION("another flow in between joins its own run; a SYN of the flow ends the flow's run") {
+    // flags 0x10 (ACK) so the other flow's frame may open a run of its own.
+    Frame other = tcpFrame(mss, 9, 0x10, false, 40001), other2 = tcpFrame(mss, 9 + mss, 0x10, false, 40001);
+    Frame syn = tcpFrame(0, 5, 0x02);
     c.add(wire[0].data(), wire[0].size());
-    c.add(wire[1].data(), wire[1].size());
     c.add(other.data(), other.size());
-    c.add(syn.data(), syn.size());
+    c.add(wire[1].data(), wire[1].size());
+    c.add(other2.data(), other2.size());
     c.add(wire[2].data(), wire[2].size());
+    c.add(syn.data(), syn.size());
+    c.add(wire[3].data(), wire[3].size());
     c.flush();
-    CHECK(got.size() == 4);
-    CHECK(got[1].f == other);
-    CHECK(got[2].f == syn);
-    CHECK(got[3].f == wire[2]);
+    // Frames 1-3 of the flow as one (the other flow between them did not end it), then the SYN
+    // after them (its own flow's order), then the other flow's two frames as one, then frame 4.
+    REQUIRE(got.size() == 4);
+    CHECK(sent() == std::vector<size_t>{3, 0, 2, 1});  // the SYN carries no payload
+    CHECK(got[1].f == syn);
+    CHECK(be16(got[2].f.data() + kL4) == 40001);
+    CHECK(got[3].f == wire[3]);
+    CHECK(c.superFrames() == 2);
+  }
+  SECTION("a ninth flow sends the oldest open run on its way") {
+    for (uint16_t k = 0; k < TcpCoalescer::kMaxRuns + 1; k++) {
+      Frame f = tcpFrame(mss, 1, 0x10, false, uint16_t(41000 + k));
+      c.add(f.data(), f.size());
+    }
+    REQUIRE(got.size() == 1);
+    CHECK(be16(got[0].f.data() + kL4) == 41000);
+    c.flush();
+    CHECK(got.size() == TcpCoalescer::kMaxRuns + 1);
   }
   SECTION("nothing follows a short frame or one with PSH") {
     Frame shortOne = tcpFrame(100, 1 + mss, 0, false);
@@ -263,4 +287,219 @@ TEST_CASE("what the model did to one frame ends a run: a CE mark, a gap, another
     CHECK(c.framesJoined() == 2);
   }
   CHECK(got.size() >= 2);
+}
+
+TEST_CASE("the delivery hold: a run goes to its host when its first frame has waited the hold, not before", "[offload]") {
+  const uint16_t mss = 1448;
+  std::vector<Written> got;
+  TcpCoalescer c([&](const VnetHdr& h, const uint8_t* d, size_t n) { got.push_back({h, Frame(d, d + n)}); });
+  const int64_t hold = 500'000;
+  // Flow A opens at t=0, flow B at t=300 us; a pure ACK (no payload) is never held.
+  Frame a1 = tcpFrame(mss, 1, 0x10), a2 = tcpFrame(mss, 1 + mss, 0x10);
+  Frame b1 = tcpFrame(mss, 5, 0x10, false, 40001);
+  Frame ack = tcpFrame(0, 9, 0x10, false, 40002);
+  c.add(a1.data(), a1.size(), 0);
+  c.add(a2.data(), a2.size(), 100'000);
+  c.add(b1.data(), b1.size(), 300'000);
+  c.add(ack.data(), ack.size(), 350'000);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].f == ack);
+  CHECK(c.heldBytes() == kHdr + 2 * mss + kHdr + mss);
+  // At 499 us nothing is due; A is due at 500 us, B at 800 us.
+  CHECK(c.flushDue(499'999, hold) == 500'000);
+  CHECK(got.size() == 1);
+  CHECK(c.flushDue(500'000, hold) == 800'000);
+  REQUIRE(got.size() == 2);
+  CHECK(got[1].h.gsoType == kGsoTcpV4);  // A's two frames as one super-frame
+  CHECK(got[1].f.size() == kHdr + 2 * mss);
+  CHECK(c.flushDue(800'000, hold) == INT64_MAX);
+  REQUIRE(got.size() == 3);
+  CHECK(got[2].f == b1);
+  CHECK(c.empty());
+}
+
+namespace {
+
+// Host ports whose NICs are stream sockets (the soft-RoCE guests' kind): the test listens where
+// QEMU would, so that it can feed a port chosen frames at chosen instants and read what the
+// switch sends each host.
+struct StreamHosts {
+  std::string dir;
+  std::vector<std::string> paths;
+  std::vector<rc::UniqueFD> listeners, conns;
+  explicit StreamHosts(int n) {
+    char tmpl[] = "/tmp/rc-superframe-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+    for (int i = 1; i <= n; i++) {
+      paths.push_back(dir + "/n" + std::to_string(i) + ".sock");
+      rc::UniqueFD l(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      REQUIRE(l.isValid());
+      sockaddr_un sa{};
+      sa.sun_family = AF_UNIX;
+      std::strncpy(sa.sun_path, paths.back().c_str(), sizeof sa.sun_path - 1);
+      REQUIRE(::bind(l.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+      REQUIRE(::listen(l.get(), 1) == 0);
+      listeners.push_back(std::move(l));
+    }
+  }
+  ~StreamHosts() {
+    for (const auto& p : paths) ::unlink(p.c_str());
+    ::rmdir(dir.c_str());
+  }
+  void acceptAll() {
+    for (auto& l : listeners) {
+      conns.emplace_back(::accept4(l.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      REQUIRE(conns.back().isValid());
+    }
+  }
+  // The frames the switch has sent host I (0-based) so far.
+  std::vector<Frame> received(size_t i) {
+    std::vector<uint8_t> bytes;
+    uint8_t buf[65536];
+    for (;;) {
+      ssize_t r = ::recv(conns[i].get(), buf, sizeof buf, MSG_DONTWAIT);
+      if (r <= 0) break;
+      bytes.insert(bytes.end(), buf, buf + r);
+    }
+    std::vector<Frame> out;
+    for (size_t off = 0; off + 4 <= bytes.size();) {
+      size_t len = size_t(bytes[off]) << 24 | size_t(bytes[off + 1]) << 16 | size_t(bytes[off + 2]) << 8 | bytes[off + 3];
+      REQUIRE(off + 4 + len <= bytes.size());
+      out.emplace_back(bytes.begin() + long(off + 4), bytes.begin() + long(off + 4 + len));
+      off += 4 + len;
+    }
+    return out;
+  }
+};
+
+// Sets the IPv4 TOS byte of a frame built by tcpFrame (its header checksum kept valid).
+void setTos(Frame& f, uint8_t tos) {
+  uint8_t* ip = f.data() + kL3;
+  ip[1] = tos;
+  ip[10] = ip[11] = 0;
+  uint16_t c = uint16_t(~refSum(ip, 20));
+  ip[10] = uint8_t(c >> 8);
+  ip[11] = uint8_t(c);
+}
+
+}  // namespace
+
+TEST_CASE("a super-frame is accounted as the wire frames it stands for: queue, pacing, ECN, PFC, drops, counters",
+          "[offload][model]") {
+  // 44 segments of 1448 bytes: a 64 KB TSO super-frame from n1 to n2, cut as a TAP's read cuts
+  // it (segmentFrame) and handed to the model at one instant, as one read hands it over.
+  const uint16_t mss = 1448;
+  const size_t wire = kHdr + mss, frames = 44;  // 1514-byte wire frames
+  const int64_t frameNs = int64_t(double(wire + 24) * 8e9 / 1e9);  // with preamble, FCS, gap at 1 Gb/s
+  StreamHosts hosts(3);
+  Config cfg;
+  cfg.rateBps = 1e9;
+  for (int i = 0; i < 3; i++) cfg.hosts.push_back(HostPort{"n" + std::to_string(i + 1), "", "", hosts.paths[size_t(i)]});
+  // Marks every ECT frame that arrives while the queue holds more than 16 KiB (kmax = kmin + 1:
+  // the marking probability is 1 past kmin, so the count is exact); XOFF once n1's ingress
+  // account passes 43 wire frames (so the super-frame's last wire frame crosses it), XON at
+  // 15,000 bytes or less; a lossy queue takes 10 frames and a bit.
+  cfg.ecn.kminBytes = 16 * 1024;
+  cfg.ecn.kmaxBytes = 16 * 1024 + 1;
+  cfg.ecn.pmax = 1.0;
+  cfg.pfc.xoffBytes = 43 * wire;
+  cfg.pfc.xonBytes = 15'000;
+  cfg.lossyQueueBytes = 10 * wire + 100;
+  Fabric fab(cfg);
+  REQUIRE(fab.build());
+  hosts.acceptAll();
+  const int64_t t0 = 1'000'000'000;
+  // n2 says who it is first (the switch learns its MAC), and its frame to n1 goes out.
+  Frame hello = tcpFrame(0, 1, 0, false, 8080);
+  std::swap_ranges(hello.begin(), hello.begin() + 6, hello.begin() + 6);
+  fab.fromHost(1, hello, t0 - 10'000'000);
+  fab.pump(t0 - 10'000'000);
+  fab.flushPorts(t0 - 10'000'000);
+  REQUIRE(hosts.received(0).size() == 1);
+
+  auto port = [&](const std::string& name, int64_t now) { return fab.counters({{"port", name}}, now)["ports"][0]; };
+  auto cut = [&](uint8_t tos) {
+    Frame super = tcpFrame(frames * mss, 1000, 0, true);
+    setTos(super, tos);
+    std::vector<Frame> out;
+    REQUIRE(segmentFrame(super.data(), super.size(), tso(mss), out).empty());
+    REQUIRE(out.size() == frames);
+    for (const auto& f : out) REQUIRE(f.size() == wire);
+    return out;
+  };
+
+  SECTION("lossless (DSCP 26, priority 3): depth, marks, XOFF at the crossing frame, pacing, XON, counters") {
+    // A meter on n2 for the flow's TCP port counts wire frames too.
+    REQUIRE(fab.handle({{"cmd", "set_meter"}, {"port", "n2"}, {"l4_dst", 8080}})["ok"] == true);
+    auto segs = cut(26 << 2 | 2);
+    for (size_t k = 0; k < frames; k++) {
+      fab.fromHost(0, std::move(segs[k]), t0);
+      // n1's ingress account passes 43 frames with the 44th wire frame, not before.
+      if (k + 2 == frames) CHECK(port("n1", t0)["queues"][3]["pfc_tx"] == 0);
+    }
+    json n2 = port("n2", t0), n1 = port("n1", t0);
+    const json& q = n2["queues"][3];
+    CHECK(q["depth_bytes"] == frames * wire);
+    CHECK(q["depth_frames"] == frames);
+    CHECK(q["max_depth_bytes"] == frames * wire);
+    // Frame k finds k frames queued: marked when k x 1514 > 16384, i.e. from k = 11 on.
+    CHECK(q["ecn_marked"] == frames - 11);
+    // ... and then one XOFF went towards n1.
+    CHECK(n1["queues"][3]["pfc_tx"] == 1);
+    CHECK(n1["queues"][3]["xoff"] == true);
+    CHECK(n1["queues"][3]["ingress_bytes"] == frames * wire);
+    CHECK(n1["rx_frames"].get<uint64_t>() == frames + 0);
+    CHECK(n1["rx_bytes"].get<uint64_t>() == frames * wire + 0);
+    // Pacing: the first frame leaves at t0, one more every 12,304 ns; a pass sends what is due
+    // within the 100 us slack. 300 us in: frames 0..32 (32 x 12.3 us <= 400 us).
+    fab.pump(t0);
+    CHECK(port("n2", t0)["queues"][3]["tx_frames"] == 1 + 100'000 / frameNs);
+    fab.pump(t0 + 300'000);
+    CHECK(port("n2", t0 + 300'000)["queues"][3]["tx_frames"] == 1 + 400'000 / frameNs);
+    CHECK(port("n2", t0 + 300'000)["queues"][3]["depth_bytes"] == (frames - 1 - 400'000 / frameNs) * wire);
+    // XON once n1's account is 15,000 bytes or less: 9 frames left (13,626), not 10 (15,140).
+    CHECK(port("n1", t0 + 300'000)["queues"][3]["pfc_tx"] == 1);
+    fab.pump(t0 + 10'000'000);
+    json after = port("n1", t0 + 10'000'000);
+    CHECK(after["queues"][3]["pfc_tx"] == 2);
+    CHECK(after["queues"][3]["xoff"] == false);
+    CHECK(after["queues"][3]["ingress_bytes"] == 0);
+    json out = port("n2", t0 + 10'000'000);
+    CHECK(out["queues"][3]["tx_frames"] == frames);
+    CHECK(out["queues"][3]["tx_bytes"] == frames * wire);
+    CHECK(out["tx_frames"].get<uint64_t>() == frames + 0);
+    json meters = fab.handle({{"cmd", "meters"}})["meters"];
+    REQUIRE(meters.size() == 1);
+    CHECK(meters[0]["frames"] == frames);
+    CHECK(meters[0]["bytes"] == frames * wire);
+    // What n2's NIC receives: every wire frame, in order, the marked ones CE and no others.
+    fab.flushPorts(t0 + 10'000'000);
+    auto got = hosts.received(1);
+    REQUIRE(got.size() == frames);
+    for (size_t k = 0; k < frames; k++) {
+      INFO("frame " << k);
+      CHECK(got[k].size() == wire);
+      CHECK(be32(got[k].data() + kL4 + 4) == 1000 + k * mss);
+      CHECK((got[k][kL3 + 1] & 3) == (k >= 11 ? 3 : 2));
+    }
+  }
+  SECTION("lossy (priority 0): the tail past the queue's limit is dropped frame by frame") {
+    for (auto& f : cut(0x02)) fab.fromHost(0, std::move(f), t0);
+    json q = port("n2", t0)["queues"][0];
+    CHECK(q["depth_frames"] == 10);
+    CHECK(q["drops"] == frames - 10);
+    CHECK(port("n1", t0)["queues"][0]["pfc_tx"] == 0);
+    // The port starts its schedule at its first pass: 9 frames are due within its 100 us slack,
+    // the tenth 110.7 us in.
+    fab.pump(t0 + 10'000'000);
+    CHECK(port("n2", t0 + 10'000'000)["queues"][0]["tx_frames"] == 9);
+    fab.pump(t0 + 10'020'000);
+    fab.flushPorts(t0 + 10'020'000);
+    CHECK(port("n2", t0 + 10'020'000)["queues"][0]["tx_frames"] == 10);
+    auto got = hosts.received(1);
+    REQUIRE(got.size() == 10);
+    // The first ten frames reach n2; the eleventh and later never leave the switch.
+    for (size_t k = 0; k < 10; k++) CHECK(be32(got[k].data() + kL4 + 4) == 1000 + k * mss);
+  }
 }
