@@ -118,14 +118,15 @@ TEST_CASE("quickstart: reported impact and recovery agree with the link's real d
   int64_t bin = doc["series"]["bin_ns"];
   int64_t uncertainty = 0;
   for (const auto& c : doc["clocks"]) uncertainty = std::max<int64_t>(uncertainty, c["uncertainty_ns"]);
-  // Never early and never shorter than asked (beyond the clocks' uncertainty); how late the
-  // fault thread woke on this shared machine is printed, not bounded (it was 20-37 ms under
-  // load and ASan), except for a gross error such as a clock offset applied the wrong way.
+  // Never early and never shorter than asked (beyond the clocks' uncertainty), and late by
+  // tens of milliseconds at most: the agent's fault thread woke 20-37 ms late under load and
+  // ASan on this shared machine; a clock offset applied the wrong way or a schedule that
+  // waits on something else is far beyond.
   const int64_t late = down - f["scheduled_ns"].get<int64_t>();
   std::printf("[run-e2e] link down %.1f ms after its scheduled instant, held %.1f ms (asked 2000 ms; clock "
               "uncertainty %.1f ms)\n", late / 1e6, (up - down) / 1e6, uncertainty / 1e6);
   CHECK(late >= -uncertainty);
-  CHECK(late < 1'000'000'000);
+  CHECK(late < 100'000'000);
   CHECK(up - down >= 2'000'000'000 - 20'000'000);
   CHECK(up - down < 3'000'000'000);
   // What the agent recorded rides along: the link's down and up, at the times above.
@@ -145,7 +146,15 @@ TEST_CASE("quickstart: reported impact and recovery agree with the link's real d
   // The stall covers the down time: at least the 2 s minus a bin, and the job recovers.
   CHECK(impact["stall_ns"].get<int64_t>() >= (up - down) - bin - uncertainty);
   REQUIRE(impact["recovered"] == true);
-  CHECK(impact["recovered_at_ns"].get<int64_t>() >= up - smoothHalf - bin);
+  // Recovery against the link's own up instant, from both sides: not before it (within the
+  // smoothing and a bin), and not later than TCP's retransmission timer allows. Linux retries
+  // a lost segment after 200 ms and then at doubling intervals, so the job's first retry after
+  // the link is back comes at most the outage + 200 ms later (docs/acceptance.md, "TCP's
+  // retransmission timer").
+  const int64_t recoveredAt = impact["recovered_at_ns"].get<int64_t>();
+  std::printf("[run-e2e] recovered %.1f ms after the link came back up\n", (recoveredAt - up) / 1e6);
+  CHECK(recoveredAt >= up - smoothHalf - bin - uncertainty);
+  CHECK(recoveredAt <= up + (up - down) + 200'000'000 + smoothHalf + bin + uncertainty);
   // The agents' NIC counters of their data interface (the lab's TAP: sysfs statistics only):
   // per trial, the wire bytes received cover at least the workload's payload.
   REQUIRE(doc["counters"].size() >= 2);
