@@ -205,10 +205,24 @@ TEST_CASE("a train of three flaps keeps its schedule", "[link_flap]") {
     if (i > 0) checkInterval(events[i - 1].timeNs, events[i].timeNs, i % 2 ? 100 * kMs : 150 * kMs);
   }
   REQUIRE(seen.size() == 6);
-  for (size_t i = 1; i < seen.size(); ++i) {
+  for (size_t i = 0; i < seen.size(); ++i) {
     INFO("kernel notification " << i);
     CHECK(seen[i].adminUp == (i % 2 == 1));
-    checkInterval(seen[i - 1].timeNs, seen[i].timeNs, i % 2 ? 100 * kMs : 150 * kMs);
+    if (i > 0 && seen[i].kernelTime) {
+      // The kernel's own timestamps keep the schedule as the fault's events do.
+      checkInterval(seen[i - 1].timeNs, seen[i].timeNs, i % 2 ? 100 * kMs : 150 * kMs);
+    } else {
+      // Without SO_TIMESTAMPNS on netlink (this kernel) a notification carries the instant the
+      // observer thread read it, which is the test's own scheduling (a CI run read one 65 ms
+      // late on a busy machine). The schedule is the fault's events' above (the fault thread
+      // reads the same notification, waiting for it); each notification must come with its
+      // transition: not well before the fault saw it (either thread may read first), and before
+      // the next transition was due.
+      const int64_t lag = seen[i].timeNs - events[i].timeNs;
+      INFO("read " << lag / 1e6 << " ms after the fault's event");
+      CHECK(lag >= -50 * kMs);
+      CHECK(lag < (i % 2 ? 150 : 100) * kMs);
+    }
   }
   CHECK(adminUp("rcf0"));
 }
