@@ -231,8 +231,7 @@ void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
       return;
     }
     // The flow's next frame does not join: what it holds goes first, in the flow's order.
-    emitRun(r);
-    spare_.push_back(std::move(r));
+    retire(r);
     runs_.erase(own);
   }
   TcpLayout l;
@@ -244,8 +243,7 @@ void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
     return;
   }
   if (runs_.size() >= kMaxRuns) {
-    emitRun(runs_.front());
-    spare_.push_back(std::move(runs_.front()));
+    retire(runs_.front());
     runs_.erase(runs_.begin());
   }
   Run r;
@@ -271,7 +269,7 @@ size_t TcpCoalescer::heldBytes() const {
   return n;
 }
 
-void TcpCoalescer::emitRun(Run& r) {
+void TcpCoalescer::retire(Run& r) {
   if (r.frames == 1) {
     emit_(VnetHdr{}, r.bytes.data(), r.bytes.size());
   } else if (r.frames > 1) {
@@ -299,6 +297,7 @@ void TcpCoalescer::emitRun(Run& r) {
   r.frames = 0;
   r.closed = false;
   r.bytes.clear();
+  spare_.push_back(std::move(r));  // its buffer serves the next run
 }
 
 int64_t TcpCoalescer::flushDue(int64_t now, int64_t hold) {
@@ -307,8 +306,7 @@ int64_t TcpCoalescer::flushDue(int64_t now, int64_t hold) {
   for (size_t i = 0; i < runs_.size(); i++) {
     Run& r = runs_[i];
     if (r.since + hold <= now) {
-      emitRun(r);
-      spare_.push_back(std::move(r));
+      retire(r);
       continue;
     }
     next = std::min(next, r.since + hold);
@@ -321,8 +319,7 @@ int64_t TcpCoalescer::flushDue(int64_t now, int64_t hold) {
 
 void TcpCoalescer::flush() {
   for (auto& r : runs_) {
-    emitRun(r);
-    spare_.push_back(std::move(r));
+    retire(r);
   }
   runs_.clear();
 }

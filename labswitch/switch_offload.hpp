@@ -86,7 +86,8 @@ class TcpCoalescer {
   };
   bool sameFlow(const Run& r, const uint8_t* frame, size_t len) const;
   bool joins(const Run& r, const uint8_t* frame, size_t len) const;
-  void emitRun(Run& r);
+  // Emits R (a super-frame, or its one frame) and keeps its buffer in spare_; R is left empty.
+  void retire(Run& r);
   Emit emit_;
   std::vector<Run> runs_;  // open runs, oldest first
   std::vector<Run> spare_;  // emptied runs kept for their buffers
