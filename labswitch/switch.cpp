@@ -32,6 +32,7 @@ Result<Config> parseConfig(const json& j) {
     c.flowletGapNs = int64_t(get<double>(j, "flowlet_gap_us", 500) * 1e3);
     c.seed = get<uint32_t>(j, "seed", 1);
     c.offload = get<bool>(j, "offload", true);
+    c.captureDir = get<std::string>(j, "capture_dir", "");
     c.deliveryHoldNs = int64_t(get<double>(j, "delivery_hold_us", 500) * 1e3);
     if (c.deliveryHoldNs < 0 || c.deliveryHoldNs > 10'000'000)
       return makeError("delivery_hold_us must be 0-10000 (microseconds a TAP holds a TCP run for its host)", EINVAL);

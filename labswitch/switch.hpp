@@ -80,6 +80,8 @@ struct Config {
   // pacing, marks, pauses and counters act at each frame's own time; only the host sees the
   // frames of a TCP run up to this much later. 0: every loop pass writes what it sent.
   int64_t deliveryHoldNs = 500'000;
+  // Where packet rules write their pcapng captures; empty = "captures" beside the control socket.
+  std::string captureDir;
 };
 
 // Reads the switch's JSON configuration (what `lab up` writes to DIR/switch.json).

@@ -86,6 +86,43 @@ json Fabric::meterCmd(const json& req, const std::string& cmd) {
   return {{"ok", true}};
 }
 
+json Fabric::packetCmd(const json& req, const std::string& cmd, int64_t now) {
+  bool withEvents = req.contains("events") && req["events"].is_boolean() && req["events"].get<bool>();
+  if (cmd == "packet_rules") return packetRules_.list(withEvents);
+  if (cmd == "del_packet_rule") {
+    if (!req.contains("name") || !req["name"].is_string()) return err("del_packet_rule needs 'name' (the rule's)");
+    return packetRules_.remove(req["name"].get<std::string>(), withEvents, now, wallOf(now),
+                               [&](int pi, bool ingress, std::vector<uint8_t> f) {
+                                 // What the rule still held goes on, as it would have at its time.
+                                 Port& p = ports_[size_t(pi)];
+                                 if (ingress) {
+                                   int prio = classify(f.data(), f.size(), dscp_);
+                                   if (portUp(pi)) forward(pi, std::move(f), prio, now);
+                                 } else if (p.io && !p.closed) {
+                                   p.io->write(f.data(), f.size());
+                                 }
+                               });
+  }
+  if (!req.contains("rule")) return err("add_packet_rule needs 'rule' (see docs/faults/packet.md)");
+  auto spec = parseRuleSpec(req["rule"]);
+  if (!spec) return err(spec.error().message);
+  int pi = -1;
+  for (size_t i = 0; i < ports_.size(); i++)
+    if (ports_[i].name == spec->port && ports_[i].isHost()) pi = int(i);
+  if (pi < 0) {
+    std::string names;
+    for (const auto& p : ports_)
+      if (p.isHost()) names += (names.empty() ? "" : ", ") + p.name;
+    return err("packet rule: port '" + spec->port + "' is not a host port of this switch (" + names + ")");
+  }
+  std::string dir = cfg_.captureDir;
+  if (dir.empty()) {
+    auto slash = cfg_.control.rfind('/');
+    dir = (slash == std::string::npos ? std::string(".") : cfg_.control.substr(0, slash)) + "/captures";
+  }
+  return packetRules_.add(*spec, pi, dir, now);
+}
+
 json Fabric::handle(const json& req) {
   try {
     if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
@@ -97,6 +134,7 @@ json Fabric::handle(const json& req) {
     if (cmd == "counters") return counters(req, now);
     if (cmd == "events") return eventsCmd(req);
     if (cmd == "set_meter" || cmd == "del_meter" || cmd == "meters") return meterCmd(req, cmd);
+    if (cmd == "add_packet_rule" || cmd == "del_packet_rule" || cmd == "packet_rules") return packetCmd(req, cmd, now);
     if (cmd == "reset_counters") {
       for (auto& p : ports_) {
         p.rxFrames = p.rxBytes = p.txFrames = p.txBytes = p.rxDrops = p.noRoute = 0;
@@ -125,7 +163,7 @@ json Fabric::handle(const json& req) {
       for (auto& s : switches_) s.flowlets.clear();
       return {{"ok", true}, {"previous", prev}, {"mode", m}};
     }
-    return err("unknown command '" + cmd + "' (ping, topology, counters, events, set_meter, del_meter, meters, reset_counters, get_ecn, set_ecn, get_pfc, set_pfc, get_watchdog, set_watchdog, get_link, set_link, get_port, set_port, get_routing, set_routing)");
+    return err("unknown command '" + cmd + "' (ping, topology, counters, events, set_meter, del_meter, meters, add_packet_rule, del_packet_rule, packet_rules, reset_counters, get_ecn, set_ecn, get_pfc, set_pfc, get_watchdog, set_watchdog, get_link, set_link, get_port, set_port, get_routing, set_routing)");
   } catch (const std::exception& e) {
     return err(std::string("bad request: ") + e.what());
   }

@@ -105,6 +105,17 @@ void Fabric::receive(int pi, std::vector<uint8_t> data, int64_t now) {
     return;
   }
   int prio = classify(data.data(), data.size(), dscp_);
+  if (p.isHost() && packetRules_.watches(pi)) {
+    std::vector<std::vector<uint8_t>> pass;
+    packetRules_.process(pi, true, std::move(data), prio, now, wallOf(now), pass);
+    for (auto& f : pass) forward(pi, std::move(f), prio, now);
+    return;
+  }
+  forward(pi, std::move(data), prio, now);
+}
+
+void Fabric::forward(int pi, std::vector<uint8_t> data, int prio, int64_t now) {
+  Port& p = ports_[size_t(pi)];
   std::vector<int> out;
   route(pi, data, now, out);
   if (out.empty()) {
@@ -212,6 +223,13 @@ void Fabric::transmit(int pi, int prio, int64_t now) {
 void Fabric::deliver(int pi, std::vector<uint8_t> data, int64_t now) {
   Port& p = ports_[size_t(pi)];
   if (p.io) {
+    if (packetRules_.watches(pi)) {
+      std::vector<std::vector<uint8_t>> pass;
+      int prio = classify(data.data(), data.size(), dscp_);
+      packetRules_.process(pi, false, std::move(data), prio, now, wallOf(now), pass);
+      for (auto& f : pass) p.io->write(f.data(), f.size());
+      return;
+    }
     p.io->write(data.data(), data.size());
   } else if (p.peer >= 0) {
     receive(p.peer, std::move(data), now);
@@ -532,6 +550,23 @@ int Fabric::addPort(int sw, std::string name, double rate) {
   }
   ports_.push_back(std::move(p));
   return pi;
+}
+
+}  // namespace rc::labswitch
+
+namespace rc::labswitch {
+
+void Fabric::releasePackets(int64_t now) {
+  packetRules_.releaseDue(now, wallOf(now), [&](int pi, bool ingress, std::vector<uint8_t> f) {
+    Port& p = ports_[size_t(pi)];
+    if (ingress) {
+      if (!portUp(pi)) return;
+      int prio = classify(f.data(), f.size(), dscp_);
+      forward(pi, std::move(f), prio, now);
+    } else if (p.io && !p.closed) {
+      p.io->write(f.data(), f.size());
+    }
+  });
 }
 
 }  // namespace rc::labswitch

@@ -16,6 +16,7 @@
 #include "common/pfc.hpp"
 #include "common/unique_fd.hpp"
 #include "labswitch/switch.hpp"
+#include "labswitch/packet_rules.hpp"
 #include "labswitch/switch_packet.hpp"
 #include "labswitch/switch_port.hpp"
 
@@ -185,8 +186,15 @@ class Fabric {
   // that host for its priority (a TAP host ignores PFC, so the switch honours it for it).
   void fromHost(int pi, std::vector<uint8_t> data, int64_t now);
 
-  // A frame arriving at port pi (from its host or its peer switch).
+  // A frame arriving at port pi (from its host or its peer switch). A host port's packet
+  // rules see it first.
   void receive(int pi, std::vector<uint8_t> data, int64_t now);
+  // The rest of receive(): routes a frame at priority PRIO and queues it on its egress ports.
+  void forward(int pi, std::vector<uint8_t> data, int prio, int64_t now);
+  // Frames the packet rules held (delay, reorder) whose time came, and rules that expired.
+  void releasePackets(int64_t now);
+  // add_packet_rule {rule}, del_packet_rule {name, events}, packet_rules {events}.
+  json packetCmd(const json& req, const std::string& cmd, int64_t now);
 
   void enqueue(int ei, Packet pkt, int64_t now);
 
@@ -341,6 +349,7 @@ class Fabric {
   UniqueFD control_, txTimer_;
   std::deque<FabricEvent> events_;
   std::vector<Meter> meters_;
+  PacketRules packetRules_;
   uint64_t eventSeq_ = 0;
   std::vector<Client> clients_;
   int ep_ = -1;

@@ -111,12 +111,13 @@ Result<void> Fabric::serve() {
       }
     }
     int64_t now = monoNs();
+    if (!packetRules_.empty() && now >= packetRules_.nextDue()) releasePackets(now);
     int64_t due = flushPorts(now);
     int64_t wake = pump(now);
     // What the pass sent to each host goes out (a TAP with offload joins it first, and holds a
     // TCP run up to Config::deliveryHoldNs so that one write carries it).
     due = std::min(due, flushPorts(now));
-    armTimer(std::min(wake, due), now);
+    armTimer(std::min({wake, due, packetRules_.nextDue()}), now);
     updateReading();
   }
 }
