@@ -137,13 +137,13 @@ std::optional<Bth> parse(const uint8_t* f, size_t len) {
   auto fl = flowOf(f, len);
   if (!fl || fl->protocol != 17 || fl->dstPort != kUdpPort) return std::nullopt;
   size_t ipEnd = fl->ipOffset + fl->ipTotalLength;
-  if (ipEnd > len) return std::nullopt;
   size_t udp = fl->l4Offset;
-  if (udp + 8 > ipEnd) return std::nullopt;
+  if (udp + 8 > ipEnd || udp + 8 + 12 > len) return std::nullopt;
   size_t udpEnd = udp + be16(f + udp + 4);
   if (udpEnd > ipEnd || udpEnd < udp + 8 + 12 + 4) return std::nullopt;
   Bth b;
   b.flow = *fl;
+  b.truncated = ipEnd > len;
   b.bthOffset = udp + 8;
   const uint8_t* h = f + b.bthOffset;
   b.opcode = h[0];
@@ -157,6 +157,10 @@ std::optional<Bth> parse(const uint8_t* f, size_t len) {
   if (b.payloadOffset + b.pad > b.icrcOffset) return std::nullopt;
   b.payloadLength = b.icrcOffset - b.payloadOffset - b.pad;
   b.hasAeth = hasAeth(b.opcode & 0x1f) && ((b.opcode & 0xe0) == 0);
+  if (b.bthOffset + 12 + ext > len) {
+    if (!b.truncated) return std::nullopt;
+    b.hasAeth = false;  // cut before its extended headers: the BTH alone
+  }
   if (b.hasAeth) {
     const uint8_t* a = h + 12;
     b.syndrome = a[0];

@@ -49,6 +49,7 @@ struct Bth {
   size_t payloadOffset = 0;  // after the extended headers
   size_t payloadLength = 0;  // without pad and ICRC
   size_t icrcOffset = 0;     // the last 4 bytes of the UDP payload
+  bool truncated = false;    // a captured frame cut short: headers only (no payload, no ICRC)
   // AETH (ACK, NAK, read responses, atomic ACK): syndrome and message sequence number.
   bool hasAeth = false;
   uint8_t syndrome = 0;
@@ -58,7 +59,8 @@ struct Bth {
   int nakCode() const { return (hasAeth && (syndrome & 0xe0) == 0x60) ? (syndrome & 0x1f) : -1; }
   bool rnrNak() const { return hasAeth && (syndrome & 0xe0) == 0x20; }
 };
-// The BTH of a RoCEv2 frame (UDP destination port 4791, IPv4), or nullopt.
+// The BTH of a RoCEv2 frame (UDP destination port 4791, IPv4), or nullopt. A frame shorter
+// than its IP length (a capture's snapshot) parses as `truncated` if its headers are whole.
 std::optional<Bth> parse(const uint8_t* frame, size_t len);
 // "WRITE_FIRST", "ACKNOWLEDGE", ... or "0x%02x".
 std::string opcodeName(uint8_t opcode);
@@ -74,7 +76,7 @@ uint32_t computeIcrc(const uint8_t* frame, size_t len, const Bth& bth);
 // The ICRC as the frame carries it (little-endian on the wire, as Ethernet's FCS).
 uint32_t storedIcrc(const uint8_t* frame, const Bth& bth);
 inline bool icrcValid(const uint8_t* frame, size_t len, const Bth& bth) {
-  return computeIcrc(frame, len, bth) == storedIcrc(frame, bth);
+  return !bth.truncated && computeIcrc(frame, len, bth) == storedIcrc(frame, bth);
 }
 // Writes the computed ICRC into the frame (tests build frames with it).
 void writeIcrc(uint8_t* frame, size_t len, const Bth& bth);

@@ -1,0 +1,482 @@
+// Unit tests of the packet fault's parts: RoCEv2 parsing and the ICRC, the lab switch's packet
+// rules (every selector field and pick mode, determinism from a seed, each action's effect on
+// the frame, captures), and the go-back-N oracle on recorded NAK/retransmission sequences,
+// including the violations it must flag. Frames are built in the test (roce_frames.hpp).
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/pcapng.hpp"
+#include "common/roce.hpp"
+#include "labswitch/packet_rules.hpp"
+#include "oracle/gbn_oracle.hpp"
+#include "roce_frames.hpp"
+
+using namespace rc;
+using namespace rc::labswitch;
+using rctest::RoceSpec;
+using rctest::roceFrame;
+
+namespace {
+
+PacketRuleSpec spec(const json& j) {
+  json full = j;
+  if (!full.contains("name")) full["name"] = "t";
+  if (!full.contains("port")) full["port"] = "n1";
+  if (!full.contains("action")) full["action"] = "drop";
+  auto s = parseRuleSpec(full);
+  INFO(full.dump() << " -> " << (s ? "" : s.error().message));
+  REQUIRE(s);
+  return *s;
+}
+
+bool matches(const json& sel, const std::vector<uint8_t>& f, int prio = 3) {
+  auto s = spec(sel);
+  return selectorMatches(s.select, f.data(), f.size(), prio, roce::parse(f.data(), f.size()));
+}
+
+std::string tempDir() {
+  char tmpl[] = "/tmp/rc-packet-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+}  // namespace
+
+TEST_CASE("RoCEv2 frames: BTH, opcode classes, AETH and the ICRC", "[roce]") {
+  RoceSpec s;
+  s.opcode = 0x06;  // WRITE_FIRST with RETH
+  s.qpn = 0xabcde;
+  s.psn = 0x123456;
+  auto f = roceFrame(s);
+  auto b = roce::parse(f.data(), f.size());
+  REQUIRE(b);
+  CHECK(b->cls == roce::OpClass::write);
+  CHECK(b->destQp == 0xabcde);
+  CHECK(b->psn == 0x123456);
+  CHECK(b->payloadLength == 64);
+  CHECK(b->payloadOffset == b->bthOffset + 12 + 16);
+  CHECK(roce::opcodeName(b->opcode) == "WRITE_FIRST");
+  CHECK(roce::icrcValid(f.data(), f.size(), *b));
+
+  RoceSpec nak;
+  nak.opcode = 0x11;
+  nak.syndrome = 0x60;
+  auto n = roceFrame(nak);
+  auto nb = roce::parse(n.data(), n.size());
+  REQUIRE(nb);
+  CHECK(nb->cls == roce::OpClass::nak);
+  CHECK(nb->nakCode() == 0);
+  RoceSpec ack = nak;
+  ack.syndrome = 0x1f;
+  auto a = roceFrame(ack);
+  CHECK(roce::parse(a.data(), a.size())->cls == roce::OpClass::ack);
+  for (auto [op, cls] : {std::pair{0x04, roce::OpClass::send}, std::pair{0x0c, roce::OpClass::readRequest},
+                         std::pair{0x10, roce::OpClass::readResponse}, std::pair{0x81, roce::OpClass::cnp}}) {
+    RoceSpec x;
+    x.opcode = uint8_t(op);
+    auto fx = roceFrame(x);
+    auto bx = roce::parse(fx.data(), fx.size());
+    REQUIRE(bx);
+    CHECK(bx->cls == cls);
+  }
+  // A TCP frame and a UDP frame to another port are not RoCE.
+  auto t = rctest::tcpFrame(1000, 4791);
+  CHECK_FALSE(roce::parse(t.data(), t.size()));
+  // A capture's 128-byte snapshot still parses, as truncated, with no ICRC to check.
+  std::vector<uint8_t> cut(f.begin(), f.begin() + 80);
+  auto cb = roce::parse(cut.data(), cut.size());
+  REQUIRE(cb);
+  CHECK(cb->truncated);
+  CHECK(cb->psn == 0x123456);
+  CHECK_FALSE(roce::icrcValid(cut.data(), cut.size(), *cb));
+  // PSN distances wrap at 2^24.
+  CHECK(roce::psnDiff(2, 0xfffffe) == 4);
+  CHECK(roce::psnDiff(0xfffffe, 2) == -4);
+}
+
+TEST_CASE("actions change the frame: CE keeps the ICRC, corrupt breaks it", "[roce]") {
+  auto f = roceFrame(RoceSpec{});
+  REQUIRE(markFrame(f));
+  auto b = roce::parse(f.data(), f.size());
+  CHECK(b->flow.ecn == 3);
+  CHECK(roce::icrcValid(f.data(), f.size(), *b));  // TOS is masked out of the ICRC
+  CHECK_FALSE(markFrame(f));                        // already CE
+  RoceSpec notEct;
+  notEct.tos = 26 << 2;
+  auto n = roceFrame(notEct);
+  CHECK_FALSE(markFrame(n));
+
+  auto c = roceFrame(RoceSpec{});
+  auto before = c;
+  REQUIRE(corruptFrame(c));
+  auto cb = roce::parse(c.data(), c.size());
+  CHECK_FALSE(roce::icrcValid(c.data(), c.size(), *cb));
+  size_t differing = 0;
+  for (size_t i = 0; i < c.size(); i++) differing += c[i] != before[i];
+  CHECK(differing == 1);
+  // A frame without payload (an ACK) has its ICRC flipped instead.
+  RoceSpec ack;
+  ack.opcode = 0x11;
+  auto a = roceFrame(ack);
+  REQUIRE(corruptFrame(a));
+  auto ab = roce::parse(a.data(), a.size());
+  CHECK_FALSE(roce::icrcValid(a.data(), a.size(), *ab));
+}
+
+TEST_CASE("rule specs: errors name the field and the fix", "[rules]") {
+  auto bad = [](const json& j) {
+    auto s = parseRuleSpec(j);
+    REQUIRE_FALSE(s);
+    return s.error().message;
+  };
+  json base = {{"name", "r1"}, {"port", "n1"}, {"action", "drop"}};
+  CHECK(parseRuleSpec(base));
+  auto with = [&](const char* k, json v) {
+    json j = base;
+    j[k] = v;
+    return j;
+  };
+  CHECK_THAT(bad(with("colour", "red")), Catch::Contains("unknown field 'colour'"));
+  CHECK_THAT(bad(with("action", "melt")), Catch::Contains("'action' = 'melt'"));
+  CHECK_THAT(bad(with("name", "a b")), Catch::Contains("'name'"));
+  CHECK_THAT(bad(with("direction", "up")), Catch::Contains("ingress"));
+  CHECK_THAT(bad(with("qpn", 0x1000000)), Catch::Contains("'qpn'"));
+  CHECK_THAT(bad(with("probability", 1.5)), Catch::Contains("'probability'"));
+  CHECK_THAT(bad(with("dst_ip", "10.0.0")), Catch::Contains("'dst_ip'"));
+  CHECK_THAT(bad(with("select", "some")), Catch::Contains("'select'"));
+  json tcpQp = with("protocol", "tcp");
+  tcpQp["qpn"] = 17;
+  CHECK_THAT(bad(tcpQp), Catch::Contains("protocol = \"roce\""));
+  json range = with("psn_min", 10);
+  range["psn_max"] = 5;
+  CHECK_THAT(bad(range), Catch::Contains("'psn_min' is above 'psn_max'"));
+  json corruptAny = with("protocol", "any");
+  corruptAny["action"] = "corrupt";
+  CHECK_THAT(bad(corruptAny), Catch::Contains("corrupt"));
+}
+
+TEST_CASE("selectors: every field", "[rules]") {
+  RoceSpec s;
+  s.opcode = 0x07;
+  s.qpn = 0x42;
+  s.psn = 500;
+  auto f = roceFrame(s);
+  CHECK(matches({}, f));
+  CHECK(matches({{"protocol", "udp"}}, f));
+  CHECK_FALSE(matches({{"protocol", "tcp"}}, f));
+  CHECK(matches({{"src_ip", "10.0.0.1"}, {"dst_ip", "10.0.0.2"}}, f));
+  CHECK_FALSE(matches({{"dst_ip", "10.0.0.3"}}, f));
+  CHECK(matches({{"src_port", 49152}, {"dst_port", 4791}}, f));
+  CHECK_FALSE(matches({{"src_port", 49153}}, f));
+  CHECK(matches({{"dscp", 26}}, f));
+  CHECK_FALSE(matches({{"dscp", 48}}, f));
+  CHECK(matches({{"priority", 3}}, f, 3));
+  CHECK_FALSE(matches({{"priority", 3}}, f, 0));
+  CHECK(matches({{"opcode", "write"}}, f));
+  CHECK_FALSE(matches({{"opcode", "send"}}, f));
+  CHECK(matches({{"qpn", 0x42}}, f));
+  CHECK_FALSE(matches({{"qpn", 0x43}}, f));
+  CHECK(matches({{"psn_min", 500}, {"psn_max", 500}}, f));
+  CHECK_FALSE(matches({{"psn_min", 501}}, f));
+  CHECK_FALSE(matches({{"psn_max", 499}}, f));
+  auto t = rctest::tcpFrame(40000, 5201);
+  CHECK_FALSE(matches({}, t));  // protocol roce by default
+  CHECK(matches({{"protocol", "tcp"}, {"dst_port", 5201}}, t));
+  CHECK(matches({{"protocol", "any"}}, t));
+  CHECK_FALSE(matches({{"protocol", "tcp"}, {"dst_port", 5202}}, t));
+}
+
+TEST_CASE("pick modes: nth, every, burst, seeded probability", "[rules]") {
+  auto picks = [](const json& j, int n) {
+    auto s = spec(j);
+    Picker p(s);
+    std::vector<int> out;
+    for (int i = 1; i <= n; i++)
+      if (p.next()) out.push_back(i);
+    return out;
+  };
+  CHECK(picks({{"select", "all"}}, 3) == std::vector<int>{1, 2, 3});
+  CHECK(picks({{"select", "nth"}, {"n", 4}}, 10) == std::vector<int>{4});
+  CHECK(picks({{"select", "every"}, {"every", 3}}, 10) == std::vector<int>{3, 6, 9});
+  CHECK(picks({{"select", "burst"}, {"n", 5}, {"burst", 3}}, 10) == std::vector<int>{5, 6, 7});
+  json p = {{"select", "probability"}, {"probability", 0.01}, {"seed", 7}};
+  auto a = picks(p, 100000), b = picks(p, 100000);
+  CHECK(a == b);  // the same seed picks the same matches
+  CHECK(a.size() > 800);
+  CHECK(a.size() < 1200);
+  p["seed"] = 8;
+  CHECK(picks(p, 100000) != a);
+  CHECK(picks({{"select", "probability"}, {"probability", 0.0}}, 1000).empty());
+  CHECK(picks({{"select", "probability"}, {"probability", 1.0}}, 1000).size() == 1000);
+}
+
+TEST_CASE("packet rules in the data path: drop, duplicate, delay, reorder, events, expiry", "[rules]") {
+  std::string dir = tempDir();
+  PacketRules rules;
+  std::vector<std::pair<int, std::vector<uint8_t>>> emitted;
+  auto emit = [&](int pi, bool, std::vector<uint8_t> f) { emitted.emplace_back(pi, std::move(f)); };
+  auto frame = [](uint32_t psn, size_t payload = 64) {
+    RoceSpec s;
+    s.psn = psn;
+    s.payload = payload;
+    return roceFrame(s);
+  };
+  auto psnOf = [](const std::vector<uint8_t>& f) { return roce::parse(f.data(), f.size())->psn; };
+  std::vector<std::vector<uint8_t>> out;
+
+  SECTION("drop the n-th: one event with the frame's QP, PSN and opcode") {
+    auto r = rules.add(spec({{"name", "d"}, {"select", "nth"}, {"n", 2}, {"capture", false}}), 1, dir, 0);
+    REQUIRE(r["ok"] == true);
+    CHECK(rules.watches(1));
+    CHECK_FALSE(rules.watches(0));
+    for (uint32_t psn = 10; psn < 14; psn++) rules.process(1, true, frame(psn), 3, 100, 1000, out);
+    REQUIRE(out.size() == 3);
+    CHECK(psnOf(out[1]) == 12);
+    // The other direction is not this rule's.
+    rules.process(1, false, frame(20), 3, 100, 1000, out);
+    CHECK(out.size() == 4);
+    auto d = rules.remove("d", true, 200, 2000, emit);
+    REQUIRE(d["rule"]["events"].size() == 1);
+    CHECK(d["rule"]["events"][0]["psn"] == 11);
+    CHECK(d["rule"]["events"][0]["qpn"] == 0x11);
+    CHECK(d["rule"]["events"][0]["opcode"] == "WRITE_MIDDLE");
+    CHECK(d["rule"]["events"][0]["action"] == "drop");
+    CHECK(d["rule"]["matched"] == 4);
+    CHECK(rules.remove("d", false, 0, 0, emit)["absent"] == true);  // revert is idempotent
+    CHECK_FALSE(rules.watches(1));
+  }
+  SECTION("duplicate sends the frame twice; ecn_mark sets CE") {
+    REQUIRE(rules.add(spec({{"name", "x"}, {"action", "duplicate"}, {"capture", false}}), 0, dir, 0)["ok"] == true);
+    rules.process(0, true, frame(1), 3, 0, 0, out);
+    CHECK(out.size() == 2);
+    rules.remove("x", false, 0, 0, emit);
+    REQUIRE(rules.add(spec({{"name", "m"}, {"action", "ecn_mark"}, {"capture", false}}), 0, dir, 0)["ok"] == true);
+    out.clear();
+    rules.process(0, true, frame(1), 3, 0, 0, out);
+    REQUIRE(out.size() == 1);
+    CHECK(roce::parse(out[0].data(), out[0].size())->flow.ecn == 3);
+  }
+  SECTION("delay holds the frame until its time") {
+    REQUIRE(rules.add(spec({{"name", "w"}, {"action", "delay"}, {"direction", "egress"}, {"select", "nth"}, {"n", 1}, {"delay_ns", 5000},
+                            {"capture", false}}), 0, dir, 1000)["ok"] == true);
+    rules.process(0, false, frame(1), 3, 1000, 0, out);
+    rules.process(0, false, frame(2), 3, 1100, 0, out);
+    REQUIRE(out.size() == 1);
+    CHECK(psnOf(out[0]) == 2);
+    CHECK(rules.nextDue() == 6000);
+    CHECK(rules.releaseDue(5999, 0, emit) == 6000);
+    CHECK(emitted.empty());
+    rules.releaseDue(6000, 0, emit);
+    REQUIRE(emitted.size() == 1);
+    CHECK(psnOf(emitted[0].second) == 1);
+  }
+  SECTION("reorder holds one frame behind the next n") {
+    REQUIRE(rules.add(spec({{"name", "o"}, {"action", "reorder"}, {"select", "nth"}, {"n", 1}, {"reorder_depth", 2},
+                            {"capture", false}}), 0, dir, 0)["ok"] == true);
+    for (uint32_t psn = 1; psn <= 4; psn++) rules.process(0, true, frame(psn), 3, 0, 0, out);
+    std::vector<uint32_t> order;
+    for (auto& f : out) order.push_back(psnOf(f));
+    CHECK(order == std::vector<uint32_t>{2, 3, 1, 4});
+  }
+  SECTION("a rule ends at its lifetime by itself and lets go of what it held") {
+    REQUIRE(rules.add(spec({{"name", "e"}, {"action", "delay"}, {"delay_ns", 5'000'000'000}, {"lifetime_ns", 1'000'000},
+                            {"capture", false}}), 0, dir, 0)["ok"] == true);
+    rules.process(0, true, frame(1), 3, 10, 0, out);
+    CHECK(out.empty());
+    rules.releaseDue(1'000'000, 0, emit);
+    CHECK(rules.empty());
+    CHECK(emitted.size() == 1);
+    CHECK_FALSE(rules.watches(0));
+  }
+  SECTION("max_actions bounds the acts; the count of matches goes on") {
+    REQUIRE(rules.add(spec({{"name", "b"}, {"max_actions", 2}, {"capture", false}}), 0, dir, 0)["ok"] == true);
+    for (uint32_t psn = 1; psn <= 5; psn++) rules.process(0, true, frame(psn), 3, 0, 0, out);
+    CHECK(out.size() == 3);
+    auto l = rules.list(false);
+    CHECK(l["rules"][0]["acted"] == 2);
+  }
+  SECTION("duplicate names and unknown rules") {
+    REQUIRE(rules.add(spec({{"name", "same"}, {"capture", false}}), 0, dir, 0)["ok"] == true);
+    auto again = rules.add(spec({{"name", "same"}, {"capture", false}}), 0, dir, 0);
+    CHECK(again["ok"] == false);
+    CHECK_THAT(again["error"].get<std::string>(), Catch::Contains("exists"));
+  }
+  SECTION("capture: both directions of the port, first 128 bytes, acted frames commented") {
+    REQUIRE(rules.add(spec({{"name", "c"}, {"select", "nth"}, {"n", 2}}), 0, dir, 0)["ok"] == true);
+    rules.process(0, true, frame(1, 1000), 3, 0, 1'000'000'001, out);
+    rules.process(0, true, frame(2), 3, 0, 1'000'000'002, out);
+    rules.process(0, false, frame(9), 3, 0, 1'000'000'003, out);
+    rules.process(0, true, rctest::tcpFrame(1, 2), 0, 0, 1'000'000'004, out);  // not RoCE: not captured
+    auto d = rules.remove("c", false, 0, 0, emit);
+    std::string path = d["rule"]["capture"];
+    CHECK(path == dir + "/packet-c.pcapng");
+    auto recs = pcapng::read(path);
+    REQUIRE(recs);
+    REQUIRE(recs->size() == 3);
+    CHECK((*recs)[0].timeNs == 1'000'000'001);
+    CHECK((*recs)[0].data.size() == 128);
+    CHECK((*recs)[0].originalLength == frame(1, 1000).size());
+    CHECK((*recs)[1].data.size() == frame(2).size());
+    CHECK((*recs)[0].direction == pcapng::Direction::inbound);
+    CHECK((*recs)[1].comment == "rdmachaos rule c: drop");
+    CHECK((*recs)[2].direction == pcapng::Direction::outbound);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("captures are bounded in size", "[pcapng]") {
+  std::string dir = tempDir();
+  pcapng::Writer w;
+  REQUIRE(w.open(dir + "/x.pcapng", "n1", 128, 4096, "test"));
+  auto f = roceFrame(RoceSpec{});
+  for (int i = 0; i < 100; i++) w.write(i, f.data(), f.size(), pcapng::Direction::inbound);
+  w.close();
+  CHECK(w.skipped() > 0);
+  CHECK(std::filesystem::file_size(dir + "/x.pcapng") <= 4096);
+  auto recs = pcapng::read(dir + "/x.pcapng");
+  REQUIRE(recs);
+  CHECK(recs->size() == w.frames());
+  // A truncated file is an error naming the offset.
+  std::filesystem::resize_file(dir + "/x.pcapng", std::filesystem::file_size(dir + "/x.pcapng") - 10);
+  auto bad = pcapng::read(dir + "/x.pcapng");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message, Catch::Contains("at byte"));
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// A requester 10.0.0.1 writing to QP 0x11 of 10.0.0.2; ACKs go to its QP 0x22.
+std::vector<uint8_t> req(uint32_t psn) {
+  RoceSpec s;
+  s.psn = psn;
+  return roceFrame(s);
+}
+std::vector<uint8_t> resp(uint32_t psn, uint8_t syndrome) {
+  RoceSpec s;
+  s.opcode = 0x11;
+  s.psn = psn;
+  s.syndrome = syndrome;
+  s.src = 0x0a000002;
+  s.dst = 0x0a000001;
+  s.qpn = 0x22;
+  return roceFrame(s);
+}
+constexpr uint8_t kAck = 0x1f, kNakSeq = 0x60;
+constexpr int64_t kMs = 1'000'000;
+
+const oracle::RuleVerdict& verdict(const oracle::Episode& e, const std::string& rule) {
+  for (const auto& v : e.verdicts)
+    if (v.rule == rule) return v;
+  FAIL("no verdict " << rule);
+  return e.verdicts.front();
+}
+
+}  // namespace
+
+TEST_CASE("oracle: a drop answered by NAK and go-back-N", "[oracle]") {
+  std::vector<pcapng::Record> c;
+  int64_t t = 0;
+  for (uint32_t p = 100; p <= 109; p++)
+    c.push_back(rctest::record(t += 10'000, req(p), p == 103 ? "rdmachaos rule g: drop" : ""));
+  c.push_back(rctest::record(t += 50'000, resp(103, kNakSeq), "", pcapng::Direction::outbound));
+  int64_t nakAt = t;
+  for (uint32_t p = 103; p <= 109; p++) c.push_back(rctest::record(t += 10'000, req(p)));
+  c.push_back(rctest::record(t += 20'000, resp(109, kAck), "", pcapng::Direction::outbound));
+  auto rep = oracle::analyse(c);
+  CHECK(rep.pass());
+  REQUIRE(rep.flows.size() == 1);
+  const auto& fl = rep.flows[0];
+  CHECK(fl.qpn == 0x11);
+  REQUIRE(fl.ackQpn);
+  CHECK(*fl.ackQpn == 0x22);
+  REQUIRE(fl.episodes.size() == 1);
+  const auto& e = fl.episodes[0];
+  CHECK(e.firstPsn == 103);
+  REQUIRE(e.nakPsn);
+  CHECK(*e.nakPsn == 103);
+  CHECK(*e.retransmitPsn == 103);
+  CHECK_FALSE(e.byTimeout);
+  CHECK(e.delivered);
+  CHECK(e.nakGenerationNs == nakAt - 40'000);
+  CHECK(e.nakReactionNs == 10'000);
+  CHECK(e.resentFrames == 7);
+  CHECK(e.duplicates == 0);
+  CHECK(verdict(e, "one_nak_outstanding").outcome == oracle::Outcome::pass);
+  CHECK(verdict(e, "nak_names_first_missing_psn").outcome == oracle::Outcome::pass);
+  CHECK(verdict(e, "retransmission_restarts_at_nak").outcome == oracle::Outcome::pass);
+  CHECK(verdict(e, "acted_frames_delivered").outcome == oracle::Outcome::pass);
+  CHECK_THAT(oracle::toText(rep), Catch::Contains("NAK PSN 103"));
+  CHECK(oracle::toJson(rep)["flows"][0]["episodes"][0]["nak_psn"] == 103);
+}
+
+TEST_CASE("oracle: flags a go-back-N violation and a lost frame never resent", "[oracle]") {
+  std::vector<pcapng::Record> c;
+  int64_t t = 0;
+  for (uint32_t p = 100; p <= 109; p++)
+    c.push_back(rctest::record(t += 10'000, req(p), p == 103 ? "rdmachaos rule g: drop" : ""));
+  c.push_back(rctest::record(t += 50'000, resp(103, kNakSeq)));
+  for (uint32_t p = 105; p <= 109; p++) c.push_back(rctest::record(t += 10'000, req(p)));  // skips 103, 104
+  auto rep = oracle::analyse(c);
+  CHECK_FALSE(rep.pass());
+  const auto& e = rep.flows[0].episodes.at(0);
+  CHECK(verdict(e, "retransmission_restarts_at_nak").outcome == oracle::Outcome::fail);
+  CHECK(verdict(e, "acted_frames_delivered").outcome == oracle::Outcome::fail);
+  CHECK(rep.findings.size() == 2);
+  CHECK_THAT(oracle::toText(rep), Catch::Contains("go-back-N violated"));
+}
+
+TEST_CASE("oracle: a NAK naming the wrong PSN, and two NAKs for one loss", "[oracle]") {
+  std::vector<pcapng::Record> c;
+  int64_t t = 0;
+  for (uint32_t p = 100; p <= 105; p++)
+    c.push_back(rctest::record(t += 10'000, req(p), p == 102 ? "rdmachaos rule g: corrupt" : ""));
+  c.push_back(rctest::record(t += 10'000, resp(104, kNakSeq)));
+  c.push_back(rctest::record(t += 10'000, resp(104, kNakSeq)));
+  for (uint32_t p = 104; p <= 105; p++) c.push_back(rctest::record(t += 10'000, req(p)));
+  auto rep = oracle::analyse(c);
+  const auto& e = rep.flows[0].episodes.at(0);
+  CHECK(e.action == "corrupt");
+  CHECK(verdict(e, "nak_names_first_missing_psn").outcome == oracle::Outcome::fail);
+  CHECK(verdict(e, "one_nak_outstanding").outcome == oracle::Outcome::fail);
+  CHECK(verdict(e, "retransmission_restarts_at_nak").outcome == oracle::Outcome::pass);
+  CHECK(verdict(e, "acted_frames_delivered").outcome == oracle::Outcome::fail);
+}
+
+TEST_CASE("oracle: a lost tail frame waits for the timeout", "[oracle]") {
+  std::vector<pcapng::Record> c;
+  int64_t t = 0;
+  for (uint32_t p = 100; p <= 104; p++)
+    c.push_back(rctest::record(t += 10'000, req(p), p == 104 ? "rdmachaos rule g: drop" : ""));
+  int64_t lost = t;
+  c.push_back(rctest::record(t += 10'000, resp(103, kAck)));
+  c.push_back(rctest::record(t = lost + 8 * kMs, req(104)));
+  c.push_back(rctest::record(t += 20'000, resp(104, kAck)));
+  auto rep = oracle::analyse(c);
+  CHECK(rep.pass());
+  const auto& e = rep.flows[0].episodes.at(0);
+  CHECK(e.byTimeout);
+  CHECK(e.timeoutWaitNs == 8 * kMs);
+  CHECK(verdict(e, "one_nak_outstanding").outcome == oracle::Outcome::notApplicable);
+  CHECK(verdict(e, "acted_frames_delivered").outcome == oracle::Outcome::pass);
+  CHECK_THAT(oracle::toText(rep), Catch::Contains("by timeout"));
+}
+
+TEST_CASE("oracle: a delayed frame released by the switch is not a retransmission", "[oracle]") {
+  std::vector<pcapng::Record> c;
+  int64_t t = 0;
+  for (uint32_t p = 100; p <= 103; p++)
+    c.push_back(rctest::record(t += 10'000, req(p), p == 101 ? "rdmachaos rule g: delay" : ""));
+  c.push_back(rctest::record(t += 10'000, req(101), "rdmachaos rule g: released after its hold"));
+  c.push_back(rctest::record(t += 10'000, resp(103, kAck)));
+  auto rep = oracle::analyse(c);
+  const auto& e = rep.flows[0].episodes.at(0);
+  CHECK_FALSE(e.retransmitPsn);
+  CHECK(e.delivered);
+  CHECK(rep.pass());
+}
