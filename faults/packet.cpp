@@ -1,0 +1,244 @@
+// The packet fault: a rule in the lab switch that drops, marks, corrupts, delays, duplicates or
+// reorders chosen frames on one node's port (RoCEv2 by QP, PSN and opcode class; TCP/UDP by
+// 5-tuple), deterministically from a seed, with every acted-on frame an event and the port's
+// frames captured as pcapng for the go-back-N oracle (docs/faults/packet.md). It needs the lab
+// switch: a real cluster's switch has no such rule (a programmable one could host it).
+//
+// Safety: the rule's name is chosen and journaled before it is added, so a restarted agent
+// deletes it (revertRecord); the switch deletes it by itself shortly after its duration, so a
+// rule whose agent never comes back still ends; a restarted switch has no rules at all.
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <random>
+
+#include "common/clock.hpp"
+#include "faults/fault.hpp"
+#include "faults/labswitch_client.hpp"
+#include "labswitch/packet_rules.hpp"
+
+namespace rc::faults {
+namespace {
+
+constexpr double kMs = 1e6;
+constexpr double kHour = 3600e9;
+// The switch ends a rule this long after its duration by itself (its agent gone).
+constexpr int64_t kLifetimeGraceNs = 2'000'000'000;
+// Acted-on frames reported as events, at most; the summary counts all.
+constexpr size_t kMaxReportedEvents = 1000;
+
+const char* kNeedsSwitch =
+    "packet: needs the lab switch (a namespace or soft-RoCE lab: `rdmachaos lab up`), whose data "
+    "path applies the rule; a real cluster's switch cannot drop one chosen RoCE packet (a "
+    "programmable switch could: docs/faults/packet.md)";
+
+// The switch's rule (labswitch/packet_rules.hpp) from normalised parameters.
+json ruleJson(const json& p, const std::string& name, const std::string& port) {
+  json r = {{"name", name}, {"port", port}};
+  for (const char* k : {"direction", "protocol", "src_ip", "dst_ip", "opcode", "select", "action"})
+    if (p.contains(k) && p[k].is_string() && !p[k].get<std::string>().empty()) r[k] = p[k];
+  for (const char* k : {"src_port", "dst_port", "dscp", "priority", "qpn", "psn_min", "psn_max", "n", "every",
+                        "burst", "seed", "reorder_depth", "max_actions"})
+    if (p.contains(k) && p[k].is_number_integer()) r[k] = p[k];
+  if (p.contains("probability") && p["probability"].is_number()) r["probability"] = p["probability"];
+  if (p.contains("delay")) r["delay_ns"] = p["delay"];
+  if (p.contains("duration")) r["lifetime_ns"] = p["duration"].get<int64_t>() + kLifetimeGraceNs;
+  if (p.contains("capture")) r["capture"] = p["capture"];
+  if (p.contains("capture_limit")) r["capture_limit"] = p["capture_limit"];
+  return r;
+}
+
+Result<void> check(const json& params) {
+  auto r = labswitch::parseRuleSpec(ruleJson(params, "check", "port"));
+  if (!r) {
+    std::string m = r.error().message;  // "packet rule: 'x' ..." names the switch's field
+    for (const char* f : {"'delay_ns'", "'lifetime_ns'"})
+      if (auto at = m.find(f); at != std::string::npos) m.replace(at, std::strlen(f), std::strcmp(f, "'delay_ns'") == 0 ? "'delay'" : "'duration'");
+    return makeError("packet" + m.substr(std::string("packet rule").size()));
+  }
+  if (params.value("select", "all") == "probability" && !params.contains("probability"))
+    return makeError("packet: select = \"probability\" needs 'probability' (e.g. 0.001)");
+  return {};
+}
+
+std::string newRuleName() {
+  std::random_device rd;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rc-%08x%08x", rd(), rd());
+  return buf;
+}
+
+Result<json> deleteRule(const std::string& socket, const std::string& name, bool withEvents) {
+  return labswitchRequest(socket, {{"cmd", "del_packet_rule"}, {"name", name}, {"events", withEvents}});
+}
+
+class PacketFault final : public Fault {
+ public:
+  PacketFault(json params, std::string socket, std::string port)
+      : params_(std::move(params)), socket_(std::move(socket)), port_(std::move(port)), name_(newRuleName()) {}
+
+  const json& params() const override { return params_; }
+
+  Result<json> snapshot() override {
+    // Nothing to read: the rule does not exist yet. Its name is journaled first, so that revert
+    // after a crash finds it.
+    std::lock_guard lock(m_);
+    snapped_ = true;
+    return json{{"socket", socket_}, {"rule", name_}, {"port", port_}};
+  }
+
+  Result<void> run(std::stop_token stop, EventLog& events) override {
+    {
+      std::lock_guard lock(m_);
+      if (!snapped_) return makeError("packet: run without a snapshot");
+    }
+    auto added = labswitchRequest(socket_, {{"cmd", "add_packet_rule"}, {"rule", ruleJson(params_, name_, port_)}});
+    if (!added) return makeError("packet: " + added.error().message, added.error().code);
+    {
+      std::lock_guard lock(m_);
+      added_ = true;
+    }
+    events.add(Event{wallNs(), "applied", "lab switch port " + port_ + " rule " + name_, false});
+    std::string capture = (*added)["rule"].value("capture", "");
+    if (!capture.empty()) events.add(Event{wallNs(), "capture", capture, false});
+    auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(params_.at("duration").get<int64_t>());
+    {
+      std::mutex m;
+      std::condition_variable_any cv;
+      std::unique_lock lock(m);
+      cv.wait_until(lock, stop, until, [] { return false; });
+    }
+    return finish(events);
+  }
+
+  Result<void> revert(EventLog& events) override {
+    {
+      std::lock_guard lock(m_);
+      if (!added_ || finished_) return {};
+    }
+    return finish(events);
+  }
+
+  std::string describe() const override {
+    std::string s = "packet " + params_.value("action", "") + " on lab switch port " + port_ + " (" +
+                    params_.value("direction", "ingress") + ", " + params_.value("protocol", "roce");
+    if (params_.contains("qpn") && params_["qpn"].get<int64_t>() >= 0) s += ", QP " + std::to_string(params_["qpn"].get<int64_t>());
+    if (params_.contains("opcode")) s += ", " + params_.value("opcode", "");
+    return s + ", select " + params_.value("select", "all") + ")";
+  }
+
+  std::vector<std::string> targets() const override { return {"packet faults on lab switch port '" + port_ + "'"}; }
+
+ private:
+  // Deletes the rule and reports what it did: each acted-on frame (up to a bound) and a summary.
+  Result<void> finish(EventLog& events) {
+    auto r = deleteRule(socket_, name_, true);
+    if (!r) return makeError("packet: deleting rule " + name_ + ": " + r.error().message, r.error().code);
+    {
+      std::lock_guard lock(m_);
+      finished_ = true;
+    }
+    if (r->value("absent", false)) {
+      events.add(Event{wallNs(), "reverted", "rule " + name_ + " had already ended in the switch", false});
+      return {};
+    }
+    const json& rule = (*r)["rule"];
+    size_t n = 0;
+    for (const auto& e : rule.value("events", json::array())) {
+      if (n++ >= kMaxReportedEvents) break;
+      events.add(Event{e.value("wall_ns", int64_t(0)), "packet_" + e.value("action", std::string("acted")), e.dump(), false});
+    }
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "matched %llu, acted %llu, not applicable %llu, captured %llu (%llu past the limit)",
+                  (unsigned long long)rule.value("matched", 0ull), (unsigned long long)rule.value("acted", 0ull),
+                  (unsigned long long)rule.value("not_applicable", 0ull),
+                  (unsigned long long)rule.value("capture_frames", 0ull),
+                  (unsigned long long)rule.value("capture_skipped", 0ull));
+    events.add(Event{wallNs(), "packet_summary", buf, false});
+    events.add(Event{wallNs(), "reverted", "lab switch port " + port_ + " rule " + name_ + " deleted", false});
+    return {};
+  }
+
+  json params_;
+  std::string socket_, port_, name_;
+  std::mutex m_;
+  bool snapped_ = false, added_ = false, finished_ = false;
+};
+
+}  // namespace
+
+extern const FaultKind kind_packet;
+const FaultKind kind_packet{
+    "packet",
+    "drops, marks, corrupts, delays, duplicates or reorders chosen frames in the lab switch "
+    "(RoCEv2 by QP, PSN and opcode; TCP/UDP by 5-tuple), with a pcapng capture",
+    {
+        {"port", ParamType::string, "lab switch port (default: the one facing this node)", json(), 0, 0, true},
+        {"direction", ParamType::string, "ingress (frames from the node) or egress (frames to it)", "ingress", 0, 0,
+         false, {"ingress", "egress"}},
+        {"protocol", ParamType::string, "roce (UDP 4791), tcp, udp or any", "roce", 0, 0, false,
+         {"roce", "tcp", "udp", "any"}},
+        {"src_ip", ParamType::string, "IPv4 source address to match", json(), 0, 0, true},
+        {"dst_ip", ParamType::string, "IPv4 destination address to match", json(), 0, 0, true},
+        {"src_port", ParamType::integer, "TCP/UDP source port to match (-1 any)", -1, -1, 65535},
+        {"dst_port", ParamType::integer, "TCP/UDP destination port to match (-1 any)", -1, -1, 65535},
+        {"dscp", ParamType::integer, "DSCP to match (-1 any)", -1, -1, 63},
+        {"priority", ParamType::integer, "switch priority to match (-1 any)", -1, -1, 7},
+        {"opcode", ParamType::string, "RoCE opcode class to match", json(), 0, 0, true,
+         {"send", "write", "read_request", "read_response", "ack", "nak", "atomic", "cnp"}},
+        {"qpn", ParamType::integer, "RoCE destination QP to match (-1 any)", -1, -1, 0xffffff},
+        {"psn_min", ParamType::integer, "lowest RoCE PSN to match (-1 open)", -1, -1, 0xffffff},
+        {"psn_max", ParamType::integer, "highest RoCE PSN to match (-1 open)", -1, -1, 0xffffff},
+        {"select", ParamType::string, "which matches: all, nth, every, burst (burst frames from the n-th), probability",
+         "all", 0, 0, false, {"all", "nth", "every", "burst", "probability"}},
+        {"n", ParamType::integer, "nth/burst: the first match acted on (1 = the first)", 1, 1, 1e12},
+        {"every", ParamType::integer, "every: act on every k-th match", 1, 1, 1e12},
+        {"burst", ParamType::integer, "burst: how many matches from the n-th", 1, 1, 1e6},
+        {"probability", ParamType::rate, "probability: each match with this probability (0..1)", json(), 0, 1, true},
+        {"seed", ParamType::integer, "seed of the probability draws (same seed, same frames)", 1, 0,
+         9007199254740991.0},
+        {"action", ParamType::string, "drop, ecn_mark, corrupt (the ICRC fails), delay, duplicate, reorder", json(), 0,
+         0, false, {"drop", "ecn_mark", "corrupt", "delay", "duplicate", "reorder"}},
+        {"delay", ParamType::duration, "delay: how long a frame is held; reorder: at most this long", int64_t(1e6),
+         1e3, 10e9},
+        {"reorder_depth", ParamType::integer, "reorder: frames a held one waits behind", 1, 1, 1000},
+        {"max_actions", ParamType::integer, "frames acted on at most", int64_t(1'000'000), 1, 1e9},
+        {"duration", ParamType::duration, "how long the rule stays in the switch", int64_t(10e9), 1 * kMs, kHour},
+        {"capture", ParamType::boolean, "write the port's matching frames (first 128 bytes) as pcapng", true},
+        {"capture_limit", ParamType::size, "the capture's size at most", int64_t(16 << 20), 4096, double(1ull << 30)},
+        {"socket", ParamType::string,
+         "lab switch control socket: only the one of the agent's configuration ([lab] switch_socket), the default",
+         json(), 0, 0, true},
+    },
+    [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
+      if (auto ok = check(params); !ok) return ok.error();
+      if (policy.labswitchSocket.empty()) return makeError(kNeedsSwitch);
+      auto sock = labswitchSocket(params.value("socket", ""), policy);
+      if (!sock) return makeError("packet: " + sock.error().message);
+      std::string port = labswitchHostPort(params.value("port", ""), policy);
+      if (port.empty())
+        return makeError("packet: no lab switch port: set 'port', or [lab] switch_port in the agent's configuration");
+      json resolved = params;
+      resolved["socket"] = *sock;
+      resolved["port"] = port;
+      return std::unique_ptr<Fault>(std::make_unique<PacketFault>(std::move(resolved), *sock, port));
+    },
+    [](const json& /*params*/, const json& snapshot, const Policy& /*policy*/) -> Result<void> {
+      if (!snapshot.is_object() || !snapshot.contains("rule") || !snapshot.contains("socket"))
+        return makeError("packet journal snapshot lacks 'rule' or 'socket'");
+      auto r = deleteRule(snapshot["socket"].get<std::string>(), snapshot["rule"].get<std::string>(), false);
+      if (!r) return makeError("packet revert: " + r.error().message, r.error().code);
+      return {};
+    },
+    check,
+    nullptr,  // bind
+    [](const json& params) {
+      std::string port = stringParam(params, "port");
+      return "packet faults on " + (port.empty() ? std::string("this node's lab switch port") : "lab switch port '" + port + "'");
+    },
+};
+
+}  // namespace rc::faults
