@@ -136,7 +136,7 @@ Fabric observe(bool withMgmt) {
     if (keep) f.parts[key] += line + "\n";
   }
   for (const char* cmd :
-       {"get_link", "get_ecn", "get_pfc", "get_watchdog", "get_port", "get_routing"})
+       {"get_link", "get_ecn", "get_pfc", "get_watchdog", "get_port", "get_routing", "packet_rules"})
     f.parts[std::string("switch ") + cmd] = switchCmd({{"cmd", cmd}, {"port", "*"}}).dump();
   json c = switchCmd({{"cmd", "counters"}, {"port", "*"}});
   json state = json::array();
@@ -249,6 +249,15 @@ std::vector<FaultCase> faultCases() {
          uint64_t a = pfcRxOf("n1");
          std::this_thread::sleep_for(50ms);
          return pfcRxOf("n1") > a;
+       }},
+      // A packet rule in the lab switch (issue 23): a restarted agent deletes it by the name
+      // its journal holds, a lease expiry in the live agent; the switch's lifetime is the last net.
+      {"packet",
+       {"packet", "--node", "n1", "--set", "protocol=tcp", "--set", "action=drop", "--set", "select=probability",
+        "--set", "probability=0.001", "--set", "duration=10m", "--set", "capture=false"},
+       [](const Fabric&) {
+         json r = switchCmd({{"cmd", "packet_rules"}});
+         return r.value("ok", false) && r["rules"].size() == 1;
        }},
       // The command backend: the agent runs its own [ecn_commands.labswitch] template (`lab up`
       // writes one that drives the lab switch through `rdmachaos-labswitch --ecn-profile`, as a
@@ -440,7 +449,7 @@ Row runCell(Crash crash, const std::string& crashName, const FaultCase& fc) {
 // Which cells run: $RDMACHAOS_CRASH_CELLS, "all" or comma-separated substrings of cell names;
 // unset (CI, `meson test`), a representative sixth: every crash with two faults and every fault
 // with one or two crashes (crash i with faults i and i + 3 of F), so the suite stays within a
-// few minutes; the command backend's cells are agent kill -9 and controller kill -9.
+// few minutes (the packet fault meets agent kill -9 and controller kill -9).
 // bench/crash_matrix.sh runs all 42.
 bool selected(size_t crash, size_t fault, size_t faults, const std::string& cell) {
   std::string sel = rctest::env("RDMACHAOS_CRASH_CELLS");
