@@ -112,6 +112,10 @@ struct ReportOptions {
 // Re-renders a result document; prints the text summary; exit code from its outcome.
 int cmdReport(const ReportOptions& o);
 
+// `rdmachaos oracle CAPTURE [--json]`: the go-back-N oracle on a packet fault's capture; exit 0
+// when no rule is violated, 1 with findings, 2 when the capture cannot be read.
+int cmdOracle(const std::string& capture, bool asJson);
+
 struct CompareOptions {
   std::string baseline, result;  // result.json of a run, or a golden baseline (baseline merge)
   std::string rules;             // rules TOML; "" = a value worse beyond noise, or missing, fails

@@ -158,6 +158,14 @@ int main(int argc, char** argv) {
                    "read its scrape and evaluation intervals");
   cRun->add_option("--timeout", run.timeout, "one deadline for connecting to every agent; also each request's bound")->capture_default_str();
 
+  std::string oracleCapture;
+  bool oracleJson = false;
+  auto* cOracle = app.add_subcommand(
+      "oracle", "what a RoCE transport did about the frames a packet fault acted on, from its capture (go-back-N)");
+  cOracle->add_option("capture", oracleCapture, "CAPTURE.pcapng: a packet fault's capture (result.json names it)")
+      ->required();
+  cOracle->add_flag("--json", oracleJson, "print the analysis as JSON");
+
   ReportOptions report;
   auto* cReport = app.add_subcommand("report", "re-render a result document");
   cReport->add_option("result", report.result, "RESULT.json")->required();
@@ -199,6 +207,7 @@ int main(int argc, char** argv) {
   if (*cValidate) return cmdValidate(validateFiles, validateInventory);
   if (*cRun) return cmdRun(run);
   if (*cReport) return cmdReport(report);
+  if (*cOracle) return cmdOracle(oracleCapture, oracleJson);
   if (*cCompare) return cmdCompare(cmp);
   if (*cMerge) return cmdBaselineMerge(mergeInputs, mergeOutput);
   return kExitError;

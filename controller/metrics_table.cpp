@@ -37,6 +37,17 @@ Value fabric(const ScopeScore& s, std::string_view name) {
   return f->second;
 }
 
+Value packet(const ScopeScore& s, std::string_view name) {
+  auto f = s.packet.find(std::string(name));
+  if (f == s.packet.end()) return std::nullopt;
+  return f->second;
+}
+std::string noPacket(const ScopeScore& s) { return s.scope == "job" ? "no packet fault in the trial" : "job only"; }
+std::string noOracle(const ScopeScore& s) {
+  if (s.scope != "job") return "job only";
+  return s.packet.empty() ? "no packet fault in the trial" : "no RoCE capture to judge (protocol roce, capture = true)";
+}
+
 // The reasons, from the most particular to the general.
 std::string noBaselineOr(const ScopeScore& s, const char* reason) { return s.baseline ? reason : "no baseline"; }
 std::string noFault(const ScopeScore& s) { return noBaselineOr(s, "no fault applied"); }
@@ -127,6 +138,17 @@ const std::vector<MetricRow>& rows() {
        [](const ScopeScore& s) {
          return s.fabric.empty() ? noFabric(s) : "no watchdog restoration after a storm's end";
        }},
+      {"packets_acted", U::number, "frames the trial's packet faults acted on (the lab switch), job only", packet,
+       noPacket},
+      {"gbn_violations", U::number,
+       "the go-back-N oracle's findings over the trial's RoCE packet faults (docs/faults/packet.md), job only",
+       packet, noOracle},
+      {"nak_generation_time", U::duration, "acted-on frame to the responder's NAK, largest over the trial's losses",
+       packet, [](const ScopeScore& s) { return s.packet.count("gbn_violations") ? "no NAK" : noOracle(s); }},
+      {"nak_reaction_time", U::duration, "NAK to the requester's retransmission, largest over the trial's losses",
+       packet, [](const ScopeScore& s) { return s.packet.count("gbn_violations") ? "no NAK answered" : noOracle(s); }},
+      {"timeout_wait", U::duration, "acted-on frame to a retransmission without NAK (the QP's timeout), largest",
+       packet, [](const ScopeScore& s) { return s.packet.count("gbn_violations") ? "no timeout retransmission" : noOracle(s); }},
       {"counter.", U::number, "counter delta over the trial",
        [](const ScopeScore& s, std::string_view name) -> Value {
          auto it = s.counterDeltas.find(std::string(name.substr(8)));

@@ -266,6 +266,7 @@ int cmdRun(const RunOptions& o) {
                         });
   io.run();
 
+  analysePackets(result);
   Scores scores = score(result, *pb);
   json doc = makeResultDocument(result, *pb, scores);
   // Compared before the reports are written: a target sweep's table carries the comparison.
@@ -277,10 +278,11 @@ int cmdRun(const RunOptions& o) {
   }
   const std::string resultPath = dir + "/result.json", htmlPath = dir + "/report.html",
                     junitPath = dir + "/junit.xml";
-  if (auto w = publishReports(*reports, {{"result.json", doc.dump(2) + "\n"},
-                                         {"report.html", renderHtml(doc)},
-                                         {"junit.xml", renderJunit(doc)}});
-      !w)
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"result.json", doc.dump(2) + "\n"}, {"report.html", renderHtml(doc)}, {"junit.xml", renderJunit(doc)}};
+  for (auto& p : result.packets)
+    if (!p.captureFile.empty()) files.emplace_back(p.captureFile, std::move(p.captureBytes));
+  if (auto w = publishReports(*reports, files); !w)
     return fail(w.error().message);
   std::printf("%s", renderText(doc).c_str());
   std::printf("\nreport: %s\nresult: %s\njunit:  %s\n", htmlPath.c_str(), resultPath.c_str(),

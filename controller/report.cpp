@@ -283,6 +283,7 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
     iters.push_back({{"node", r.node}, {"iteration", r.iteration}, {"start_ns", r.startNs}, {"end_ns", r.endNs}});
   doc["iterations"] = iters;
   doc["faults"] = faultsJson(run);
+  if (!run.packets.empty()) doc["packet_faults"] = packetFaultsJson(run.packets);
   doc["counters"] = countersJson(run);
   doc["fabric"] = fabricJson(run.fabric);
   doc["nic"] = nicJson(run);

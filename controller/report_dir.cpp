@@ -20,6 +20,9 @@ namespace {
 std::string inQuotes(const std::string& s) { return "'" + s + "'"; }
 
 bool isReportFile(const std::string& name) {
+  // A packet fault's capture (packet_analysis.hpp): capture-*.pcapng.
+  if (name.rfind("capture-", 0) == 0 && name.size() > 15 && name.compare(name.size() - 7, 7, ".pcapng") == 0)
+    return true;
   return std::any_of(std::begin(kReportFiles), std::end(kReportFiles), [&](const char* f) { return name == f; });
 }
 

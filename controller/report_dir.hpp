@@ -13,8 +13,8 @@
 
 namespace rc::controller {
 
-// The files a run writes (compare.json and compare-junit.xml with --baseline); the only ones
-// --force replaces.
+// The files a run writes (compare.json and compare-junit.xml with --baseline; capture-*.pcapng
+// with packet faults); the only ones --force replaces.
 inline constexpr const char* kReportFiles[] = {"result.json", "report.html", "junit.xml", "compare.json",
                                                "compare-junit.xml"};
 

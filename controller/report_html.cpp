@@ -393,6 +393,25 @@ void scopesHtml(std::ostream& h, const json& t) {
   h << "</table>\n";
 }
 
+// The trial's packet faults: counts, the capture (a file beside the report) and the oracle.
+void packetHtml(std::ostream& h, const TrialView& view) {
+  if (!view.doc.contains("packet_faults")) return;
+  bool head = false;
+  for (const auto& p : view.doc["packet_faults"]) {
+    if (p.value("trial", -1) != view.idx) continue;
+    if (!head) h << "<h3>Packet faults</h3>\n";
+    head = true;
+    h << "<p>" << esc(str(p, "step")) << " on " << esc(str(p, "node")) << ": " << esc(str(p, "action"))
+      << " acted on " << p.value("acted", uint64_t(0)) << " of " << p.value("matched", uint64_t(0))
+      << " matching frames";
+    if (p.contains("capture") && p["capture"].is_string())
+      h << "; capture <a href=\"" << esc(str(p, "capture")) << "\">" << esc(str(p, "capture")) << "</a>";
+    if (p.contains("capture_error")) h << " (" << esc(str(p, "capture_error")) << ")";
+    h << "</p>\n";
+    if (!str(p, "oracle_text").empty()) h << "<pre class=\"oracle\">" << esc(str(p, "oracle_text")) << "</pre>\n";
+  }
+}
+
 // The trial's faults, times from the trial's start.
 void faultsHtml(std::ostream& h, const TrialView& view) {
   const int idx = view.idx;
@@ -512,6 +531,7 @@ std::string renderHtml(const json& doc) {
     verdictsHtml(h, t);
     scopesHtml(h, t);
     faultsHtml(h, view);
+    packetHtml(h, view);
     countersHtml(h, view);
     h << "</section>\n";
   }

@@ -336,6 +336,21 @@ void repeatabilityText(std::ostream& o, const json& doc) {
 
 }  // namespace
 
+// The trial's packet faults: what each acted on, its capture, and the go-back-N oracle.
+void packetText(std::ostream& o, const json& doc, const json& t) {
+  if (!doc.contains("packet_faults")) return;
+  for (const auto& p : doc["packet_faults"]) {
+    if (p.value("trial", -1) != t.value("index", -2)) continue;
+    o << "  packet fault " << str(p, "step") << " on " << str(p, "node") << ": " << str(p, "action") << " acted on "
+      << p.value("acted", uint64_t(0)) << " of " << p.value("matched", uint64_t(0)) << " matching frames";
+    if (p.contains("capture") && p["capture"].is_string()) o << "; capture " << str(p, "capture");
+    o << "\n";
+    if (p.contains("capture_error")) o << "    (" << str(p, "capture_error") << ")\n";
+    std::istringstream lines(str(p, "oracle_text"));
+    for (std::string l; std::getline(lines, l);) o << "    " << l << "\n";
+  }
+}
+
 std::string renderText(const json& doc) {
   std::ostringstream o;
   const json& pb = doc["playbook"];
@@ -348,6 +363,7 @@ std::string renderText(const json& doc) {
     impactText(o, pb, job);
     nicTotalsText(o, doc, t);
     fabricText(o, t, job);
+    packetText(o, doc, t);
     nicWindowsText(o, t);
     verdictsText(o, t);
   }

@@ -363,8 +363,15 @@ class PlanRun {
       reverted = events.back().value("t_ns", reverted);
     }
     fr.events.clear();
-    for (const auto& e : events) {
-      if (fr.events.size() >= kMaxFaultEvents) break;
+    // The first events and the last few (a fault's summary comes at its end: a packet fault's
+    // counts after its acted-on frames), with the count of the ones between.
+    const size_t n = events.size(), tail = kKeptTailEvents;
+    for (size_t i = 0; i < n; i++) {
+      if (n > kMaxFaultEvents && i == kMaxFaultEvents - tail) {
+        fr.events.push_back({fr.events.back().tNs, "events_omitted", std::to_string(n - kMaxFaultEvents)});
+        i = n - tail;
+      }
+      const json& e = events[i];
       fr.events.push_back({e.value("t_ns", int64_t(0)) - off - t0_, e.value("what", std::string()),
                            e.value("detail", std::string()).substr(0, 1000)});
     }

@@ -27,6 +27,7 @@
 // playbook_commands.cpp scores the RunResult and writes the result, HTML and JUnit reports.
 #pragma once
 
+#include "controller/packet_analysis.hpp"
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -62,7 +63,8 @@ struct FaultRecord {
   std::optional<int64_t> revertedNs;  // actual; missing if the run ended before
   std::string error;                  // non-empty if the fault could not be applied
   std::string role;  // "" or, for kinds with several parties, e.g. incast: sink, sender
-  // What the agent recorded while it ran (its first kMaxFaultEvents events), times from the
+  // What the agent recorded while it ran (its first kMaxFaultEvents events, the last
+  // kKeptTailEvents of them its last ones, "events_omitted" between), times from the
   // run start: e.g. incast's "received" / "sent" bytes and "qp_error"s.
   struct Event {
     int64_t tNs = 0;
@@ -71,6 +73,7 @@ struct FaultRecord {
   std::vector<Event> events;
 };
 inline constexpr size_t kMaxFaultEvents = 64;
+inline constexpr size_t kKeptTailEvents = 8;  // of those, the last ones the fault reported
 
 struct CounterSnapshot {
   int trial = 0;
@@ -170,6 +173,7 @@ struct RunResult {
   std::vector<std::string> alertErrors;
   int64_t alertsUntilNs = 0;  // run timeline: alerts were collected up to here
   std::string abortReason;  // empty = ran to the end
+  std::vector<PacketAnalysis> packets;  // the packet faults' captures and oracle (analysePackets)
 };
 
 }  // namespace rc::controller

@@ -140,6 +140,9 @@ struct ScopeScore {
   // Fabric metrics (pause_frames, paused_time, pause_spread_time, ecn_marks, drops; job only:
   // watchdog_detect_time, watchdog_restore_time), where the run has fabric evidence.
   std::map<std::string, double> fabric;
+  // Packet fault metrics (packets_acted; with the oracle: gbn_violations, nak_generation_time,
+  // nak_reaction_time, timeout_wait), job only, where the trial had packet faults.
+  std::map<std::string, double> packet;
   // Job only:
   std::optional<double> busbw;     // bytes/s, from baseline iterations
   std::optional<double> gpuHours;  // per incident, at [cost] gpus

@@ -288,6 +288,32 @@ void scoreFabric(const RunResult& run, const ScoringSettings& ss, const Trial& t
   }
 }
 
+// 5. Packet faults (issue 23): frames acted on, and the go-back-N oracle's findings and
+// largest latencies over the trial's packet faults, for the job.
+void scorePackets(const RunResult& run, const Trial& t, TrialScore& ts) {
+  bool any = false;
+  double acted = 0, findings = 0, gen = -1, react = -1, wait = -1;
+  bool oracle = false;
+  for (const auto& p : run.packets) {
+    if (p.trial != t.index) continue;
+    any = true;
+    acted += double(p.acted);
+    if (!p.oracle) continue;
+    oracle = true;
+    findings += p.findings;
+    gen = std::max(gen, p.nakGenerationMaxNs);
+    react = std::max(react, p.nakReactionMaxNs);
+    wait = std::max(wait, p.timeoutWaitMaxNs);
+  }
+  if (!any) return;
+  ts.job.packet["packets_acted"] = acted;
+  if (!oracle) return;
+  ts.job.packet["gbn_violations"] = findings;
+  if (gen >= 0) ts.job.packet["nak_generation_time"] = gen;
+  if (react >= 0) ts.job.packet["nak_reaction_time"] = react;
+  if (wait >= 0) ts.job.packet["timeout_wait"] = wait;
+}
+
 // Guardrails, checked again on the data: the runner aborts live, this catches the rest.
 void checkGuardrails(const Playbook& pb, TrialScore& ts) {
   if (pb.guardrails.minBaselineBytesPerSec > 0 && ts.job.baseline.value_or(0) < pb.guardrails.minBaselineBytesPerSec)
@@ -368,6 +394,7 @@ TrialScore scoreTrial(const RunResult& run, const Playbook& pb, const Trial& t, 
   TrialGrids g = trialGrids(run, binNs, t);
   scoreScopes(run, pb, t, g, depths, ts);
   scoreFabric(run, pb.scoring, t, g.job, ts);
+  scorePackets(run, t, ts);
   checkGuardrails(pb, ts);
   judgeTrial(pb, t, ts, out);
   return ts;
