@@ -512,6 +512,27 @@ void clocksAndInventoryHtml(std::ostream& h, const json& doc) {
 
 }  // namespace
 
+// A parameter sweep's curve: goodput (bars to scale) and iteration times per value.
+void sweepHtml(std::ostream& h, const json& doc) {
+  auto curve = sweepCurve(doc);
+  if (curve.empty()) return;
+  double top = 0;
+  for (const auto& p : curve) top = std::max(top, p.baseline.value_or(0));
+  auto f = [](MetricUnit u, const std::optional<double>& v) { return v ? formatMetric(u, *v) : std::string("-"); };
+  h << "<section><h2>Sweep of " << esc(curve[0].param) << "</h2>\n<table class=\"sweep\"><tr><th>"
+    << esc(curve[0].param) << "</th><th>goodput in the fault window</th><th></th><th>baseline</th><th>loss</th>"
+    << "<th>iteration p50</th><th>iteration p99</th><th>frames acted on</th></tr>\n";
+  for (const auto& p : curve) {
+    int width = top > 0 && p.goodput ? int(200 * *p.goodput / top) : 0;
+    h << "<tr><td>" << esc(p.value) << "</td><td>" << f(MetricUnit::rate, p.goodput)
+      << "</td><td><div style=\"background:#4a7;height:10px;width:" << width << "px\"></div></td><td>"
+      << f(MetricUnit::rate, p.baseline) << "</td><td>" << f(MetricUnit::percent, p.lossPct) << "</td><td>"
+      << f(MetricUnit::duration, p.p50) << "</td><td>" << f(MetricUnit::duration, p.p99) << "</td><td>"
+      << (p.acted ? std::to_string(int64_t(*p.acted)) : "-") << "</td></tr>\n";
+  }
+  h << "</table></section>\n";
+}
+
 std::string renderHtml(const json& doc) {
   const json& pb = doc["playbook"];
   std::ostringstream h;
@@ -535,6 +556,7 @@ std::string renderHtml(const json& doc) {
     countersHtml(h, view);
     h << "</section>\n";
   }
+  sweepHtml(h, doc);
   h << targetsHtml(doc);
   repeatabilityHtml(h, doc);
   h << detectionHtml(doc);

@@ -337,7 +337,7 @@ void repeatabilityText(std::ostream& o, const json& doc) {
 }  // namespace
 
 // The trial's packet faults: what each acted on, its capture, and the go-back-N oracle.
-void packetText(std::ostream& o, const json& doc, const json& t) {
+static void packetText(std::ostream& o, const json& doc, const json& t) {
   if (!doc.contains("packet_faults")) return;
   for (const auto& p : doc["packet_faults"]) {
     if (p.value("trial", -1) != t.value("index", -2)) continue;
@@ -366,6 +366,20 @@ std::string renderText(const json& doc) {
     packetText(o, doc, t);
     nicWindowsText(o, t);
     verdictsText(o, t);
+  }
+  // A parameter sweep's curve, one line per point.
+  if (auto curve = sweepCurve(doc); !curve.empty()) {
+    auto f = [](MetricUnit u, const std::optional<double>& v) { return v ? formatMetric(u, *v) : std::string("-"); };
+    o << "\nsweep of " << curve[0].param << ": goodput in the fault window and iteration times per value\n";
+    for (const auto& p : curve) {
+      std::string v = p.value;
+      v.resize(std::max<size_t>(v.size(), 10), ' ');
+      o << "  " << v << " goodput " << f(MetricUnit::rate, p.goodput) << " (baseline " << f(MetricUnit::rate, p.baseline)
+        << ", loss " << f(MetricUnit::percent, p.lossPct) << "), iteration p50 " << f(MetricUnit::duration, p.p50)
+        << " p99 " << f(MetricUnit::duration, p.p99);
+      if (p.acted) o << ", frames acted on " << int64_t(*p.acted);
+      o << "\n";
+    }
   }
   // The target sweep's table: what failed, by name, first.
   o << targetsText(doc);

@@ -55,6 +55,7 @@ inline json scopeJson(const ScopeScore& s) {
                             {"window", iterJson(s.windowIterations)}}},
             {"counters", s.counterDeltas},
             {"fabric", s.fabric},
+            {"packet", s.packet},
             {"busbw_Bps", optNum(s.busbw)},
             {"gpu_hours", optNum(s.gpuHours)},
             {"cost", optNum(s.cost)},
@@ -192,4 +193,39 @@ inline std::string nicItemText(const std::pair<std::string, uint64_t>& item) {
 }
 
 
-}  // namespace rc::controller::report_util
+// A parameter sweep's curve (e.g. lossy-roce: goodput and iteration p99 against the drop
+// probability): per completed trial with a sweep value, in trial order. Goodput in the fault
+// window is the baseline less the measured loss. Empty without a parameter sweep (a target
+// sweep is not one).
+struct SweepPoint {
+  std::string param, value;
+  std::optional<double> baseline, goodput, lossPct, p50, p99, acted;
+};
+inline std::vector<SweepPoint> sweepCurve(const json& doc) {
+  std::vector<SweepPoint> out;
+  for (const auto& t : doc.value("trials", json::array())) {
+    if (!t.contains("sweep") || !t["sweep"].is_object()) continue;
+    SweepPoint p;
+    p.param = t["sweep"].value("param", "");
+    if (p.param == "target") continue;  // a target sweep has its own table (report_targets)
+    const json& v = t["sweep"]["value"];
+    p.value = v.is_string() ? v.get<std::string>() : v.dump();
+    const json& job = t.value("job", json::object());
+    if (job.contains("baseline_Bps") && job["baseline_Bps"].is_number()) p.baseline = job["baseline_Bps"].get<double>();
+    if (job.contains("impact") && job["impact"].is_object()) {
+      p.lossPct = job["impact"].value("loss_pct", 0.0);
+      if (p.baseline) p.goodput = *p.baseline * std::max(0.0, 1 - *p.lossPct / 100);
+    }
+    const json& w = job.value("iterations", json::object()).value("window", json());
+    if (w.is_object()) {
+      p.p50 = w.value("p50_ns", 0.0);
+      p.p99 = w.value("p99_ns", 0.0);
+    }
+    const json& pk = job.value("packet", json::object());
+    if (pk.contains("packets_acted")) p.acted = pk["packets_acted"].get<double>();
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace rc::controller
