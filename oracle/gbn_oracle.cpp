@@ -56,8 +56,11 @@ using Key = std::tuple<uint32_t, uint32_t, uint32_t>;  // src ip, dst ip, destin
 
 void judge(Episode& e) {
   RuleVerdict one{"one_nak_outstanding", Outcome::notApplicable, "no sequence-error NAK"};
-  if (e.naks == 1) one = {one.rule, Outcome::pass, "one NAK"};
-  if (e.naks > 1) one = {one.rule, Outcome::fail, std::to_string(e.naks) + " NAKs for one loss before an ACK passed it"};
+  std::string others = e.otherNaks ? " (and " + std::to_string(e.otherNaks) + " naming later PSNs: new gaps)" : "";
+  if (e.naks == 1) one = {one.rule, Outcome::pass, "one NAK" + others};
+  if (e.naks > 1)
+    one = {one.rule, Outcome::fail,
+           std::to_string(e.naks) + " NAKs naming PSN " + std::to_string(*e.nakPsn) + " before an ACK passed it" + others};
   RuleVerdict names{"nak_names_first_missing_psn", Outcome::notApplicable, "no NAK"};
   if (e.nakPsn)
     names = *e.nakPsn == e.firstPsn
@@ -179,12 +182,15 @@ Report analyse(const std::vector<pcapng::Record>& records) {
         if (f.bth.nakCode() >= 0) flow.naks++;
         if (!open) continue;
         if (f.bth.nakCode() == 0 && nakCounting) {
-          open->naks++;
+          // A NAK naming another PSN is a new gap (in-flight frames after the responder moved
+          // on), not the same loss NAKed again.
           if (!open->nakPsn) {
             open->nakPsn = psn;
             open->nakTimeNs = f.timeNs;
             open->nakGenerationNs = f.timeNs - open->timeNs;
           }
+          if (psn == *open->nakPsn) open->naks++;
+          else open->otherNaks++;
         } else if (f.bth.cls == roce::OpClass::ack && psnDiff(psn, open->firstPsn) >= 0) {
           nakCounting = false;
         }
@@ -247,7 +253,7 @@ json toJson(const Report& r) {
       for (const auto& x : e.verdicts) v.push_back({{"rule", x.rule}, {"outcome", outcomeName(x.outcome)}, {"detail", x.detail}});
       auto opt = [](int64_t ns) { return ns < 0 ? json(nullptr) : json(ns); };
       eps.push_back({{"action", e.action}, {"time_ns", e.timeNs}, {"first_psn", e.firstPsn}, {"psns", e.psns},
-                     {"opcode", e.opcode}, {"naks", e.naks},
+                     {"opcode", e.opcode}, {"naks", e.naks}, {"other_naks", e.otherNaks},
                      {"nak_psn", e.nakPsn ? json(*e.nakPsn) : json(nullptr)},
                      {"retransmit_psn", e.retransmitPsn ? json(*e.retransmitPsn) : json(nullptr)},
                      {"by_timeout", e.byTimeout}, {"delivered", e.delivered},

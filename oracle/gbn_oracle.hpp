@@ -7,7 +7,8 @@
 //   timeout wait    with no NAK, the acted-on frame to the retransmission.
 // Verdict rules (each named in the report; a violation is a finding about the transport,
 // not an error of rdmachaos):
-//   one_nak_outstanding            at most one sequence-error NAK per loss, until an ACK passes it
+//   one_nak_outstanding            one sequence-error NAK per missing PSN, until an ACK passes it
+//                                  (a NAK naming a later PSN is a new gap, counted apart)
 //   nak_names_first_missing_psn    the NAK names the first PSN the rule took away
 //   retransmission_restarts_at_nak the requester's retransmission starts at the NAK's PSN
 //   acted_frames_delivered         every taken frame reaches the responder again (or the QP errs)
@@ -42,7 +43,8 @@ struct Episode {
   uint32_t firstPsn = 0;    // the first PSN taken away
   std::vector<uint32_t> psns;
   std::string opcode;
-  int naks = 0;                       // sequence-error NAKs for this episode
+  int naks = 0;                       // sequence-error NAKs naming the first NAK's PSN
+  int otherNaks = 0;                  // ... naming other PSNs (new gaps), until an ACK passes
   std::optional<uint32_t> nakPsn;     // the first one's PSN
   int64_t nakTimeNs = -1;
   int64_t nakGenerationNs = -1, nakReactionNs = -1, timeoutWaitNs = -1;

@@ -480,3 +480,78 @@ TEST_CASE("oracle: a delayed frame released by the switch is not a retransmissio
   CHECK(e.delivered);
   CHECK(rep.pass());
 }
+
+namespace {
+
+std::vector<pcapng::Record> recorded(const std::string& name) {
+  auto r = pcapng::read(std::string(RDMACHAOS_SOURCE_ROOT) + "/tests/data/gbn/" + name);
+  INFO(name << ": " << (r ? "" : r.error().message));
+  REQUIRE(r);
+  return *r;
+}
+
+}  // namespace
+
+TEST_CASE("oracle on rxe's own captures: drop, corrupt and delay are answered by NAK and go-back-N", "[oracle]") {
+  for (const char* name : {"rxe-drop.pcapng", "rxe-corrupt.pcapng", "rxe-delay.pcapng"}) {
+    CAPTURE(name);
+    auto recs = recorded(name);
+    // rxe's ICRC on every whole frame (the ACKs fit in the 128-byte snapshot) is ours.
+    size_t whole = 0;
+    for (const auto& r : recs) {
+      auto b = roce::parse(r.data.data(), r.data.size());
+      REQUIRE(b);
+      if (b->truncated) continue;
+      whole++;
+      CHECK(roce::icrcValid(r.data.data(), r.data.size(), *b));
+    }
+    CHECK(whole > 5);
+    auto rep = oracle::analyse(recs);
+    INFO(oracle::toText(rep));
+    CHECK(rep.pass());
+    CHECK(rep.actedFrames == 1);
+    size_t episodes = 0;
+    for (const auto& fl : rep.flows)
+      for (const auto& e : fl.episodes) {
+        episodes++;
+        REQUIRE(e.nakPsn);
+        CHECK(*e.nakPsn == e.firstPsn);
+        REQUIRE(e.retransmitPsn);
+        CHECK(*e.retransmitPsn == e.firstPsn);
+        CHECK_FALSE(e.byTimeout);
+        CHECK(e.delivered);
+        CHECK(e.nakGenerationNs > 0);
+        CHECK(e.nakReactionNs > 0);
+        CHECK(e.resentFrames > 10);  // go-back-N: the window after the loss goes again
+      }
+    CHECK(episodes == 1);
+  }
+}
+
+TEST_CASE("oracle on rxe's capture with its retransmission's first frame taken out: a go-back-N violation",
+          "[oracle]") {
+  auto recs = recorded("rxe-drop.pcapng");
+  auto rep = oracle::analyse(recs);
+  REQUIRE(rep.flows.size() >= 1);
+  const oracle::Episode* e = nullptr;
+  for (const auto& fl : rep.flows)
+    if (!fl.episodes.empty()) e = &fl.episodes[0];
+  REQUIRE(e);
+  REQUIRE(e->retransmitPsn);
+  // Remove the first frame of the retransmission (its PSN, after the acted-on one).
+  bool seenActed = false, removed = false;
+  std::vector<pcapng::Record> edited;
+  for (auto& r : recs) {
+    auto b = roce::parse(r.data.data(), r.data.size());
+    if (!r.comment.empty()) seenActed = true;
+    if (seenActed && !removed && r.comment.empty() && b && b->psn == *e->retransmitPsn && roce::isRequest(b->opcode)) {
+      removed = true;
+      continue;
+    }
+    edited.push_back(r);
+  }
+  REQUIRE(removed);
+  auto bad = oracle::analyse(edited);
+  CHECK_FALSE(bad.pass());
+  CHECK_THAT(oracle::toText(bad), Catch::Contains("go-back-N violated"));
+}
