@@ -517,10 +517,10 @@ void sweepHtml(std::ostream& h, const json& doc) {
   auto curve = sweepCurve(doc);
   if (curve.empty()) return;
   double top = 0;
-  for (const auto& p : curve) top = std::max(top, p.baseline.value_or(0));
+  for (const auto& p : curve) top = std::max({top, p.baseline.value_or(0), p.goodput.value_or(0)});
   auto f = [](MetricUnit u, const std::optional<double>& v) { return v ? formatMetric(u, *v) : std::string("-"); };
   h << "<section><h2>Sweep of " << esc(curve[0].param) << "</h2>\n<table class=\"sweep\"><tr><th>"
-    << esc(curve[0].param) << "</th><th>goodput in the fault window</th><th></th><th>baseline</th><th>loss</th>"
+    << esc(curve[0].param) << "</th><th>goodput while the fault was on</th><th></th><th>baseline</th><th>loss</th>"
     << "<th>iteration p50</th><th>iteration p99</th><th>frames acted on</th></tr>\n";
   for (const auto& p : curve) {
     int width = top > 0 && p.goodput ? int(200 * *p.goodput / top) : 0;

@@ -370,12 +370,15 @@ std::string renderText(const json& doc) {
   // A parameter sweep's curve, one line per point.
   if (auto curve = sweepCurve(doc); !curve.empty()) {
     auto f = [](MetricUnit u, const std::optional<double>& v) { return v ? formatMetric(u, *v) : std::string("-"); };
-    o << "\nsweep of " << curve[0].param << ": goodput in the fault window and iteration times per value\n";
+    o << "\nsweep of " << curve[0].param << ": goodput while the fault was on and iteration times per value\n";
     for (const auto& p : curve) {
       std::string v = p.value;
       v.resize(std::max<size_t>(v.size(), 10), ' ');
-      o << "  " << v << " goodput " << f(MetricUnit::rate, p.goodput) << " (baseline " << f(MetricUnit::rate, p.baseline)
-        << ", loss " << f(MetricUnit::percent, p.lossPct) << "), iteration p50 " << f(MetricUnit::duration, p.p50)
+      std::optional<double> share;
+      if (p.goodput && p.baseline && *p.baseline > 0) share = 100 * *p.goodput / *p.baseline;
+      o << "  " << v << " goodput " << f(MetricUnit::rate, p.goodput) << " (" << f(MetricUnit::percent, share)
+        << " of its baseline " << f(MetricUnit::rate, p.baseline) << "; loss " << f(MetricUnit::percent, p.lossPct)
+        << "), iteration p50 " << f(MetricUnit::duration, p.p50)
         << " p99 " << f(MetricUnit::duration, p.p99);
       if (p.acted) o << ", frames acted on " << int64_t(*p.acted);
       o << "\n";

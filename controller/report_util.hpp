@@ -194,9 +194,10 @@ inline std::string nicItemText(const std::pair<std::string, uint64_t>& item) {
 
 
 // A parameter sweep's curve (e.g. lossy-roce: goodput and iteration p99 against the drop
-// probability): per completed trial with a sweep value, in trial order. Goodput in the fault
-// window is the baseline less the measured loss. Empty without a parameter sweep (a target
-// sweep is not one).
+// probability): per trial with a sweep value, in trial order. Goodput is what the job moved
+// while the fault was on (its series' bins from the fault's start to its end, bytes/s), beside
+// the trial's own baseline: TCG guests drift from trial to trial, so the ratio is the curve.
+// Empty without a parameter sweep (a target sweep is not one).
 struct SweepPoint {
   std::string param, value;
   std::optional<double> baseline, goodput, lossPct, p50, p99, acted;
@@ -212,9 +213,18 @@ inline std::vector<SweepPoint> sweepCurve(const json& doc) {
     p.value = v.is_string() ? v.get<std::string>() : v.dump();
     const json& job = t.value("job", json::object());
     if (job.contains("baseline_Bps") && job["baseline_Bps"].is_number()) p.baseline = job["baseline_Bps"].get<double>();
-    if (job.contains("impact") && job["impact"].is_object()) {
-      p.lossPct = job["impact"].value("loss_pct", 0.0);
-      if (p.baseline) p.goodput = *p.baseline * std::max(0.0, 1 - *p.lossPct / 100);
+    if (job.contains("impact") && job["impact"].is_object()) p.lossPct = job["impact"].value("loss_pct", 0.0);
+    // Goodput: what the job moved while the fault was on (the series' bins in that span).
+    const json& series = doc.value("series", json::object());
+    const int64_t from = t.value("fault_start_ns", json()).is_number() ? t["fault_start_ns"].get<int64_t>() : -1;
+    const int64_t to = t.value("fault_end_ns", json()).is_number() ? t["fault_end_ns"].get<int64_t>() : -1;
+    const int64_t bin = series.value("bin_ns", int64_t(0));
+    if (from >= 0 && to > from && bin > 0 && series.contains("job") && series["job"].is_array()) {
+      const json& bins = series["job"];
+      double bytes = 0;
+      int64_t n = 0;
+      for (int64_t k = from / bin; k < to / bin && k < int64_t(bins.size()); k++, n++) bytes += bins[size_t(k)].get<double>();
+      if (n > 0) p.goodput = bytes / (double(n) * double(bin) / 1e9);
     }
     const json& w = job.value("iterations", json::object()).value("window", json());
     if (w.is_object()) {

@@ -38,7 +38,7 @@ const char* kNeedsSwitch =
 // The switch's rule (labswitch/packet_rules.hpp) from normalised parameters.
 json ruleJson(const json& p, const std::string& name, const std::string& port) {
   json r = {{"name", name}, {"port", port}};
-  for (const char* k : {"direction", "protocol", "src_ip", "dst_ip", "opcode", "select", "action"})
+  for (const char* k : {"direction", "protocol", "src_ip", "dst_ip", "opcode", "select", "action", "transmission"})
     if (p.contains(k) && p[k].is_string() && !p[k].get<std::string>().empty()) r[k] = p[k];
   for (const char* k : {"src_port", "dst_port", "dscp", "priority", "qpn", "psn_min", "psn_max", "n", "every",
                         "burst", "seed", "reorder_depth", "max_actions"})
@@ -192,6 +192,9 @@ const FaultKind kind_packet{
         {"qpn", ParamType::integer, "RoCE destination QP to match (-1 any)", -1, -1, 0xffffff},
         {"psn_min", ParamType::integer, "lowest RoCE PSN to match (-1 open)", -1, -1, 0xffffff},
         {"psn_max", ParamType::integer, "highest RoCE PSN to match (-1 open)", -1, -1, 0xffffff},
+        {"transmission", ParamType::string,
+         "RoCE requests: first (a PSN the QP sends for the first time), resend, or any", "any", 0, 0, false,
+         {"any", "first", "resend"}},
         {"select", ParamType::string, "which matches: all, nth, every, burst (burst frames from the n-th), probability",
          "all", 0, 0, false, {"all", "nth", "every", "burst", "probability"}},
         {"n", ParamType::integer, "nth/burst: the first match acted on (1 = the first)", 1, 1, 1e12},

@@ -87,7 +87,8 @@ Result<PacketRuleSpec> parseRuleSpec(const json& j) {
   static const char* known[] = {"name", "port", "direction", "protocol", "src_ip", "dst_ip", "src_port",
                                 "dst_port", "dscp", "priority", "opcode", "qpn", "psn_min", "psn_max",
                                 "select", "n", "every", "burst", "probability", "seed", "action", "delay_ns",
-                                "reorder_depth", "max_actions", "lifetime_ns", "capture", "capture_limit"};
+                                "reorder_depth", "max_actions", "lifetime_ns", "capture", "capture_limit",
+                                "transmission"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::none_of(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }))
       return makeError("packet rule: unknown field '" + it.key() + "'");
@@ -155,9 +156,15 @@ Result<PacketRuleSpec> parseRuleSpec(const json& j) {
       return makeError("packet rule: 'opcode' must be one of send, write, read_request, read_response, ack, nak, atomic, cnp");
     s.select.opClass = c;
   }
-  bool bthSelected = s.select.opClass || s.select.qpn >= 0 || s.select.psnMin >= 0 || s.select.psnMax >= 0;
+  std::string tx = j.value("transmission", "any");
+  if (tx == "any") s.select.transmission = PacketSelector::Transmission::any;
+  else if (tx == "first") s.select.transmission = PacketSelector::Transmission::first;
+  else if (tx == "resend") s.select.transmission = PacketSelector::Transmission::resend;
+  else return makeError("packet rule: 'transmission' = '" + tx + "' is not any, first or resend");
+  bool bthSelected = s.select.opClass || s.select.qpn >= 0 || s.select.psnMin >= 0 || s.select.psnMax >= 0 ||
+                     s.select.transmission != PacketSelector::Transmission::any;
   if (bthSelected && s.select.protocol != PacketProtocol::roce)
-    return makeError("packet rule: 'opcode', 'qpn' and 'psn_min'/'psn_max' select RoCEv2 frames: set protocol = \"roce\"");
+    return makeError("packet rule: 'opcode', 'qpn', 'psn_min'/'psn_max' and 'transmission' select RoCEv2 frames: set protocol = \"roce\"");
   std::string mode = j.value("select", "all");
   if (mode == "all") s.mode = PickMode::all;
   else if (mode == "nth") s.mode = PickMode::nth;
@@ -187,8 +194,22 @@ Result<PacketRuleSpec> parseRuleSpec(const json& j) {
   return s;
 }
 
+bool PsnTracker::resend(const roce::Bth& b) {
+  uint64_t key = (uint64_t(b.flow.srcIp) * 0x9e3779b97f4a7c15ull) ^ (uint64_t(b.flow.dstIp) << 24) ^ b.destQp;
+  auto it = highest_.find(key);
+  if (it == highest_.end()) {
+    if (highest_.size() < kMaxFlows) highest_.emplace(key, b.psn);
+    return false;
+  }
+  if (roce::psnDiff(b.psn, it->second) > 0) {
+    it->second = b.psn;
+    return false;
+  }
+  return true;
+}
+
 bool selectorMatches(const PacketSelector& sel, const uint8_t* f, size_t len, int prio,
-                     const std::optional<roce::Bth>& bth) {
+                     const std::optional<roce::Bth>& bth, bool resend) {
   if (sel.priority >= 0 && prio != sel.priority) return false;
   auto fl = bth ? std::optional<roce::Flow>(bth->flow) : roce::flowOf(f, len);
   if (!fl) return false;
@@ -208,6 +229,8 @@ bool selectorMatches(const PacketSelector& sel, const uint8_t* f, size_t len, in
     if (sel.qpn >= 0 && bth->destQp != uint32_t(sel.qpn)) return false;
     if (sel.psnMin >= 0 && bth->psn < uint32_t(sel.psnMin)) return false;
     if (sel.psnMax >= 0 && bth->psn > uint32_t(sel.psnMax)) return false;
+    if (sel.transmission == PacketSelector::Transmission::first && resend) return false;
+    if (sel.transmission == PacketSelector::Transmission::resend && !resend) return false;
   }
   return true;
 }
@@ -287,7 +310,11 @@ void PacketRules::process(int pi, bool ingress, std::vector<uint8_t> frame, int 
     bool inCapture = r.capture && captureMatches(r.spec.select, frame.data(), frame.size());
     std::string comment;
     bool sameDir = r.spec.ingress == ingress;
-    bool matches = sameDir && selectorMatches(r.spec.select, frame.data(), frame.size(), prio, view());
+    // Every request of the rule's direction updates its PSN record, matched or not.
+    bool resend = false;
+    if (sameDir && !frame.empty() && r.spec.select.transmission != PacketSelector::Transmission::any)
+      if (const auto& b = view(); b && roce::isRequest(b->opcode)) resend = r.psns.resend(*b);
+    bool matches = sameDir && selectorMatches(r.spec.select, frame.data(), frame.size(), prio, view(), resend);
     // Frames this rule holds for reorder wait behind the next matches.
     if (matches && !r.held.empty() && r.spec.action == PacketAction::reorder) {
       for (auto& h : r.held) h.behind--;

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/pcapng.hpp"
@@ -42,6 +43,11 @@ struct PacketSelector {
   std::optional<roce::OpClass> opClass;  // RoCE only
   int64_t qpn = -1;                      // RoCE destination QP; -1 any
   int64_t psnMin = -1, psnMax = -1;      // RoCE PSN range, inclusive; -1 open
+  // RoCE requests: Lumina's "iteration" of a PSN. first: a PSN above every PSN the rule has
+  // seen on that QP (requester, responder, destination QP) so far, i.e. not a resend; resend:
+  // the others; any: both. Needs the rule to see the flow from its start (or from any point:
+  // the first frame seen of a flow counts as a first transmission).
+  enum class Transmission { any, first, resend } transmission = Transmission::any;
 };
 
 struct PacketRuleSpec {
@@ -66,9 +72,23 @@ struct PacketRuleSpec {
 Result<PacketRuleSpec> parseRuleSpec(const json& j);
 
 // Whether a frame (at priority PRIO, as the switch classified it) matches SEL's fields.
-// BTH is the frame's RoCEv2 view, if it has one.
+// BTH is the frame's RoCEv2 view, if it has one. RESEND: whether a RoCE request is a resend
+// (PsnTracker), for sel.transmission.
 bool selectorMatches(const PacketSelector& sel, const uint8_t* frame, size_t len, int prio,
-                     const std::optional<roce::Bth>& bth);
+                     const std::optional<roce::Bth>& bth, bool resend = false);
+
+// The highest PSN each RoCE request flow (requester, responder, destination QP) has sent, as
+// one rule saw it: a request whose PSN is not above it is a resend. Bounded: past kMaxFlows
+// flows, new ones are not tracked (their frames count as first transmissions).
+class PsnTracker {
+ public:
+  static constexpr size_t kMaxFlows = 4096;
+  // Records the request and returns whether it was a resend.
+  bool resend(const roce::Bth& b);
+
+ private:
+  std::unordered_map<uint64_t, uint32_t> highest_;  // key: hash of the flow
+};
 // Whether the frame belongs in a capture of a rule with SEL: its protocol (RoCEv2 frames of a
 // RoCE rule, the TCP/UDP 5-tuple of others), in both directions.
 bool captureMatches(const PacketSelector& sel, const uint8_t* frame, size_t len);
@@ -142,6 +162,7 @@ class PacketRules {
     std::deque<Held> held;
     int64_t expiresAt = 0, addedAt = 0;
     std::unique_ptr<pcapng::Writer> capture;
+    PsnTracker psns;
     std::string capturePath;
     explicit Rule(PacketRuleSpec s) : spec(std::move(s)), picker(spec) {}
   };

@@ -78,10 +78,10 @@ void judge(Episode& e) {
                                     ", the NAK named " + std::to_string(*e.nakPsn) + " (go-back-N violated)"};
   else if (e.nakPsn && (e.action == "drop" || e.action == "corrupt"))
     restart = {restart.rule, Outcome::fail, "a NAK but no retransmission in the capture"};
-  RuleVerdict delivered{"acted_frames_delivered", Outcome::pass, "every taken PSN was sent again or released"};
+  RuleVerdict delivered{"acted_frames_delivered", Outcome::pass, "every taken PSN was sent again, released or acknowledged"};
   if (!e.delivered)
     delivered = {delivered.rule, Outcome::fail,
-                 "PSN " + std::to_string(e.firstPsn) + " (or a later taken one) never reached the responder in the capture"};
+                 "PSN " + std::to_string(e.firstPsn) + " (or a later taken one) was neither sent again nor acknowledged in the capture"};
   e.verdicts = {one, names, restart, delivered};
 }
 
@@ -194,6 +194,10 @@ Report analyse(const std::vector<pcapng::Record>& records) {
         } else if (f.bth.cls == roce::OpClass::ack && psnDiff(psn, open->firstPsn) >= 0) {
           nakCounting = false;
         }
+        // An ACK acknowledges every PSN up to its own: the responder has them.
+        if (f.bth.cls == roce::OpClass::ack)
+          for (auto it = missing.begin(); it != missing.end();)
+            it = psnDiff(psn, *it) >= 0 ? missing.erase(it) : std::next(it);
         continue;
       }
       if (takesAway(f.action)) {
@@ -205,6 +209,7 @@ Report analyse(const std::vector<pcapng::Record>& records) {
           open->timeNs = f.timeNs;
           open->firstPsn = psn;
           open->opcode = roce::opcodeName(f.bth.opcode);
+          open->onResend = highest && psnDiff(psn, *highest) <= 0;
           nakCounting = true;
         }
         open->psns.push_back(psn);
@@ -214,7 +219,12 @@ Report analyse(const std::vector<pcapng::Record>& records) {
       }
       if (open) missing.erase(psn);
       if (f.released) continue;  // a held frame let go: not the requester's doing
-      if (open && highest && psnDiff(psn, *highest) <= 0) {
+      // The requester went back: below the highest PSN sent (for a loss in a resend round,
+      // back to the taken PSN or before it).
+      bool back = open && highest &&
+                  (open->onResend ? psnDiff(psn, open->firstPsn) <= 0 : psnDiff(psn, *highest) <= 0);
+      if (open && open->onResend && resending && psnDiff(psn, *highest) <= 0) back = true;
+      if (back) {
         if (!resending) {
           resending = true;
           resendUpTo = *highest;
@@ -253,7 +263,7 @@ json toJson(const Report& r) {
       for (const auto& x : e.verdicts) v.push_back({{"rule", x.rule}, {"outcome", outcomeName(x.outcome)}, {"detail", x.detail}});
       auto opt = [](int64_t ns) { return ns < 0 ? json(nullptr) : json(ns); };
       eps.push_back({{"action", e.action}, {"time_ns", e.timeNs}, {"first_psn", e.firstPsn}, {"psns", e.psns},
-                     {"opcode", e.opcode}, {"naks", e.naks}, {"other_naks", e.otherNaks},
+                     {"opcode", e.opcode}, {"on_resend", e.onResend}, {"naks", e.naks}, {"other_naks", e.otherNaks},
                      {"nak_psn", e.nakPsn ? json(*e.nakPsn) : json(nullptr)},
                      {"retransmit_psn", e.retransmitPsn ? json(*e.retransmitPsn) : json(nullptr)},
                      {"by_timeout", e.byTimeout}, {"delivered", e.delivered},
@@ -279,6 +289,7 @@ std::string toText(const Report& r) {
     for (const auto& e : fl.episodes) {
       out += "    " + e.action + " " + e.opcode + " PSN " + std::to_string(e.firstPsn);
       if (e.psns.size() > 1) out += " (+" + std::to_string(e.psns.size() - 1) + ")";
+      if (e.onResend) out += " (itself a resend)";
       out += ": ";
       if (e.nakPsn) out += "NAK PSN " + std::to_string(*e.nakPsn) + " after " + ms(e.nakGenerationNs);
       else out += "no NAK";

@@ -11,7 +11,8 @@
 //                                  (a NAK naming a later PSN is a new gap, counted apart)
 //   nak_names_first_missing_psn    the NAK names the first PSN the rule took away
 //   retransmission_restarts_at_nak the requester's retransmission starts at the NAK's PSN
-//   acted_frames_delivered         every taken frame reaches the responder again (or the QP errs)
+//   acted_frames_delivered         every taken PSN is sent again, released, or acknowledged (a
+//                                  resend the switch took may have reached the responder before)
 // A request flow (requester -> responder, by addresses and destination QP) is paired with the
 // response flow whose ACK PSNs fall in its PSN range (one QP per host pair pairs trivially).
 #pragma once
@@ -43,6 +44,7 @@ struct Episode {
   uint32_t firstPsn = 0;    // the first PSN taken away
   std::vector<uint32_t> psns;
   std::string opcode;
+  bool onResend = false;    // the first taken frame was itself a resend (its PSN sent before)
   int naks = 0;                       // sequence-error NAKs naming the first NAK's PSN
   int otherNaks = 0;                  // ... naming other PSNs (new gaps), until an ACK passes
   std::optional<uint32_t> nakPsn;     // the first one's PSN

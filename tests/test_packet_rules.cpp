@@ -555,3 +555,48 @@ TEST_CASE("oracle on rxe's capture with its retransmission's first frame taken o
   CHECK_FALSE(bad.pass());
   CHECK_THAT(oracle::toText(bad), Catch::Contains("go-back-N violated"));
 }
+
+TEST_CASE("transmission: first transmissions and resends of a QP's PSNs (Lumina's iteration)", "[rules]") {
+  PacketRules rules;
+  std::string dir = tempDir();
+  auto s = spec({{"name", "f"}, {"transmission", "first"}, {"select", "nth"}, {"n", 4}, {"capture", false}});
+  REQUIRE(rules.add(s, 0, dir, 0)["ok"] == true);
+  std::vector<std::vector<uint8_t>> out;
+  std::vector<uint32_t> sent = {1, 2, 3, 2, 3, 4, 5};  // 2 and 3 resent (go-back-N), then 4 and 5
+  for (uint32_t psn : sent) {
+    RoceSpec r;
+    r.psn = psn;
+    rules.process(0, true, roceFrame(r), 3, 0, 0, out);
+  }
+  auto d = rules.remove("f", true, 0, 0, [](int, bool, std::vector<uint8_t>) {});
+  REQUIRE(d["rule"]["events"].size() == 1);
+  CHECK(d["rule"]["events"][0]["psn"] == 4);  // the 4th first transmission, not the 4th frame
+  CHECK(d["rule"]["matched"] == 5);
+  PsnTracker t;
+  std::vector<bool> resends;
+  for (uint32_t psn : sent) {
+    RoceSpec r;
+    r.psn = psn;
+    auto f = roceFrame(r);
+    resends.push_back(t.resend(*roce::parse(f.data(), f.size())));
+  }
+  CHECK(resends == std::vector<bool>{false, false, false, true, true, false, false});
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("oracle: a frame taken from a resend round that the responder had already is delivered", "[oracle]") {
+  std::vector<pcapng::Record> c;
+  int64_t t = 0;
+  for (uint32_t p = 100; p <= 105; p++) c.push_back(rctest::record(t += 10'000, req(p)));
+  // A spurious timeout: the requester sends 103.. again; the switch takes the resent 103.
+  for (uint32_t p = 103; p <= 105; p++)
+    c.push_back(rctest::record(t += 10'000, req(p), p == 103 ? "rdmachaos rule g: drop" : ""));
+  c.push_back(rctest::record(t += 10'000, resp(105, kAck)));  // it had them all
+  auto rep = oracle::analyse(c);
+  INFO(oracle::toText(rep));
+  CHECK(rep.pass());
+  const auto& e = rep.flows[0].episodes.at(0);
+  CHECK(e.onResend);
+  CHECK(e.delivered);
+  CHECK_THAT(oracle::toText(rep), Catch::Contains("itself a resend"));
+}
