@@ -301,6 +301,37 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "labswitch_bench needs root (network namespaces)\n");
     return 77;
   }
+  // --vs OTHER [SECS] [ROUNDS]: the forwarding capacity of this switch binary
+  // ($RDMACHAOS_LABSWITCH) against OTHER (e.g. one built from an earlier commit), alternating
+  // ABAB for ROUNDS rounds on the same machine: per round frames/s of each, and the median
+  // ratio. Issue 23: the packet rules' cost with no rule on (one check per frame).
+  if (argc > 2 && std::string(argv[1]) == "--vs") {
+    const char* self = std::getenv("RDMACHAOS_LABSWITCH");
+    if (!self || !*self) {
+      std::fprintf(stderr, "--vs needs RDMACHAOS_LABSWITCH (this switch) and OTHER\n");
+      return 2;
+    }
+    std::string a = self, b = argv[2];
+    double secs = argc > 3 ? std::atof(argv[3]) : 3.0;
+    int rounds = argc > 4 ? std::atoi(argv[4]) : 5;
+    std::printf("== forwarding capacity, %s against %s, 1514-byte frames, 2 flows, %.1f s each, %d rounds ==\n",
+                a.c_str(), b.c_str(), secs, rounds);
+    std::vector<double> ratios;
+    for (int r = 0; r < rounds; r++) {
+      ::setenv("RDMACHAOS_LABSWITCH", a.c_str(), 1);
+      double fa = forwarding("switch", secs).first;
+      ::setenv("RDMACHAOS_LABSWITCH", b.c_str(), 1);
+      double fb = forwarding("switch", secs).first;
+      ratios.push_back(fb > 0 ? fa / fb : 0);
+      std::printf("  round %d: this %9.0f frames/s, other %9.0f frames/s, ratio %.3f\n", r + 1, fa, fb, ratios.back());
+      std::fflush(stdout);
+    }
+    ::setenv("RDMACHAOS_LABSWITCH", a.c_str(), 1);
+    std::sort(ratios.begin(), ratios.end());
+    std::printf("  median ratio this/other: %.3f (min %.3f, max %.3f)\n", ratios[ratios.size() / 2], ratios.front(),
+                ratios.back());
+    return 0;
+  }
   double secs = argc > 1 ? std::atof(argv[1]) : 3.0;
   std::printf("== forwarding capacity, 1514-byte frames, 2 flows on 4 hosts, %.1f s each ==\n", secs);
   auto sw = forwarding("switch", secs);

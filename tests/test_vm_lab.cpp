@@ -1509,8 +1509,10 @@ TEST_CASE("packet faults on rxe: a dropped WRITE is NAKed and resent from its PS
 }
 
 // lossy-roce's sweep of the drop probability runs to a report whose curve falls: at 1 % the
-// job moves less (against its own baseline) than at 0, and the rule acts on more frames as the
-// probability rises.
+// job moves less while the rule is on than at 0 (the control: a rule that takes nothing), and
+// the rule acts on more frames as the probability rises. (Not against each trial's baseline:
+// on the TCG guests a rule on the port raises the job's throughput by itself, see
+// docs/faults/packet.md.)
 TEST_CASE("lossy-roce: the loss sweep runs to a report; goodput falls as loss rises", "[packet]") {
   auto& lab = sharedLab();
   std::string dir = cliDir() + "/lossy";
@@ -1527,21 +1529,21 @@ TEST_CASE("lossy-roce: the loss sweep runs to a report; goodput falls as loss ri
   json r = json::parse(readFile(dir + "/result.json"));
   const json& series = r["series"];
   const int64_t bin = series["bin_ns"];
-  std::vector<double> ratio, acted;
+  std::vector<double> goodputs, acted;
   for (const auto& t : r["trials"]) {
     REQUIRE(t["fault_start_ns"].is_number());
     int64_t from = t["fault_start_ns"], to = t["fault_end_ns"];
     double bytes = 0;
     for (int64_t k = from / bin; k < to / bin; k++) bytes += series["job"][size_t(k)].get<double>();
     double goodput = bytes / (double(to / bin - from / bin) * double(bin) / 1e9);
-    ratio.push_back(goodput / t["job"]["baseline_Bps"].get<double>());
+    goodputs.push_back(goodput);
     acted.push_back(t["job"]["packet"].value("packets_acted", -1.0));
   }
-  REQUIRE(ratio.size() == 4);
+  REQUIRE(goodputs.size() == 4);
   CHECK(acted[0] == 0);
   for (size_t i = 1; i < acted.size(); i++) CHECK(acted[i] >= acted[i - 1]);
   CHECK(acted[3] > 50);
-  CHECK(ratio[3] < ratio[0]);
+  CHECK(goodputs[3] < goodputs[0]);
   CHECK_THAT(readFile(dir + "/report.html"), Catch::Contains("Sweep of probability"));
 }
 
