@@ -68,6 +68,9 @@ struct Step {
   int64_t atNs = 0;        // offset from the phase start
   int64_t atMaxNs = 0;     // == atNs, or the end of a seeded random window
   int64_t forNs = 0;       // maximum lifetime: the agent reverts at the latest then
+  // `capture = true`: the parser adds a step "<name>-capture" beside this one, a capture-only
+  // packet rule (action none) on the same targets for the same time (docs/faults/packet.md).
+  bool capture = false;
   SourcePos pos;
 };
 

@@ -111,7 +111,14 @@ Scenario Parser::scenario(const toml::table& t, const std::string& nm, const Sou
         part([&] {
           Step x = step(*sa->get(i), i, sc);
           if (!names.insert(x.name).second) fail(*sa->get(i), "step name '" + x.name + "' appears twice");
+          std::optional<Step> cap;
+          if (x.capture) {
+            cap = captureStep(x);
+            if (!names.insert(cap->name).second)
+              fail(*sa->get(i), "step name '" + cap->name + "' (its capture) appears twice");
+          }
           sc.steps.push_back(std::move(x));
+          if (cap) sc.steps.push_back(std::move(*cap));
         });
     }
   }

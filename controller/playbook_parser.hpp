@@ -235,4 +235,7 @@ class Parser {
 // N as an array of tables, or the error "WHAT must be written as [[WHAT]] tables".
 const toml::array& arrayOfTables(const Parser& p, const toml::node& n, const std::string& what);
 
+// The capture-only packet step beside a step with `capture = true` (Step::capture).
+Step captureStep(const Step& s);
+
 }  // namespace rc::controller::detail

@@ -23,7 +23,7 @@ json Parser::normalise(const toml::node& where, const std::string& kind, const j
 
 Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
   const auto& t = table(n, "step");
-  checkKeys(t, {"name", "kind", "target", "phase", "at", "for", "params"}, "[[step]]");
+  checkKeys(t, {"name", "kind", "target", "phase", "at", "for", "params", "capture"}, "[[step]]");
   Step s;
   s.pos = pos(n);
   s.name = "step" + std::to_string(index + 1);
@@ -120,7 +120,25 @@ Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
     fail(rawTable && rawTable->get("duration") ? *rawTable->get("duration") : n,
          "step '" + s.name + "' duration " + fmtDur(s.params["duration"].get<int64_t>()) +
              " is longer than its lifetime 'for' = " + fmtDur(s.forNs));
+  if (auto* c = t.get("capture")) {
+    if (!c->is_boolean()) fail(*c, "step '" + s.name + "' capture must be true or false");
+    s.capture = c->as_boolean()->get();
+    if (s.capture && s.kind == "packet")
+      fail(*c, "step '" + s.name + "' is a packet fault, which captures by itself: set params.capture instead");
+  }
   return s;
+}
+
+Step captureStep(const Step& s) {
+  Step c = s;
+  c.name = s.name + "-capture";
+  c.kind = "packet";
+  c.capture = false;
+  c.rawParams = {{"action", "none"}, {"protocol", "roce"}, {"duration", std::to_string(s.forNs) + "ns"}};
+  const auto* k = faults::findKind("packet");
+  auto p = faults::normaliseParams("packet", k->params, c.rawParams);
+  c.params = p ? *p : json::object();
+  return c;
 }
 
 Expectation Parser::expectation(const toml::node& n, const std::string& what) const {

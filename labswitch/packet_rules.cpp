@@ -78,6 +78,7 @@ const char* actionName(PacketAction a) {
     case PacketAction::corrupt: return "corrupt";
     case PacketAction::delay: return "delay";
     case PacketAction::duplicate: return "duplicate";
+    case PacketAction::none: return "none";
     default: return "reorder";
   }
 }
@@ -179,11 +180,13 @@ Result<PacketRuleSpec> parseRuleSpec(const json& j) {
       return makeError("packet rule: 'probability' must be a number in [0, 1]");
   }
   std::string action = j.value("action", "");
-  static const PacketAction actions[] = {PacketAction::drop, PacketAction::ecnMark, PacketAction::corrupt,
-                                         PacketAction::delay, PacketAction::duplicate, PacketAction::reorder};
+  static const PacketAction actions[] = {PacketAction::drop,      PacketAction::ecnMark, PacketAction::corrupt,
+                                         PacketAction::delay,     PacketAction::duplicate, PacketAction::reorder,
+                                         PacketAction::none};
   auto a = std::find_if(std::begin(actions), std::end(actions), [&](PacketAction x) { return action == actionName(x); });
   if (a == std::end(actions))
-    return makeError("packet rule: 'action' = '" + action + "' is not drop, ecn_mark, corrupt, delay, duplicate or reorder");
+    return makeError("packet rule: 'action' = '" + action +
+                     "' is not drop, ecn_mark, corrupt, delay, duplicate, reorder or none (capture only)");
   s.action = *a;
   if (s.action == PacketAction::corrupt && s.select.protocol == PacketProtocol::any)
     return makeError("packet rule: 'corrupt' needs protocol roce, tcp or udp (the frame's checksum it breaks)");
@@ -323,7 +326,8 @@ void PacketRules::process(int pi, bool ingress, std::vector<uint8_t> frame, int 
         r.held.pop_front();
       }
     }
-    if (matches && !acted && r.acted < r.spec.maxActions && r.picker.next()) {
+    if (matches && r.spec.action == PacketAction::none) r.picker.next();  // counted, never acted on
+    if (matches && !acted && r.spec.action != PacketAction::none && r.acted < r.spec.maxActions && r.picker.next()) {
       acted = true;
       r.acted++;
       const char* what = actionName(r.spec.action);
@@ -333,6 +337,7 @@ void PacketRules::process(int pi, bool ingress, std::vector<uint8_t> frame, int 
         case PacketAction::ecnMark: applied = markFrame(frame); break;
         case PacketAction::corrupt: applied = corruptFrame(frame); break;
         case PacketAction::duplicate: twice = true; break;
+        case PacketAction::none: break;
         case PacketAction::delay:
         case PacketAction::reorder:
           if (r.held.size() >= kMaxHeld) {

@@ -29,7 +29,9 @@ using json = nlohmann::json;
 
 enum class PacketProtocol { any, roce, tcp, udp };
 enum class PickMode { all, nth, every, burst, probability };
-enum class PacketAction { drop, ecnMark, corrupt, delay, duplicate, reorder };
+// none: a capture-only rule (a playbook step's `capture = true`): it matches and counts, acts on
+// nothing.
+enum class PacketAction { drop, ecnMark, corrupt, delay, duplicate, reorder, none };
 
 const char* protocolName(PacketProtocol p);
 const char* modeName(PickMode m);

@@ -600,3 +600,25 @@ TEST_CASE("oracle: a frame taken from a resend round that the responder had alre
   CHECK(e.delivered);
   CHECK_THAT(oracle::toText(rep), Catch::Contains("itself a resend"));
 }
+
+TEST_CASE("action none: a capture-only rule counts and captures, acts on nothing", "[rules]") {
+  std::string dir = tempDir();
+  PacketRules rules;
+  REQUIRE(rules.add(spec({{"name", "cap"}, {"action", "none"}}), 0, dir, 0)["ok"] == true);
+  std::vector<std::vector<uint8_t>> out;
+  for (uint32_t psn = 1; psn <= 3; psn++) {
+    RoceSpec r;
+    r.psn = psn;
+    rules.process(0, true, roceFrame(r), 3, 0, 1000 + psn, out);
+  }
+  CHECK(out.size() == 3);
+  auto d = rules.remove("cap", true, 0, 0, [](int, bool, std::vector<uint8_t>) {});
+  CHECK(d["rule"]["matched"] == 3);
+  CHECK(d["rule"]["acted"] == 0);
+  CHECK(d["rule"]["events"].empty());
+  auto recs = pcapng::read(d["rule"]["capture"].get<std::string>());
+  REQUIRE(recs);
+  CHECK(recs->size() == 3);
+  for (const auto& r : *recs) CHECK(r.comment.empty());
+  std::filesystem::remove_all(dir);
+}

@@ -174,6 +174,42 @@ target = "n1"
   CHECK(pb->scenarios[0].steps[0].forNs == 8 * kSec);
 }
 
+TEST_CASE("capture = true on a step adds a capture-only packet step on the same targets and times") {
+  auto pb = parsePlaybook(kHead + R"([[step]]
+name = "flap"
+kind = "link_flap"
+phase = "fault"
+at = "2s"
+for = "3s"
+target = "n1"
+capture = true
+)", "p.toml");
+  INFO((pb ? "" : pb.error().message));
+  REQUIRE(pb);
+  const auto& steps = pb->scenarios[0].steps;
+  REQUIRE(steps.size() == 2);
+  CHECK(steps[1].name == "flap-capture");
+  CHECK(steps[1].kind == "packet");
+  CHECK(steps[1].params["action"] == "none");
+  CHECK(steps[1].params["capture"] == true);
+  CHECK(steps[1].params["duration"] == 3 * kSec);
+  CHECK(steps[1].atNs == steps[0].atNs);
+  CHECK(steps[1].forNs == steps[0].forNs);
+  CHECK(steps[1].phase == "fault");
+  auto plan = resolvePlan(*pb, inventory());
+  REQUIRE(plan);
+  CHECK(plan->trials[0].faults.size() == 2);
+  auto bad = parsePlaybook(kHead + R"([[step]]
+kind = "packet"
+phase = "fault"
+target = "n1"
+capture = true
+params = { action = "drop" }
+)", "p.toml");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message, Catch::Contains("captures by itself"));
+}
+
 struct BadCase {
   std::string body;     // appended to kHead
   std::string message;  // expected in the error, starting with file:line:col
