@@ -633,7 +633,9 @@ Result<std::string> build(const UpOptions& o, LabState& s, const Kernel& k, cons
   // Every path the lab will create is recorded before the first one exists.
   s.files = {s.dir + "/nodes",         s.dir + "/pki",           s.dir + "/initrd.cpio",
              s.dir + "/guest-init.sh", s.dir + "/switch.json",   s.dir + "/switch.sock",
-             s.dir + "/switch.log",    s.dir + "/inventory.toml"};
+             s.dir + "/switch.log",    s.dir + "/inventory.toml",
+             // packet rules' pcapng files (the switch writes them; a run copies them to its reports)
+             s.dir + "/captures"};
   s.sw.binary = switchBinary;
   s.sw.config = s.dir + "/switch.json";
   s.sw.control = s.dir + "/switch.sock";

@@ -40,6 +40,13 @@ TEST_CASE("tshark decodes the BTH of a packet rule's capture", "[capture]") {
   char tmpl[] = "/tmp/rc-capture-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
   std::string dir = tmpl;
+  struct Remove {  // also after a failed REQUIRE
+    std::string path;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } remove{dir};
   PacketRules rules;
   auto spec = parseRuleSpec({{"name", "gbn"}, {"port", "n1"}, {"action", "drop"}, {"opcode", "write"},
                              {"select", "nth"}, {"n", 2}});
@@ -78,5 +85,4 @@ TEST_CASE("tshark decodes the BTH of a packet rule's capture", "[capture]") {
   CHECK(got[1] == "7,0x000042,8,,rdmachaos rule gbn: drop,0x00000001");
   CHECK(got[2] == "7,0x000042,9,,,0x00000001");
   CHECK(got[3] == "17,0x000024,8,96,,0x00000002");  // NAK, PSN sequence error (syndrome 0x60)
-  std::filesystem::remove_all(dir);
 }

@@ -39,11 +39,20 @@ bool matches(const json& sel, const std::vector<uint8_t>& f, int prio = 3) {
   return selectorMatches(s.select, f.data(), f.size(), prio, roce::parse(f.data(), f.size()));
 }
 
-std::string tempDir() {
-  char tmpl[] = "/tmp/rc-packet-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
+// A temporary directory removed when the test leaves its scope, also after a failed REQUIRE.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/rc-packet-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  operator const std::string&() const { return path; }
+};
 
 }  // namespace
 
@@ -216,7 +225,7 @@ TEST_CASE("pick modes: nth, every, burst, seeded probability", "[rules]") {
 }
 
 TEST_CASE("packet rules in the data path: drop, duplicate, delay, reorder, events, expiry", "[rules]") {
-  std::string dir = tempDir();
+  TempDir dir;
   PacketRules rules;
   std::vector<std::pair<int, std::vector<uint8_t>>> emitted;
   auto emit = [&](int pi, bool, std::vector<uint8_t> f) { emitted.emplace_back(pi, std::move(f)); };
@@ -314,7 +323,7 @@ TEST_CASE("packet rules in the data path: drop, duplicate, delay, reorder, event
     rules.process(0, true, rctest::tcpFrame(1, 2), 0, 0, 1'000'000'004, out);  // not RoCE: not captured
     auto d = rules.remove("c", false, 0, 0, emit);
     std::string path = d["rule"]["capture"];
-    CHECK(path == dir + "/packet-c.pcapng");
+    CHECK(path == dir.path + "/packet-c.pcapng");
     auto recs = pcapng::read(path);
     REQUIRE(recs);
     REQUIRE(recs->size() == 3);
@@ -326,27 +335,25 @@ TEST_CASE("packet rules in the data path: drop, duplicate, delay, reorder, event
     CHECK((*recs)[1].comment == "rdmachaos rule c: drop");
     CHECK((*recs)[2].direction == pcapng::Direction::outbound);
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("captures are bounded in size", "[pcapng]") {
-  std::string dir = tempDir();
+  TempDir dir;
   pcapng::Writer w;
-  REQUIRE(w.open(dir + "/x.pcapng", "n1", 128, 4096, "test"));
+  REQUIRE(w.open(dir.path + "/x.pcapng", "n1", 128, 4096, "test"));
   auto f = roceFrame(RoceSpec{});
   for (int i = 0; i < 100; i++) w.write(i, f.data(), f.size(), pcapng::Direction::inbound);
   w.close();
   CHECK(w.skipped() > 0);
-  CHECK(std::filesystem::file_size(dir + "/x.pcapng") <= 4096);
-  auto recs = pcapng::read(dir + "/x.pcapng");
+  CHECK(std::filesystem::file_size(dir.path + "/x.pcapng") <= 4096);
+  auto recs = pcapng::read(dir.path + "/x.pcapng");
   REQUIRE(recs);
   CHECK(recs->size() == w.frames());
   // A truncated file is an error naming the offset.
-  std::filesystem::resize_file(dir + "/x.pcapng", std::filesystem::file_size(dir + "/x.pcapng") - 10);
-  auto bad = pcapng::read(dir + "/x.pcapng");
+  std::filesystem::resize_file(dir.path + "/x.pcapng", std::filesystem::file_size(dir.path + "/x.pcapng") - 10);
+  auto bad = pcapng::read(dir.path + "/x.pcapng");
   REQUIRE_FALSE(bad);
   CHECK_THAT(bad.error().message, Catch::Contains("at byte"));
-  std::filesystem::remove_all(dir);
 }
 
 namespace {
@@ -558,7 +565,7 @@ TEST_CASE("oracle on rxe's capture with its retransmission's first frame taken o
 
 TEST_CASE("transmission: first transmissions and resends of a QP's PSNs (Lumina's iteration)", "[rules]") {
   PacketRules rules;
-  std::string dir = tempDir();
+  TempDir dir;
   auto s = spec({{"name", "f"}, {"transmission", "first"}, {"select", "nth"}, {"n", 4}, {"capture", false}});
   REQUIRE(rules.add(s, 0, dir, 0)["ok"] == true);
   std::vector<std::vector<uint8_t>> out;
@@ -581,7 +588,6 @@ TEST_CASE("transmission: first transmissions and resends of a QP's PSNs (Lumina'
     resends.push_back(t.resend(*roce::parse(f.data(), f.size())));
   }
   CHECK(resends == std::vector<bool>{false, false, false, true, true, false, false});
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("oracle: a frame taken from a resend round that the responder had already is delivered", "[oracle]") {
@@ -602,7 +608,7 @@ TEST_CASE("oracle: a frame taken from a resend round that the responder had alre
 }
 
 TEST_CASE("action none: a capture-only rule counts and captures, acts on nothing", "[rules]") {
-  std::string dir = tempDir();
+  TempDir dir;
   PacketRules rules;
   REQUIRE(rules.add(spec({{"name", "cap"}, {"action", "none"}}), 0, dir, 0)["ok"] == true);
   std::vector<std::vector<uint8_t>> out;
@@ -620,5 +626,4 @@ TEST_CASE("action none: a capture-only rule counts and captures, acts on nothing
   REQUIRE(recs);
   CHECK(recs->size() == 3);
   for (const auto& r : *recs) CHECK(r.comment.empty());
-  std::filesystem::remove_all(dir);
 }
