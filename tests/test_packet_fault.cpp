@@ -129,3 +129,15 @@ TEST_CASE("a rule nobody deletes ends in the switch at its lifetime") {
   CHECK_THAT(bad["error"].get<std::string>(), Catch::Contains("not a host port"));
   CHECK(rules().empty());
 }
+
+TEST_CASE("gbn.toml is refused on a lab without RDMA devices, before anything starts") {
+  std::string out, err;
+  int rc = rctest::runCli(lab().dir(),
+                          {"run", rctest::env("RDMACHAOS_SOURCE_DIR") + "/playbooks/gbn.toml", "--inventory",
+                           lab().inventory(), "--report-dir", lab().dir() + "/gbn-report"},
+                          &out, &err);
+  INFO("stdout: " << out << "\nstderr: " << err);
+  CHECK(rc == 2);
+  CHECK_THAT(err, Catch::Contains("no RDMA device with an ACTIVE port"));
+  CHECK(rules().empty());
+}

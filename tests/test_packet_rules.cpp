@@ -12,6 +12,7 @@
 
 #include "common/pcapng.hpp"
 #include "common/roce.hpp"
+#include "faults/fault.hpp"
 #include "labswitch/packet_rules.hpp"
 #include "oracle/gbn_oracle.hpp"
 #include "roce_frames.hpp"
@@ -626,4 +627,31 @@ TEST_CASE("action none: a capture-only rule counts and captures, acts on nothing
   REQUIRE(recs);
   CHECK(recs->size() == 3);
   for (const auto& r : *recs) CHECK(r.comment.empty());
+}
+
+TEST_CASE("the packet kind: refused without the lab switch, saying what it needs; bad parameters named", "[kind]") {
+  const auto* kind = faults::findKind("packet");
+  REQUIRE(kind);
+  auto params = faults::normaliseParams("packet", kind->params, json{{"action", "drop"}});
+  REQUIRE(params);
+  faults::Policy realCluster;  // no [lab] switch_socket: a real cluster's agent
+  realCluster.allowlist = {"eth0"};
+  auto f = kind->create(*params, realCluster);
+  REQUIRE_FALSE(f);
+  CHECK_THAT(f.error().message, Catch::Contains("needs the lab switch"));
+  CHECK_THAT(f.error().message, Catch::Contains("rdmachaos lab up"));
+  // The switch's own rule parser checks across parameters, for validate as for the agent.
+  auto tcpQp = faults::normaliseParams("packet", kind->params, json{{"action", "drop"}, {"protocol", "tcp"}, {"qpn", 5}});
+  REQUIRE(tcpQp);
+  auto bad = kind->check(*tcpQp);
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message, Catch::StartsWith("packet: 'opcode', 'qpn'"));
+  auto noP = faults::normaliseParams("packet", kind->params, json{{"action", "drop"}, {"select", "probability"}});
+  REQUIRE(noP);
+  auto missing = kind->check(*noP);
+  REQUIRE_FALSE(missing);
+  CHECK_THAT(missing.error().message, Catch::Contains("needs 'probability'"));
+  auto unknown = faults::normaliseParams("packet", kind->params, json{{"action", "melt"}});
+  REQUIRE_FALSE(unknown);
+  CHECK_THAT(unknown.error().message, Catch::Contains("'melt' is not one of"));
 }
