@@ -421,12 +421,16 @@ int64_t PacketRules::releaseDue(int64_t now, int64_t wallNow, const Emit& emit) 
     }
     recount();
   }
+  recomputeDue();
+  return nextDue_;
+}
+
+void PacketRules::recomputeDue() {
   nextDue_ = INT64_MAX;
   for (auto& rp : rules_) {
     if (!rp->held.empty()) nextDue_ = std::min(nextDue_, rp->held.front().due);
     nextDue_ = std::min(nextDue_, rp->expiresAt);
   }
-  return nextDue_;
 }
 
 void PacketRules::end(Rule& r, int64_t wallNow, const Emit& emit) {
@@ -478,6 +482,7 @@ json PacketRules::remove(const std::string& name, bool withEvents, int64_t now, 
   json d = describe(**it, withEvents);
   rules_.erase(it);
   recount();
+  recomputeDue();
   return {{"ok", true}, {"rule", d}};
 }
 

@@ -141,6 +141,9 @@ class PacketRules {
   // Frames whose hold ended by NOW go to EMIT (they pass no rule again); expired rules end.
   // Returns when the next held frame is due (INT64_MAX: none).
   int64_t releaseDue(int64_t now, int64_t wallNow, const Emit& emit);
+  // When releaseDue() has work: a held frame's time or a rule's expiry (INT64_MAX: none). The
+  // switch's loop sets its timer to it, so it must never be left in the past: a deleted rule's
+  // expiry would wake the loop every microsecond.
   int64_t nextDue() const { return nextDue_; }
 
   // Control: add (PI = the port's index, CAPTUREDIR where pcapng files go), delete by name
@@ -171,6 +174,7 @@ class PacketRules {
   json describe(const Rule& r, bool withEvents) const;
   void end(Rule& r, int64_t wallNow, const Emit& emit);
   void recount();
+  void recomputeDue();
 
   std::vector<std::unique_ptr<Rule>> rules_;
   std::vector<int> watched_;  // rules per port index

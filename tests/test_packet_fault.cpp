@@ -114,6 +114,30 @@ TEST_CASE("a second packet fault on a port held by one is refused, naming it") {
   CHECK(rctest::eventually([] { return rules().empty(); }, 15s, 50ms));
 }
 
+// A deleted rule leaves nothing behind in the switch's loop either: its expiry once stayed the
+// loop's next wake-up, and past it the loop woke every microsecond (a busy switch that slowed
+// the soft-RoCE guests after every packet fault).
+TEST_CASE("after a rule is deleted and its old expiry has passed, the switch's loop is idle") {
+  json add = labtest::control(lab().switchControl(),
+                              {{"cmd", "add_packet_rule"},
+                               {"rule", {{"name", "brief"}, {"port", "n1"}, {"protocol", "udp"}, {"action", "drop"},
+                                         {"lifetime_ns", 200'000'000}, {"capture", false}}}});
+  REQUIRE(add["ok"] == true);
+  REQUIRE(labtest::control(lab().switchControl(), {{"cmd", "del_packet_rule"}, {"name", "brief"}})["ok"] == true);
+  labtest::sleepMs(400);  // past the deleted rule's expiry
+  auto busy = [] {
+    json c = labtest::control(lab().switchControl(), {{"cmd", "counters"}, {"port", "n1"}});
+    REQUIRE(c["ok"] == true);
+    return std::pair<int64_t, int64_t>(c["loop_ns"].get<int64_t>(), c["busy_ns"].get<int64_t>());
+  };
+  auto [l0, b0] = busy();
+  labtest::sleepMs(1000);
+  auto [l1, b1] = busy();
+  double share = double(b1 - b0) / double(l1 - l0);
+  INFO("the switch's loop was busy " << share * 100 << " % of an idle second");
+  CHECK(share < 0.2);
+}
+
 TEST_CASE("a rule nobody deletes ends in the switch at its lifetime") {
   json add = labtest::control(lab().switchControl(),
                               {{"cmd", "add_packet_rule"},

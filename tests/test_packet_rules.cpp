@@ -259,6 +259,9 @@ TEST_CASE("packet rules in the data path: drop, duplicate, delay, reorder, event
     CHECK(d["rule"]["matched"] == 4);
     CHECK(rules.remove("d", false, 0, 0, emit)["absent"] == true);  // revert is idempotent
     CHECK_FALSE(rules.watches(1));
+    // Nothing left to wake the switch for: a deleted rule's expiry would, in the past, wake its
+    // loop every microsecond (the timer is set to nextDue).
+    CHECK(rules.nextDue() == INT64_MAX);
   }
   SECTION("duplicate sends the frame twice; ecn_mark sets CE") {
     REQUIRE(rules.add(spec({{"name", "x"}, {"action", "duplicate"}, {"capture", false}}), 0, dir, 0)["ok"] == true);
@@ -284,6 +287,10 @@ TEST_CASE("packet rules in the data path: drop, duplicate, delay, reorder, event
     rules.releaseDue(6000, 0, emit);
     REQUIRE(emitted.size() == 1);
     CHECK(psnOf(emitted[0].second) == 1);
+    // The rule's expiry is the next thing due; deleted, nothing is.
+    CHECK(rules.nextDue() == 1000 + 10'000'000'000);  // the default lifetime, 10 s
+    rules.remove("w", false, 7000, 0, emit);
+    CHECK(rules.nextDue() == INT64_MAX);
   }
   SECTION("reorder holds one frame behind the next n") {
     REQUIRE(rules.add(spec({{"name", "o"}, {"action", "reorder"}, {"select", "nth"}, {"n", 1}, {"reorder_depth", 2},
