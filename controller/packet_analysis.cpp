@@ -1,6 +1,8 @@
 // What a run's packet faults did (see packet_analysis.hpp).
 #include "controller/packet_analysis.hpp"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -29,7 +31,27 @@ std::string safe(std::string s) {
 
 }  // namespace
 
-void analysePackets(RunResult& run) {
+Result<std::string> trustedCapture(const std::string& path, const std::string& switchControl) {
+  if (switchControl.empty())
+    return makeError("the inventory names no lab switch ([lab] switch_control): its captures are not read");
+  auto slash = switchControl.rfind('/');
+  const std::string dir = (slash == std::string::npos ? std::string(".") : switchControl.substr(0, slash)) + "/captures/";
+  const std::string prefix = dir + "packet-", suffix = ".pcapng";
+  if (path.size() <= prefix.size() + suffix.size() || path.compare(0, prefix.size(), prefix) != 0 ||
+      path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return makeError("the capture '" + path + "' is not a lab switch capture (" + prefix + "*" + suffix + "): not read");
+  const std::string name = path.substr(prefix.size(), path.size() - prefix.size() - suffix.size());
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_')
+      return makeError("the capture '" + path + "' is not a lab switch capture: not read");
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0)
+    return makeError("the capture " + path + " is not on this machine (the lab switch runs elsewhere)");
+  if (!S_ISREG(st.st_mode)) return makeError("the capture '" + path + "' is not a regular file: not read");
+  return path;
+}
+
+void analysePackets(RunResult& run, const std::string& switchControl) {
   run.packets.clear();
   for (const auto& f : run.faults) {
     if (f.kind != "packet") continue;
@@ -51,9 +73,11 @@ void analysePackets(RunResult& run) {
       run.packets.push_back(std::move(a));
       continue;
     }
-    std::ifstream in(a.captureSource, std::ios::binary);
-    if (!in) {
-      a.captureError = "the capture " + a.captureSource + " is not on this machine (the lab switch runs elsewhere)";
+    auto trusted = trustedCapture(a.captureSource, switchControl);
+    std::ifstream in;
+    if (trusted) in.open(*trusted, std::ios::binary);
+    if (!trusted || !in) {
+      a.captureError = trusted ? "cannot read the capture " + a.captureSource : trusted.error().message;
       run.packets.push_back(std::move(a));
       continue;
     }

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/result.hpp"
+
 namespace rc::controller {
 
 using json = nlohmann::json;
@@ -31,8 +33,13 @@ struct PacketAnalysis {
   double nakGenerationMaxNs = -1, nakReactionMaxNs = -1, timeoutWaitMaxNs = -1;
 };
 
-// Fills RUN.packets from RUN.faults (kind "packet").
-void analysePackets(RunResult& run);
+// Fills RUN.packets from RUN.faults (kind "packet"). A capture is read only where the lab
+// switch of the inventory writes them (SWITCHCONTROL's directory + "/captures/packet-*.pcapng",
+// a regular file): the path comes from an agent's event, and a controller must not copy any
+// file an agent names into its reports.
+void analysePackets(RunResult& run, const std::string& switchControl);
+// The capture file PATH if it is one the lab switch at SWITCHCONTROL wrote, else why not.
+Result<std::string> trustedCapture(const std::string& path, const std::string& switchControl);
 // result.json's "packet_faults" (the capture's bytes stay out).
 json packetFaultsJson(const std::vector<PacketAnalysis>& packets);
 

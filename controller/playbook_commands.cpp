@@ -266,7 +266,7 @@ int cmdRun(const RunOptions& o) {
                         });
   io.run();
 
-  analysePackets(result);
+  analysePackets(result, inv->switchControl);
   Scores scores = score(result, *pb);
   json doc = makeResultDocument(result, *pb, scores);
   // Compared before the reports are written: a target sweep's table carries the comparison.

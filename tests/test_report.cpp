@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "controller/commands.hpp"
+#include "controller/packet_analysis.hpp"
 #include "controller/report.hpp"
 #include "controller/report_dir.hpp"
 #include "synthetic_run.hpp"
@@ -422,4 +423,36 @@ TEST_CASE("run --dry-run refuses a non-empty --report-dir as the run would, and 
   CHECK_FALSE(fs::exists(s.path + "/new"));  // a dry run creates nothing
   CHECK(listing(out) == std::vector<std::string>{"result.json"});
   CHECK(slurpFile(out + "/result.json") == "old");
+}
+
+TEST_CASE("a packet fault's capture is read only where the lab switch writes captures") {
+  char tmpl[] = "/tmp/rc-capdir-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string lab = tmpl;
+  struct Remove {
+    std::string p;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove_all(p, ec);
+    }
+  } remove{lab};
+  std::filesystem::create_directories(lab + "/captures");
+  const std::string sock = lab + "/switch.sock", good = lab + "/captures/packet-rc-0123abcd.pcapng";
+  std::ofstream(good) << "x";
+  CHECK(trustedCapture(good, sock));
+  // An agent's event names the path: anything else on the controller's machine is refused.
+  for (const std::string& bad : {std::string("/etc/shadow"), lab + "/captures/../switch.json",
+                                lab + "/captures/packet-a/../../x.pcapng", lab + "/other/packet-x.pcapng"}) {
+    CAPTURE(bad);
+    auto r = trustedCapture(bad, sock);
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("not"));
+  }
+  std::filesystem::create_symlink("/etc/hostname", lab + "/captures/packet-link.pcapng");
+  auto link = trustedCapture(lab + "/captures/packet-link.pcapng", sock);
+  REQUIRE_FALSE(link);
+  CHECK_THAT(link.error().message, Catch::Contains("not a regular file"));
+  auto none = trustedCapture(good, "");
+  REQUIRE_FALSE(none);
+  CHECK_THAT(none.error().message, Catch::Contains("names no lab switch"));
 }

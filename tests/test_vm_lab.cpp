@@ -1510,9 +1510,8 @@ TEST_CASE("packet faults on rxe: a dropped WRITE is NAKed and resent from its PS
 
 // lossy-roce's sweep of the drop probability runs to a report whose curve falls: at 1 % the
 // job moves less while the rule is on than at 0 (the control: a rule that takes nothing), and
-// the rule acts on more frames as the probability rises. (Not against each trial's baseline:
-// on the TCG guests a rule on the port raises the job's throughput by itself, see
-// docs/faults/packet.md.)
+// the rule acts on more frames as the probability rises. (Against the control rather than each
+// trial's baseline: the TCG guests' throughput drifts from trial to trial.)
 TEST_CASE("lossy-roce: the loss sweep runs to a report; goodput falls as loss rises", "[packet]") {
   auto& lab = sharedLab();
   std::string dir = cliDir() + "/lossy";
