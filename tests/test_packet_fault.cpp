@@ -162,6 +162,7 @@ TEST_CASE("gbn.toml is refused on a lab without RDMA devices, before anything st
                           &out, &err);
   INFO("stdout: " << out << "\nstderr: " << err);
   CHECK(rc == 2);
-  CHECK_THAT(err, Catch::Contains("no RDMA device with an ACTIVE port"));
+  CHECK_THAT(out + err, Catch::Contains("no RDMA device with an ACTIVE port"));
+  CHECK_THAT(out, Catch::Contains("nothing was started"));
   CHECK(rules().empty());
 }
