@@ -76,6 +76,13 @@ struct Report {
 // Analyses RECORDS (a capture's frames in time order; acted-on frames carry the switch's
 // "rdmachaos rule NAME: ACTION" comment).
 Report analyse(const std::vector<pcapng::Record>& records);
+// The rule acted_frames_delivered allows a frame that never came again when its QP errored
+// out instead; the capture cannot tell, the job can. With EVIDENCE (what the job reported, e.g.
+// "the job re-created its QPs 2 times"), that rule's failures pass, saying so; the findings
+// are collected again. Empty evidence changes nothing.
+void acceptQpErrors(Report& r, const std::string& evidence);
+// Rebuilds r.findings from the verdicts.
+void collectFindings(Report& r);
 json toJson(const Report& r);
 // The report's lines: per QP and episode what happened, the verdicts, then the findings.
 std::string toText(const Report& r);

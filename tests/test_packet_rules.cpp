@@ -446,6 +446,20 @@ TEST_CASE("oracle: flags a go-back-N violation and a lost frame never resent", "
   CHECK_THAT(oracle::toText(rep), Catch::Contains("go-back-N violated"));
 }
 
+TEST_CASE("oracle: a frame never delivered passes when the job says its QP errored out", "[oracle]") {
+  std::vector<pcapng::Record> c;
+  int64_t t = 0;
+  for (uint32_t p = 100; p <= 104; p++)
+    c.push_back(rctest::record(t += 10'000, req(p), p == 104 ? "rdmachaos rule g: drop" : ""));
+  auto rep = oracle::analyse(c);
+  REQUIRE_FALSE(rep.pass());
+  oracle::acceptQpErrors(rep, "");
+  CHECK_FALSE(rep.pass());  // no evidence, no change
+  oracle::acceptQpErrors(rep, "the job re-created its QPs 1 time(s) in the trial");
+  CHECK(rep.pass());
+  CHECK_THAT(oracle::toText(rep), Catch::Contains("the QP errored out: the job re-created its QPs"));
+}
+
 TEST_CASE("oracle: a NAK naming the wrong PSN, and two NAKs for one loss", "[oracle]") {
   std::vector<pcapng::Record> c;
   int64_t t = 0;
