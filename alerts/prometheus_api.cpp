@@ -18,11 +18,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr size_t kMaxDepth = 32;
-constexpr int64_t kNsPerSecond = 1'000'000'000;
-
-Error fieldError(const std::string& field, const std::string& why) {
-  return makeError(field + ": " + why);
-}
 
 // The `data` of a success answer; an error answer's type and message as the error.
 Result<json> successData(std::string_view body) {

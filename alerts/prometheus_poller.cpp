@@ -103,10 +103,10 @@ struct PrometheusPoller::Impl {
 
 namespace {
 
-using Impl = PrometheusPoller::Impl;
+using PollerImpl = PrometheusPoller::Impl;
 
 // GET PATH and its body, or why not, as an error naming the URL.
-asio::awaitable<Result<std::string>> fetchBody(std::shared_ptr<Impl> impl, std::string path) {
+asio::awaitable<Result<std::string>> fetchBody(std::shared_ptr<PollerImpl> impl, std::string path) {
   const std::string what = "GET " + impl->url.text() + path;
   auto r = co_await httpRequest(impl->get(path));
   if (!r) co_return makeError(r.error().message);
@@ -116,7 +116,7 @@ asio::awaitable<Result<std::string>> fetchBody(std::shared_ptr<Impl> impl, std::
   co_return std::move(r->body);
 }
 
-asio::awaitable<void> pollOnce(std::shared_ptr<Impl> impl) {
+asio::awaitable<void> pollOnce(std::shared_ptr<PollerImpl> impl) {
   static const std::string kTargets = "/api/v1/targets?state=active",
                            kRules = "/api/v1/rules?type=alert";
   std::optional<int64_t> scrapeNs;
@@ -148,7 +148,7 @@ asio::awaitable<void> pollOnce(std::shared_ptr<Impl> impl) {
   impl->update(std::move(rules->firing), answeredNs);
 }
 
-asio::awaitable<void> pollLoop(std::shared_ptr<Impl> impl) {
+asio::awaitable<void> pollLoop(std::shared_ptr<PollerImpl> impl) {
   while (!impl->stopped) {
     co_await pollOnce(impl);
     if (impl->stopped) break;

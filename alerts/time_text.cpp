@@ -9,7 +9,6 @@
 namespace rc::alerts {
 namespace {
 
-constexpr int64_t kNsPerSecond = 1'000'000'000;
 
 bool digitsAt(std::string_view s, size_t pos, size_t n, int& out) {
   if (pos + n > s.size()) return false;

@@ -9,6 +9,8 @@
 
 namespace rc::alerts {
 
+inline constexpr int64_t kNsPerSecond = 1'000'000'000;
+
 // "2026-11-26T14:30:01.123456789Z", "2026-11-26T16:30:01+02:00": RFC 3339 (a 't' or a space
 // for the 'T', a 'z' for the 'Z'; fractional seconds of any length, digits past nanoseconds
 // truncated; a leap second 60 counts as the next second). Unix nanoseconds, so years

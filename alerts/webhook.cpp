@@ -13,10 +13,6 @@ using json = nlohmann::json;
 
 std::string typeName(const json& j) { return j.type_name(); }
 
-Error fieldError(const std::string& field, const std::string& why) {
-  return makeError(field + ": " + why);
-}
-
 // LABELS (an object of strings) into OUT, within the limits; FIELD names it in errors.
 Result<void> readLabels(const json& labels, const std::string& field, const WebhookLimits& limits,
                         std::map<std::string, std::string>& out) {

@@ -14,6 +14,11 @@
 
 namespace rc::alerts {
 
+// A parse error that names the JSON field it is about ("alerts[2].labels: ...").
+inline Error fieldError(const std::string& field, const std::string& why) {
+  return makeError(field + ": " + why);
+}
+
 // Bounds on what one post may carry: a misconfigured or hostile sender gets an error, not
 // our memory.
 struct WebhookLimits {

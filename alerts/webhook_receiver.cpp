@@ -54,7 +54,7 @@ struct WebhookReceiver::Impl {
 
 namespace {
 
-using Impl = WebhookReceiver::Impl;
+using ReceiverImpl = WebhookReceiver::Impl;
 
 Result<tcp::endpoint> parseEndpoint(std::string_view text) {
   auto bad = [&](const std::string& why) {
@@ -113,7 +113,7 @@ asio::awaitable<void> drainAndClose(beast::tcp_stream& stream, size_t maxBytes) 
   stream.socket().close(ec);
 }
 
-asio::awaitable<void> serveConnection(std::shared_ptr<Impl> impl, tcp::socket socket) {
+asio::awaitable<void> serveConnection(std::shared_ptr<ReceiverImpl> impl, tcp::socket socket) {
   boost::system::error_code ec;
   std::string peer = "unknown peer";
   if (auto ep = socket.remote_endpoint(ec); !ec) peer = endpointText(ep);
@@ -121,7 +121,7 @@ asio::awaitable<void> serveConnection(std::shared_ptr<Impl> impl, tcp::socket so
   const uint64_t id = impl->nextConnection++;
   impl->connections.emplace(id, &stream);
   struct Unregister {
-    Impl& impl;
+    ReceiverImpl& impl;
     uint64_t id;
     ~Unregister() { impl.connections.erase(id); }
   } unregister{*impl, id};
@@ -213,7 +213,7 @@ asio::awaitable<void> serveConnection(std::shared_ptr<Impl> impl, tcp::socket so
   stream.socket().close(ec);
 }
 
-asio::awaitable<void> acceptLoop(std::shared_ptr<Impl> impl) {
+asio::awaitable<void> acceptLoop(std::shared_ptr<ReceiverImpl> impl) {
   while (!impl->stopped) {
     boost::system::error_code ec;
     tcp::socket socket =

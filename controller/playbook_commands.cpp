@@ -19,6 +19,7 @@
 #include "controller/score.hpp"
 
 #include "controller/commands.hpp"
+#include "controller/commands_internal.hpp"
 #include "controller/inventory.hpp"
 #include "controller/playbook.hpp"
 #include "controller/report.hpp"
@@ -27,11 +28,6 @@
 
 namespace rc::controller {
 namespace {
-
-int fail(const std::string& message) {
-  std::fprintf(stderr, "rdmachaos: %s\n", message.c_str());
-  return kExitError;
-}
 
 std::string joined(const std::vector<std::string>& v) {
   std::string s;

@@ -10,17 +10,15 @@
 #include "common/units.hpp"
 #include "controller/metrics_table.hpp"
 #include "controller/report.hpp"
+#include "controller/report_util.hpp"
 
 namespace rc::controller {
 namespace {
 
 using json = nlohmann::json;
 
-std::string str(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
-std::string dur(int64_t ns) { return ns == 0 ? "0s" : formatDuration(Nanos(ns)); }
+using report_util::dur;
+using report_util::str;
 std::string pct(const char* f, double v) {
   char b[48];
   std::snprintf(b, sizeof b, f, v);

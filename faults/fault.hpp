@@ -118,6 +118,10 @@ class Fault {
 
 // Parameter description, used to validate --set and playbook values and to document them.
 enum class ParamType { string, integer, duration, size, rate, intList, boolean };
+// Bounds of duration parameters, in ns.
+inline constexpr double kParamMs = 1e6;
+inline constexpr double kParamHour = 3600e9;
+
 struct ParamSpec {
   std::string name;
   ParamType type;

@@ -1,5 +1,5 @@
 // The link_flap fault: takes an interface administratively down and up again, N times.
-#include <linux/if.h>
+#include <net/if.h>
 
 #include <cerrno>
 #include <chrono>
@@ -18,8 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr double kMs = 1e6;
-constexpr double kHour = 3600e9;
 // The kernel notifies synchronously with the change; two seconds only covers a machine
 // that is badly overloaded, and bounds how long a stop request can go unnoticed.
 constexpr auto kNotifyTimeout = std::chrono::seconds(2);
@@ -428,13 +426,13 @@ const FaultKind kind_link_flap{
         {"interface", ParamType::string,
          "interface to flap (default: the agent's first data interface)", json(), 0, 0, true},
         {"down", ParamType::duration, "time the link stays down in each flap", int64_t(1e9),
-         1 * kMs, kHour},
+         1 * kParamMs, kParamHour},
         {"count", ParamType::integer, "number of flaps in the train", 1, 1, 1000},
         {"up", ParamType::duration, "time the link stays up between flaps of a train", int64_t(1e9),
-         1 * kMs, kHour},
+         1 * kParamMs, kParamHour},
         {"jitter", ParamType::duration,
          "uniform random extra in [0, jitter] added to every down and up time", int64_t(0), 0,
-         kHour},
+         kParamHour},
         {"seed", ParamType::integer, "seed of the jitter's random generator (mt19937_64)", 1, 0,
          9007199254740991.0},
         {"switch_port", ParamType::string,

@@ -1,7 +1,7 @@
 // rtnetlink helpers over libnl: link queries, admin state changes, the link monitor.
 #include "faults/netlink.hpp"
 
-#include <linux/if.h>
+#include <net/if.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <netlink/addr.h>

@@ -23,8 +23,6 @@
 namespace rc::faults {
 namespace {
 
-constexpr double kMs = 1e6;
-constexpr double kHour = 3600e9;
 // The switch ends a rule this long after its duration by itself (its agent gone).
 constexpr int64_t kLifetimeGraceNs = 2'000'000'000;
 // Acted-on frames reported as events, at most; the summary counts all.
@@ -210,7 +208,7 @@ const FaultKind kind_packet{
          1e3, 10e9},
         {"reorder_depth", ParamType::integer, "reorder: frames a held one waits behind", 1, 1, 1000},
         {"max_actions", ParamType::integer, "frames acted on at most", int64_t(1'000'000), 1, 1e9},
-        {"duration", ParamType::duration, "how long the rule stays in the switch", int64_t(10e9), 1 * kMs, kHour},
+        {"duration", ParamType::duration, "how long the rule stays in the switch", int64_t(10e9), 1 * kParamMs, kParamHour},
         {"capture", ParamType::boolean, "write the port's matching frames (first 128 bytes) as pcapng", true},
         {"capture_limit", ParamType::size, "the capture's size at most", int64_t(16 << 20), 4096, double(1ull << 30)},
         {"socket", ParamType::string,

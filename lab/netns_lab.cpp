@@ -45,7 +45,7 @@ constexpr int kMaxSlots = 200;
 constexpr int kMaxNodes = 32;
 constexpr int kAgentPort = 7470;
 constexpr int kReadyTimeoutMs = 10'000;
-constexpr int kStopGraceMs = 15'000;  // the supervisor itself gives agents 10 s
+constexpr int kNetnsStopGraceMs = 15'000;  // the supervisor itself gives agents 10 s
 constexpr int kHostTxRing = 10'000;  // frames in each host TAP's transmit ring (buildSwitchFabric)
 const char* kSlotDir = "/run/rdmachaos/labs";
 
@@ -533,7 +533,7 @@ Result<void> downLocked(const std::string& dir) {
   // and would otherwise restart the ones we kill.
   if (stillRunning(s.supervisor)) {
     log::info("stopping lab supervisor (pid {})", s.supervisor.pid);
-    for (auto& p : stopProcesses({s.supervisor}, {""}, kStopGraceMs))
+    for (auto& p : stopProcesses({s.supervisor}, {""}, kNetnsStopGraceMs))
       problems.push_back("supervisor " + p + " did not exit");
     if (auto again = loadState(dir)) s.nodes = again->nodes;
   }

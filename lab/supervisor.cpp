@@ -28,7 +28,7 @@ constexpr int64_t kMs = 1'000'000;
 constexpr int64_t kFirstBackoffMs = 200;
 constexpr int64_t kMaxBackoffMs = 2000;
 constexpr int64_t kQuickDeathMs = 1000;  // dying sooner than this after start grows the backoff
-constexpr int64_t kStopGraceMs = 10'000;
+constexpr int64_t kSupervisorStopGraceMs = 10'000;
 
 // Reads exactly one byte; false on EOF (the other side died) or after timeoutMs (-1: forever).
 bool readByte(int fd, char* c, int timeoutMs) {
@@ -280,7 +280,7 @@ class Supervisor {
       } else if (!stopping_) {
         log::info("signal {}: stopping {} agent(s)", int(si.ssi_signo), live());
         stopping_ = true;
-        stopDeadlineNs_ = monoNs() + kStopGraceMs * kMs;
+        stopDeadlineNs_ = monoNs() + kSupervisorStopGraceMs * kMs;
         for (size_t i = 0; i < agents_.size(); i++) {
           agents_[i].restartAtNs = 0;
           // The switch goes last: agents revert faults through its control socket.
@@ -329,7 +329,7 @@ class Supervisor {
         for (auto& a : agents_)
           if (a.pid > 0) {
             log::warn("agent pid {} ignored SIGTERM for {} s; sending SIGKILL", a.pid,
-                      kStopGraceMs / 1000);
+                      kSupervisorStopGraceMs / 1000);
             ::kill(a.pid, SIGKILL);
           }
       }

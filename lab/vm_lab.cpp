@@ -43,7 +43,7 @@ constexpr int kGuestMemMiB = 512;  // -m: the guest's RAM
 constexpr int kTcgCacheMiB = 64;   // -accel tcg,tb-size: QEMU's translation cache
 constexpr int kAgentPort = 7470;   // inside the guest
 constexpr int kBootTimeoutMs = 180'000;
-constexpr int kStopGraceMs = 10'000;
+constexpr int kVmStopGraceMs = 10'000;
 const char* kGuestMgmtAddress = "10.0.2.15";  // QEMU user networking's guest address
 const char* kSwitchGuestAddress = "10.0.2.100:7471";  // the lab switch, as guests reach it
 const char* kDefaultKernelDir = "/var/cache/rdmachaos/kernel";
@@ -823,7 +823,7 @@ Result<void> downLocked(const LabState& s) {
   }
   procs.push_back(s.sw.proc);
   marks.push_back(s.sw.config);
-  for (auto& p : stopProcesses(procs, marks, kStopGraceMs)) problems.push_back(p + " did not exit");
+  for (auto& p : stopProcesses(procs, marks, kVmStopGraceMs)) problems.push_back(p + " did not exit");
   if (!problems.empty()) {
     std::string msg = "lab down in " + s.dir +
                       " left processes behind (lab.json kept; run `lab "

@@ -29,7 +29,6 @@ namespace {
 constexpr uint32_t kHelloMagic = 0x52435748;  // "RCWH"
 constexpr uint32_t kAckMagic = 0x52435741;    // "RCWA"
 constexpr uint32_t kChunkMagic = 0x52435744;  // "RCWD"
-constexpr uint32_t kFlagChecksum = 1;
 
 struct Hello {
   uint32_t magic, version;

@@ -13,6 +13,9 @@
 
 namespace rc::workload {
 
+// A chunk header's flag, in both transports: the sender checksums the chunk.
+inline constexpr uint32_t kFlagChecksum = 1;
+
 // One transfer of a step. Offsets are into the registered buffer, so a verbs transport can
 // turn a send into an RDMA WRITE WITH IMM from its memory region without any copy.
 struct Op {

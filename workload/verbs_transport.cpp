@@ -40,7 +40,6 @@ constexpr uint32_t kConnMagic = 0x52435643;   // "RCVC"
 constexpr uint32_t kGrantMagic = 0x52435647;  // "RCVG"
 constexpr uint32_t kByeMagic = 0x52435642;    // "RCVB"
 constexpr uint8_t kReady = 'R';               // the dialer's QP is in RTS: the last set-up byte
-constexpr uint32_t kFlagChecksum = 1;
 constexpr uint64_t kWrData = 1ull << 63;   // send wr_id: a data write; low bits: its length
 constexpr uint64_t kWrCtrl = 1ull << 62;   // send wr_id: a grant or bye
 constexpr uint64_t kWrProbe = 1ull << 61;  // send wr_id: a zero-length write (liveness)
