@@ -6,6 +6,7 @@
 #include "common/units.hpp"
 #include "controller/playbook_internal.hpp"
 #include "controller/report.hpp"
+#include "controller/report_util.hpp"
 
 namespace rc::controller {
 namespace {
@@ -15,10 +16,7 @@ using json = nlohmann::json;
 json opt(const std::optional<int64_t>& v) { return v ? json(*v) : json(); }
 json opt(const std::optional<double>& v) { return v ? json(*v) : json(); }
 
-std::string signedDur(int64_t ns) {
-  if (ns == 0) return "0s";
-  return (ns < 0 ? "-" : "") + formatDuration(Nanos(ns < 0 ? -ns : ns));
-}
+using report_util::dur;  // formatDuration keeps a negative duration's sign
 
 std::string s(const json& j, const char* key) {
   auto it = j.find(key);
@@ -49,8 +47,8 @@ std::string summaryText(const json& m) {
                 m["recall"].is_number() ? (std::to_string(m["recall"].get<double>()).substr(0, 4)).c_str() : "-");
   o << buf;
   if (m["median_time_to_detect_ns"].is_number())
-    o << "; time to detect median " << signedDur(m["median_time_to_detect_ns"].get<int64_t>()) << ", worst "
-      << signedDur(m["worst_time_to_detect_ns"].get<int64_t>());
+    o << "; time to detect median " << dur(m["median_time_to_detect_ns"].get<int64_t>()) << ", worst "
+      << dur(m["worst_time_to_detect_ns"].get<int64_t>());
   return o.str();
 }
 
@@ -58,7 +56,7 @@ std::string timingText(const json& d) {
   const json& t = d.value("timing", json::object());
   int64_t sc = t.value("scrape_interval_ns", int64_t(0)), ev = t.value("evaluation_interval_ns", int64_t(0));
   if (!sc && !ev) return "pipeline sampling unknown: times to detect carry no uncertainty";
-  return "scrape " + signedDur(sc) + " + evaluation " + signedDur(ev) + " (" + s(t, "source") + ")";
+  return "scrape " + dur(sc) + " + evaluation " + dur(ev) + " (" + s(t, "source") + ")";
 }
 
 std::string joinList(const json& a) {
@@ -88,13 +86,13 @@ std::string outcomeText(const json& e) {
   std::string what = s(e, "alert").empty() ? expectedAlert(e) : s(e, "alert");
   std::string st = s(e, "status"), out = what + ": " + st;
   if (e["time_to_detect_ns"].is_number()) {
-    out += " in " + signedDur(e["time_to_detect_ns"].get<int64_t>());
-    if (e.value("uncertainty_ns", int64_t(0))) out += " ±" + signedDur(e["uncertainty_ns"].get<int64_t>());
+    out += " in " + dur(e["time_to_detect_ns"].get<int64_t>());
+    if (e.value("uncertainty_ns", int64_t(0))) out += " ±" + dur(e["uncertainty_ns"].get<int64_t>());
   }
   if (st == "late" || st == "missed") out += " (within " + detail::fmtDur(e.value("within_ns", int64_t(0))) + ")";
   if (e["clears_within_ns"].is_number() && (st == "detected" || st == "late")) {
     if (e["time_to_clear_ns"].is_number())
-      out += ", cleared in " + signedDur(e["time_to_clear_ns"].get<int64_t>()) +
+      out += ", cleared in " + dur(e["time_to_clear_ns"].get<int64_t>()) +
              (e.value("cleared", false) ? "" : " (within " + detail::fmtDur(e["clears_within_ns"].get<int64_t>()) + ")");
     else if (!e.value("cleared", false))
       out += ", not cleared within " + detail::fmtDur(e["clears_within_ns"].get<int64_t>());
@@ -198,8 +196,8 @@ std::string detectionText(const json& doc) {
   }
   const auto& fa = d.value("false_alarms", json::array());
   for (const auto& f : fa)
-    o << "  FALSE ALARM " << s(f, "name") << " fired at +" << signedDur(f.value("fired_ns", int64_t(0)))
-      << ", outside every fault window ±" << signedDur(d.value("false_alarm_margin_ns", int64_t(0))) << "\n";
+    o << "  FALSE ALARM " << s(f, "name") << " fired at +" << dur(f.value("fired_ns", int64_t(0)))
+      << ", outside every fault window ±" << dur(d.value("false_alarm_margin_ns", int64_t(0))) << "\n";
   o << "  summary: " << summaryText(d["summary"]) << "\n";
   for (const auto& r : d.value("rounds", json::array()))
     o << "  round " << r.value("repeat", 0) + 1 << ": " << summaryText(r) << "\n";
@@ -281,12 +279,12 @@ std::string detectionHtml(const json& doc) {
       << xmlEscape(joinList(e["nodes"])) << "</td><td>" << xmlEscape(s(e, "expectation")) << "</td><td>"
       << xmlEscape(st) << "</td><td class=\"num\">";
     if (e["time_to_detect_ns"].is_number())
-      h << xmlEscape(signedDur(e["time_to_detect_ns"].get<int64_t>()) +
-                     (e.value("uncertainty_ns", int64_t(0)) ? " ±" + signedDur(e["uncertainty_ns"].get<int64_t>()) : ""));
+      h << xmlEscape(dur(e["time_to_detect_ns"].get<int64_t>()) +
+                     (e.value("uncertainty_ns", int64_t(0)) ? " ±" + dur(e["uncertainty_ns"].get<int64_t>()) : ""));
     else
       h << "–";
     h << "</td><td class=\"num\">"
-      << (e["time_to_clear_ns"].is_number() ? xmlEscape(signedDur(e["time_to_clear_ns"].get<int64_t>())) : "–")
+      << (e["time_to_clear_ns"].is_number() ? xmlEscape(dur(e["time_to_clear_ns"].get<int64_t>())) : "–")
       << "</td><td>" << xmlEscape(s(e, "note")) << "</td></tr>\n";
   }
   h << "</table>\n";
@@ -295,8 +293,8 @@ std::string detectionHtml(const json& doc) {
     h << "<h3>False alarms</h3>\n<table class=\"false-alarms\"><tr><th>alert</th><th>fired</th><th>resolved</th></tr>\n";
     for (const auto& f : fa)
       h << "<tr class=\"bad\"><td>" << xmlEscape(s(f, "name")) << "</td><td class=\"num\">+"
-        << xmlEscape(signedDur(f.value("fired_ns", int64_t(0)))) << "</td><td class=\"num\">"
-        << (f["resolved_ns"].is_number() ? "+" + xmlEscape(signedDur(f["resolved_ns"].get<int64_t>())) : "still firing")
+        << xmlEscape(dur(f.value("fired_ns", int64_t(0)))) << "</td><td class=\"num\">"
+        << (f["resolved_ns"].is_number() ? "+" + xmlEscape(dur(f["resolved_ns"].get<int64_t>())) : "still firing")
         << "</td></tr>\n";
   }
   if (!fa.empty()) h << "</table>\n";

@@ -606,7 +606,7 @@ const FaultKind kind_incast{
         {"interval", ParamType::duration,
          "a burst starts every interval from the common start (0 = back to back)", 0, 0, 60e9},
         {"duration", ParamType::duration, "how long the incast lasts (default: until the step's `for` ends)",
-         json(), 1e6, 3600e9, true},
+         json(), kParamMs, kParamHour, true},
         {"dscp", ParamType::integer, "DSCP of the flows (26 = the usual RoCE class)", 26, 0, 63},
         {"port", ParamType::integer, "TCP or UDP port of the receiver's sink", 7490, 1024, 65535},
         {"from", ParamType::string,

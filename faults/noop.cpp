@@ -47,7 +47,7 @@ const FaultKind kind_noop{
     "changes nothing, applied and reverted like any fault: the noise floor of recovery and impact",
     {
         {"duration", ParamType::duration, "how long it is active (default: until the step's `for` ends)", json(), 1e6,
-         3600e9, true},
+         kParamHour, true},
     },
     [](const json& params, const Policy&) -> Result<std::unique_ptr<Fault>> {
       return std::unique_ptr<Fault>(std::make_unique<Noop>(params));

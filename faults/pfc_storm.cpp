@@ -217,7 +217,7 @@ const FaultKind kind_pfc_storm{
         {"quanta", ParamType::integer, "pause time per frame in quanta of 512 bit times (0 = resume)",
          65535, 0, 65535},
         {"rate", ParamType::rate, "frames per second", 1000.0, 1, 2e6},
-        {"duration", ParamType::duration, "how long the storm lasts", int64_t(10e9), 1e6, 3600e9},
+        {"duration", ParamType::duration, "how long the storm lasts", int64_t(10e9), kParamMs, kParamHour},
         {"max_frames", ParamType::integer, "frames at most, whatever the duration", int64_t(1'000'000), 1, 1e9},
     },
     [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
