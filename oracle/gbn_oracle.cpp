@@ -70,14 +70,29 @@ void judge(Episode& e) {
                                   std::to_string(e.firstPsn)};
   RuleVerdict restart{"retransmission_restarts_at_nak", Outcome::notApplicable,
                       e.nakPsn ? "no retransmission" : "no NAK"};
-  if (e.nakPsn && e.retransmitPsn)
-    restart = *e.retransmitPsn == *e.nakPsn
-                  ? RuleVerdict{restart.rule, Outcome::pass, "went back to PSN " + std::to_string(*e.retransmitPsn)}
+  auto psnText = [](uint32_t p) { return std::to_string(p); };
+  if (e.byTimeout && e.retransmitPsn) {
+    // The retransmission timer fired before a NAK came: the requester goes back to its oldest
+    // unacknowledged PSN, which is the taken one or before it (an ACK still in flight to the
+    // requester makes it go back further: duplicates, allowed). Resuming after it is the violation.
+    std::string acked = e.ackedPsn ? " (acknowledged at the switch up to PSN " + psnText(*e.ackedPsn) + ")" : "";
+    restart = psnDiff(*e.retransmitPsn, e.firstPsn) <= 0
+                  ? RuleVerdict{restart.rule, Outcome::pass,
+                                "timer fired before any NAK: went back to PSN " + psnText(*e.retransmitPsn) +
+                                    ", at or before the taken PSN " + psnText(e.firstPsn) + acked}
                   : RuleVerdict{restart.rule, Outcome::fail,
-                                "retransmission started at PSN " + std::to_string(*e.retransmitPsn) +
-                                    ", the NAK named " + std::to_string(*e.nakPsn) + " (go-back-N violated)"};
-  else if (e.nakPsn && (e.action == "drop" || e.action == "corrupt"))
+                                "timeout retransmission started at PSN " + psnText(*e.retransmitPsn) +
+                                    ", after the taken PSN " + psnText(e.firstPsn) + acked +
+                                    " (go-back-N violated: a timeout goes back to the oldest unacknowledged PSN)"};
+  } else if (e.nakPsn && e.retransmitPsn) {
+    restart = *e.retransmitPsn == *e.nakPsn
+                  ? RuleVerdict{restart.rule, Outcome::pass, "went back to PSN " + psnText(*e.retransmitPsn)}
+                  : RuleVerdict{restart.rule, Outcome::fail,
+                                "retransmission started at PSN " + psnText(*e.retransmitPsn) + ", the NAK named " +
+                                    psnText(*e.nakPsn) + " (go-back-N violated)"};
+  } else if (e.nakPsn && (e.action == "drop" || e.action == "corrupt")) {
     restart = {restart.rule, Outcome::fail, "a NAK but no retransmission in the capture"};
+  }
   RuleVerdict delivered{"acted_frames_delivered", Outcome::pass, "every taken PSN was sent again, released or acknowledged"};
   if (!e.delivered)
     delivered = {delivered.rule, Outcome::fail,
@@ -161,6 +176,7 @@ Report analyse(const std::vector<pcapng::Record>& records) {
     std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.f->index < b.f->index; });
 
     std::optional<uint32_t> highest;
+    std::optional<uint32_t> ackedUpTo;  // the highest PSN an ACK named so far
     Episode* open = nullptr;         // taking frames, or waiting for the requester to go back
     bool resending = false;          // open's retransmission is under way
     uint32_t resendUpTo = 0;         // the highest PSN sent before it went back
@@ -195,6 +211,7 @@ Report analyse(const std::vector<pcapng::Record>& records) {
           nakCounting = false;
         }
         // An ACK acknowledges every PSN up to its own: the responder has them.
+        if (f.bth.cls == roce::OpClass::ack && (!ackedUpTo || psnDiff(psn, *ackedUpTo) > 0)) ackedUpTo = psn;
         if (f.bth.cls == roce::OpClass::ack)
           for (auto it = missing.begin(); it != missing.end();)
             it = psnDiff(psn, *it) >= 0 ? missing.erase(it) : std::next(it);
@@ -231,6 +248,7 @@ Report analyse(const std::vector<pcapng::Record>& records) {
           open->retransmitPsn = psn;
           open->retransmitTimeNs = f.timeNs;
           open->byTimeout = !open->nakPsn;
+          open->ackedPsn = ackedUpTo;
           if (open->nakPsn) open->nakReactionNs = f.timeNs - open->nakTimeNs;
           else open->timeoutWaitNs = f.timeNs - open->timeNs;
         }
@@ -283,7 +301,7 @@ json toJson(const Report& r) {
                      {"opcode", e.opcode}, {"on_resend", e.onResend}, {"naks", e.naks}, {"other_naks", e.otherNaks},
                      {"nak_psn", e.nakPsn ? json(*e.nakPsn) : json(nullptr)},
                      {"retransmit_psn", e.retransmitPsn ? json(*e.retransmitPsn) : json(nullptr)},
-                     {"by_timeout", e.byTimeout}, {"delivered", e.delivered},
+                     {"by_timeout", e.byTimeout}, {"acked_psn", e.ackedPsn ? json(*e.ackedPsn) : json()}, {"delivered", e.delivered},
                      {"nak_generation_ns", opt(e.nakGenerationNs)}, {"nak_reaction_ns", opt(e.nakReactionNs)},
                      {"timeout_wait_ns", opt(e.timeoutWaitNs)}, {"resent_frames", e.resentFrames},
                      {"resent_bytes", e.resentBytes}, {"duplicates", e.duplicates}, {"verdicts", v}});

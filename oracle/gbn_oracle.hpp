@@ -10,7 +10,9 @@
 //   one_nak_outstanding            one sequence-error NAK per missing PSN, until an ACK passes it
 //                                  (a NAK naming a later PSN is a new gap, counted apart)
 //   nak_names_first_missing_psn    the NAK names the first PSN the rule took away
-//   retransmission_restarts_at_nak the requester's retransmission starts at the NAK's PSN
+//   retransmission_restarts_at_nak the requester's retransmission starts at the NAK's PSN; when
+//                                  its timer fired first (no NAK at the switch yet), at the taken
+//                                  PSN or before it (its oldest unacknowledged PSN)
 //   acted_frames_delivered         every taken PSN is sent again, released, or acknowledged (a
 //                                  resend the switch took may have reached the responder before)
 // A request flow (requester -> responder, by addresses and destination QP) is paired with the
@@ -52,7 +54,8 @@ struct Episode {
   int64_t nakGenerationNs = -1, nakReactionNs = -1, timeoutWaitNs = -1;
   std::optional<uint32_t> retransmitPsn;
   int64_t retransmitTimeNs = -1;
-  bool byTimeout = false;             // retransmitted without a NAK
+  bool byTimeout = false;             // retransmitted without a NAK (or before it)
+  std::optional<uint32_t> ackedPsn;   // the highest PSN an ACK named before the retransmission
   bool delivered = false;             // every taken PSN seen again
   uint64_t resentFrames = 0, resentBytes = 0, duplicates = 0;
   std::vector<RuleVerdict> verdicts;

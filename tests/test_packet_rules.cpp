@@ -496,6 +496,48 @@ TEST_CASE("oracle: a lost tail frame waits for the timeout", "[oracle]") {
   CHECK_THAT(oracle::toText(rep), Catch::Contains("by timeout"));
 }
 
+TEST_CASE("oracle: the timer fires before a slow responder's NAK: going back to the oldest unacknowledged PSN is go-back-N",
+          "[oracle]") {
+  // Seen in CI on a loaded host: rxe NAKed a dropped WRITE 23 ms late, after the requester's
+  // 16 ms retransmission timer had sent again from the PSN after its last ACK (before the taken one).
+  auto capture = [](uint32_t resumeAt) {
+    std::vector<pcapng::Record> c;
+    int64_t t = 0;
+    for (uint32_t p = 100; p <= 109; p++)
+      c.push_back(rctest::record(t += 10'000, req(p), p == 105 ? "rdmachaos rule g: drop" : ""));
+    int64_t lost = t - 4 * 10'000;
+    c.push_back(rctest::record(t += 10'000, resp(101, kAck)));
+    c.push_back(rctest::record(t = lost + 16 * kMs, req(resumeAt)));  // the timer, no NAK yet
+    c.push_back(rctest::record(t = lost + 23 * kMs, resp(105, kNakSeq)));
+    for (uint32_t p = resumeAt + 1; p <= 109; p++) c.push_back(rctest::record(t += 10'000, req(p)));
+    c.push_back(rctest::record(t += 20'000, resp(109, kAck)));
+    return oracle::analyse(c);
+  };
+  SECTION("back to the PSN after the last ACK: passes, saying the timer went first") {
+    auto rep = capture(102);
+    CHECK(rep.pass());
+    const auto& e = rep.flows.at(0).episodes.at(0);
+    CHECK(e.byTimeout);
+    REQUIRE(e.nakPsn);
+    CHECK(*e.nakPsn == 105);
+    REQUIRE(e.ackedPsn);
+    CHECK(*e.ackedPsn == 101);
+    CHECK(e.timeoutWaitNs == 16 * kMs);
+    CHECK(e.duplicates == 3);
+    const auto& v = verdict(e, "retransmission_restarts_at_nak");
+    CHECK(v.outcome == oracle::Outcome::pass);
+    CHECK_THAT(v.detail, Catch::Contains("timer fired before any NAK") && Catch::Contains("PSN 102"));
+    CHECK(oracle::toJson(rep)["flows"][0]["episodes"][0]["acked_psn"] == 101);
+  }
+  SECTION("resuming after the taken PSN is still a violation") {
+    auto rep = capture(106);
+    CHECK_FALSE(rep.pass());
+    const auto& v = verdict(rep.flows.at(0).episodes.at(0), "retransmission_restarts_at_nak");
+    CHECK(v.outcome == oracle::Outcome::fail);
+    CHECK_THAT(v.detail, Catch::Contains("after the taken PSN 105"));
+  }
+}
+
 TEST_CASE("oracle: a delayed frame released by the switch is not a retransmission", "[oracle]") {
   std::vector<pcapng::Record> c;
   int64_t t = 0;
