@@ -205,7 +205,7 @@ inline bool linkUp(const std::string& ns, const std::string& ifname = "data0") {
 
 // True once F() is; polls every STEP up to LIMIT.
 template <typename F>
-bool eventually(F f, std::chrono::milliseconds limit, std::chrono::milliseconds step = 5ms) {
+bool eventually(F f, std::chrono::milliseconds limit = std::chrono::seconds(10), std::chrono::milliseconds step = 5ms) {
   auto end = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < end) {
     if (f()) return true;

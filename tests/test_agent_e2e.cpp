@@ -34,6 +34,10 @@
 #include "support.hpp"
 #include "skip.hpp"
 
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_agent_e2e {
+
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -47,7 +51,7 @@ using rctest::readFile;
 using rctest::waitCli;
 
 // The lab is shared by every test in this binary and removed at exit, also after failures.
-rctest::Lab& lab() {
+rctest::Lab& sharedLab() {
   static rctest::Lab instance("rc-e2e", [] {
     rc::lab::UpOptions o;
     o.nodes = 2;
@@ -56,10 +60,10 @@ rctest::Lab& lab() {
   return instance;
 }
 
-Proc spawnCli(std::vector<std::string> args) { return rctest::spawnCli(lab().dir(), std::move(args)); }
+Proc spawnCli(std::vector<std::string> args) { return rctest::spawnCli(sharedLab().dir(), std::move(args)); }
 
 int runCli(std::vector<std::string> args, std::string* out = nullptr, std::string* err = nullptr) {
-  return rctest::runCli(lab().dir(), std::move(args), out, err);
+  return rctest::runCli(sharedLab().dir(), std::move(args), out, err);
 }
 
 bool portAccepts(const std::string& addr, int port) {
@@ -73,18 +77,18 @@ bool portAccepts(const std::string& addr, int port) {
   return ok;
 }
 
-bool alive(pid_t pid) { return kill(pid, 0) == 0; }
+bool processExists(pid_t pid) { return kill(pid, 0) == 0; }
 
 // A long link-down on NODE, started by a controller in the background.
 Proc longDown(const std::string& node) {
   // A fault that has just been reverted holds its interface until its journal entry is gone,
   // a moment after the link is up (a second fault then is refused, naming it: seen once under
   // load in "leases and revert_all belong to the certificate"). Start from a node at rest.
-  auto journal = fs::path(lab().node(node).config).parent_path() / "state" / "journal";
+  auto journal = fs::path(sharedLab().node(node).config).parent_path() / "state" / "journal";
   eventually([&] { return !fs::exists(journal) || fs::is_empty(journal); }, 10s);
-  Proc p = spawnCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", node,
+  Proc p = spawnCli({"inject", "link_flap", "--inventory", sharedLab().inventory(), "--node", node,
                      "--set", "down=60s", "--for", "120s"});
-  auto ns = lab().node(node).netns;
+  auto ns = sharedLab().node(node).netns;
   if (!eventually([&] { return !linkUp(ns); }, 15s)) {
     kill(p.pid, SIGKILL);
     waitCli(p);
@@ -104,7 +108,7 @@ std::vector<json> eventsOf(const json& report, const std::string& what) {
 
 TEST_CASE("agents answers for every node with clock offset and capabilities") {
   std::string out, err;
-  REQUIRE(runCli({"agents", "--inventory", lab().inventory(), "--json"}, &out, &err) == 0);
+  REQUIRE(runCli({"agents", "--inventory", sharedLab().inventory(), "--json"}, &out, &err) == 0);
   json j = json::parse(out);
   REQUIRE(j.size() == 2);
   for (const auto& a : j) {
@@ -141,8 +145,8 @@ TEST_CASE("agents names the unreachable agents, all within one deadline, and lis
   LoopbackPort closed(false), silent(true);
   // The lab's inventory plus a node nobody listens for and two that accept TCP and never
   // answer TLS: all three are waited for at once, within the one --timeout.
-  std::string inv = lab().dir() + "/inventory-unreachable.toml";
-  std::ofstream(inv) << readFile(lab().inventory()) << "\n[[node]]\nname = \"gone\"\naddress = \"127.0.0.1\"\nport = "
+  std::string inv = sharedLab().dir() + "/inventory-unreachable.toml";
+  std::ofstream(inv) << readFile(sharedLab().inventory()) << "\n[[node]]\nname = \"gone\"\naddress = \"127.0.0.1\"\nport = "
                      << closed.port << "\n\n[[node]]\nname = \"mute1\"\naddress = \"127.0.0.1\"\nport = " << silent.port
                      << "\n\n[[node]]\nname = \"mute2\"\naddress = \"127.0.0.1\"\nport = " << silent.port << "\n";
   std::string out, err;
@@ -178,7 +182,7 @@ TEST_CASE("agents names the unreachable agents, all within one deadline, and lis
 
 TEST_CASE("a link flap train on the lab has the right count and kernel-observed timing") {
   std::string out, err;
-  int rc = runCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1", "--set",
+  int rc = runCli({"inject", "link_flap", "--inventory", sharedLab().inventory(), "--node", "n1", "--set",
                    "down=300ms", "--set", "count=3", "--set", "up=200ms", "--for", "20s", "--json"},
                   &out, &err);
   INFO(err);
@@ -196,26 +200,26 @@ TEST_CASE("a link flap train on the lab has the right count and kernel-observed 
     }
   }
   CHECK(report["nodes"][0]["fault"]["end_reason"] == "completed");
-  CHECK(linkUp(lab().node("n1").netns));
-  CHECK(linkUp(lab().node("n2").netns));  // the other host was never touched
+  CHECK(linkUp(sharedLab().node("n1").netns));
+  CHECK(linkUp(sharedLab().node("n2").netns));  // the other host was never touched
 }
 
 TEST_CASE("protected and non-allowlisted interfaces are refused and nothing changes") {
   std::string err;
-  int rc = runCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1", "--set",
+  int rc = runCli({"inject", "link_flap", "--inventory", sharedLab().inventory(), "--node", "n1", "--set",
                    "interface=mgmt0", "--for", "5s"},
                   nullptr, &err);
   CHECK(rc == 2);
   CHECK_THAT(err, Catch::Contains("'mgmt0' is protected"));
-  rc = runCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1", "--set",
+  rc = runCli({"inject", "link_flap", "--inventory", sharedLab().inventory(), "--node", "n1", "--set",
                "interface=lo", "--for", "5s"},
               nullptr, &err);
   CHECK(rc == 2);
   CHECK_THAT(err, Catch::Contains("'lo' is not in the agent's allowlist"));
-  CHECK(linkUp(lab().node("n1").netns, "mgmt0"));
-  CHECK(linkUp(lab().node("n1").netns, "lo"));
+  CHECK(linkUp(sharedLab().node("n1").netns, "mgmt0"));
+  CHECK(linkUp(sharedLab().node("n1").netns, "lo"));
   // Bad parameters never reach an agent.
-  rc = runCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1", "--set",
+  rc = runCli({"inject", "link_flap", "--inventory", sharedLab().inventory(), "--node", "n1", "--set",
                "count=0", "--for", "5s"},
               nullptr, &err);
   CHECK(rc == 2);
@@ -224,14 +228,14 @@ TEST_CASE("protected and non-allowlisted interfaces are refused and nothing chan
 
 TEST_CASE("two flaps on one interface: the second is refused, naming the first; nothing is left") {
   // The issue's reproduction, word for word.
-  auto n = lab().node("n1");
+  auto n = sharedLab().node("n1");
   REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
-  Proc first = spawnCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1",
+  Proc first = spawnCli({"inject", "link_flap", "--inventory", sharedLab().inventory(), "--node", "n1",
                          "--set", "down=4s", "--for", "6s"});
   REQUIRE(eventually([&] { return !linkUp(n.netns); }, 15s));
   std::this_thread::sleep_for(1s);
   std::string out, err;
-  int rc = runCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1", "--set",
+  int rc = runCli({"inject", "link_flap", "--inventory", sharedLab().inventory(), "--node", "n1", "--set",
                    "down=500ms", "--set", "up=500ms", "--set", "count=6", "--for", "8s"},
                   &out, &err);
   CHECK(rc == 2);
@@ -243,7 +247,7 @@ TEST_CASE("two flaps on one interface: the second is refused, naming the first; 
 }
 
 TEST_CASE("kill -9 of the controller: the lease brings the link back") {
-  auto n = lab().node("n2");
+  auto n = sharedLab().node("n2");
   Proc ctl = longDown("n2");
   kill(ctl.pid, SIGKILL);
   auto t0 = std::chrono::steady_clock::now();
@@ -259,7 +263,7 @@ TEST_CASE("kill -9 of the controller: the lease brings the link back") {
 }
 
 TEST_CASE("kill -9 of the agent during a long link-down: restarted, it restores the link first") {
-  auto n = lab().node("n1");
+  auto n = sharedLab().node("n1");
   Proc ctl = longDown("n1");
   pid_t old = n.agent.pid;
   REQUIRE(old > 0);
@@ -272,8 +276,8 @@ TEST_CASE("kill -9 of the agent during a long link-down: restarted, it restores 
   bool upAtAccept = linkUp(n.netns);
   REQUIRE(accepted);
   CHECK(upAtAccept);
-  CHECK(lab().node("n1").agent.pid != old);
-  CHECK(lab().node("n1").restarts >= 1);
+  CHECK(sharedLab().node("n1").agent.pid != old);
+  CHECK(sharedLab().node("n1").restarts >= 1);
   kill(ctl.pid, SIGKILL);
   waitCli(ctl);
   CHECK(readFile(n.log).find("reverted journaled fault") != std::string::npos);
@@ -283,13 +287,13 @@ TEST_CASE("a terminating signal to the agent during a fault: reverted before it 
   // SIGHUP (a closed terminal) and SIGQUIT (Ctrl-\\) end a process as surely as SIGTERM.
   int sig = GENERATE(SIGTERM, SIGHUP, SIGQUIT);
   INFO("signal " << sig);
-  auto n = lab().node("n2");
+  auto n = sharedLab().node("n2");
   REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
   Proc ctl = longDown("n2");
-  pid_t pid = lab().node("n2").agent.pid;
+  pid_t pid = sharedLab().node("n2").agent.pid;
   REQUIRE(kill(pid, sig) == 0);
   // Sample as soon as the process is gone, before the supervisor can start a new one.
-  REQUIRE(eventually([&] { return !alive(pid); }, 10s, 1ms));
+  REQUIRE(eventually([&] { return !processExists(pid); }, 10s, 1ms));
   CHECK(linkUp(n.netns));
   CHECK(readFile(n.log).find("ended (shutdown)") != std::string::npos);
   kill(ctl.pid, SIGKILL);
@@ -300,22 +304,22 @@ TEST_CASE("a terminating signal to the agent during a fault: reverted before it 
 TEST_CASE("recover reverts everything on every agent") {
   Proc ctl = longDown("n1");
   std::string out;
-  REQUIRE(runCli({"recover", "--inventory", lab().inventory()}, &out) == 0);
+  REQUIRE(runCli({"recover", "--inventory", sharedLab().inventory()}, &out) == 0);
   CHECK_THAT(out, Catch::Contains("n1: reverted 1 fault(s)"));
-  CHECK(linkUp(lab().node("n1").netns));
+  CHECK(linkUp(sharedLab().node("n1").netns));
   // The controller that scheduled it hears that its fault ended, and exits.
   CHECK(waitCli(ctl, 20s) == 0);
 }
 
 TEST_CASE("a client with a certificate from another CA gets nothing executed") {
-  std::string rogue = lab().dir() + "/rogue";
+  std::string rogue = sharedLab().dir() + "/rogue";
   fs::create_directories(rogue);
   REQUIRE(rc::certs::makeCa(rogue + "/ca.pem", rogue + "/ca.key", "rogue CA").ok());
   REQUIRE(rc::certs::issue(rogue + "/ca.pem", rogue + "/ca.key", "rdmachaos-controller", true,
                            rogue + "/ctl.pem", rogue + "/ctl.key")
               .ok());
   // It trusts the lab's CA (so it can talk to the agent) but presents the rogue certificate.
-  std::string inv = readFile(lab().inventory());
+  std::string inv = readFile(sharedLab().inventory());
   auto swap = [&](const std::string& from, const std::string& to) {
     auto p = inv.find(from);
     REQUIRE(p != std::string::npos);
@@ -323,7 +327,7 @@ TEST_CASE("a client with a certificate from another CA gets nothing executed") {
   };
   swap("\"pki/controller.pem\"", "\"" + rogue + "/ctl.pem\"");
   swap("\"pki/controller.key\"", "\"" + rogue + "/ctl.key\"");
-  swap("\"pki/ca.pem\"", "\"" + lab().dir() + "/pki/ca.pem\"");
+  swap("\"pki/ca.pem\"", "\"" + sharedLab().dir() + "/pki/ca.pem\"");
   std::string rogueInv = rogue + "/inventory.toml";
   std::ofstream(rogueInv) << inv;
   std::string err;
@@ -333,12 +337,12 @@ TEST_CASE("a client with a certificate from another CA gets nothing executed") {
   CHECK(rc == 2);
   CHECK_THAT(err, Catch::Contains("n1"));
   std::this_thread::sleep_for(500ms);
-  CHECK(linkUp(lab().node("n1").netns));
-  CHECK(readFile(lab().node("n1").log).find("TLS handshake with") != std::string::npos);
+  CHECK(linkUp(sharedLab().node("n1").netns));
+  CHECK(readFile(sharedLab().node("n1").log).find("TLS handshake with") != std::string::npos);
 }
 
 TEST_CASE("garbage on the socket does not stop the agent") {
-  auto n = lab().node("n1");
+  auto n = sharedLab().node("n1");
   // Plain TCP garbage: the TLS handshake fails and the connection is closed.
   {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -368,9 +372,9 @@ TEST_CASE("garbage on the socket does not stop the agent") {
         frame(R"({"v":1,"id":1,"type":"hello","controller":"garbage-test","versions":[1]})") +
         frame(R"({"v":1,"id":2,"type":"schedule","fault":7,"kind":"link_flap"})") +
         frame(R"({"v":1,"id":3,"type":"status"})") + std::string("\x7f\xff\xff\xff", 4) + "xx";
-    std::string in = lab().dir() + "/garbage.bin", out = lab().dir() + "/garbage.out";
+    std::string in = sharedLab().dir() + "/garbage.bin", out = sharedLab().dir() + "/garbage.out";
     std::ofstream(in, std::ios::binary) << bytes;
-    std::string pki = lab().dir() + "/pki/";
+    std::string pki = sharedLab().dir() + "/pki/";
     std::string cmd = "timeout 20 openssl s_client -quiet -ign_eof -connect " + n.mgmtAddress +
                       ":7470 -servername n1 -verify_return_error -CAfile " + pki +
                       "ca.pem -cert " + pki + "controller.pem -key " + pki +
@@ -383,11 +387,11 @@ TEST_CASE("garbage on the socket does not stop the agent") {
     CHECK_THAT(replies, Catch::Contains("exceeds the limit"));
   }
   // Everyone else is still served.
-  REQUIRE(runCli({"agents", "--inventory", lab().inventory()}) == 0);
+  REQUIRE(runCli({"agents", "--inventory", sharedLab().inventory()}) == 0);
 }
 
 TEST_CASE("a silently cut management path: the lease reverts, and the controller says the agent is lost") {
-  auto n = lab().node("n2");
+  auto n = sharedLab().node("n2");
   Proc ctl = longDown("n2");
   // The root side of n2's management veth (rcK-m2 for namespace rcK-n2): down, nothing resets
   // the TCP connection, both ends just stop hearing each other.
@@ -410,7 +414,7 @@ TEST_CASE("a silently cut management path: the lease reverts, and the controller
 }
 
 TEST_CASE("out of descriptors, the agent pauses accepting instead of spinning and flooding its log") {
-  auto n = lab().node("n1");
+  auto n = sharedLab().node("n1");
   REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
   pid_t pid = n.agent.pid;
   auto openFds = [&] {
@@ -454,12 +458,12 @@ TEST_CASE("out of descriptors, the agent pauses accepting instead of spinning an
   ::prlimit(pid, RLIMIT_NOFILE, &before, nullptr);
   // With descriptors back it serves controllers again.
   std::string out;
-  CHECK(runCli({"agents", "--inventory", lab().inventory()}, &out) == 0);
-  CHECK(lab().node("n1").agent.pid == pid);  // the same agent: it never crashed
+  CHECK(runCli({"agents", "--inventory", sharedLab().inventory()}, &out) == 0);
+  CHECK(sharedLab().node("n1").agent.pid == pid);  // the same agent: it never crashed
 }
 
 TEST_CASE("a peer that floods the agent with silent connections takes a few slots, not all, and no log flood") {
-  auto n1 = lab().node("n1"), n2 = lab().node("n2");
+  auto n1 = sharedLab().node("n1"), n2 = sharedLab().node("n2");
   REQUIRE(eventually([&] { return portAccepts(n1.mgmtAddress, 7470); }, 20s));
   size_t logBefore = readFile(n1.log).size();
   // From n2's namespace, from 20 addresses (n2's own and 19 more on its management interface,
@@ -500,9 +504,9 @@ TEST_CASE("a peer that floods the agent with silent connections takes a few slot
       "            c.close()\n"
       "print(len(s), flush=True)\n"
       "time.sleep(8)\n";
-  std::string py = lab().dir() + "/flood.py";
+  std::string py = sharedLab().dir() + "/flood.py";
   std::ofstream(py) << script;
-  std::string floodOut = lab().dir() + "/flood.out";
+  std::string floodOut = sharedLab().dir() + "/flood.out";
   fs::remove(floodOut);
   std::thread flood([&] {
     (void)std::system(("timeout 30 ip netns exec " + n2.netns + " python3 " + py + " > " + floodOut).c_str());
@@ -520,7 +524,7 @@ TEST_CASE("a peer that floods the agent with silent connections takes a few slot
   // the flood held all 64 slots and the controller was refused.)
   std::this_thread::sleep_for(3s);
   std::string out, err;
-  int rc = runCli({"agents", "--inventory", lab().inventory(), "--json"}, &out, &err);
+  int rc = runCli({"agents", "--inventory", sharedLab().inventory(), "--json"}, &out, &err);
   INFO(out << err);
   CHECK(rc == 0);
   flood.join();
@@ -538,11 +542,11 @@ TEST_CASE("a peer that floods the agent with silent connections takes a few slot
 }
 
 TEST_CASE("one address gets at most 16 sessions, even with a valid certificate; controllers elsewhere get in") {
-  auto n1 = lab().node("n1"), n2 = lab().node("n2");
+  auto n1 = sharedLab().node("n1"), n2 = sharedLab().node("n2");
   REQUIRE(eventually([&] { return portAccepts(n1.mgmtAddress, 7470); }, 20s));
   size_t logBefore = readFile(n1.log).size();
   // From n2's namespace, 24 TLS sessions with the lab's controller certificate, held 4 s.
-  const std::string pki = lab().dir() + "/pki/";
+  const std::string pki = sharedLab().dir() + "/pki/";
   std::string script =
       "import socket, ssl, time\n"
       "ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)\n"
@@ -558,9 +562,9 @@ TEST_CASE("one address gets at most 16 sessions, even with a valid certificate; 
       "        pass\n"
       "print(len(s), flush=True)\n"
       "time.sleep(4)\n";
-  std::string py = lab().dir() + "/sessions.py";
+  std::string py = sharedLab().dir() + "/sessions.py";
   std::ofstream(py) << script;
-  std::string sessionsOut = lab().dir() + "/sessions.out";
+  std::string sessionsOut = sharedLab().dir() + "/sessions.out";
   fs::remove(sessionsOut);
   std::thread many([&] {
     (void)std::system(("timeout 30 ip netns exec " + n2.netns + " python3 " + py + " > " + sessionsOut + " 2>&1").c_str());
@@ -575,7 +579,7 @@ TEST_CASE("one address gets at most 16 sessions, even with a valid certificate; 
   INFO("sessions opened: " << readFile(sessionsOut));
   // A controller from another address still gets in.
   std::string out, err;
-  int rc = runCli({"agents", "--inventory", lab().inventory(), "--json"}, &out, &err);
+  int rc = runCli({"agents", "--inventory", sharedLab().inventory(), "--json"}, &out, &err);
   INFO(out << err);
   CHECK(rc == 0);
   many.join();
@@ -592,7 +596,7 @@ TEST_CASE("one address gets at most 16 sessions, even with a valid certificate; 
 }
 
 TEST_CASE("a revert that fails is retried, and agents shows it, until it succeeds") {
-  auto n = lab().node("n1");
+  auto n = sharedLab().node("n1");
   REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
   // Puts the name back and the link up when the test ends, also after a failed assertion.
   struct NameBack {
@@ -603,7 +607,7 @@ TEST_CASE("a revert that fails is retried, and agents shows it, until it succeed
       (void)!std::system(cmd.c_str());
     }
   } back{n.netns};
-  Proc ctl = spawnCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1",
+  Proc ctl = spawnCli({"inject", "link_flap", "--inventory", sharedLab().inventory(), "--node", "n1",
                        "--set", "down=60s", "--for", "3s"});
   REQUIRE(eventually([&] { return !linkUp(n.netns); }, 15s));
   // While it is down the interface is renamed: the snapshot's ifindex now names 'data9', which
@@ -613,7 +617,7 @@ TEST_CASE("a revert that fails is retried, and agents shows it, until it succeed
   REQUIRE(eventually(
       [&] {
         std::string out;
-        if (runCli({"agents", "--inventory", lab().inventory(), "--json"}, &out) != 0) return false;
+        if (runCli({"agents", "--inventory", sharedLab().inventory(), "--json"}, &out) != 0) return false;
         for (const auto& a : json::parse(out, nullptr, false))
           if (a.is_object() && a.value("node", "") == "n1" &&
               a.value("unreverted", json::array()).size() == 1)
@@ -625,7 +629,7 @@ TEST_CASE("a revert that fails is retried, and agents shows it, until it succeed
   CHECK_THAT(mine["fault"].get<std::string>(), Catch::StartsWith("inj-"));
   CHECK_THAT(mine["last_error"].get<std::string>(), Catch::Contains("data9"));
   std::string text;
-  REQUIRE(runCli({"agents", "--inventory", lab().inventory()}, &text) == 0);
+  REQUIRE(runCli({"agents", "--inventory", sharedLab().inventory()}, &text) == 0);
   CHECK_THAT(text, Catch::Contains("n1: fault 'inj-") && Catch::Contains("is NOT reverted"));
   CHECK_FALSE(fs::is_empty(fs::path(n.config).parent_path() / "state" / "journal"));
   REQUIRE(std::system(("ip -n " + n.netns + " link set data9 name data0").c_str()) == 0);
@@ -633,22 +637,22 @@ TEST_CASE("a revert that fails is retried, and agents shows it, until it succeed
   CHECK(eventually(
       [&] { return fs::is_empty(fs::path(n.config).parent_path() / "state" / "journal"); }, 5s));
   std::string out;
-  REQUIRE(runCli({"agents", "--inventory", lab().inventory(), "--json"}, &out) == 0);
+  REQUIRE(runCli({"agents", "--inventory", sharedLab().inventory(), "--json"}, &out) == 0);
   for (const auto& a : json::parse(out)) CHECK(a["unreverted"].empty());
   waitCli(ctl, 60s);
 }
 
 TEST_CASE("leases and revert_all belong to the certificate, not to the id a peer claims") {
   namespace asio = boost::asio;
-  auto n = lab().node("n2");
+  auto n = sharedLab().node("n2");
   REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
   // A second controller: its own certificate from the lab's CA.
-  std::string pki = lab().dir() + "/pki/", other = lab().dir() + "/other";
+  std::string pki = sharedLab().dir() + "/pki/", other = sharedLab().dir() + "/other";
   fs::create_directories(other);
   REQUIRE(rc::certs::issue(pki + "ca.pem", pki + "ca.key", "rdmachaos-controller-b", true,
                            other + "/ctl.pem", other + "/ctl.key")
               .ok());
-  std::string inv = readFile(lab().inventory());
+  std::string inv = readFile(sharedLab().inventory());
   for (auto [from, to] :
        {std::pair<std::string, std::string>{"\"pki/controller.pem\"", "\"" + other + "/ctl.pem\""},
         {"\"pki/controller.key\"", "\"" + other + "/ctl.key\""},
@@ -738,14 +742,14 @@ TEST_CASE("a journal disk that stalls holds up only the fault being journaled: o
   for (const char* tool : {"mkfs.ext4", "fsfreeze", "nsenter"})
     if (std::system((std::string("command -v ") + tool + " >/dev/null").c_str()) != 0)
       RC_SKIP(std::string(tool) + " is missing (e2fsprogs, util-linux; scripts/install-deps)");
-  REQUIRE(eventually([&] { return portAccepts(lab().node("n1").mgmtAddress, 7470); }, 20s));
-  auto n = lab().node("n1");
+  REQUIRE(eventually([&] { return portAccepts(sharedLab().node("n1").mgmtAddress, 7470); }, 20s));
+  auto n = sharedLab().node("n1");
   REQUIRE(n.agent.pid > 0);
   // The agent has a mount namespace of its own (like `ip netns exec`): mount, freeze and thaw
   // there. The mount goes with that namespace if the agent dies.
   const std::string in = "nsenter -t " + std::to_string(n.agent.pid) + " -m ";
   const std::string journal = (fs::path(n.config).parent_path() / "state" / "journal").string();
-  const std::string img = lab().dir() + "/n1-journal.img";
+  const std::string img = sharedLab().dir() + "/n1-journal.img";
   // Entries as the agent sees them (its mount of the journal, through /proc/PID/root).
   const std::string seen = "/proc/" + std::to_string(n.agent.pid) + "/root" + journal;
   auto entries = [&] {
@@ -785,7 +789,7 @@ TEST_CASE("a journal disk that stalls holds up only the fault being journaled: o
     _exit(127);
   }
   // Controller B schedules a fault that takes no target of A's: its journal write stalls.
-  Proc b = spawnCli({"inject", "noop", "--inventory", lab().inventory(), "--node", "n1", "--for", "1s"});
+  Proc b = spawnCli({"inject", "noop", "--inventory", sharedLab().inventory(), "--node", "n1", "--for", "1s"});
   // Longer than A's lease (5 s) and than A's own deadline for heartbeat replies: with the fsync
   // under the lock that heartbeats take, A's controller lost the agent here.
   auto until = std::chrono::steady_clock::now() + 9s;
@@ -813,7 +817,7 @@ TEST_CASE("a journal disk that stalls holds up only the fault being journaled: o
   CHECK(waitCli(a, 60s) == 130);  // interrupted: reverted now
   CHECK(eventually([&] { return linkUp(n.netns); }, 15s));
   CHECK(eventually([&] { return entries() == 0; }, 10s));
-  CHECK(lab().node("n1").agent.pid == n.agent.pid);  // the same agent all along
+  CHECK(sharedLab().node("n1").agent.pid == n.agent.pid);  // the same agent all along
 }
 
 namespace {
@@ -864,9 +868,9 @@ boost::asio::awaitable<void> floodThenSchedule(boost::asio::io_context& io, std:
 
 TEST_CASE("a peer pipelining 1500 capabilities requests does not hold up another controller's schedule") {
   namespace asio = boost::asio;
-  auto n = lab().node("n1");
+  auto n = sharedLab().node("n1");
   REQUIRE(eventually([&] { return portAccepts(n.mgmtAddress, 7470); }, 20s));
-  auto loaded = rc::controller::loadInventory(lab().inventory());
+  auto loaded = rc::controller::loadInventory(sharedLab().inventory());
   REQUIRE(loaded.ok());
   rc::controller::Node node;
   for (const auto& x : loaded->nodes)
@@ -922,3 +926,5 @@ TEST_CASE("a peer pipelining 1500 capabilities requests does not hold up another
   CHECK(f->refused > 0);
   CHECK_THAT(f->firstRefusal, Catch::Contains("wait for their replies"));
 }
+
+}  // namespace test_agent_e2e

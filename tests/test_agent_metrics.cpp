@@ -3,6 +3,7 @@
 #include <net/if.h>
 
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <chrono>
 #include <thread>
 
@@ -15,7 +16,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kTree = std::string(RDMACHAOS_SOURCE_ROOT) + "/tests/data/connectx6/sys";
 
 const Series* find(const std::vector<Series>& all, const std::string& name,
                    const std::map<std::string, std::string>& labels) {
@@ -139,7 +139,7 @@ TEST_CASE(
   // The captured tree's interface is not on this machine, so its link reads down; the counters
   // come from the tree (no ethtool: no kernel behind it).
   REQUIRE(::if_nametoindex("ens1f0np0") == 0);
-  DataPlaneMetrics dp(**e, {"ens1f0np0"}, {kTree, false}, 100ms);
+  DataPlaneMetrics dp(**e, {"ens1f0np0"}, {rctest::kConnectx6Sys, false}, 100ms);
   dp.publishLinks();
   auto body = scrapeUntil(
       (*e)->port(), {"rdmachaos_ecn_marked_packets_total", "rdmachaos_dropped_packets_total"});

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -14,38 +15,28 @@
 #include "agent/link_watch.hpp"
 #include "http_get.hpp"
 
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_agent_metrics_netns {
+
 using namespace rc;
 using namespace rc::agent;
 using namespace std::chrono_literals;
 
 namespace {
 
-// Moves this process, before any thread exists, into a fresh network namespace: it dies with
-// the process, so whatever a failing case leaves in it goes too, and the host's interfaces are
-// out of reach.
-void enterPrivateNetns() {
-  static const std::string failed = []() -> std::string {
-    if (::unshare(CLONE_NEWNET) != 0) return std::string("unshare: ") + std::strerror(errno);
-    if (std::system("ip link set lo up") != 0) return "ip link set lo up failed";
-    return "";
-  }();
-  INFO(failed);
-  REQUIRE(failed.empty());
-}
+using rctest::enterPrivateNetns;
 
-void sh(const std::string& cmd) {
-  INFO("command: " << cmd);
-  REQUIRE(std::system(cmd.c_str()) == 0);
-}
+using rctest::sh;
 
 // veth rcl0 <-> rcl1, both down, fresh for each case; deleted at the end, also on failure.
-struct Veth {
-  Veth() {
+struct MetricsVeth {
+  MetricsVeth() {
     enterPrivateNetns();
     (void)std::system("ip link del rcl0 >/dev/null 2>&1");
     sh("ip link add rcl0 type veth peer name rcl1");
   }
-  ~Veth() { (void)std::system("ip link del rcl0 >/dev/null 2>&1"); }
+  ~MetricsVeth() { (void)std::system("ip link del rcl0 >/dev/null 2>&1"); }
 };
 
 // linkUp(IFNAME) once it equals WANT, waiting at most 3 s: the kernel moves IFF_RUNNING in its
@@ -64,7 +55,7 @@ bool settlesTo(const std::string& ifname, bool want) {
 }  // namespace
 
 TEST_CASE("linkUp: admin state and carrier, read in this namespace") {
-  Veth veth;
+  MetricsVeth veth;
   CHECK_FALSE(settlesTo("rcl0", false));  // down
   sh("ip link set rcl0 up");
   // Up without carrier: veth has carrier only while its peer is up too.
@@ -84,7 +75,7 @@ TEST_CASE("linkUp: admin state and carrier, read in this namespace") {
 }
 
 TEST_CASE("the exporter serves rdmachaos_link_up as the link goes down and up") {
-  Veth veth;
+  MetricsVeth veth;
   sh("ip link set rcl0 up");
   sh("ip link set rcl1 up");
   auto e = metrics::Exporter::start("127.0.0.1:0");
@@ -126,7 +117,7 @@ bool runUntil(boost::asio::io_context& io, P pred) {
 }
 
 TEST_CASE("LinkWatch counts every fall from up, however short, from the kernel's announcements") {
-  Veth veth;
+  MetricsVeth veth;
   sh("ip link set rcl0 up");
   sh("ip link set rcl1 up");
   REQUIRE(settlesTo("rcl0", true));
@@ -163,3 +154,5 @@ TEST_CASE("LinkWatch counts every fall from up, however short, from the kernel's
   CHECK_THAT(rctest::httpGet("127.0.0.1", (*e)->port(), "/metrics").body,
              Catch::Contains("rdmachaos_link_down_events_total{interface=\"rcl0\"} 4"));
 }
+
+}  // namespace test_agent_metrics_netns

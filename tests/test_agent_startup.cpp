@@ -18,6 +18,10 @@
 
 #include "support.hpp"
 
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_agent_startup {
+
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -27,7 +31,7 @@ using rctest::readFile;
 
 namespace {
 
-int sh(const std::string& cmd) { return std::system(cmd.c_str()); }
+int shStatus(const std::string& cmd) { return std::system(cmd.c_str()); }
 
 std::string capture(const std::string& cmd) {
   std::string out;
@@ -49,12 +53,12 @@ struct Node {
     char tmpl[] = "/tmp/rc-startup-XXXXXX";
     REQUIRE(::mkdtemp(tmpl));
     dir = tmpl;
-    sh("ip netns del " + ns + " 2>/dev/null");
-    REQUIRE(sh("ip netns add " + ns + " && ip -n " + ns + " link set lo up") == 0);
+    shStatus("ip netns del " + ns + " 2>/dev/null");
+    REQUIRE(shStatus("ip netns add " + ns + " && ip -n " + ns + " link set lo up") == 0);
     fs::create_directories(dir + "/state/journal");
   }
   ~Node() {
-    sh("ip netns del " + ns + " 2>/dev/null");
+    shStatus("ip netns del " + ns + " 2>/dev/null");
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
@@ -69,7 +73,7 @@ struct Node {
   }
   // A veth pair (NAME and NAME-p, down): the kernel here may have no dummy driver.
   void addLink(const std::string& name) {
-    REQUIRE(sh("ip -n " + ns + " link add " + name + " type veth peer name " + name + "-p") == 0);
+    REQUIRE(shStatus("ip -n " + ns + " link add " + name + " type veth peer name " + name + "-p") == 0);
   }
   int ifindex(const std::string& name) const {
     auto j = json::parse(capture("ip -n " + ns + " -j link show dev " + name), nullptr, false);
@@ -174,7 +178,7 @@ TEST_CASE("TLS files missing: the replay's leftovers are retried until reverted,
   // d1 was taken down and then renamed: its revert refuses to touch 'd9' and is retried.
   node.addLink("d1");
   node.journalLinkDown("f2", "d1", node.ifindex("d1"));
-  REQUIRE(sh("ip -n " + node.ns + " link set d1 name d9") == 0);
+  REQUIRE(shStatus("ip -n " + node.ns + " link set d1 name d9") == 0);
   Agent agent(node, {"--config", node.config()});
   // The agent cannot serve (no certificate), but must not exit with d1 left down.
   REQUIRE(eventually([&] { return readFile(agent.log).find("still applied") != std::string::npos; }, 20s));
@@ -182,7 +186,7 @@ TEST_CASE("TLS files missing: the replay's leftovers are retried until reverted,
   INFO(readFile(agent.log));
   CHECK(agent.running());
   CHECK_THAT(readFile(agent.log), Catch::Contains("missing-ca.pem") || Catch::Contains("missing.pem"));
-  REQUIRE(sh("ip -n " + node.ns + " link set d9 name d1") == 0);
+  REQUIRE(shStatus("ip -n " + node.ns + " link set d9 name d1") == 0);
   CHECK(eventually([&] { return linkUp(node.ns, "d1"); }, 40s, 50ms));
   CHECK(agent.wait(10s) == 2);  // then it gives up serving, with nothing left applied
   CHECK(node.entries() == 0);
@@ -221,7 +225,7 @@ TEST_CASE("--replay-only: exit 0 with everything reverted; exit 1 naming what is
   }
   SECTION("one stays applied") {
     node.journalLinkDown("f2", "d1", node.ifindex("d1"));
-    REQUIRE(sh("ip -n " + node.ns + " link set d1 name d9") == 0);
+    REQUIRE(shStatus("ip -n " + node.ns + " link set d1 name d9") == 0);
     auto t0 = std::chrono::steady_clock::now();
     Agent agent(node, {"--replay-only", "--retry-for", "2s", "--state-dir", node.dir + "/state"});
     int code = agent.wait(20s);
@@ -236,7 +240,7 @@ TEST_CASE("--replay-only: exit 0 with everything reverted; exit 1 naming what is
 }
 
 TEST_CASE("not root but with capabilities: refused when someone else can change its orders") {
-  if (sh("command -v setpriv >/dev/null && command -v setcap >/dev/null") != 0) {
+  if (shStatus("command -v setpriv >/dev/null && command -v setcap >/dev/null") != 0) {
     std::printf("SKIP: setpriv (util-linux) or setcap (libcap2-bin) is missing\n");
     return;
   }
@@ -247,19 +251,19 @@ TEST_CASE("not root but with capabilities: refused when someone else can change 
   fs::permissions(node.dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                                 fs::perms::others_read | fs::perms::others_exec);
   std::string config = node.config();
-  REQUIRE(sh("chown -R 65534:65534 " + node.dir + "/state") == 0);
+  REQUIRE(shStatus("chown -R 65534:65534 " + node.dir + "/state") == 0);
   const std::string caps = "+net_admin,+net_raw,+ipc_lock";
   const std::string asNobody = "setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=" + caps +
                                " --ambient-caps=" + caps;
   SECTION("file capabilities (setcap) and a config of the user's own: refused, nothing replayed") {
     std::string copy = node.dir + "/rdmachaos-agent";
     fs::copy_file(rctest::env("RDMACHAOS_AGENT"), copy);
-    REQUIRE(sh("chmod 0755 " + copy + " && setcap cap_net_admin,cap_net_raw,cap_ipc_lock+ep " + copy) == 0);
-    REQUIRE(sh("chown 65534:65534 " + config) == 0);
+    REQUIRE(shStatus("chmod 0755 " + copy + " && setcap cap_net_admin,cap_net_raw,cap_ipc_lock+ep " + copy) == 0);
+    REQUIRE(shStatus("chown 65534:65534 " + config) == 0);
     std::string log = node.dir + "/setcap.log";
     // A binary with file capabilities is not dumpable: LeakSanitizer (the sanitized build)
     // cannot stop it to scan, and would turn the exit into its own.
-    int code = sh("ip netns exec " + node.ns + " env ASAN_OPTIONS=detect_leaks=0 setpriv --reuid=65534 --regid=65534 --clear-groups " + copy +
+    int code = shStatus("ip netns exec " + node.ns + " env ASAN_OPTIONS=detect_leaks=0 setpriv --reuid=65534 --regid=65534 --clear-groups " + copy +
                   " --replay-only --config " + config + " >" + log + " 2>&1");
     INFO(readFile(log));
     CHECK(WEXITSTATUS(code) == 2);
@@ -268,7 +272,7 @@ TEST_CASE("not root but with capabilities: refused when someone else can change 
     CHECK_FALSE(linkUp(node.ns, "d0"));  // the journal was not acted on
   }
   SECTION("ambient capabilities and a config others can write: refused") {
-    REQUIRE(sh("chmod 0666 " + config) == 0);
+    REQUIRE(shStatus("chmod 0666 " + config) == 0);
     Agent agent(node, {"--replay-only", "--config", config}, asNobody);
     CHECK(agent.wait(20s) == 2);
     INFO(readFile(agent.log));
@@ -276,7 +280,7 @@ TEST_CASE("not root but with capabilities: refused when someone else can change 
     CHECK_FALSE(linkUp(node.ns, "d0"));
   }
   SECTION("ambient capabilities, a root-owned config, its own state directory: the supported way") {
-    REQUIRE(sh("chmod 0644 " + config) == 0);
+    REQUIRE(shStatus("chmod 0644 " + config) == 0);
     Agent agent(node, {"--replay-only", "--config", config}, asNobody);
     int code = agent.wait(20s);
     INFO(readFile(agent.log));
@@ -285,3 +289,5 @@ TEST_CASE("not root but with capabilities: refused when someone else can change 
     CHECK(node.entries() == 0);
   }
 }
+
+}  // namespace test_agent_startup

@@ -18,6 +18,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -38,7 +39,7 @@ namespace asio = boost::asio;
 
 namespace {
 
-constexpr int64_t kS = 1'000'000'000;
+using rctest::kS;
 
 // A post as Alertmanager 0.25 sends it: one firing and one resolved alert.
 const char* kWebhook = R"({

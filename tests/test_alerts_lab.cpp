@@ -6,17 +6,17 @@
 // fault on is a false alarm; the game-day playbook gets precision and recall over 3 rounds.
 // Root, namespaces, prometheus and prometheus-alertmanager (scripts/install-deps); skips with
 // 77 and the reason otherwise.
-#define CATCH_CONFIG_RUNNER
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include "catch_session.hpp"
+#include "test_util.hpp"
 #include <chrono>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "failure_recap.hpp"
 #include "http_get.hpp"
 #include "monitoring.hpp"
 #include "support.hpp"
@@ -27,7 +27,7 @@ using json = nlohmann::json;
 namespace {
 
 constexpr int kAgentMetricsPort = 9466;
-constexpr int64_t kS = 1'000'000'000;
+using rctest::kS;
 
 std::string rfc3339(std::chrono::system_clock::time_point t) {
   std::time_t tt = std::chrono::system_clock::to_time_t(t);
@@ -278,5 +278,5 @@ int main(int argc, char* argv[]) {
                   bin);
       return 77;
     }
-  return Catch::Session().run(argc, argv);
+  return rctest::runCatch(argc, argv);
 }

@@ -16,6 +16,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -41,27 +42,9 @@ namespace asio = boost::asio;
 namespace {
 
 using rctest::freeLoopbackPort;
-constexpr int64_t kS = 1'000'000'000;
+using rctest::kS;
 
-// A scratch directory, removed with everything in it when the object goes.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "rc-alerts-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using rctest::TempDir;
 
 std::string rfc3339(int64_t unixNs) {
   time_t s = time_t(unixNs / kS);
@@ -86,7 +69,7 @@ TEST_CASE("the poller reports a real Prometheus's firing and resolved alerts and
     RC_SKIP(std::string(rctest::kPrometheusBin) + " is missing (apt-get install prometheus)");
   TempDir dir;
   const int port = freeLoopbackPort();
-  std::ofstream(dir.path() + "/rules.yml")
+  std::ofstream(dir.path + "/rules.yml")
       << "groups:\n"
       << "  - name: rdmachaos-test\n"
       << "    interval: 1s\n"
@@ -98,15 +81,15 @@ TEST_CASE("the poller reports a real Prometheus's firing and resolved alerts and
       << "      - alert: Blinking\n"
       << "        expr: vector(time()) % 6 < 3\n"
       << "        for: 0s\n";
-  std::ofstream(dir.path() + "/prometheus.yml")
+  std::ofstream(dir.path + "/prometheus.yml")
       << "global:\n"
       << "  scrape_interval: 1s\n"
       << "  evaluation_interval: 1s\n"
-      << "rule_files: ['" << dir.path() << "/rules.yml']\n"
+      << "rule_files: ['" << dir.path << "/rules.yml']\n"
       << "scrape_configs:\n"
       << "  - job_name: prometheus\n"
       << "    static_configs: [{targets: ['127.0.0.1:" << port << "']}]\n";
-  rctest::Prometheus prom(dir.path(), dir.path() + "/prometheus.yml", port);
+  rctest::Prometheus prom(dir.path, dir.path + "/prometheus.yml", port);
   INFO(prom.logText());
   REQUIRE(rctest::waitReady([&] { return prom.ready(); }, 60s));
 
@@ -206,9 +189,9 @@ TEST_CASE("a real Alertmanager's webhook reaches the receiver: firing, then reso
   receiver = std::move(*rx);
 
   const int port = freeLoopbackPort();
-  rctest::writeAlertmanagerConfig(dir.path() + "/alertmanager.yml", receiver->endpoint(), "alertname");
+  rctest::writeAlertmanagerConfig(dir.path + "/alertmanager.yml", receiver->endpoint(), "alertname");
   // No cluster listener (monitoring.hpp): its default is a fixed port (9094) on every address.
-  rctest::Alertmanager am(dir.path(), dir.path() + "/alertmanager.yml", port);
+  rctest::Alertmanager am(dir.path, dir.path + "/alertmanager.yml", port);
   INFO(am.logText());
   REQUIRE(rctest::waitReady([&] { return am.ready(); }, 60s));
 

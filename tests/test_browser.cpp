@@ -1,13 +1,12 @@
 // Browser suite: headless chromium renders the HTML report from a file; the screenshot must be
 // a real image and the live DOM must hold the chart's series, fault windows and recovery marks.
 // Exits 77 (skip) with the reason when chromium is missing or cannot run here.
-#define CATCH_CONFIG_RUNNER
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include "catch_session.hpp"
 
-#include "failure_recap.hpp"
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -202,7 +201,7 @@ int main(int argc, char* argv[]) {
     fs::remove_all(g_dir, ec);
     return 77;
   }
-  int rc = Catch::Session().run(argc, argv);
+  int rc = rctest::runCatch(argc, argv);
   std::error_code ec;
   fs::remove_all(g_dir, ec);
   return rc;

@@ -13,6 +13,7 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -43,26 +44,7 @@ using StorePtr = std::unique_ptr<X509_STORE, Freer<X509_STORE_free>>;
 using StoreCtxPtr = std::unique_ptr<X509_STORE_CTX, Freer<X509_STORE_CTX_free>>;
 using FilePtr = std::unique_ptr<FILE, Freer<fclose>>;
 
-// A private directory that disappears with the test, also when a REQUIRE throws.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "rdmachaos-certs-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string path(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using rctest::TempDir;
 
 unsigned permissions(const std::string& path) {
   struct stat st;
@@ -98,11 +80,11 @@ bool verifies(const std::string& caPath, const std::string& certPath, int purpos
 }
 
 rc::tls::Material agentMaterial(const TempDir& d, const std::string& name) {
-  return {d.path("pki/ca.pem"), d.path("pki/agent-" + name + ".pem"),
-          d.path("pki/agent-" + name + ".key")};
+  return {d.file("pki/ca.pem"), d.file("pki/agent-" + name + ".pem"),
+          d.file("pki/agent-" + name + ".key")};
 }
 rc::tls::Material controllerMaterial(const TempDir& d) {
-  return {d.path("pki/ca.pem"), d.path("pki/controller.pem"), d.path("pki/controller.key")};
+  return {d.file("pki/ca.pem"), d.file("pki/controller.pem"), d.file("pki/controller.key")};
 }
 
 struct Outcome {
@@ -175,7 +157,7 @@ Outcome connect(ssl::context& serverCtx, ssl::context& clientCtx, const std::str
 
 void initPki(const TempDir& d, std::vector<std::string> agents) {
   rc::certs::Options options;
-  options.dir = d.path("pki");
+  options.dir = d.file("pki");
   options.agentNames = std::move(agents);
   auto r = rc::certs::init(options);
   INFO((r ? std::string() : r.error().message));
@@ -188,27 +170,27 @@ TEST_CASE("certs init creates a CA, controller and agent certificates with tight
   TempDir d;
   initPki(d, {"n1"});
 
-  CHECK(permissions(d.path("pki")) == 0700);
+  CHECK(permissions(d.file("pki")) == 0700);
   for (const char* key : {"ca.key", "controller.key", "agent-n1.key"}) {
     INFO(key);
-    CHECK(permissions(d.path(std::string("pki/") + key)) == 0600);
+    CHECK(permissions(d.file(std::string("pki/") + key)) == 0600);
   }
   for (const char* cert : {"ca.pem", "controller.pem", "agent-n1.pem"}) {
     INFO(cert);
-    CHECK(permissions(d.path(std::string("pki/") + cert)) == 0644);
+    CHECK(permissions(d.file(std::string("pki/") + cert)) == 0644);
   }
   // No temporary files left behind by the atomic writes.
   int entries = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(d.path("pki"))) {
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(d.file("pki"))) {
     ++entries;
   }
   CHECK(entries == 6);
 
   SECTION("the agent certificate chains to the CA for serverAuth and names n1 in its SAN") {
-    CHECK(verifies(d.path("pki/ca.pem"), d.path("pki/agent-n1.pem"), X509_PURPOSE_SSL_SERVER));
+    CHECK(verifies(d.file("pki/ca.pem"), d.file("pki/agent-n1.pem"), X509_PURPOSE_SSL_SERVER));
     CHECK_FALSE(
-        verifies(d.path("pki/ca.pem"), d.path("pki/agent-n1.pem"), X509_PURPOSE_SSL_CLIENT));
-    X509Ptr cert = readCert(d.path("pki/agent-n1.pem"));
+        verifies(d.file("pki/ca.pem"), d.file("pki/agent-n1.pem"), X509_PURPOSE_SSL_CLIENT));
+    X509Ptr cert = readCert(d.file("pki/agent-n1.pem"));
     auto* names = static_cast<GENERAL_NAMES*>(
         X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr));
     REQUIRE(names != nullptr);
@@ -226,45 +208,45 @@ TEST_CASE("certs init creates a CA, controller and agent certificates with tight
   }
 
   SECTION("the controller certificate is for clientAuth only") {
-    CHECK(verifies(d.path("pki/ca.pem"), d.path("pki/controller.pem"), X509_PURPOSE_SSL_CLIENT));
+    CHECK(verifies(d.file("pki/ca.pem"), d.file("pki/controller.pem"), X509_PURPOSE_SSL_CLIENT));
     CHECK_FALSE(
-        verifies(d.path("pki/ca.pem"), d.path("pki/controller.pem"), X509_PURPOSE_SSL_SERVER));
+        verifies(d.file("pki/ca.pem"), d.file("pki/controller.pem"), X509_PURPOSE_SSL_SERVER));
   }
 
   SECTION("re-running init adds a new agent and keeps the CA and existing certificates") {
-    const std::string ca = slurp(d.path("pki/ca.pem"));
-    const std::string caKey = slurp(d.path("pki/ca.key"));
-    const std::string n1 = slurp(d.path("pki/agent-n1.pem"));
-    const std::string controller = slurp(d.path("pki/controller.pem"));
+    const std::string ca = slurp(d.file("pki/ca.pem"));
+    const std::string caKey = slurp(d.file("pki/ca.key"));
+    const std::string n1 = slurp(d.file("pki/agent-n1.pem"));
+    const std::string controller = slurp(d.file("pki/controller.pem"));
     initPki(d, {"n1", "n2"});
-    CHECK(slurp(d.path("pki/ca.pem")) == ca);
-    CHECK(slurp(d.path("pki/ca.key")) == caKey);
-    CHECK(slurp(d.path("pki/agent-n1.pem")) == n1);
-    CHECK(slurp(d.path("pki/controller.pem")) == controller);
-    CHECK(permissions(d.path("pki/agent-n2.key")) == 0600);
-    CHECK(verifies(d.path("pki/ca.pem"), d.path("pki/agent-n2.pem"), X509_PURPOSE_SSL_SERVER));
+    CHECK(slurp(d.file("pki/ca.pem")) == ca);
+    CHECK(slurp(d.file("pki/ca.key")) == caKey);
+    CHECK(slurp(d.file("pki/agent-n1.pem")) == n1);
+    CHECK(slurp(d.file("pki/controller.pem")) == controller);
+    CHECK(permissions(d.file("pki/agent-n2.key")) == 0600);
+    CHECK(verifies(d.file("pki/ca.pem"), d.file("pki/agent-n2.pem"), X509_PURPOSE_SSL_SERVER));
   }
 
   SECTION("overwrite replaces the CA") {
-    const std::string ca = slurp(d.path("pki/ca.pem"));
+    const std::string ca = slurp(d.file("pki/ca.pem"));
     rc::certs::Options options;
-    options.dir = d.path("pki");
+    options.dir = d.file("pki");
     options.agentNames = {"n1"};
     options.overwrite = true;
     REQUIRE(rc::certs::init(options));
-    CHECK(slurp(d.path("pki/ca.pem")) != ca);
-    CHECK(verifies(d.path("pki/ca.pem"), d.path("pki/agent-n1.pem"), X509_PURPOSE_SSL_SERVER));
+    CHECK(slurp(d.file("pki/ca.pem")) != ca);
+    CHECK(verifies(d.file("pki/ca.pem"), d.file("pki/agent-n1.pem"), X509_PURPOSE_SSL_SERVER));
   }
 
   SECTION("a CA certificate without its key is an error, not a silent new CA") {
-    std::filesystem::remove(d.path("pki/ca.key"));
+    std::filesystem::remove(d.file("pki/ca.key"));
     rc::certs::Options options;
-    options.dir = d.path("pki");
+    options.dir = d.file("pki");
     options.agentNames = {"n2"};
     auto r = rc::certs::init(options);
     REQUIRE_FALSE(r);
     CHECK_THAT(r.error().message, Catch::Contains("ca.key"));
-    CHECK_FALSE(std::filesystem::exists(d.path("pki/agent-n2.pem")));
+    CHECK_FALSE(std::filesystem::exists(d.file("pki/agent-n2.pem")));
   }
 }
 
@@ -272,12 +254,12 @@ TEST_CASE("certs init rejects bad agent names and names them") {
   TempDir d;
   auto bad = GENERATE(as<std::string>{}, "", "a/b", "n 1", "x,DNS:evil", std::string(64, 'a'));
   rc::certs::Options options;
-  options.dir = d.path("pki");
+  options.dir = d.file("pki");
   options.agentNames = {"ok-1", bad};
   auto r = rc::certs::init(options);
   REQUIRE_FALSE(r);
   CHECK_THAT(r.error().message, Catch::Contains("'" + bad + "'"));
-  CHECK_FALSE(std::filesystem::exists(d.path("pki/ca.pem")));
+  CHECK_FALSE(std::filesystem::exists(d.file("pki/ca.pem")));
 }
 
 TEST_CASE("mutual TLS 1.3 over loopback") {
@@ -302,12 +284,12 @@ TEST_CASE("mutual TLS 1.3 over loopback") {
   }
 
   SECTION("a client certificate from another CA is rejected") {
-    REQUIRE(rc::certs::makeCa(d.path("other-ca.pem"), d.path("other-ca.key"), "rogue CA"));
-    REQUIRE(rc::certs::issue(d.path("other-ca.pem"), d.path("other-ca.key"), "rdmachaos-controller",
-                             true, d.path("rogue.pem"), d.path("rogue.key")));
+    REQUIRE(rc::certs::makeCa(d.file("other-ca.pem"), d.file("other-ca.key"), "rogue CA"));
+    REQUIRE(rc::certs::issue(d.file("other-ca.pem"), d.file("other-ca.key"), "rdmachaos-controller",
+                             true, d.file("rogue.pem"), d.file("rogue.key")));
     // Trusts the real CA so that only the server's check can fail.
     auto clientCtx = rc::tls::makeClientContext(
-        {d.path("pki/ca.pem"), d.path("rogue.pem"), d.path("rogue.key")});
+        {d.file("pki/ca.pem"), d.file("rogue.pem"), d.file("rogue.key")});
     REQUIRE(clientCtx);
     Outcome o = connect(*serverCtx, *clientCtx, "n1");
     REQUIRE(o.serverDone);
@@ -319,7 +301,7 @@ TEST_CASE("mutual TLS 1.3 over loopback") {
 
   SECTION("a client without a certificate is rejected") {
     ssl::context clientCtx(ssl::context::tls_client);
-    clientCtx.load_verify_file(d.path("pki/ca.pem"));
+    clientCtx.load_verify_file(d.file("pki/ca.pem"));
     clientCtx.set_verify_mode(ssl::verify_peer);
     Outcome o = connect(*serverCtx, clientCtx, "n1");
     REQUIRE(o.serverDone);
@@ -365,7 +347,7 @@ TEST_CASE("TLS contexts report unusable material with the file and the fix") {
 
   SECTION("missing file") {
     auto m = agentMaterial(d, "n1");
-    m.caFile = d.path("pki/missing-ca.pem");
+    m.caFile = d.file("pki/missing-ca.pem");
     auto r = rc::tls::makeServerContext(m);
     REQUIRE_FALSE(r);
     CHECK_THAT(r.error().message, Catch::Contains("'" + m.caFile + "'"));
@@ -374,7 +356,7 @@ TEST_CASE("TLS contexts report unusable material with the file and the fix") {
 
   SECTION("key that does not belong to the certificate") {
     auto m = controllerMaterial(d);
-    m.keyFile = d.path("pki/agent-n1.key");
+    m.keyFile = d.file("pki/agent-n1.key");
     auto r = rc::tls::makeClientContext(m);
     REQUIRE_FALSE(r);
     CHECK_THAT(r.error().message, Catch::Contains("does not match"));
@@ -383,8 +365,8 @@ TEST_CASE("TLS contexts report unusable material with the file and the fix") {
 
   SECTION("a file that is not PEM") {
     auto m = agentMaterial(d, "n1");
-    std::ofstream(d.path("garbage.pem")) << "not a certificate\n";
-    m.caFile = d.path("garbage.pem");
+    std::ofstream(d.file("garbage.pem")) << "not a certificate\n";
+    m.caFile = d.file("garbage.pem");
     auto r = rc::tls::makeServerContext(m);
     REQUIRE_FALSE(r);
     CHECK_THAT(r.error().message, Catch::Contains(m.caFile));

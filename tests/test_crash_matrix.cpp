@@ -28,6 +28,10 @@
 #include "common/unique_fd.hpp"
 #include "support.hpp"
 
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_crash_matrix {
+
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -46,7 +50,7 @@ constexpr auto kBound = kLease * 3 + 10s;
 constexpr int kAgentPort = 7470;
 constexpr int kIncastPort = 7490;
 
-rctest::Lab& lab() {
+rctest::Lab& sharedLab() {
   static rctest::Lab instance("rc-crash", [] {
     rc::lab::UpOptions o;
     o.nodes = 2;
@@ -57,7 +61,7 @@ rctest::Lab& lab() {
 }
 
 // Runs a shell command (ip, ss: the system's own tools, not ours) and returns its stdout.
-std::string sh(const std::string& cmd) {
+std::string shOutput(const std::string& cmd) {
   FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
   if (!f) return "popen failed";
   std::string out;
@@ -73,7 +77,7 @@ json switchCmd(const json& req) {
   rc::UniqueFD fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
-  std::string path = lab().switchControl();
+  std::string path = sharedLab().switchControl();
   std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
     return {{"ok", false}, {"error", std::string("connect: ") + std::strerror(errno)}};
@@ -109,14 +113,14 @@ Fabric observe(bool withMgmt) {
   // One shell, three programs per namespace: this machine is loaded, and every process started
   // costs the observation (and so the time-to-restore figure) its resolution.
   std::string script;
-  for (const auto& n : lab().nodes()) {
+  for (const auto& n : sharedLab().nodes()) {
     std::string ns = n.netns;
     script += "echo '@@ " + n.name +
               " ip'; printf 'link show\\naddr show\\nroute show table all\\n' | ip -o -n " + ns +
               " -batch -; echo '@@ " + n.name + " qdiscs'; tc -n " + ns + " qdisc show; echo '@@ " +
               n.name + " sockets'; ss -N " + ns + " -Htuan; ";
   }
-  std::istringstream in(sh(script));
+  std::istringstream in(shOutput(script));
   std::string line, key;
   while (std::getline(in, line)) {
     if (line.rfind("@@ ", 0) == 0) {
@@ -171,7 +175,7 @@ fs::path journalOf(const rc::lab::NodeRecord& n) {
 // Journal entries left on every node ("" = none).
 std::string journalsLeft() {
   std::string out;
-  for (const auto& n : lab().nodes()) {
+  for (const auto& n : sharedLab().nodes()) {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(journalOf(n), ec))
       out += n.name + ":" + e.path().filename().string() + " ";
@@ -189,7 +193,7 @@ bool portAccepts(const std::string& addr, int port) {
 }
 
 bool agentsReady() {
-  for (const auto& n : lab().nodes())
+  for (const auto& n : sharedLab().nodes())
     if (n.agent.pid <= 0 || !portAccepts(n.mgmtAddress, kAgentPort)) return false;
   return true;
 }
@@ -197,7 +201,7 @@ bool agentsReady() {
 // The root-namespace ends of the management veths: taking them down cuts every agent off the
 // controller (and nothing else: they are the lab's own links).
 std::vector<std::string> mgmtVeths() {
-  auto st = rc::lab::loadState(lab().dir());
+  auto st = rc::lab::loadState(sharedLab().dir());
   REQUIRE(st.ok());
   std::vector<std::string> out;
   for (const auto& l : st->rootLinks)
@@ -206,7 +210,7 @@ std::vector<std::string> mgmtVeths() {
 }
 
 void setMgmt(bool up) {
-  for (const auto& l : mgmtVeths()) sh("ip link set dev " + l + (up ? " up" : " down"));
+  for (const auto& l : mgmtVeths()) shOutput("ip link set dev " + l + (up ? " up" : " down"));
 }
 
 struct FaultCase {
@@ -234,7 +238,7 @@ uint64_t txBytesTo(const std::string& port) {
 }
 
 std::vector<FaultCase> faultCases() {
-  auto hostDown = [](const Fabric&) { return !rctest::linkUp(lab().node("n1").netns); };
+  auto hostDown = [](const Fabric&) { return !rctest::linkUp(sharedLab().node("n1").netns); };
   return {
       {"link_flap host NIC", {"link_flap", "--node", "n1", "--set", "down=10m"}, hostDown},
       {"link_flap switch port",
@@ -282,7 +286,7 @@ std::vector<FaultCase> faultCases() {
         "interval=100ms", "--set", "duration=10m"},
        [](const Fabric&) {
          // The sink listens and the senders' bursts cross the switch towards it.
-         if (sh("ss -N " + lab().node("n1").netns + " -Htln")
+         if (shOutput("ss -N " + sharedLab().node("n1").netns + " -Htln")
                  .find(":" + std::to_string(kIncastPort)) == std::string::npos)
            return false;
          uint64_t a = txBytesTo("n1");
@@ -343,8 +347,8 @@ Row runCell(Crash crash, const std::string& crashName, const FaultCase& fc) {
   const Fabric beforeData = observe(false);
   std::vector<std::string> args = {"inject"};
   args.insert(args.end(), fc.args.begin(), fc.args.end());
-  args.insert(args.end(), {"--inventory", lab().inventory(), "--for", "10m"});
-  Proc ctl = rctest::spawnCli(lab().dir(), args);
+  args.insert(args.end(), {"--inventory", sharedLab().inventory(), "--for", "10m"});
+  Proc ctl = rctest::spawnCli(sharedLab().dir(), args);
   auto fail = [&](const std::string& why) {
     row.note = why;
     ::kill(ctl.pid, SIGTERM);
@@ -356,15 +360,15 @@ Row runCell(Crash crash, const std::string& crashName, const FaultCase& fc) {
   if (fc.overlap) {
     std::string err;
     int rc = rctest::runCli(
-        lab().dir(),
-        {"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n1", "--set",
+        sharedLab().dir(),
+        {"inject", "link_flap", "--inventory", sharedLab().inventory(), "--node", "n1", "--set",
          "down=500ms", "--set", "up=500ms", "--set", "count=6", "--for", "8s"},
         nullptr, &err);
     if (rc != 2 || err.find("is held by fault") == std::string::npos)
       return fail("the second fault was not refused (exit " + std::to_string(rc) + "): " + err);
   }
 
-  pid_t agent = lab().node("n1").agent.pid;
+  pid_t agent = sharedLab().node("n1").agent.pid;
   // Never 0 (a pending restart): kill(0, ...) would signal this test's own process group.
   if (agent <= 0) return fail("n1's agent is not running before the crash");
   uint64_t lastPfc = observe(false).pfcRx;
@@ -494,3 +498,5 @@ TEST_CASE("crash matrix: whatever dies, the fabric is restored and every journal
     CHECK(r.pass);
   }
 }
+
+}  // namespace test_crash_matrix

@@ -2,6 +2,7 @@
 // synthetic run (detected, late, missed, cleared, false alarms, precision and recall), and the
 // reports that carry them.
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 
 #include "controller/detection.hpp"
 #include "controller/report.hpp"
@@ -13,7 +14,7 @@ using namespace rc::test;
 
 namespace {
 
-constexpr int64_t kS = 1'000'000'000;
+using rctest::kS;
 
 const char* kDetect = kSyntheticDetect;
 

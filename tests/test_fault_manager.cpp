@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <catch2/catch.hpp>
+#include "support.hpp"
+#include "test_util.hpp"
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +24,10 @@
 #include "common/fd_reserve.hpp"
 #include "common/unique_fd.hpp"
 #include "faults/netlink.hpp"
+
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_fault_manager {
 
 using namespace rc;
 using namespace rc::agent;
@@ -40,14 +46,7 @@ void privateNamespace() {
   REQUIRE(done);
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/rc-fm-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using rctest::TempDir;
 
 faults::Policy policy() {
   faults::Policy p;
@@ -91,16 +90,7 @@ json readJournal(const std::string& dir, const std::string& id) {
   return j.is_object() ? j.value("record", json()) : json();
 }
 
-// Waits (bounded) for a predicate; returns whether it became true.
-template <typename F>
-bool eventually(F f, std::chrono::milliseconds limit = 10s) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return f();
-}
+using rctest::eventually;
 
 }  // namespace
 
@@ -752,3 +742,5 @@ TEST_CASE("the emergency button catches a schedule still in its journal fsync") 
   REQUIRE(eventually([&] { return m.get("next")->at("state") == "ended"; }));
   CHECK(adminUp("vethA"));
 }
+
+}  // namespace test_fault_manager

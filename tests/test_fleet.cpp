@@ -12,6 +12,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -48,18 +49,7 @@ struct LoopbackPort {
   }
 };
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string t = (std::filesystem::temp_directory_path() / "rc-fleet-XXXXXX").string();
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+using rctest::TempDir;
 
 asio::awaitable<void> holdGate(asio::io_context& io, AsyncGate& gate, int id, size_t& maxHolders,
                                std::vector<int>& order) {

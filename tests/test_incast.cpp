@@ -20,6 +20,11 @@
 #include "faults/labswitch_client.hpp"
 #include "lab/lab.hpp"
 #include "lab/lab_state.hpp"
+#include "support.hpp"
+
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_incast {
 
 using namespace std::chrono_literals;
 using json = nlohmann::json;
@@ -27,17 +32,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using rctest::env;
+using rctest::readFile;
 
 struct Lab {
   std::string dir, inventory;
@@ -65,7 +61,7 @@ struct Lab {
   }
 };
 
-Lab& lab() {
+Lab& sharedLab() {
   static Lab instance;
   return instance;
 }
@@ -77,7 +73,7 @@ struct Cli {
 
 // Runs the rdmachaos CLI with ARGS (no shell), capturing stdout and stderr.
 Cli cli(std::vector<std::string> args) {
-  std::string out = lab().dir + "/cli.out", err = lab().dir + "/cli.err";
+  std::string out = sharedLab().dir + "/cli.out", err = sharedLab().dir + "/cli.err";
   pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -98,7 +94,7 @@ Cli cli(std::vector<std::string> args) {
 }
 
 json port(const std::string& name) {
-  auto r = rc::faults::labswitchRequest(lab().state.sw.control, json{{"cmd", "counters"}, {"port", name}});
+  auto r = rc::faults::labswitchRequest(sharedLab().state.sw.control, json{{"cmd", "counters"}, {"port", name}});
   REQUIRE(r);
   return (*r)["ports"][0];
 }
@@ -125,7 +121,7 @@ bool listening(const std::string& fromNs, const std::string& address, int port) 
 }
 
 void requireJournalsEmpty() {
-  for (const auto& n : lab().state.nodes) {
+  for (const auto& n : sharedLab().state.nodes) {
     auto journal = fs::path(n.config).parent_path() / "state" / "journal";
     CHECK(fs::is_empty(journal));
   }
@@ -134,7 +130,7 @@ void requireJournalsEmpty() {
 }  // namespace
 
 TEST_CASE("incast: fan_in flows converge on the receiver's port, and nothing stays behind", "[incast]") {
-  auto& L = lab();
+  auto& L = sharedLab();
   const auto& rx = L.state.nodes[0];  // n1
   json before = json::array();
   for (const auto& n : L.state.nodes) before.push_back(port(n.name));
@@ -204,7 +200,7 @@ TEST_CASE("incast: fan_in flows converge on the receiver's port, and nothing sta
 }
 
 TEST_CASE("incast: an interval paces synchronised bursts on the common clock", "[incast]") {
-  auto& L = lab();
+  auto& L = sharedLab();
   auto r = cli({"inject", "incast", "--inventory", L.inventory, "--node", "n2", "--node", "n3", "--set",
                 "receiver=n1", "--set", "fan_in=2", "--set", "size=256KiB", "--set", "interval=200ms", "--set",
                 "duration=1s", "--for", "2s", "--json"});
@@ -254,7 +250,7 @@ Probe probe(const std::string& ns, const std::string& address, int port) {
 }
 
 TEST_CASE("incast: the sink accepts only its senders", "[incast]") {
-  auto& L = lab();
+  auto& L = sharedLab();
   const auto& rx = L.state.nodes[0];        // n1
   const auto& stranger = L.state.nodes[3];  // n4: on the fabric, not a sender
   Cli r;
@@ -291,7 +287,7 @@ TEST_CASE("incast: the sink accepts only its senders", "[incast]") {
 }
 
 TEST_CASE("incast over UDP: datagrams that never back off reach the sink in the RoCE class", "[incast]") {
-  auto& L = lab();
+  auto& L = sharedLab();
   const auto& rx = L.state.nodes[0];  // n1
   json before = port("n1");
   // 100 ms slots of 128 KiB per flow, 4 flows: ~42 Mb/s, far below the port's rate, so
@@ -334,7 +330,7 @@ TEST_CASE("incast over UDP: datagrams that never back off reach the sink in the 
 }
 
 TEST_CASE("incast: bad requests are refused before any agent is asked", "[incast]") {
-  auto& L = lab();
+  auto& L = sharedLab();
   struct Bad {
     std::vector<std::string> args;
     std::string message;
@@ -427,3 +423,5 @@ TEST_CASE("incast: a receiver outside the agent's data subnets is refused, even 
   CHECK_THAT(readFile(dir + "/not-listed"),
              Catch::Contains("'10.200.0.7' is outside this agent's data subnets (10.201.0.0/24)"));
 }
+
+}  // namespace test_incast

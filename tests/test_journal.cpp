@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -17,14 +18,7 @@ using namespace rc;
 namespace fs = std::filesystem;
 
 namespace {
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/rc-journal-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using rctest::TempDir;
 }  // namespace
 
 TEST_CASE("entries are durable and listed after reopening") {

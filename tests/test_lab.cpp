@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include "support.hpp"
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -28,6 +29,10 @@
 #include "lab/lab.hpp"
 #include "lab/process.hpp"
 #include "skip.hpp"
+
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_lab {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -191,16 +196,7 @@ bool tcpAccepts(const std::string& addr, int port) {
   return ::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
 }
 
-// Waits for `cond` with a deadline; tests may poll, the lab itself never does.
-template <typename F>
-bool eventually(F cond, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return cond();
-}
+using rctest::eventually;
 
 rc::lab::UpOptions options(const LabDir& dir, int nodes,
                            const std::string& agent = standInAgent()) {
@@ -515,3 +511,5 @@ TEST_CASE("lab helper commands have a deadline") {
   REQUIRE(ok.ok());
   CHECK(*ok == "hello\n");
 }
+
+}  // namespace test_lab

@@ -11,6 +11,10 @@
 #include "lab/process.hpp"
 #include "lab_traffic.hpp"
 
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_labswitch {
+
 using namespace labtest;
 
 namespace {
@@ -410,3 +414,5 @@ TEST_CASE("a set_ecn or set_pfc refused on one port changes no port", "[labswitc
   CHECK(control(lab.control, {{"cmd", "get_ecn"}, {"port", "*"}, {"queue", 3}}) == ecnBefore);
   CHECK(control(lab.control, {{"cmd", "get_pfc"}, {"port", "*"}, {"priority", 3}}) == pfcBefore);
 }
+
+}  // namespace test_labswitch

@@ -2,6 +2,7 @@
 #include <sched.h>
 
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <chrono>
 #include <cstdlib>
 #include <stop_token>
@@ -10,13 +11,17 @@
 #include "faults/fault.hpp"
 #include "faults/netlink.hpp"
 
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_link_flap {
+
 using namespace rc;
 using namespace rc::faults;
 using namespace std::chrono_literals;
 
 namespace {
 
-constexpr int64_t kMs = 1'000'000;
+using rctest::kMs;
 // A correctness bound, not a performance one: a loaded machine delays a wake-up by a few ms.
 constexpr int64_t kTolerance = 15 * kMs;
 
@@ -33,14 +38,11 @@ void enterPrivateNetns() {
   REQUIRE(entered);
 }
 
-void sh(const std::string& cmd) {
-  INFO("command: " << cmd);
-  REQUIRE(std::system(cmd.c_str()) == 0);
-}
+using rctest::sh;
 
 // A veth pair rcf0/rcf1, both up, made fresh for each test.
-struct VethPair {
-  VethPair() {
+struct FlapVeth {
+  FlapVeth() {
     enterPrivateNetns();
     (void)std::system("ip link del rcf0 >/dev/null 2>&1");
     sh("ip link add rcf0 type veth peer name rcf1");
@@ -50,7 +52,7 @@ struct VethPair {
     REQUIRE(link);
     ifindex = link->ifindex;
   }
-  ~VethPair() { (void)std::system("ip link del rcf0 >/dev/null 2>&1"); }
+  ~FlapVeth() { (void)std::system("ip link del rcf0 >/dev/null 2>&1"); }
   int ifindex = 0;
 };
 
@@ -127,7 +129,7 @@ void checkInterval(int64_t from, int64_t to, int64_t expected) {
 }  // namespace
 
 TEST_CASE("netlink helpers read links in the test namespace", "[netlink]") {
-  VethPair veth;
+  FlapVeth veth;
   auto byName = nl::getLink("rcf0");
   REQUIRE(byName);
   CHECK(byName->adminUp);
@@ -152,7 +154,7 @@ TEST_CASE("netlink helpers read links in the test namespace", "[netlink]") {
 }
 
 TEST_CASE("a 300 ms flap is down for 300 ms as the kernel reports it", "[link_flap]") {
-  VethPair veth;
+  FlapVeth veth;
   auto fault = makeFault({{"interface", "rcf0"}, {"down", "300ms"}});
   REQUIRE(fault);
   auto snap = (*fault)->snapshot();
@@ -186,7 +188,7 @@ TEST_CASE("a 300 ms flap is down for 300 ms as the kernel reports it", "[link_fl
 }
 
 TEST_CASE("a train of three flaps keeps its schedule", "[link_flap]") {
-  VethPair veth;
+  FlapVeth veth;
   auto fault = makeFault({{"interface", "rcf0"}, {"count", 3}, {"down", "100ms"}, {"up", "150ms"}});
   REQUIRE(fault);
   CHECK((*fault)->describe() == "link_flap rcf0: 3 x (down 100ms, up 150ms)");
@@ -228,7 +230,7 @@ TEST_CASE("a train of three flaps keeps its schedule", "[link_flap]") {
 }
 
 TEST_CASE("jitter stretches each step by at most the jitter", "[link_flap]") {
-  VethPair veth;
+  FlapVeth veth;
   auto fault = makeFault({{"interface", "rcf0"},
                           {"count", 2},
                           {"down", "50ms"},
@@ -251,7 +253,7 @@ TEST_CASE("jitter stretches each step by at most the jitter", "[link_flap]") {
 
 TEST_CASE("a stop request during the down time returns promptly and revert brings the link up",
           "[link_flap]") {
-  VethPair veth;
+  FlapVeth veth;
   auto fault = makeFault({{"interface", "rcf0"}, {"down", "5s"}});
   REQUIRE(fault);
   REQUIRE((*fault)->snapshot());
@@ -285,7 +287,7 @@ TEST_CASE("a stop request during the down time returns promptly and revert bring
 }
 
 TEST_CASE("revert is idempotent and restores a link that was admin-down before", "[link_flap]") {
-  VethPair veth;
+  FlapVeth veth;
   sh("ip link set rcf0 down");
   auto fault = makeFault({{"interface", "rcf0"}, {"down", "50ms"}});
   REQUIRE(fault);
@@ -313,7 +315,7 @@ TEST_CASE("revert is idempotent and restores a link that was admin-down before",
 }
 
 TEST_CASE("revertRecord restores from a journal snapshot after a crash", "[link_flap]") {
-  VethPair veth;
+  FlapVeth veth;
   const FaultKind& kind = flapKind();
   json params = {{"interface", "rcf0"}, {"down", 1'000'000'000}, {"count", 1}};
   json snap = {{"interface", "rcf0"}, {"ifindex", veth.ifindex}, {"admin_up", true}};
@@ -347,7 +349,7 @@ TEST_CASE("revertRecord restores from a journal snapshot after a crash", "[link_
 }
 
 TEST_CASE("create refuses protected, unlisted and missing interfaces", "[link_flap]") {
-  VethPair veth;
+  FlapVeth veth;
   SECTION("protected") {
     auto f = makeFault({{"interface", "lo"}});
     REQUIRE_FALSE(f);
@@ -379,7 +381,7 @@ TEST_CASE("create refuses protected, unlisted and missing interfaces", "[link_fl
 }
 
 TEST_CASE("defaultRouteInterface follows the namespace's default route", "[netlink]") {
-  VethPair veth;
+  FlapVeth veth;
   auto none = nl::defaultRouteInterface();
   REQUIRE(none);
   CHECK(*none == "");
@@ -398,3 +400,5 @@ TEST_CASE("defaultRouteInterface follows the namespace's default route", "[netli
   REQUIRE(v6);
   CHECK(*v6 == "rcf1");
 }
+
+}  // namespace test_link_flap

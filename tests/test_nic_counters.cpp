@@ -3,6 +3,7 @@
 #include <linux/ethtool.h>
 
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,7 +16,6 @@ using namespace rc::counters;
 
 namespace {
 
-const std::string kTree = std::string(RDMACHAOS_SOURCE_ROOT) + "/tests/data/connectx6/sys";
 
 // A writable copy of the captured tree, removed when the test ends (also on failure).
 struct TreeCopy {
@@ -24,7 +24,7 @@ struct TreeCopy {
     std::string tmpl = (fs::temp_directory_path() / "rc-nic-XXXXXX").string();
     REQUIRE(::mkdtemp(tmpl.data()));
     root = tmpl;
-    fs::copy(kTree, root, fs::copy_options::recursive);
+    fs::copy(rctest::kConnectx6Sys, root, fs::copy_options::recursive);
   }
   ~TreeCopy() {
     std::error_code ec;
@@ -38,19 +38,19 @@ struct TreeCopy {
 }  // namespace
 
 TEST_CASE("the RDMA port behind a netdev comes from its GID table") {
-  auto p0 = rdmaPortOf(kTree, "ens1f0np0");
+  auto p0 = rdmaPortOf(rctest::kConnectx6Sys, "ens1f0np0");
   REQUIRE(p0);
   CHECK(p0->device == "mlx5_0");
   CHECK(p0->port == 1);
-  auto p1 = rdmaPortOf(kTree, "ens1f1np1");
+  auto p1 = rdmaPortOf(rctest::kConnectx6Sys, "ens1f1np1");
   REQUIRE(p1);
   CHECK(p1->device == "mlx5_1");
-  CHECK_FALSE(rdmaPortOf(kTree, "eth9"));
-  CHECK_FALSE(rdmaPortOf(kTree, "../net"));
+  CHECK_FALSE(rdmaPortOf(rctest::kConnectx6Sys, "eth9"));
+  CHECK_FALSE(rdmaPortOf(rctest::kConnectx6Sys, "../net"));
 }
 
 TEST_CASE("a ConnectX-6 sample has net statistics, port counters and hw_counters") {
-  auto s = NicSampler::create("ens1f0np0", {kTree, false});
+  auto s = NicSampler::create("ens1f0np0", {rctest::kConnectx6Sys, false});
   REQUIRE(s.ok());
   REQUIRE(s->rdmaPort());
   auto c = s->sample();
@@ -80,7 +80,7 @@ TEST_CASE("a ConnectX-6 sample has net statistics, port counters and hw_counters
 }
 
 TEST_CASE("each netdev reads its own RDMA port") {
-  auto s = NicSampler::create("ens1f1np1", {kTree, false});
+  auto s = NicSampler::create("ens1f1np1", {rctest::kConnectx6Sys, false});
   REQUIRE(s.ok());
   auto c = s->sample();
   REQUIRE(c.ok());
@@ -143,7 +143,7 @@ TEST_CASE("absent and unreadable counters are skipped, never an error") {
 
 TEST_CASE("an interface that is not there, or not a name, is refused") {
   auto name = GENERATE(as<std::string>{}, "eth42", "", "..", "a/b", "averyveryverylongname");
-  auto s = NicSampler::create(name, {kTree, false});
+  auto s = NicSampler::create(name, {rctest::kConnectx6Sys, false});
   CHECK_FALSE(s.ok());
 }
 

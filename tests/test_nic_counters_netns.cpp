@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,10 @@
 
 #include "common/unique_fd.hpp"
 #include "counters/nic_counters.hpp"
+
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_nic_counters_netns {
 
 using namespace rc;
 using namespace rc::counters;
@@ -46,16 +51,13 @@ void enterPrivateNamespaces() {
   REQUIRE(failed.empty());
 }
 
-void sh(const std::string& cmd) {
-  INFO("command: " << cmd);
-  REQUIRE(std::system(cmd.c_str()) == 0);
-}
+using rctest::sh;
 
 // veth rcn0 <-> rcn1, up, fresh for each test. GRO on rcn1 puts its receive path on NAPI, where
 // veth counts every frame in its per-queue ethtool statistics; veth hands a frame to NAPI only
 // when its sender does no TSO, so TSO is off on rcn0.
-struct VethPair {
-  VethPair() {
+struct CounterVeth {
+  CounterVeth() {
     enterPrivateNamespaces();
     (void)std::system("ip link del rcn0 >/dev/null 2>&1");
     sh("ip link add rcn0 type veth peer name rcn1");
@@ -66,7 +68,7 @@ struct VethPair {
     ifindex0 = int(::if_nametoindex("rcn0"));
     REQUIRE(ifindex0 > 0);
   }
-  ~VethPair() { (void)std::system("ip link del rcn0 >/dev/null 2>&1"); }
+  ~CounterVeth() { (void)std::system("ip link del rcn0 >/dev/null 2>&1"); }
 
   // The legacy ethtool ioctl, so the test needs no ethtool program.
   static void setFeature(const std::string& ifname, uint32_t cmd, bool on) {
@@ -117,7 +119,7 @@ uint64_t delta(const Counters& before, const Counters& after, const std::string&
 }  // namespace
 
 TEST_CASE("veth: netdev and ethtool statistics move with the frames that cross the link") {
-  VethPair veth;
+  CounterVeth veth;
   auto rx = NicSampler::create("rcn1");  // the default: /sys and the ethtool ioctl
   REQUIRE(rx.ok());
   auto tx = NicSampler::create("rcn0");
@@ -169,7 +171,7 @@ TEST_CASE("veth: netdev and ethtool statistics move with the frames that cross t
 
 TEST_CASE("an interface removed under the sampler is an error that names it") {
   auto s = [] {
-    VethPair veth;
+    CounterVeth veth;
     auto r = NicSampler::create("rcn0");
     REQUIRE(r.ok());
     REQUIRE(r->sample().ok());
@@ -179,3 +181,5 @@ TEST_CASE("an interface removed under the sampler is an error that names it") {
   REQUIRE_FALSE(c.ok());
   CHECK_THAT(c.error().message, Catch::Contains("'rcn0'"));
 }
+
+}  // namespace test_nic_counters_netns

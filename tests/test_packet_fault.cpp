@@ -16,6 +16,10 @@
 #include "lab_traffic.hpp"
 #include "support.hpp"
 
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_packet_fault {
+
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 
@@ -23,7 +27,7 @@ namespace {
 
 constexpr int kPort = 5301;
 
-rctest::Lab& lab() {
+rctest::Lab& sharedLab() {
   static rctest::Lab instance("rc-packet", [] {
     rc::lab::UpOptions o;
     o.nodes = 2;
@@ -33,7 +37,7 @@ rctest::Lab& lab() {
 }
 
 json rules() {
-  json r = labtest::control(lab().switchControl(), {{"cmd", "packet_rules"}});
+  json r = labtest::control(sharedLab().switchControl(), {{"cmd", "packet_rules"}});
   REQUIRE(r["ok"] == true);
   return r["rules"];
 }
@@ -48,14 +52,14 @@ std::vector<json> eventsOf(const json& report, const std::string& what) {
 }  // namespace
 
 TEST_CASE("inject packet drops every 50th frame of a TCP flow, reports and captures each, and leaves no rule") {
-  auto n1 = lab().node("n1"), n2 = lab().node("n2");
+  auto n1 = sharedLab().node("n1"), n2 = sharedLab().node("n2");
   auto sink = labtest::tcpSink(n2.netns, kPort);
   labtest::sleepMs(200);
   auto source = labtest::tcpSource(n1.netns, n2.dataAddress, kPort, 0);
   labtest::sleepMs(500);
   std::string out, err;
-  int rc = rctest::runCli(lab().dir(),
-                          {"inject", "packet", "--inventory", lab().inventory(), "--node", "n1", "--set",
+  int rc = rctest::runCli(sharedLab().dir(),
+                          {"inject", "packet", "--inventory", sharedLab().inventory(), "--node", "n1", "--set",
                            "protocol=tcp", "--set", "dst_port=" + std::to_string(kPort), "--set", "select=every",
                            "--set", "every=50", "--set", "action=drop", "--set", "duration=2s", "--set",
                            "max_actions=40", "--for", "2s", "--json"},
@@ -98,13 +102,13 @@ TEST_CASE("inject packet drops every 50th frame of a TCP flow, reports and captu
 }
 
 TEST_CASE("a second packet fault on a port held by one is refused, naming it") {
-  rctest::Proc first = rctest::spawnCli(lab().dir(), {"inject", "packet", "--inventory", lab().inventory(), "--node",
+  rctest::Proc first = rctest::spawnCli(sharedLab().dir(), {"inject", "packet", "--inventory", sharedLab().inventory(), "--node",
                                                       "n1", "--set", "protocol=udp", "--set", "action=drop",
                                                       "--set", "duration=20s", "--set", "capture=false", "--for", "20s"});
   REQUIRE(rctest::eventually([] { return rules().size() == 1; }, 15s, 50ms));
   std::string err;
-  int rc = rctest::runCli(lab().dir(),
-                          {"inject", "packet", "--inventory", lab().inventory(), "--node", "n1", "--set",
+  int rc = rctest::runCli(sharedLab().dir(),
+                          {"inject", "packet", "--inventory", sharedLab().inventory(), "--node", "n1", "--set",
                            "protocol=tcp", "--set", "action=drop", "--for", "2s"},
                           nullptr, &err);
   CHECK(rc == 2);
@@ -118,15 +122,15 @@ TEST_CASE("a second packet fault on a port held by one is refused, naming it") {
 // loop's next wake-up, and past it the loop woke every microsecond (a busy switch that slowed
 // the soft-RoCE guests after every packet fault).
 TEST_CASE("after a rule is deleted and its old expiry has passed, the switch's loop is idle") {
-  json add = labtest::control(lab().switchControl(),
+  json add = labtest::control(sharedLab().switchControl(),
                               {{"cmd", "add_packet_rule"},
                                {"rule", {{"name", "brief"}, {"port", "n1"}, {"protocol", "udp"}, {"action", "drop"},
                                          {"lifetime_ns", 200'000'000}, {"capture", false}}}});
   REQUIRE(add["ok"] == true);
-  REQUIRE(labtest::control(lab().switchControl(), {{"cmd", "del_packet_rule"}, {"name", "brief"}})["ok"] == true);
+  REQUIRE(labtest::control(sharedLab().switchControl(), {{"cmd", "del_packet_rule"}, {"name", "brief"}})["ok"] == true);
   labtest::sleepMs(400);  // past the deleted rule's expiry
   auto busy = [] {
-    json c = labtest::control(lab().switchControl(), {{"cmd", "counters"}, {"port", "n1"}});
+    json c = labtest::control(sharedLab().switchControl(), {{"cmd", "counters"}, {"port", "n1"}});
     REQUIRE(c["ok"] == true);
     return std::pair<int64_t, int64_t>(c["loop_ns"].get<int64_t>(), c["busy_ns"].get<int64_t>());
   };
@@ -139,7 +143,7 @@ TEST_CASE("after a rule is deleted and its old expiry has passed, the switch's l
 }
 
 TEST_CASE("a rule nobody deletes ends in the switch at its lifetime") {
-  json add = labtest::control(lab().switchControl(),
+  json add = labtest::control(sharedLab().switchControl(),
                               {{"cmd", "add_packet_rule"},
                                {"rule", {{"name", "orphan"}, {"port", "n2"}, {"protocol", "tcp"}, {"action", "drop"},
                                          {"lifetime_ns", 300'000'000}, {"capture", false}}}});
@@ -147,7 +151,7 @@ TEST_CASE("a rule nobody deletes ends in the switch at its lifetime") {
   CHECK(rules().size() == 1);
   CHECK(rctest::eventually([] { return rules().empty(); }, 5s, 20ms));
   // Bad input changes nothing and says what to fix.
-  json bad = labtest::control(lab().switchControl(),
+  json bad = labtest::control(sharedLab().switchControl(),
                               {{"cmd", "add_packet_rule"}, {"rule", {{"name", "x"}, {"port", "n9"}, {"action", "drop"}}}});
   CHECK(bad["ok"] == false);
   CHECK_THAT(bad["error"].get<std::string>(), Catch::Contains("not a host port"));
@@ -156,9 +160,9 @@ TEST_CASE("a rule nobody deletes ends in the switch at its lifetime") {
 
 TEST_CASE("gbn.toml is refused on a lab without RDMA devices, before anything starts") {
   std::string out, err;
-  int rc = rctest::runCli(lab().dir(),
+  int rc = rctest::runCli(sharedLab().dir(),
                           {"run", rctest::env("RDMACHAOS_SOURCE_DIR") + "/playbooks/gbn.toml", "--inventory",
-                           lab().inventory(), "--report-dir", lab().dir() + "/gbn-report"},
+                           sharedLab().inventory(), "--report-dir", sharedLab().dir() + "/gbn-report"},
                           &out, &err);
   INFO("stdout: " << out << "\nstderr: " << err);
   CHECK(rc == 2);
@@ -166,3 +170,5 @@ TEST_CASE("gbn.toml is refused on a lab without RDMA devices, before anything st
   CHECK_THAT(out, Catch::Contains("nothing was started"));
   CHECK(rules().empty());
 }
+
+}  // namespace test_packet_fault

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -40,20 +41,7 @@ bool matches(const json& sel, const std::vector<uint8_t>& f, int prio = 3) {
   return selectorMatches(s.select, f.data(), f.size(), prio, roce::parse(f.data(), f.size()));
 }
 
-// A temporary directory removed when the test leaves its scope, also after a failed REQUIRE.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/rc-packet-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  operator const std::string&() const { return path; }
-};
+using rctest::TempDir;
 
 }  // namespace
 
@@ -383,7 +371,7 @@ std::vector<uint8_t> resp(uint32_t psn, uint8_t syndrome) {
   return roceFrame(s);
 }
 constexpr uint8_t kAck = 0x1f, kNakSeq = 0x60;
-constexpr int64_t kMs = 1'000'000;
+using rctest::kMs;
 
 const oracle::RuleVerdict& verdict(const oracle::Episode& e, const std::string& rule) {
   for (const auto& v : e.verdicts)

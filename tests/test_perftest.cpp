@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -33,18 +34,7 @@ std::vector<std::string> linesOf(const std::string& path) {
   return out;
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/rc-test-perftest-XXXXXX";
-    REQUIRE(::mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using rctest::TempDir;
 
 void writeFile(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());

@@ -3,7 +3,6 @@
 // its HTTP API then returns the series that moved during the fault: the run's active faults
 // and job throughput, and the flapped node's agent's active faults. Root, namespaces and the
 // prometheus binary (scripts/install-deps); skips with 77 and the reason otherwise.
-#define CATCH_CONFIG_RUNNER
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -13,8 +12,8 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include "catch_session.hpp"
 
-#include "failure_recap.hpp"
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -174,5 +173,5 @@ int main(int argc, char* argv[]) {
     std::printf("SKIP: %s is not installed; run scripts/install-deps (Debian's prometheus)\n", rctest::kPrometheusBin);
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return rctest::runCatch(argc, argv);
 }

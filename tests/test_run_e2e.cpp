@@ -22,6 +22,10 @@
 
 #include "support.hpp"
 
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_run_e2e {
+
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -30,7 +34,7 @@ namespace {
 
 using rctest::readFile;
 
-rctest::Lab& lab() {
+rctest::Lab& sharedLab() {
   static rctest::Lab instance("rc-run", [] {
     rc::lab::UpOptions o;
     o.nodes = 3;
@@ -47,9 +51,9 @@ struct Run {
 // Runs `rdmachaos run PLAYBOOK` into REPORT; SIGINT after INTERRUPT_AFTER if non-zero.
 Run runPlaybook(const std::string& playbook, const std::string& report,
                 std::chrono::milliseconds interruptAfter = 0ms, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"run", playbook, "--inventory", lab().inventory(), "--report-dir", report};
+  std::vector<std::string> args{"run", playbook, "--inventory", sharedLab().inventory(), "--report-dir", report};
   args.insert(args.end(), extra.begin(), extra.end());
-  rctest::Proc p = rctest::spawnCli(lab().dir(), args);
+  rctest::Proc p = rctest::spawnCli(sharedLab().dir(), args);
   if (interruptAfter > 0ms) {
     std::this_thread::sleep_for(interruptAfter);
     kill(p.pid, SIGINT);
@@ -58,10 +62,10 @@ Run runPlaybook(const std::string& playbook, const std::string& report,
   return {code, readFile(p.out), readFile(p.err)};
 }
 
-void requireEverythingReverted() { rctest::checkEverythingReverted(lab()); }
+void requireEverythingReverted() { rctest::checkEverythingReverted(sharedLab()); }
 
 std::string writePlaybook(const std::string& name, const std::string& body) {
-  std::string path = lab().dir() + "/" + name + ".toml";
+  std::string path = sharedLab().dir() + "/" + name + ".toml";
   std::ofstream(path) << body;
   return path;
 }
@@ -105,7 +109,7 @@ std::string shortRun(const std::string& name, const std::string& extra, const st
 }  // namespace
 
 TEST_CASE("quickstart: reported impact and recovery agree with the link's real down time") {
-  std::string report = lab().dir() + "/quickstart";
+  std::string report = sharedLab().dir() + "/quickstart";
   auto r = runPlaybook(rctest::env("RDMACHAOS_SOURCE_DIR") + "/playbooks/quickstart.toml", report);
   INFO(r.err);
   INFO(r.out);
@@ -186,7 +190,7 @@ TEST_CASE("an expectation that cannot hold exits 1 and JUnit shows the failure")
 metric = "stall_time"
 op = "<="
 bound = "1ms")");
-  std::string report = lab().dir() + "/impossible";
+  std::string report = sharedLab().dir() + "/impossible";
   auto r = runPlaybook(pb, report);
   INFO(r.err);
   CHECK(r.code == 1);
@@ -203,15 +207,15 @@ bound = "1ms")");
 // that cannot be read stops the run before anything starts.
 TEST_CASE("run --baseline: a longer outage than the baseline's fails the run; compare of a run with itself passes") {
   std::string pb1 = shortRun("accept", "", "");
-  std::string golden = lab().dir() + "/accept-golden";
+  std::string golden = sharedLab().dir() + "/accept-golden";
   auto r1 = runPlaybook(pb1, golden);
   INFO(r1.err);
   REQUIRE(r1.code == 0);
   std::string body = readFile(pb1);
   body.replace(body.find("down = \"1s\""), 12, "down = \"3s\"");
-  std::string pb3 = lab().dir() + "/accept-3s.toml";
+  std::string pb3 = sharedLab().dir() + "/accept-3s.toml";
   std::ofstream(pb3) << body;
-  std::string report = lab().dir() + "/accept-3s";
+  std::string report = sharedLab().dir() + "/accept-3s";
   auto r3 = runPlaybook(pb3, report, 0ms, {"--baseline", golden + "/result.json"});
   INFO(r3.out);
   INFO(r3.err);
@@ -226,14 +230,14 @@ TEST_CASE("run --baseline: a longer outage than the baseline's fails the run; co
   CHECK(fs::exists(report + "/compare-junit.xml"));
   // The baseline against itself.
   std::string out, err;
-  rctest::Proc p = rctest::spawnCli(lab().dir(), {"compare", golden + "/result.json", golden + "/result.json"});
+  rctest::Proc p = rctest::spawnCli(sharedLab().dir(), {"compare", golden + "/result.json", golden + "/result.json"});
   int rc = rctest::waitCli(p, 60s);
   INFO(readFile(p.out) << readFile(p.err));
   CHECK(rc == 0);
   CHECK_THAT(readFile(p.out), Catch::Contains("0 worse, 0 better"));
   // A baseline that is not there: exit 2 at once, no report directory, no fault.
-  std::string never = lab().dir() + "/accept-never";
-  auto bad = runPlaybook(pb1, never, 0ms, {"--baseline", lab().dir() + "/no-such.json"});
+  std::string never = sharedLab().dir() + "/accept-never";
+  auto bad = runPlaybook(pb1, never, 0ms, {"--baseline", sharedLab().dir() + "/no-such.json"});
   CHECK(bad.code == 2);
   CHECK_THAT(bad.err, Catch::Contains("--baseline: cannot read"));
   CHECK_FALSE(fs::exists(never));
@@ -242,7 +246,7 @@ TEST_CASE("run --baseline: a longer outage than the baseline's fails the run; co
 
 TEST_CASE("a guardrail abort exits 2, reverts everything and writes a partial report") {
   std::string pb = shortRun("floor", "[guardrails]\nmin_baseline = \"1000Gbps\"\n", "");
-  std::string report = lab().dir() + "/floor";
+  std::string report = sharedLab().dir() + "/floor";
   auto r = runPlaybook(pb, report);
   INFO(r.err);
   CHECK(r.code == 2);
@@ -254,7 +258,7 @@ TEST_CASE("a guardrail abort exits 2, reverts everything and writes a partial re
 
 TEST_CASE("a report directory that holds anything is refused before anything runs; --force replaces a run's reports") {
   std::string pb = shortRun("reused", "[guardrails]\nmin_baseline = \"1000Gbps\"\n", "");
-  std::string report = lab().dir() + "/reused";
+  std::string report = sharedLab().dir() + "/reused";
   fs::create_directories(report);
   std::ofstream(report + "/notes.txt") << "mine";
   auto names = [&] {
@@ -284,14 +288,14 @@ TEST_CASE("a report directory that holds anything is refused before anything run
   CHECK(names() == std::vector<std::string>{"junit.xml", "report.html", "result.json"});
   json doc = json::parse(readFile(report + "/result.json"));
   CHECK(doc["playbook"]["name"] == "reused");
-  for (const auto& e : fs::directory_iterator(lab().dir()))
+  for (const auto& e : fs::directory_iterator(sharedLab().dir()))
     CHECK_THAT(e.path().filename().string(), !Catch::Contains(".partial-"));
   requireEverythingReverted();
 }
 
 TEST_CASE("Ctrl-C during the fault reverts everything, exits 2, keeps a partial report") {
   std::string pb = shortRun("interrupted", "", "");
-  std::string report = lab().dir() + "/interrupted";
+  std::string report = sharedLab().dir() + "/interrupted";
   // The flap starts 4.5 s after the workload (which starts 1 s after the command): interrupt
   // while n3's link is down.
   auto r = runPlaybook(pb, report, 6500ms);
@@ -330,8 +334,8 @@ for = "1s"
 params = { down = "500ms" }
 )");
   std::map<std::string, size_t> logBefore;
-  for (const auto& n : lab().nodes()) logBefore[n.name] = readFile(n.log).size();
-  std::string report = lab().dir() + "/verbs-refused";
+  for (const auto& n : sharedLab().nodes()) logBefore[n.name] = readFile(n.log).size();
+  std::string report = sharedLab().dir() + "/verbs-refused";
   auto r = runPlaybook(pb, report);
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   CHECK(r.code == 2);
@@ -341,7 +345,7 @@ params = { down = "500ms" }
   CHECK_THAT(why, Catch::Contains("workload did not start: node 'n"));
   CHECK_THAT(why, Catch::Contains("transport \"verbs\" needs one on every workload node; nothing was started"));
   CHECK(doc["faults"].empty());
-  for (const auto& n : lab().nodes()) {
+  for (const auto& n : sharedLab().nodes()) {
     std::string log = readFile(n.log).substr(logBefore[n.name]);
     INFO("node " << n.name << " log since: " << log);
     CHECK(log.find("workload '") == std::string::npos);  // no workload started, none ended
@@ -349,3 +353,5 @@ params = { down = "500ms" }
   }
   requireEverythingReverted();
 }
+
+}  // namespace test_run_e2e

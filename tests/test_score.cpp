@@ -1,5 +1,6 @@
 // Scoring: building blocks and whole runs on synthetic series with known answers.
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 
 #include <cmath>
 #include <random>
@@ -13,7 +14,7 @@ using namespace rc::controller;
 using rc::test::Shape;
 
 namespace {
-constexpr int64_t kMs = 1'000'000;
+using rctest::kMs;
 constexpr int64_t kSec = 1'000'000'000;
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -16,6 +17,10 @@
 #include "faults/fault.hpp"
 #include "faults/netlink.hpp"
 #include "faults/tc_red.hpp"
+
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_tc_red {
 
 using namespace rc;
 using namespace rc::faults;
@@ -31,10 +36,7 @@ void privateNamespace() {
   REQUIRE(done);
 }
 
-void sh(const std::string& cmd) {
-  INFO(cmd);
-  REQUIRE(std::system(cmd.c_str()) == 0);
-}
+using rctest::sh;
 
 std::string out(const std::string& cmd) {
   std::string s;
@@ -46,9 +48,9 @@ std::string out(const std::string& cmd) {
 }
 
 // A veth pair rct0 <-> rct1 (QUEUES transmit queues), removed at the end, also on failure.
-struct Veth {
+struct RedVeth {
   int ifindex = 0;
-  explicit Veth(int queues = 1) {
+  explicit RedVeth(int queues = 1) {
     (void)std::system("ip link del rct0 >/dev/null 2>&1");
     sh("ip link add rct0 numtxqueues " + std::to_string(queues) + " type veth peer name rct1 numtxqueues " +
        std::to_string(queues) + " && ip link set rct0 up && ip link set rct1 up");
@@ -56,7 +58,7 @@ struct Veth {
     REQUIRE(l.ok());
     ifindex = l->ifindex;
   }
-  ~Veth() { (void)std::system("ip link del rct0 >/dev/null 2>&1"); }
+  ~RedVeth() { (void)std::system("ip link del rct0 >/dev/null 2>&1"); }
 };
 
 const std::string kShow = "tc -j qdisc show dev rct0";
@@ -80,7 +82,7 @@ TEST_CASE("tc-red restores the whole qdisc tree exactly: kind, handle and option
                          "tc qdisc replace dev rct0 root handle 7: mq && "
                          "tc qdisc replace dev rct0 parent 7:2 handle 72: bfifo limit 999"});
   INFO(c.name);
-  Veth v(c.queues);
+  RedVeth v(c.queues);
   sh(c.setup);
   const std::string before = out(kShow);
   auto tree = tcred::listQdiscs(v.ifindex);
@@ -99,7 +101,7 @@ TEST_CASE("tc-red restores the whole qdisc tree exactly: kind, handle and option
 
 TEST_CASE("tc-red refuses before applying where it could not restore exactly", "[tc-red]") {
   privateNamespace();
-  Veth v;
+  RedVeth v;
   sh("tc qdisc replace dev rct0 root handle 1: htb && tc class add dev rct0 parent 1: classid 1:1 htb rate 1mbit");
   auto tree = tcred::listQdiscs(v.ifindex);
   REQUIRE(tree.ok());
@@ -128,7 +130,7 @@ TEST_CASE("tc-red refuses before applying where it could not restore exactly", "
 TEST_CASE("a tc-red revert that cannot restore is an error; only a gone interface is done", "[tc-red]") {
   privateNamespace();
   const FaultKind* k = findKind("ecn_shift");
-  Veth v;
+  RedVeth v;
   // A journal entry as an agent wrote it before the whole tree was journaled: the kernel's
   // noqueue, under a RED this machine cannot create; someone has set another root since.
   json legacy = {{"backend", "tc-red"}, {"interface", "rct0"}, {"ifindex", v.ifindex}, {"root_kind", "noqueue"}};
@@ -174,3 +176,5 @@ TEST_CASE("two tc-red dumps at once each read their own interface", "[tc-red]") 
   b.join();
   CHECK(wrong == 0);
 }
+
+}  // namespace test_tc_red

@@ -1,7 +1,6 @@
 // Tests of the soft-RoCE lab (lab up --soft-roce): QEMU guests boot with rxe0 ACTIVE and their
 // agents reachable; lab down (also after kill -9 of `lab up`) leaves no process or file. The
 // vm suite; exits 77 with a reason where QEMU, the guest kernel or root is missing.
-#define CATCH_CONFIG_RUNNER
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -11,8 +10,8 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include "catch_session.hpp"
 
-#include "failure_recap.hpp"
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -1676,7 +1675,7 @@ int main(int argc, char* argv[]) {
     std::printf("SKIP: RDMACHAOS_CLI / RDMACHAOS_AGENT not set (run through meson test)\n");
     return 77;
   }
-  int rc = Catch::Session().run(argc, argv);
+  int rc = rctest::runCatch(argc, argv);
   theLab.reset();
   return rc;
 }

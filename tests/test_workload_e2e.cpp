@@ -20,6 +20,10 @@
 #include "faults/labswitch_client.hpp"
 #include "support.hpp"
 
+// This source in a namespace of its own: the netns sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_workload_e2e {
+
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -31,7 +35,7 @@ using rctest::readFile;
 using rctest::waitCli;
 
 // One 4-node lab for the binary, removed at exit, also after failures.
-rctest::Lab& lab() {
+rctest::Lab& sharedLab() {
   static rctest::Lab instance("rc-wl", [] {
     rc::lab::UpOptions o;
     o.nodes = 4;
@@ -40,10 +44,10 @@ rctest::Lab& lab() {
   return instance;
 }
 
-Proc spawnCli(std::vector<std::string> args) { return rctest::spawnCli(lab().dir(), std::move(args)); }
+Proc spawnCli(std::vector<std::string> args) { return rctest::spawnCli(sharedLab().dir(), std::move(args)); }
 
 json runWorkload(std::vector<std::string> args, int expect = 0) {
-  args.insert(args.begin(), {"workload", "--inventory", lab().inventory(), "--json"});
+  args.insert(args.begin(), {"workload", "--inventory", sharedLab().inventory(), "--json"});
   Proc p = spawnCli(args);
   int rc = waitCli(p);
   INFO("stderr: " << readFile(p.err));
@@ -119,10 +123,10 @@ TEST_CASE("all-gather, all-to-all and incast verify on 4 lab hosts") {
 }
 
 TEST_CASE("a 2 s link flap during an all-reduce shows as a stall, then recovery") {
-  Proc wl = spawnCli({"workload", "--inventory", lab().inventory(), "--json", "--kind", "allreduce",
+  Proc wl = spawnCli({"workload", "--inventory", sharedLab().inventory(), "--json", "--kind", "allreduce",
                       "--size", "4MiB", "--for", "12s"});
   std::this_thread::sleep_for(3s);
-  Proc inj = spawnCli({"inject", "link_flap", "--inventory", lab().inventory(), "--node", "n2",
+  Proc inj = spawnCli({"inject", "link_flap", "--inventory", sharedLab().inventory(), "--node", "n2",
                        "--set", "down=2s", "--for", "10s", "--json"});
   REQUIRE(waitCli(inj) == 0);
   REQUIRE(waitCli(wl) == 0);
@@ -167,7 +171,7 @@ TEST_CASE("a 2 s link flap during an all-reduce shows as a stall, then recovery"
 }
 
 TEST_CASE("kill -9 of the controller: the lease stops the workload on every agent") {
-  Proc wl = spawnCli({"workload", "--inventory", lab().inventory(), "--kind", "allreduce", "--size",
+  Proc wl = spawnCli({"workload", "--inventory", sharedLab().inventory(), "--kind", "allreduce", "--size",
                       "1MiB", "--for", "120s"});
   // Running once a live line appears.
   auto end = std::chrono::steady_clock::now() + 20s;
@@ -179,7 +183,7 @@ TEST_CASE("kill -9 of the controller: the lease stops the workload on every agen
   // Within the 5 s lease (plus the end of an iteration) every agent has stopped it.
   auto stopped = [&] {
     for (const char* n : {"n1", "n2", "n3", "n4"})
-      if (readFile(lab().node(n).log).find("ended (lease_expired)") == std::string::npos)
+      if (readFile(sharedLab().node(n).log).find("ended (lease_expired)") == std::string::npos)
         return false;
     return true;
   };
@@ -192,11 +196,11 @@ TEST_CASE("kill -9 of the controller: the lease stops the workload on every agen
 }
 
 TEST_CASE("connections killed under a running all-reduce are re-established and counted") {
-  Proc wl = spawnCli({"workload", "--inventory", lab().inventory(), "--json", "--kind", "allreduce",
+  Proc wl = spawnCli({"workload", "--inventory", sharedLab().inventory(), "--json", "--kind", "allreduce",
                       "--size", "1MiB", "--for", "5s", "--streams", "2"});
   std::this_thread::sleep_for(2s);
   // Abort every data connection of n2 (sock_diag destroy: both ends see a reset).
-  std::string cmd = "ip netns exec " + lab().node("n2").netns +
+  std::string cmd = "ip netns exec " + sharedLab().node("n2").netns +
                     " ss -K -t '( sport = :7480 or dport = :7480 )' >/dev/null 2>&1";
   REQUIRE(std::system(cmd.c_str()) == 0);
   REQUIRE(waitCli(wl) == 0);
@@ -217,7 +221,7 @@ TEST_CASE("connections killed under a running all-reduce are re-established and 
 // The lab switch's transmitted bytes per queue of port PORT (the default map puts DSCP 26 in
 // queue 3 and DSCP 48 in queue 6).
 std::vector<double> queueTxBytes(const std::string& port) {
-  auto r = rc::faults::labswitchRequest(lab().switchControl(), {{"cmd", "counters"}, {"port", port}});
+  auto r = rc::faults::labswitchRequest(sharedLab().switchControl(), {{"cmd", "counters"}, {"port", port}});
   REQUIRE(r.ok());
   std::vector<double> out(8, 0);
   for (auto& p : (*r)["ports"])
@@ -250,10 +254,12 @@ TEST_CASE("--dscp puts the workload's traffic in the switch queue of that class"
   CHECK(d48[6] >= rx48);
   CHECK(d48[3] < 0.01 * rx48);
   // Out of range, or a QP attribute without verbs: refused before anything starts.
-  Proc bad = spawnCli({"workload", "--inventory", lab().inventory(), "--iterations", "1", "--dscp", "64"});
+  Proc bad = spawnCli({"workload", "--inventory", sharedLab().inventory(), "--iterations", "1", "--dscp", "64"});
   CHECK(waitCli(bad) == 2);
   CHECK_THAT(readFile(bad.err), Catch::Contains("--dscp must be 0 to 63"));
-  Proc qp = spawnCli({"workload", "--inventory", lab().inventory(), "--iterations", "1", "--qp-timeout", "8"});
+  Proc qp = spawnCli({"workload", "--inventory", sharedLab().inventory(), "--iterations", "1", "--qp-timeout", "8"});
   CHECK(waitCli(qp) == 2);
   CHECK_THAT(readFile(qp.err), Catch::Contains("add --transport verbs"));
 }
+
+}  // namespace test_workload_e2e
