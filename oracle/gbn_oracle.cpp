@@ -100,6 +100,34 @@ void judge(Episode& e) {
   e.verdicts = {one, names, restart, delivered};
 }
 
+// Pairs each response flow with the request flow in the other direction whose PSNs hold its
+// ACKs: request key -> response key.
+std::map<Key, Key> pairFlows(const std::map<Key, std::vector<Frame>>& requests,
+                             const std::map<Key, std::vector<Frame>>& responses) {
+  std::map<Key, Key> pairOf;
+  for (const auto& [rk, rs] : responses) {
+    const Key* best = nullptr;
+    size_t bestHits = 0;
+    for (const auto& [qk, qs] : requests) {
+      if (std::get<0>(qk) != std::get<1>(rk) || std::get<1>(qk) != std::get<0>(rk)) continue;
+      uint32_t lo = qs.front().bth.psn, hi = lo;
+      for (const auto& f : qs) {
+        if (psnDiff(f.bth.psn, lo) < 0) lo = f.bth.psn;
+        if (psnDiff(f.bth.psn, hi) > 0) hi = f.bth.psn;
+      }
+      size_t hits = 0;
+      for (const auto& a : rs)
+        if (psnDiff(a.bth.psn, lo) >= -1 && psnDiff(a.bth.psn, hi) <= 1) hits++;
+      if (!best || hits > bestHits) {
+        best = &qk;
+        bestHits = hits;
+      }
+    }
+    if (best && bestHits > 0 && !pairOf.count(*best)) pairOf[*best] = rk;
+  }
+  return pairOf;
+}
+
 }  // namespace
 
 const char* outcomeName(Outcome o) {
@@ -131,28 +159,7 @@ Report analyse(const std::vector<pcapng::Record>& records) {
     else if (b->cls == roce::OpClass::ack || b->cls == roce::OpClass::nak || b->cls == roce::OpClass::readResponse)
       responses[k].push_back(std::move(f));
   }
-  // Pair each response flow with the request flow in the other direction whose PSNs hold its ACKs.
-  std::map<Key, Key> pairOf;  // request key -> response key
-  for (const auto& [rk, rs] : responses) {
-    const Key* best = nullptr;
-    size_t bestHits = 0;
-    for (const auto& [qk, qs] : requests) {
-      if (std::get<0>(qk) != std::get<1>(rk) || std::get<1>(qk) != std::get<0>(rk)) continue;
-      uint32_t lo = qs.front().bth.psn, hi = lo;
-      for (const auto& f : qs) {
-        if (psnDiff(f.bth.psn, lo) < 0) lo = f.bth.psn;
-        if (psnDiff(f.bth.psn, hi) > 0) hi = f.bth.psn;
-      }
-      size_t hits = 0;
-      for (const auto& a : rs)
-        if (psnDiff(a.bth.psn, lo) >= -1 && psnDiff(a.bth.psn, hi) <= 1) hits++;
-      if (!best || hits > bestHits) {
-        best = &qk;
-        bestHits = hits;
-      }
-    }
-    if (best && bestHits > 0 && !pairOf.count(*best)) pairOf[*best] = rk;
-  }
+  std::map<Key, Key> pairOf = pairFlows(requests, responses);
   for (auto& [qk, qs] : requests) {
     QpFlow flow;
     flow.requester = roce::ipText(std::get<0>(qk));

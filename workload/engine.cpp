@@ -31,6 +31,32 @@ void sleepUntilWall(int64_t t, const std::atomic<bool>& stop) {
 
 size_t runBufferBytes(const Collective& coll) { return coll.bufferBytes() + 8 * (1 + coll.peers().size()); }
 
+// After a lost connection some ranks may have finished the broken iteration and others not, so
+// the ranks agree on the maximum of JOB_DONE (the iterations the job has completed) before going
+// on; otherwise one rank would run an iteration more than its peers and wait forever. Exchanges
+// 8 bytes with each peer world-1 times, behind the collective's CTL bytes of BUFFER.
+StepStatus resyncIterations(Transport& transport, std::vector<std::byte>& buffer, size_t ctl,
+                            const std::vector<int>& peers, int world, uint64_t& jobDone) {
+  uint64_t v = jobDone;
+  for (int round = 0; round < world - 1; round++) {
+    std::memcpy(buffer.data() + ctl, &v, 8);
+    std::vector<Op> ops;
+    for (size_t k = 0; k < peers.size(); k++) {
+      ops.push_back({Op::Kind::send, peers[k], ctl, 8});
+      ops.push_back({Op::Kind::recv, peers[k], ctl + 8 * (1 + k), 8});
+    }
+    StepResult res = transport.runStep(ops);
+    if (res.status != StepStatus::ok) return res.status;
+    for (size_t k = 0; k < peers.size(); k++) {
+      uint64_t x;
+      std::memcpy(&x, buffer.data() + ctl + 8 * (1 + k), 8);
+      v = std::max(v, x);
+    }
+  }
+  jobDone = v;
+  return StepStatus::ok;
+}
+
 }  // namespace
 
 Result<std::vector<std::byte>> allocateRunBuffer(const Shape& shape) {
@@ -96,30 +122,9 @@ Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& tel,
     }
   }
 
-  // Iterations the job has completed: after a lost connection some ranks may have finished
-  // the broken iteration and others not, so the ranks agree on the maximum before going on
-  // (otherwise one rank would run an iteration more than its peers and wait forever).
+  // Iterations the job has completed (resyncIterations).
   uint64_t jobDone = 0;
-  auto resync = [&]() -> StepStatus {
-    uint64_t v = jobDone;
-    for (int round = 0; round < spec.shape.world - 1; round++) {
-      std::memcpy(buffer.data() + ctl, &v, 8);
-      std::vector<Op> ops;
-      for (size_t k = 0; k < peers.size(); k++) {
-        ops.push_back({Op::Kind::send, peers[k], ctl, 8});
-        ops.push_back({Op::Kind::recv, peers[k], ctl + 8 * (1 + k), 8});
-      }
-      StepResult res = transport.runStep(ops);
-      if (res.status != StepStatus::ok) return res.status;
-      for (size_t k = 0; k < peers.size(); k++) {
-        uint64_t x;
-        std::memcpy(&x, buffer.data() + ctl + 8 * (1 + k), 8);
-        v = std::max(v, x);
-      }
-    }
-    jobDone = v;
-    return StepStatus::ok;
-  };
+  auto resync = [&] { return resyncIterations(transport, buffer, ctl, peers, spec.shape.world, jobDone); };
   uint64_t index = 0;
   while (!stop.load()) {
     if (spec.iterations ? jobDone >= spec.iterations : pastEnd(0)) break;

@@ -47,6 +47,21 @@ struct ChunkTrailer {
 };
 static_assert(sizeof(Hello) == 24 && sizeof(ChunkHeader) == 24 && sizeof(ChunkTrailer) == 8);
 
+// TcpTransport::connect's two sides: a stream this rank dials (to a lower rank), and an
+// accepted one whose hello has not all arrived.
+struct TcpDial {
+  int peer, stream;
+  UniqueFD fd;
+  int state = 0;  // 0 idle, 1 connecting, 2 hello sent (waiting for ack)
+  int64_t retryNs = 0;
+  std::string lastError;
+};
+struct TcpPendingAccept {
+  UniqueFD fd;
+  Hello hello{};
+  size_t got = 0;
+};
+
 }  // namespace
 
 Result<sockaddr_in> toAddr(const Endpoint& e) {
@@ -156,20 +171,8 @@ void TcpTransport::close() {
 
 Result<void> TcpTransport::connect(const std::vector<int>& peers, int64_t deadline) {
   const int S = o_.streams;
-  struct Dial {
-    int peer, stream;
-    UniqueFD fd;
-    int state = 0;  // 0 idle, 1 connecting, 2 hello sent (waiting for ack)
-    int64_t retryNs = 0;
-    std::string lastError;
-  };
-  struct Pending {
-    UniqueFD fd;
-    Hello hello{};
-    size_t got = 0;
-  };
-  std::vector<Dial> dials;
-  std::vector<Pending> pending;
+  std::vector<TcpDial> dials;
+  std::vector<TcpPendingAccept> pending;
   std::map<int, std::vector<std::unique_ptr<Conn>>> fresh;
   size_t needed = 0;
   for (int p : peers) {
@@ -297,7 +300,7 @@ Result<void> TcpTransport::connect(const std::vector<int>& peers, int64_t deadli
       }
       p.fd.reset();
     }
-    std::erase_if(pending, [](const Pending& p) { return !p.fd.isValid(); });
+    std::erase_if(pending, [](const TcpPendingAccept& p) { return !p.fd.isValid(); });
     if (pfds[1].revents & POLLIN) {
       for (;;) {
         int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -328,14 +331,15 @@ StepResult TcpTransport::runStep(std::span<const Op> ops) {
     StreamChecksum sum;
     bool done = false;
   };
+  auto end = [&res](StepStatus st, std::string why = {}) {
+    res.status = st;
+    res.error = std::move(why);
+    return res;
+  };
   std::vector<Xfer> xs;
   for (const auto& op : ops) {
     auto it = conns_.find(op.peer);
-    if (it == conns_.end()) {
-      res.status = StepStatus::peerLost;
-      res.error = "not connected to rank " + std::to_string(op.peer);
-      return res;
-    }
+    if (it == conns_.end()) return end(StepStatus::peerLost, "not connected to rank " + std::to_string(op.peer));
     for (size_t k = 0; k < S; k++) {
       size_t b = chunkBegin(op.length, S, k), e = chunkBegin(op.length, S, k + 1);
       if (e == b) continue;
@@ -350,9 +354,7 @@ StepResult TcpTransport::runStep(std::span<const Op> ops) {
   std::vector<pollfd> pfds;
   std::vector<Xfer*> owners;
   auto lost = [&](const Xfer& x, std::string why) {
-    res.status = StepStatus::peerLost;
-    res.error = "rank " + std::to_string(x.peer) + ": " + why;
-    return res;
+    return end(StepStatus::peerLost, "rank " + std::to_string(x.peer) + ": " + why);
   };
   auto finishPayload = [&](Xfer& x) {
     if (x.send) x.trl = {x.sum.value(), kChunkMagic};
@@ -367,15 +369,8 @@ StepResult TcpTransport::runStep(std::span<const Op> ops) {
       owners.push_back(&x);
     }
     int n = ::poll(pfds.data(), pfds.size(), 1000);
-    if (n < 0 && errno != EINTR) {
-      res.status = StepStatus::peerLost;
-      res.error = "poll: " + errnoText();
-      return res;
-    }
-    if (pfds[0].revents) {
-      res.status = StepStatus::stopped;
-      return res;
-    }
+    if (n < 0 && errno != EINTR) return end(StepStatus::peerLost, "poll: " + errnoText());
+    if (pfds[0].revents) return end(StepStatus::stopped);
     for (size_t i = 1; i < pfds.size(); i++) {
       if (!pfds[i].revents) continue;
       Xfer& x = *owners[i - 1];
