@@ -251,100 +251,81 @@ json Fabric::ecnJson(const EcnProfile& e) {
   return {{"enabled", e.enabled}, {"kmin", e.kminBytes}, {"kmax", e.kmaxBytes}, {"pmax", e.pmax}};
 }
 
-json Fabric::ecn(const json& req, bool set) {
+Result<std::vector<std::pair<int, int>>> Fabric::selectQueues(const json& req, const char* prioKey) const {
   auto sel = selectPorts(req);
-  if (!sel) return err(sel.error().message);
-  auto prios = selectPrios(req, "queue");
-  if (!prios) return err(prios.error().message);
+  if (!sel) return sel.error();
+  auto prios = selectPrios(req, prioKey);
+  if (!prios) return prios.error();
+  std::vector<std::pair<int, int>> queues;
+  for (int pi : *sel)
+    for (int prio : *prios) queues.emplace_back(pi, prio);
+  return queues;
+}
+
+json Fabric::ecn(const json& req, bool set) {
+  auto queues = selectQueues(req, "queue");
+  if (!queues) return err(queues.error().message);
   json prev = json::array();
-  for (int pi : *sel)
-    for (int prio : *prios)
-      prev.push_back({{"port", ports_[size_t(pi)].name}, {"queue", prio},
-                      {"profile", ecnJson(ports_[size_t(pi)].q[prio].ecn)}});
+  for (auto [pi, prio] : *queues)
+    prev.push_back({{"port", ports_[size_t(pi)].name}, {"queue", prio},
+                    {"profile", ecnJson(ports_[size_t(pi)].q[prio].ecn)}});
   if (!set) return {{"ok", true}, {"profiles", prev}};
-  // Every selected queue's new profile is checked before any is changed: a request refused on
-  // its second port must not have changed the first (bad input changes nothing).
-  std::vector<EcnProfile> next;
-  for (int pi : *sel)
-    for (int prio : *prios) {
-      EcnProfile e = ports_[size_t(pi)].q[prio].ecn;
-      if (req.contains("enabled")) e.enabled = req["enabled"].get<bool>();
-      if (req.contains("kmin")) e.kminBytes = req["kmin"].get<uint64_t>();
-      if (req.contains("kmax")) e.kmaxBytes = req["kmax"].get<uint64_t>();
-      if (req.contains("pmax")) e.pmax = req["pmax"].get<double>();
-      if (e.kminBytes > e.kmaxBytes) return err("kmin must not exceed kmax");
-      if (!(e.pmax >= 0 && e.pmax <= 1)) return err("pmax must be within [0, 1]");
-      next.push_back(e);
-    }
-  auto it = next.begin();
-  for (int pi : *sel)
-    for (int prio : *prios) ports_[size_t(pi)].q[prio].ecn = *it++;
-  return {{"ok", true}, {"previous", prev}};
+  return replaceAll(*queues, &Queue::ecn, prev, [&req](EcnProfile& e) -> std::string {
+    if (req.contains("enabled")) e.enabled = req["enabled"].get<bool>();
+    if (req.contains("kmin")) e.kminBytes = req["kmin"].get<uint64_t>();
+    if (req.contains("kmax")) e.kmaxBytes = req["kmax"].get<uint64_t>();
+    if (req.contains("pmax")) e.pmax = req["pmax"].get<double>();
+    if (e.kminBytes > e.kmaxBytes) return "kmin must not exceed kmax";
+    if (!(e.pmax >= 0 && e.pmax <= 1)) return "pmax must be within [0, 1]";
+    return {};
+  });
 }
 
 json Fabric::pfcCmd(const json& req, bool set) {
-  auto sel = selectPorts(req);
-  if (!sel) return err(sel.error().message);
-  auto prios = selectPrios(req, "priority");
-  if (!prios) return err(prios.error().message);
+  auto queues = selectQueues(req, "priority");
+  if (!queues) return err(queues.error().message);
   json prev = json::array();
-  for (int pi : *sel)
-    for (int prio : *prios) {
-      const auto& t = ports_[size_t(pi)].q[prio].pfc;
-      prev.push_back({{"port", ports_[size_t(pi)].name}, {"priority", prio},
-                      {"xoff", t.xoffBytes}, {"xon", t.xonBytes},
-                      {"lossless", bool(cfg_.losslessMask & (1u << prio))}});
-    }
+  for (auto [pi, prio] : *queues) {
+    const auto& t = ports_[size_t(pi)].q[prio].pfc;
+    prev.push_back({{"port", ports_[size_t(pi)].name}, {"priority", prio},
+                    {"xoff", t.xoffBytes}, {"xon", t.xonBytes},
+                    {"lossless", bool(cfg_.losslessMask & (1u << prio))}});
+  }
   if (!set) return {{"ok", true}, {"thresholds", prev}};
-  // Checked for every selected queue before any is changed, as in ecn().
-  std::vector<PfcThreshold> next;
-  for (int pi : *sel)
-    for (int prio : *prios) {
-      PfcThreshold n = ports_[size_t(pi)].q[prio].pfc;
-      if (req.contains("xoff")) n.xoffBytes = req["xoff"].get<uint64_t>();
-      if (req.contains("xon")) n.xonBytes = req["xon"].get<uint64_t>();
-      if (n.xonBytes > n.xoffBytes) return err("xon must not exceed xoff");
-      next.push_back(n);
-    }
-  auto it = next.begin();
-  for (int pi : *sel)
-    for (int prio : *prios) ports_[size_t(pi)].q[prio].pfc = *it++;
-  return {{"ok", true}, {"previous", prev}};
+  return replaceAll(*queues, &Queue::pfc, prev, [&req](PfcThreshold& n) -> std::string {
+    if (req.contains("xoff")) n.xoffBytes = req["xoff"].get<uint64_t>();
+    if (req.contains("xon")) n.xonBytes = req["xon"].get<uint64_t>();
+    if (n.xonBytes > n.xoffBytes) return "xon must not exceed xoff";
+    return {};
+  });
 }
 
 json Fabric::wdCmd(const json& req, bool set) {
-  auto sel = selectPorts(req);
-  if (!sel) return err(sel.error().message);
-  auto prios = selectPrios(req, "priority");
-  if (!prios) return err(prios.error().message);
+  auto queues = selectQueues(req, "priority");
+  if (!queues) return err(queues.error().message);
   json prev = json::array();
-  for (int pi : *sel)
-    for (int prio : *prios) {
-      const auto& w = ports_[size_t(pi)].q[prio].wd;
-      prev.push_back({{"port", ports_[size_t(pi)].name}, {"priority", prio}, {"enabled", w.enabled},
-                      {"detection_ms", double(w.detectionNs) / 1e6},
-                      {"restoration_ms", double(w.restorationNs) / 1e6},
-                      {"action", actionName(w.action)}});
-    }
+  for (auto [pi, prio] : *queues) {
+    const auto& w = ports_[size_t(pi)].q[prio].wd;
+    prev.push_back({{"port", ports_[size_t(pi)].name}, {"priority", prio}, {"enabled", w.enabled},
+                    {"detection_ms", double(w.detectionNs) / 1e6},
+                    {"restoration_ms", double(w.restorationNs) / 1e6},
+                    {"action", actionName(w.action)}});
+  }
   if (!set) return {{"ok", true}, {"poll_ms", double(cfg_.pollNs) / 1e6}, {"watchdogs", prev}};
-  WatchdogConfig base;
-  for (int pi : *sel)
-    for (int prio : *prios) {
-      WatchdogConfig w = ports_[size_t(pi)].q[prio].wd;
-      if (req.contains("enabled")) w.enabled = req["enabled"].get<bool>();
-      if (req.contains("detection_ms")) w.detectionNs = int64_t(req["detection_ms"].get<double>() * 1e6);
-      if (req.contains("restoration_ms")) w.restorationNs = int64_t(req["restoration_ms"].get<double>() * 1e6);
-      if (req.contains("action")) {
-        auto a = parseAction(req["action"].get<std::string>());
-        if (!a) return err(a.error().message);
-        w.action = *a;
-      }
-      if (w.detectionNs < 1'000'000 || w.restorationNs < 1'000'000 ||
-          w.detectionNs > 60'000'000'000 || w.restorationNs > 60'000'000'000)
-        return err("detection_ms and restoration_ms must be within [1, 60000]");
-      ports_[size_t(pi)].q[prio].wd = w;
+  return replaceAll(*queues, &Queue::wd, prev, [&req](WatchdogConfig& w) -> std::string {
+    if (req.contains("enabled")) w.enabled = req["enabled"].get<bool>();
+    if (req.contains("detection_ms")) w.detectionNs = int64_t(req["detection_ms"].get<double>() * 1e6);
+    if (req.contains("restoration_ms")) w.restorationNs = int64_t(req["restoration_ms"].get<double>() * 1e6);
+    if (req.contains("action")) {
+      auto a = parseAction(req["action"].get<std::string>());
+      if (!a) return a.error().message;
+      w.action = *a;
     }
-  return {{"ok", true}, {"previous", prev}};
+    if (w.detectionNs < 1'000'000 || w.restorationNs < 1'000'000 || w.detectionNs > 60'000'000'000 ||
+        w.restorationNs > 60'000'000'000)
+      return "detection_ms and restoration_ms must be within [1, 60000]";
+    return {};
+  });
 }
 
 // Line rate and MTU per port.

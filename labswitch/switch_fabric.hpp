@@ -273,6 +273,27 @@ class Fabric {
 
   Result<std::vector<int>> selectPrios(const json& req, const char* key) const;
 
+  // The queues (port, priority) a get_/set_ command of a per-queue setting names: `port` and
+  // PRIO_KEY.
+  Result<std::vector<std::pair<int, int>>> selectQueues(const json& req, const char* prioKey) const;
+
+  // The set_ half of a per-queue setting: EDIT makes each selected queue's new FIELD from its
+  // current one and returns an error text to refuse it. Every queue's new value is made and
+  // checked before any is stored, so a request refused on its second queue has changed nothing
+  // (bad input changes nothing). Returns {ok, previous: PREV} or the first refusal.
+  template <typename T, typename Edit>
+  json replaceAll(const std::vector<std::pair<int, int>>& queues, T Queue::*field, json prev, Edit edit) {
+    std::vector<T> next;
+    for (auto [pi, prio] : queues) {
+      T v = ports_[size_t(pi)].q[prio].*field;
+      if (std::string why = edit(v); !why.empty()) return err(why);
+      next.push_back(v);
+    }
+    auto it = next.begin();
+    for (auto [pi, prio] : queues) ports_[size_t(pi)].q[prio].*field = *it++;
+    return {{"ok", true}, {"previous", std::move(prev)}};
+  }
+
   json topology() const;
 
   json counters(const json& req, int64_t now);
