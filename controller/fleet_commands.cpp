@@ -230,41 +230,56 @@ std::string faultKindsHelp() {
   return out;
 }
 
-int cmdInject(const InjectOptions& o) {
-  const faults::FaultKind* kind = faults::findKind(o.kind);
-  if (!kind) {
+namespace {
+
+// An inject's flags, checked before any agent is contacted.
+struct InjectRequest {
+  const faults::FaultKind* kind = nullptr;
+  Duration forDuration{};
+  Duration timeout{};            // each agent request's bound
+  std::optional<Duration> lead;  // empty: automatic (injectLeadTime)
+  json params;                   // normalised, not yet bound to nodes
+};
+
+// Checks the flags and the fault's parameters here too, so a typo fails before any agent is
+// contacted.
+Result<InjectRequest> parseInjectRequest(const InjectOptions& o) {
+  InjectRequest req;
+  req.kind = faults::findKind(o.kind);
+  if (!req.kind) {
     std::string names;
     for (const auto* k : faults::registry()) names += (names.empty() ? "" : ", ") + k->name;
-    return fail("unknown fault kind '" + o.kind + "' (known: " + names + ")");
+    return makeError("unknown fault kind '" + o.kind + "' (known: " + names + ")");
   }
   auto forD = durationArg(o.forDuration, "--for");
-  if (!forD) return fail(forD.error().message);
-  if (*forD > 24h) return fail("--for must be at most 24h");
+  if (!forD) return forD.error();
+  if (*forD > 24h) return makeError("--for must be at most 24h");
+  req.forDuration = *forD;
   auto timeout = durationArg(o.timeout, "--timeout");
-  if (!timeout) return fail(timeout.error().message);
-  std::optional<Duration> lead;
+  if (!timeout) return timeout.error();
+  req.timeout = *timeout;
   if (!o.lead.empty()) {
     auto l = durationArg(o.lead, "--lead");
-    if (!l) return fail(l.error().message);
-    lead = *l;
+    if (!l) return l.error();
+    req.lead = *l;
   }
   json raw = json::object();
   for (const auto& s : o.sets) {
     auto eq = s.find('=');
     if (eq == std::string::npos || eq == 0)
-      return fail("--set '" + s + "' must be key=value, e.g. --set down=2s");
+      return makeError("--set '" + s + "' must be key=value, e.g. --set down=2s");
     raw[s.substr(0, eq)] = s.substr(eq + 1);
   }
-  // Check parameters here too, so a typo fails before any agent is contacted.
-  auto normalised = faults::normaliseParams(kind->name, kind->params, raw);
-  if (!normalised) return fail(normalised.error().message);
-  auto loaded = loadAll(o.inventory);
-  if (!loaded) return fail(loaded.error().message);
-  auto& L = **loaded;
-  std::vector<const Node*> targets;
-  std::set<std::string> seen;
-  std::vector<std::string> selectors;  // "--node n2,n3" and "--node n2 --node n3" alike
-  for (const auto& arg : o.nodes) {
+  auto normalised = faults::normaliseParams(req.kind->name, req.kind->params, raw);
+  if (!normalised) return normalised.error();
+  req.params = std::move(*normalised);
+  return req;
+}
+
+// "--node n2,n3" and "--node n2 --node n3" alike: one selector per name, role or 'all'.
+std::vector<std::string> splitNodeSelectors(const std::vector<std::string>& args) {
+  std::vector<std::string> selectors;
+  for (const auto& arg : args) {
     size_t from = 0;
     while (from <= arg.size()) {
       size_t comma = arg.find(',', from);
@@ -274,169 +289,246 @@ int cmdInject(const InjectOptions& o) {
       from = comma + 1;
     }
   }
-  for (const auto& sel : selectors) {
-    auto picked = L.inventory.select(sel);
-    if (!picked) return fail(picked.error().message);
-    for (auto* n : *picked)
-      if (seen.insert(n->name).second) targets.push_back(n);
+  return selectors;
+}
+
+// The nodes an inject acts on, each with its own parameters on the wire.
+struct InjectTargets {
+  std::vector<const Node*> nodes;
+  std::map<std::string, json> params;  // node -> its normalised parameters
+};
+
+Result<InjectTargets> resolveInjectTargets(const InjectRequest& req, const std::vector<std::string>& nodeArgs,
+                                           const Inventory& inventory) {
+  std::vector<const Node*> picked;
+  std::set<std::string> seen;
+  for (const auto& sel : splitNodeSelectors(nodeArgs)) {
+    auto selected = inventory.select(sel);
+    if (!selected) return selected.error();
+    for (auto* n : *selected)
+      if (seen.insert(n->name).second) picked.push_back(n);
   }
-  if (targets.empty()) return fail("--node is required (a node name, a role, or 'all')");
+  if (picked.empty()) return makeError("--node is required (a node name, a role, or 'all')");
   // Some kinds reach beyond their targets (incast: the receiver's sink); each node gets its own
   // parameters on the wire.
   std::vector<std::string> names;
-  for (auto* n : targets) names.push_back(n->name);
-  auto bound = bindTargets(kind->name, *normalised, names, L.inventory, nullptr);
-  if (!bound) return fail("inject " + bound.error().message);
-  std::map<std::string, json> params;  // node -> its normalised parameters
-  targets.clear();
+  for (auto* n : picked) names.push_back(n->name);
+  auto bound = bindTargets(req.kind->name, req.params, names, inventory, nullptr);
+  if (!bound) return makeError("inject " + bound.error().message);
+  InjectTargets out;
   for (const auto& b : *bound) {
-    params[b.node] = b.params;
-    targets.push_back(L.inventory.find(b.node));
+    out.params[b.node] = b.params;
+    out.nodes.push_back(inventory.find(b.node));
   }
+  return out;
+}
+
+// One common instant: far enough ahead that every schedule message arrives in time.
+Duration injectLeadTime(Fleet& fleet, const std::optional<Duration>& lead) {
+  if (lead) return *lead;
+  int64_t maxRtt = 0;
+  for (auto& c : fleet.clients()) maxRtt = std::max(maxRtt, c->clock().rttNs);
+  // With more than one node, also room for a refusal to be heard and the others' parts
+  // reverted before the instant (a fault runs on every node or on none, see cmdInject).
+  return std::max<Duration>({Duration(300ms), std::chrono::nanoseconds(maxRtt * 20),
+                             fleet.clients().size() > 1 ? Duration(1s) : Duration(0s)});
+}
+
+// One inject under way, shared by its steps below: what is scheduled where and when, and what
+// the agents (and Ctrl-C) said about it.
+struct InjectRun {
+  std::string kind;                    // the fault kind's name
+  std::map<std::string, json> params;  // node -> its parameters on the wire
+  std::string controllerId;
+  Duration timeout{};                  // each schedule request's bound
+  int64_t startNs = 0, forNs = 0;
+  std::map<std::string, std::string> faultIds;  // node -> the id its part is scheduled as
+  std::map<std::string, std::string> refused;   // node -> why its agent refused
+  std::map<std::string, json> ended;            // node -> final record
+  bool interrupted = false, lost = false;
+};
+
+// Records each node's end of its part, and a lost agent, in RUN; either wakes the wait (WAKE).
+void watchInjectParts(Fleet& fleet, asio::steady_timer& wake, InjectRun& run) {
+  for (auto& c : fleet.clients()) {
+    std::string node = c->node().name;
+    c->onEvent([&run, &wake, node](const json& m) {
+      if (auto e = proto::parseFaultEnded(m)) {
+        run.ended[node] = std::move(e->record);
+        wake.cancel();
+      }
+    });
+    c->onLost([&run, &wake, node](const std::string& why) {
+      std::fprintf(stderr, "rdmachaos: lost agent %s: %s (its lease will revert the fault)\n",
+                   node.c_str(), why.c_str());
+      run.lost = true;
+      wake.cancel();
+    });
+  }
+}
+
+// Schedules every node's part at once; the refusals go to RUN.refused.
+asio::awaitable<void> scheduleInjectParts(asio::io_context& io, Fleet& fleet, InjectRun& run) {
+  // Parameters that depend on what the agents reported (incast's transport = "auto"): one
+  // decision for every node of this inject.
+  {
+    std::vector<json*> stepParams;
+    for (auto& c : fleet.clients()) stepParams.push_back(&run.params[c->node().name]);
+    settleStep(run.kind, stepParams, fleet.clients());
+  }
+  std::vector<std::function<asio::awaitable<void>()>> tasks;
+  for (auto& c : fleet.clients()) {
+    tasks.push_back([&run, c]() -> asio::awaitable<void> {
+      const std::string& ctl = run.controllerId;
+      std::string id = "inj-" + ctl.substr(ctl.size() - 16) + "-" + c->node().name.substr(0, 40);
+      run.faultIds[c->node().name] = id;
+      auto r = co_await scheduleFault(c, id, run.kind, run.params[c->node().name], run.startNs, run.forNs,
+                                      run.timeout);
+      if (!r) run.refused[c->node().name] = r.error().message;
+    });
+  }
+  co_await whenAll(io, std::move(tasks));
+}
+
+// Waits until EXPECTED parts have ended, Ctrl-C, a lost agent or DEADLINE, whichever is first.
+asio::awaitable<void> waitForInjectEnd(asio::steady_timer& wake, const InjectRun& run, size_t expected,
+                                       std::chrono::steady_clock::time_point deadline) {
+  while (run.ended.size() < expected && !run.interrupted && !run.lost &&
+         std::chrono::steady_clock::now() < deadline) {
+    wake.expires_at(deadline);
+    boost::system::error_code ec;
+    co_await wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+}
+
+// Reverts every part that has not ended and whose agent is still there; each revert's record
+// becomes that node's end.
+asio::awaitable<void> revertInjectParts(asio::io_context& io, Fleet& fleet, InjectRun& run) {
+  std::vector<std::function<asio::awaitable<void>()>> reverts;
+  for (auto& c : fleet.clients()) {
+    std::string node = c->node().name;
+    if (run.ended.count(node) || run.refused.count(node) || !c->connected()) continue;
+    reverts.push_back([&run, c, node]() -> asio::awaitable<void> {
+      json body = proto::toJson(proto::Revert{run.faultIds[node]});
+      auto r = co_await c->request("revert", std::move(body), 10s);
+      if (r && r->contains("fault"))
+        run.ended[node] = (*r)["fault"];
+      else if (!r)
+        std::fprintf(stderr, "rdmachaos: revert on %s: %s\n", node.c_str(), r.error().message.c_str());
+    });
+  }
+  co_await whenAll(io, std::move(reverts));
+}
+
+// A part that started before its revert arrived (a refusal heard late): said, with how long.
+void printPartsStartedBeforeRevert(const InjectRun& run) {
+  for (const auto& [node, rec] : run.ended)
+    if (int64_t a = rec.value("applied_ns", int64_t(0)); a > 0)
+      std::fprintf(stderr, "rdmachaos: %s: its part started before the revert arrived and ran %s\n", node.c_str(),
+                   formatDuration(Nanos(std::max<int64_t>(0, rec.value("ended_ns", a) - a))).c_str());
+}
+
+// Every scheduled part's record, on the controller's clock from the common start: as text, or
+// (AS_JSON) one JSON document. Returns whether every part ran and ended without an error.
+bool printInjectReport(Fleet& fleet, const InjectRun& run, bool asJson) {
+  json report = {{"kind", run.kind}, {"start_ns", run.startNs}, {"nodes", json::array()}};
+  bool allOk = run.refused.empty();
+  for (auto& c : fleet.clients()) {
+    std::string node = c->node().name;
+    if (run.refused.count(node)) continue;
+    const auto& clk = c->clock();
+    json rec = run.ended.count(node) ? run.ended.at(node) : json{{"state", "unknown"}};
+    std::string reason = rec.value("end_reason", std::string("unknown"));
+    if (!rec.value("error", std::string()).empty() || reason == "error" || reason == "unknown") allOk = false;
+    report["nodes"].push_back({{"node", node},
+                               {"clock_offset_ns", clk.offsetNs},
+                               {"clock_uncertainty_ns", clk.uncertaintyNs},
+                               {"fault", rec}});
+    if (asJson) continue;
+    std::printf("%s: %s  (clock offset %+.3f ms ± %.3f ms)\n", node.c_str(),
+                rec.value("describe", run.kind).c_str(), clk.offsetNs / 1e6, clk.uncertaintyNs / 1e6);
+    if (rec.value("applied_ns", int64_t(0)) > 0)
+      std::printf("  %s  applied\n", rel(rec["applied_ns"].get<int64_t>() - clk.offsetNs - run.startNs).c_str());
+    for (const auto& ev : rec.value("events", json::array())) {
+      int64_t t = ev.value("t_ns", int64_t(0)) - clk.offsetNs - run.startNs;
+      std::printf("  %s  %-10s %-8s %s\n", rel(t).c_str(), ev.value("what", std::string()).c_str(),
+                  ev.value("detail", std::string()).c_str(),
+                  ev.value("kernel_time", false) ? "(kernel time)" : "");
+    }
+    std::printf("  ended: %s%s\n", reason.c_str(),
+                rec.value("error", std::string()).empty() ? "" : (" — " + rec["error"].get<std::string>()).c_str());
+  }
+  if (asJson) std::printf("%s\n", report.dump(2).c_str());
+  return allOk;
+}
+
+}  // namespace
+
+int cmdInject(const InjectOptions& o) {
+  auto req = parseInjectRequest(o);
+  if (!req) return fail(req.error().message);
+  auto loaded = loadAll(o.inventory);
+  if (!loaded) return fail(loaded.error().message);
+  auto& L = **loaded;
+  auto targets = resolveInjectTargets(*req, o.nodes, L.inventory);
+  if (!targets) return fail(targets.error().message);
 
   return runMain([&](asio::io_context& io) -> asio::awaitable<int> {
-    std::string ctl = newControllerId();
-    Fleet fleet(io, L.tls, ctl);
+    InjectRun run;
+    run.kind = req->kind->name;
+    run.params = std::move(targets->params);
+    run.controllerId = newControllerId();
+    run.timeout = req->timeout;
+    Fleet fleet(io, L.tls, run.controllerId);
     ConnectProgressFn progress = o.json ? ConnectProgressFn() : stderrConnectProgress();  // not a temporary in co_await (GCC 12)
-    co_await fleet.connect(targets, *timeout, 8, progress);
+    co_await fleet.connect(targets->nodes, req->timeout, 8, progress);
     if (!fleet.errors().empty()) {
       printConnectErrors(fleet);
       for (auto& c : fleet.clients()) c->close();
       co_return kExitError;
     }
-    // One common instant: far enough ahead that every schedule message arrives in time.
-    int64_t maxRtt = 0;
-    for (auto& c : fleet.clients()) maxRtt = std::max(maxRtt, c->clock().rttNs);
-    // With more than one node, also room for a refusal to be heard and the others' parts
-    // reverted before the instant (a fault runs on every node or on none, below).
-    Duration leadTime = lead ? *lead
-                             : std::max<Duration>({Duration(300ms), std::chrono::nanoseconds(maxRtt * 20),
-                                                   fleet.clients().size() > 1 ? Duration(1s) : Duration(0s)});
-    int64_t startNs = wallNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(leadTime).count();
-    int64_t forNs = std::chrono::duration_cast<std::chrono::nanoseconds>(*forD).count();
+    Duration leadTime = injectLeadTime(fleet, req->lead);
+    run.startNs = wallNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(leadTime).count();
+    run.forNs = std::chrono::duration_cast<std::chrono::nanoseconds>(req->forDuration).count();
 
-    std::map<std::string, json> ended;  // node -> final record
-    std::map<std::string, std::string> faultIds;
     asio::steady_timer wake(io);
-    bool interrupted = false, lost = false;
     asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
-      interrupted = true;
+      run.interrupted = true;
       wake.cancel();
     });
-    for (auto& c : fleet.clients()) {
-      std::string node = c->node().name;
-      c->onEvent([&, node](const json& m) {
-        if (auto e = proto::parseFaultEnded(m)) {
-          ended[node] = std::move(e->record);
-          wake.cancel();
-        }
-      });
-      c->onLost([&, node](const std::string& why) {
-        std::fprintf(stderr, "rdmachaos: lost agent %s: %s (its lease will revert the fault)\n",
-                     node.c_str(), why.c_str());
-        lost = true;
-        wake.cancel();
-      });
-    }
-    // Parameters that depend on what the agents reported (incast's transport = "auto"): one
-    // decision for every node of this inject.
-    {
-      std::vector<json*> stepParams;
-      for (auto& c : fleet.clients()) stepParams.push_back(&params[c->node().name]);
-      settleStep(kind->name, stepParams, fleet.clients());
-    }
-    std::vector<std::function<asio::awaitable<void>()>> tasks;
-    std::map<std::string, std::string> refused;
-    for (auto& c : fleet.clients()) {
-      tasks.push_back([&, c]() -> asio::awaitable<void> {
-        std::string id = "inj-" + ctl.substr(ctl.size() - 16) + "-" + c->node().name.substr(0, 40);
-        faultIds[c->node().name] = id;
-        auto r = co_await scheduleFault(c, id, kind->name, params[c->node().name], startNs, forNs, *timeout);
-        if (!r) refused[c->node().name] = r.error().message;
-      });
-    }
-    co_await whenAll(io, std::move(tasks));
-    for (auto& [node, why] : refused) std::fprintf(stderr, "rdmachaos: refused: %s\n", why.c_str());
+    watchInjectParts(fleet, wake, run);
+    co_await scheduleInjectParts(io, fleet, run);
+    for (auto& [node, why] : run.refused) std::fprintf(stderr, "rdmachaos: refused: %s\n", why.c_str());
     for (auto& c : fleet.clients()) c->startHeartbeats();
-    size_t expected = fleet.clients().size() - refused.size();
+    size_t expected = fleet.clients().size() - run.refused.size();
     // A fault runs on every node it was given or on none: an incast's senders without their
     // sink (or a sink without its senders) is half a fault, and a flap train on some nodes of
     // `all` is not what was asked. The others are reverted before their instant.
-    const bool partial = !refused.empty() && expected > 0;
+    const bool partial = !run.refused.empty() && expected > 0;
     if (partial)
       std::fprintf(stderr,
                    "rdmachaos: %s refused on %zu of %zu nodes: reverting it on the other %zu before it starts "
                    "(a fault runs on every node it was given, or on none)\n",
-                   kind->name.c_str(), refused.size(), fleet.clients().size(), expected);
+                   run.kind.c_str(), run.refused.size(), fleet.clients().size(), expected);
     if (!o.json && expected > 0 && !partial)
       std::fprintf(stderr, "%s on %zu node(s), starting in %s, reverted after %s at the latest (Ctrl-C reverts now)\n",
-                   kind->name.c_str(), expected,
+                   run.kind.c_str(), expected,
                    formatDuration(std::chrono::duration_cast<Nanos>(leadTime)).c_str(),
                    o.forDuration.c_str());
-    auto deadline = std::chrono::steady_clock::now() + leadTime + *forD + 5s;
-    while (!partial && ended.size() < expected && !interrupted && !lost &&
-           std::chrono::steady_clock::now() < deadline) {
-      wake.expires_at(deadline);
-      boost::system::error_code ec;
-      co_await wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    }
-    if (interrupted || partial || ended.size() < expected) {
-      if (interrupted) std::fprintf(stderr, "\ninterrupted: reverting now\n");
-      std::vector<std::function<asio::awaitable<void>()>> reverts;
-      for (auto& c : fleet.clients()) {
-        std::string node = c->node().name;
-        if (ended.count(node) || refused.count(node) || !c->connected()) continue;
-        reverts.push_back([&, c, node]() -> asio::awaitable<void> {
-          json body = proto::toJson(proto::Revert{faultIds[node]});
-          auto r = co_await c->request("revert", std::move(body), 10s);
-          if (r && r->contains("fault"))
-            ended[node] = (*r)["fault"];
-          else if (!r)
-            std::fprintf(stderr, "rdmachaos: revert on %s: %s\n", node.c_str(), r.error().message.c_str());
-        });
-      }
-      co_await whenAll(io, std::move(reverts));
+    auto deadline = std::chrono::steady_clock::now() + leadTime + req->forDuration + 5s;
+    if (!partial) co_await waitForInjectEnd(wake, run, expected, deadline);
+    if (run.interrupted || partial || run.ended.size() < expected) {
+      if (run.interrupted) std::fprintf(stderr, "\ninterrupted: reverting now\n");
+      co_await revertInjectParts(io, fleet, run);
     }
     signals.cancel();
-    // A part that started before its revert arrived (a refusal heard late): said, with how long.
-    if (partial)
-      for (const auto& [node, rec] : ended)
-        if (int64_t a = rec.value("applied_ns", int64_t(0)); a > 0)
-          std::fprintf(stderr, "rdmachaos: %s: its part started before the revert arrived and ran %s\n", node.c_str(),
-                       formatDuration(Nanos(std::max<int64_t>(0, rec.value("ended_ns", a) - a))).c_str());
-    json report = {{"kind", kind->name}, {"start_ns", startNs}, {"nodes", json::array()}};
-    bool allOk = refused.empty();
-    for (auto& c : fleet.clients()) {
-      std::string node = c->node().name;
-      if (refused.count(node)) continue;
-      const auto& clk = c->clock();
-      json rec = ended.count(node) ? ended[node] : json{{"state", "unknown"}};
-      std::string reason = rec.value("end_reason", std::string("unknown"));
-      if (!rec.value("error", std::string()).empty() || reason == "error" || reason == "unknown") allOk = false;
-      report["nodes"].push_back({{"node", node},
-                                 {"clock_offset_ns", clk.offsetNs},
-                                 {"clock_uncertainty_ns", clk.uncertaintyNs},
-                                 {"fault", rec}});
-      if (o.json) continue;
-      std::printf("%s: %s  (clock offset %+.3f ms ± %.3f ms)\n", node.c_str(),
-                  rec.value("describe", kind->name).c_str(), clk.offsetNs / 1e6, clk.uncertaintyNs / 1e6);
-      if (rec.value("applied_ns", int64_t(0)) > 0)
-        std::printf("  %s  applied\n", rel(rec["applied_ns"].get<int64_t>() - clk.offsetNs - startNs).c_str());
-      for (const auto& ev : rec.value("events", json::array())) {
-        int64_t t = ev.value("t_ns", int64_t(0)) - clk.offsetNs - startNs;
-        std::printf("  %s  %-10s %-8s %s\n", rel(t).c_str(), ev.value("what", std::string()).c_str(),
-                    ev.value("detail", std::string()).c_str(),
-                    ev.value("kernel_time", false) ? "(kernel time)" : "");
-      }
-      std::printf("  ended: %s%s\n", reason.c_str(),
-                  rec.value("error", std::string()).empty() ? "" : (" — " + rec["error"].get<std::string>()).c_str());
-    }
-    if (o.json) std::printf("%s\n", report.dump(2).c_str());
+    if (partial) printPartsStartedBeforeRevert(run);
+    bool allOk = printInjectReport(fleet, run, o.json);
     for (auto& c : fleet.clients()) c->close();
-    if (interrupted) co_return kExitInterrupted;
-    co_return allOk && !lost ? kExitOk : kExitError;
+    if (run.interrupted) co_return kExitInterrupted;
+    co_return allOk && !run.lost ? kExitOk : kExitError;
   });
 }
 

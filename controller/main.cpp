@@ -9,29 +9,80 @@
 #include "controller/metrics_table.hpp"
 #include "rdmachaos_config.h"
 
-int main(int argc, char** argv) {
-  using namespace rc::controller;
-  ::signal(SIGPIPE, SIG_IGN);
-  // One descriptor per agent session: a controller of a 1,024-node cluster passes the usual
-  // soft limit of 1,024, so it is raised to the hard one.
+namespace rc::controller {
+namespace {
+
+// Every subcommand's options and its CLI::App, which CLI11 fills while parsing: they live in
+// main's frame from the first add_option to the dispatch.
+struct Cli {
+  bool verbose = false;
+
+  AgentsOptions agents;
+  CLI::App* agentsCmd = nullptr;
+  InjectOptions inject;
+  CLI::App* injectCmd = nullptr;
+  WorkloadOptions workload;
+  CLI::App* workloadCmd = nullptr;
+  std::string recoverInventory, recoverTimeout = "5s";
+  bool recoverAll = false;
+  CLI::App* recoverCmd = nullptr;
+
+  std::string certsDir;
+  std::vector<std::string> certsAgents;
+  bool certsOverwrite = false;
+  std::string certsInventory;
+  CLI::App* certsInitCmd = nullptr;
+  int labNodes = 3;
+  std::string labDir = "rdmachaos-lab";  // lab up, down and status
+  bool softRoce = false;
+  LabFabricOptions labFabric;
+  CLI::App* labUpCmd = nullptr;
+  CLI::App* labDownCmd = nullptr;
+  CLI::App* labStatusCmd = nullptr;
+  std::string demoDir = "/tmp/rdmachaos-demo";
+  int demoNodes = 0;
+  bool demoSoftRoce = false;
+  CLI::App* demoCmd = nullptr;
+
+  std::vector<std::string> validateFiles;
+  std::string validateInventory;
+  CLI::App* validateCmd = nullptr;
+  RunOptions run;
+  CLI::App* runCmd = nullptr;
+
+  std::string oracleCapture;
+  bool oracleJson = false;
+  CLI::App* oracleCmd = nullptr;
+  ReportOptions report;
+  CLI::App* reportCmd = nullptr;
+  CompareOptions compare;
+  CLI::App* compareCmd = nullptr;
+  std::vector<std::string> mergeInputs;
+  std::string mergeOutput;
+  CLI::App* mergeCmd = nullptr;
+};
+
+// One descriptor per agent session: a controller of a 1,024-node cluster passes the usual
+// soft limit of 1,024, so it is raised to the hard one.
+void raiseDescriptorLimit() {
   if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
     nofile.rlim_cur = nofile.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &nofile);
   }
-  CLI::App app{"rdmachaos: fault injection and chaos testing for RDMA fabrics"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", RDMACHAOS_VERSION);
-  bool verbose = false;
-  app.add_flag("-v,--verbose", verbose, "debug logging");
+}
 
-  AgentsOptions agents;
-  auto* cAgents = app.add_subcommand("agents", "reach every agent: version, RTT, clock offset, capabilities");
+// agents, inject, workload, recover: the subcommands that act on the agents of an inventory.
+void addFleetCommands(CLI::App& app, Cli& cli) {
+  AgentsOptions& agents = cli.agents;
+  auto* cAgents = cli.agentsCmd =
+      app.add_subcommand("agents", "reach every agent: version, RTT, clock offset, capabilities");
   cAgents->add_option("--inventory", agents.inventory, "inventory TOML")->required();
   cAgents->add_option("--timeout", agents.timeout, "one deadline for connecting to every agent (not one per agent)")->capture_default_str();
   cAgents->add_flag("--json", agents.json, "print JSON");
 
-  InjectOptions inject;
-  auto* cInject = app.add_subcommand("inject", "one ad-hoc fault, reverted after --for or on Ctrl-C");
+  InjectOptions& inject = cli.inject;
+  auto* cInject = cli.injectCmd =
+      app.add_subcommand("inject", "one ad-hoc fault, reverted after --for or on Ctrl-C");
   cInject->add_option("kind", inject.kind, "fault kind, e.g. link_flap")->required();
   cInject->add_option("--inventory", inject.inventory, "inventory TOML")->required();
   cInject->add_option("--node", inject.nodes, "node name, role or 'all' (repeatable, or comma-separated)")->required();
@@ -42,8 +93,9 @@ int main(int argc, char** argv) {
   cInject->add_flag("--json", inject.json, "print the result as JSON");
   cInject->footer(faultKindsHelp());
 
-  WorkloadOptions wl;
-  auto* cWorkload = app.add_subcommand("workload", "run a collective on the data plane with live telemetry");
+  WorkloadOptions& wl = cli.workload;
+  auto* cWorkload = cli.workloadCmd =
+      app.add_subcommand("workload", "run a collective on the data plane with live telemetry");
   cWorkload->add_option("--inventory", wl.inventory, "inventory TOML")->required();
   cWorkload->add_option("--kind", wl.kind, "allreduce, allgather, alltoall, incast, pairwise, perftest")->capture_default_str();
   cWorkload->add_option("--test", wl.test, "perftest: ib_write_bw (default), ib_read_bw, ib_send_bw");
@@ -66,39 +118,34 @@ int main(int argc, char** argv) {
   cWorkload->add_option("--timeout", wl.timeout, "per-agent request timeout")->capture_default_str();
   cWorkload->add_flag("--json", wl.json, "print the summary and the whole series as JSON");
 
-  std::string recoverInventory, recoverTimeout = "5s";
-  bool recoverAll = false;
-  auto* cRecover = app.add_subcommand(
+  auto* cRecover = cli.recoverCmd = app.add_subcommand(
       "recover",
       "every agent reverts the faults of this controller certificate now (--all: of "
       "every controller)");
-  cRecover->add_flag("--all", recoverAll,
+  cRecover->add_flag("--all", cli.recoverAll,
                      "revert every controller's faults, not only this certificate's");
-  cRecover->add_option("--inventory", recoverInventory, "inventory TOML")->required();
-  cRecover->add_option("--timeout", recoverTimeout, "per-agent timeout")->capture_default_str();
+  cRecover->add_option("--inventory", cli.recoverInventory, "inventory TOML")->required();
+  cRecover->add_option("--timeout", cli.recoverTimeout, "per-agent timeout")->capture_default_str();
+}
 
+// certs, lab, demo: the certificates and the embedded lab the other subcommands run against.
+void addSetupCommands(CLI::App& app, Cli& cli) {
   auto* cCerts = app.add_subcommand("certs", "certificates for the control channel");
   cCerts->require_subcommand(1);
-  std::string certsDir;
-  std::vector<std::string> certsAgents;
-  bool certsOverwrite = false;
-  auto* cCertsInit = cCerts->add_subcommand("init", "create a CA, a controller and agent certificates");
-  cCertsInit->add_option("dir", certsDir, "output directory")->required();
-  cCertsInit->add_option("--agent", certsAgents, "agent node name (repeatable)");
-  std::string certsInventory;
-  cCertsInit->add_option("--inventory", certsInventory, "issue a certificate for every node of this inventory");
-  cCertsInit->add_flag("--overwrite", certsOverwrite, "replace an existing CA");
+  auto* cCertsInit = cli.certsInitCmd =
+      cCerts->add_subcommand("init", "create a CA, a controller and agent certificates");
+  cCertsInit->add_option("dir", cli.certsDir, "output directory")->required();
+  cCertsInit->add_option("--agent", cli.certsAgents, "agent node name (repeatable)");
+  cCertsInit->add_option("--inventory", cli.certsInventory, "issue a certificate for every node of this inventory");
+  cCertsInit->add_flag("--overwrite", cli.certsOverwrite, "replace an existing CA");
 
   auto* cLab = app.add_subcommand("lab", "the embedded lab fabric (namespaces, or QEMU guests with --soft-roce)");
   cLab->require_subcommand(1);
-  int labNodes = 3;
-  std::string labDir = "rdmachaos-lab";
-  bool softRoce = false;
-  auto* cLabUp = cLab->add_subcommand("up", "create the lab and start its agents");
-  cLabUp->add_option("--nodes", labNodes, "number of hosts (1-32)")->capture_default_str();
-  cLabUp->add_option("--dir", labDir, "lab directory")->capture_default_str();
-  cLabUp->add_flag("--soft-roce", softRoce, "QEMU guests with soft-RoCE (rdma_rxe)");
-  rc::controller::LabFabricOptions labFabric;
+  auto* cLabUp = cli.labUpCmd = cLab->add_subcommand("up", "create the lab and start its agents");
+  cLabUp->add_option("--nodes", cli.labNodes, "number of hosts (1-32)")->capture_default_str();
+  cLabUp->add_option("--dir", cli.labDir, "lab directory")->capture_default_str();
+  cLabUp->add_flag("--soft-roce", cli.softRoce, "QEMU guests with soft-RoCE (rdma_rxe)");
+  LabFabricOptions& labFabric = cli.labFabric;
   cLabUp->add_option("--fabric", labFabric.fabric, "data fabric: switch (rdmachaos-labswitch) or bridge")
       ->capture_default_str();
   cLabUp->add_option("--leaves", labFabric.leaves, "leaf switches (with --spines; nodes split evenly)");
@@ -114,29 +161,29 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cLabUp->add_option("--agent-metrics", labFabric.agentMetrics,
                      "each agent serves Prometheus on its management address at this port (namespace lab)");
-  auto* cLabDown = cLab->add_subcommand("down", "remove everything the lab created");
-  cLabDown->add_option("--dir", labDir, "lab directory")->capture_default_str();
-  auto* cLabStatus = cLab->add_subcommand("status", "show the lab's hosts and agents");
-  cLabStatus->add_option("--dir", labDir, "lab directory")->capture_default_str();
+  auto* cLabDown = cli.labDownCmd = cLab->add_subcommand("down", "remove everything the lab created");
+  cLabDown->add_option("--dir", cli.labDir, "lab directory")->capture_default_str();
+  auto* cLabStatus = cli.labStatusCmd = cLab->add_subcommand("status", "show the lab's hosts and agents");
+  cLabStatus->add_option("--dir", cli.labDir, "lab directory")->capture_default_str();
 
-  std::string demoDir = "/tmp/rdmachaos-demo";
-  int demoNodes = 0;
-  bool demoSoftRoce = false;
-  auto* cDemo = app.add_subcommand("demo", "lab up, the quickstart playbook with its scored report, lab down");
-  cDemo->add_option("--dir", demoDir, "lab directory")->capture_default_str();
-  cDemo->add_option("--nodes", demoNodes, "number of hosts (default 3; 2 guests with --soft-roce)");
-  cDemo->add_flag("--soft-roce", demoSoftRoce,
+  auto* cDemo = cli.demoCmd =
+      app.add_subcommand("demo", "lab up, the quickstart playbook with its scored report, lab down");
+  cDemo->add_option("--dir", cli.demoDir, "lab directory")->capture_default_str();
+  cDemo->add_option("--nodes", cli.demoNodes, "number of hosts (default 3; 2 guests with --soft-roce)");
+  cDemo->add_flag("--soft-roce", cli.demoSoftRoce,
                   "QEMU guests with rxe0 and a verbs all-reduce (playbooks/quickstart-soft-roce.toml)");
+}
 
-  std::vector<std::string> validateFiles;
-  std::string validateInventory;
-  auto* cValidate = app.add_subcommand("validate", "check playbooks; errors as file:line:col");
-  cValidate->add_option("playbooks", validateFiles, "playbook TOML files")->required();
-  cValidate->add_option("--inventory", validateInventory, "also resolve targets against this inventory");
+// validate, run: the playbook subcommands.
+void addPlaybookCommands(CLI::App& app, Cli& cli) {
+  auto* cValidate = cli.validateCmd = app.add_subcommand("validate", "check playbooks; errors as file:line:col");
+  cValidate->add_option("playbooks", cli.validateFiles, "playbook TOML files")->required();
+  cValidate->add_option("--inventory", cli.validateInventory, "also resolve targets against this inventory");
   cValidate->footer(metricsHelp());
 
-  RunOptions run;
-  auto* cRun = app.add_subcommand("run", "run a playbook: workload, faults on a common clock, scores and reports");
+  RunOptions& run = cli.run;
+  auto* cRun = cli.runCmd =
+      app.add_subcommand("run", "run a playbook: workload, faults on a common clock, scores and reports");
   cRun->footer(metricsHelp());
   cRun->add_option("playbook", run.playbook, "playbook TOML")->required();
   cRun->add_option("--inventory", run.inventory, "inventory TOML")->required();
@@ -157,23 +204,24 @@ int main(int argc, char** argv) {
                    "poll this Prometheus (http://HOST:PORT) for the alerts the [[detect]] expectations name, and "
                    "read its scrape and evaluation intervals");
   cRun->add_option("--timeout", run.timeout, "one deadline for connecting to every agent; also each request's bound")->capture_default_str();
+}
 
-  std::string oracleCapture;
-  bool oracleJson = false;
-  auto* cOracle = app.add_subcommand(
+// oracle, report, compare, baseline: the subcommands that read what runs left behind.
+void addResultCommands(CLI::App& app, Cli& cli) {
+  auto* cOracle = cli.oracleCmd = app.add_subcommand(
       "oracle", "what a RoCE transport did about the frames a packet fault acted on, from its capture (go-back-N)");
-  cOracle->add_option("capture", oracleCapture, "CAPTURE.pcapng: a packet fault's capture (result.json names it)")
+  cOracle->add_option("capture", cli.oracleCapture, "CAPTURE.pcapng: a packet fault's capture (result.json names it)")
       ->required();
-  cOracle->add_flag("--json", oracleJson, "print the analysis as JSON");
+  cOracle->add_flag("--json", cli.oracleJson, "print the analysis as JSON");
 
-  ReportOptions report;
-  auto* cReport = app.add_subcommand("report", "re-render a result document");
+  ReportOptions& report = cli.report;
+  auto* cReport = cli.reportCmd = app.add_subcommand("report", "re-render a result document");
   cReport->add_option("result", report.result, "RESULT.json")->required();
   cReport->add_option("--html", report.html, "write an HTML report here");
   cReport->add_option("--junit", report.junit, "write JUnit XML here");
 
-  CompareOptions cmp;
-  auto* cCompare = app.add_subcommand(
+  CompareOptions& cmp = cli.compare;
+  auto* cCompare = cli.compareCmd = app.add_subcommand(
       "compare", "compare a run with a baseline (a result or a golden baseline), metric by metric, beyond noise");
   cCompare->add_option("baseline", cmp.baseline, "BASELINE.json: a run's result.json or a golden baseline")->required();
   cCompare->add_option("result", cmp.result, "RESULT.json: the run to judge")->required();
@@ -184,31 +232,54 @@ int main(int argc, char** argv) {
   cCompare->add_option("--junit", cmp.junit, "write JUnit XML here");
   cCompare->add_option("--html", cmp.html, "write a page with both runs' series overlaid here");
 
-  std::vector<std::string> mergeInputs;
-  std::string mergeOutput;
   auto* cBaseline = app.add_subcommand("baseline", "golden baselines for compare");
   cBaseline->require_subcommand(1);
-  auto* cMerge = cBaseline->add_subcommand("merge", "a golden baseline from several results of one playbook");
-  cMerge->add_option("results", mergeInputs, "result.json files of runs of one playbook")->required();
-  cMerge->add_option("-o,--output", mergeOutput, "GOLDEN.json to write")->required();
+  auto* cMerge = cli.mergeCmd =
+      cBaseline->add_subcommand("merge", "a golden baseline from several results of one playbook");
+  cMerge->add_option("results", cli.mergeInputs, "result.json files of runs of one playbook")->required();
+  cMerge->add_option("-o,--output", cli.mergeOutput, "GOLDEN.json to write")->required();
+}
+
+// Runs the one subcommand the command line named.
+int dispatch(const Cli& cli) {
+  if (*cli.agentsCmd) return cmdAgents(cli.agents);
+  if (*cli.injectCmd) return cmdInject(cli.inject);
+  if (*cli.workloadCmd) return cmdWorkload(cli.workload);
+  if (*cli.recoverCmd) return cmdRecover(cli.recoverInventory, cli.recoverTimeout, cli.recoverAll);
+  if (*cli.certsInitCmd) return cmdCertsInit(cli.certsDir, cli.certsAgents, cli.certsOverwrite, cli.certsInventory);
+  if (*cli.labUpCmd) return cmdLabUp(cli.labNodes, cli.labDir, cli.softRoce, cli.labFabric);
+  if (*cli.labDownCmd) return cmdLabDown(cli.labDir);
+  if (*cli.labStatusCmd) return cmdLabStatus(cli.labDir);
+  if (*cli.demoCmd)
+    return cmdDemo(cli.demoDir, cli.demoNodes > 0 ? cli.demoNodes : (cli.demoSoftRoce ? 2 : 3), cli.demoSoftRoce);
+  if (*cli.validateCmd) return cmdValidate(cli.validateFiles, cli.validateInventory);
+  if (*cli.runCmd) return cmdRun(cli.run);
+  if (*cli.reportCmd) return cmdReport(cli.report);
+  if (*cli.oracleCmd) return cmdOracle(cli.oracleCapture, cli.oracleJson);
+  if (*cli.compareCmd) return cmdCompare(cli.compare);
+  if (*cli.mergeCmd) return cmdBaselineMerge(cli.mergeInputs, cli.mergeOutput);
+  return kExitError;
+}
+
+}  // namespace
+}  // namespace rc::controller
+
+int main(int argc, char** argv) {
+  using namespace rc::controller;
+  ::signal(SIGPIPE, SIG_IGN);
+  raiseDescriptorLimit();
+  CLI::App app{"rdmachaos: fault injection and chaos testing for RDMA fabrics"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", RDMACHAOS_VERSION);
+  Cli cli;  // outlives the parse and the dispatch: CLI11 writes into it
+  app.add_flag("-v,--verbose", cli.verbose, "debug logging");
+  // In this order: the order of `rdmachaos --help`.
+  addFleetCommands(app, cli);
+  addSetupCommands(app, cli);
+  addPlaybookCommands(app, cli);
+  addResultCommands(app, cli);
 
   CLI11_PARSE(app, argc, argv);
-  if (verbose) rc::log::setLevel(rc::log::Level::debug);
-
-  if (*cAgents) return cmdAgents(agents);
-  if (*cInject) return cmdInject(inject);
-  if (*cWorkload) return cmdWorkload(wl);
-  if (*cRecover) return cmdRecover(recoverInventory, recoverTimeout, recoverAll);
-  if (*cCertsInit) return cmdCertsInit(certsDir, certsAgents, certsOverwrite, certsInventory);
-  if (*cLabUp) return cmdLabUp(labNodes, labDir, softRoce, labFabric);
-  if (*cLabDown) return cmdLabDown(labDir);
-  if (*cLabStatus) return cmdLabStatus(labDir);
-  if (*cDemo) return cmdDemo(demoDir, demoNodes > 0 ? demoNodes : (demoSoftRoce ? 2 : 3), demoSoftRoce);
-  if (*cValidate) return cmdValidate(validateFiles, validateInventory);
-  if (*cRun) return cmdRun(run);
-  if (*cReport) return cmdReport(report);
-  if (*cOracle) return cmdOracle(oracleCapture, oracleJson);
-  if (*cCompare) return cmdCompare(cmp);
-  if (*cMerge) return cmdBaselineMerge(mergeInputs, mergeOutput);
-  return kExitError;
+  if (cli.verbose) rc::log::setLevel(rc::log::Level::debug);
+  return dispatch(cli);
 }
