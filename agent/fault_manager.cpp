@@ -1,4 +1,5 @@
-// Fault lifecycle on the agent: schedule -> journal -> apply -> revert -> unjournal.
+// Fault lifecycle on the agent: schedule -> journal -> apply -> revert -> unjournal. The replay
+// of what an earlier run left journaled is in fault_manager_replay.cpp.
 #include "agent/fault_manager.hpp"
 
 #include <algorithm>
@@ -56,6 +57,27 @@ std::string firstShared(const std::vector<std::string>& a, const std::vector<std
     if (std::find(b.begin(), b.end(), x) != b.end()) return x;
   return {};
 }
+
+// The kind a schedule names, or an error that lists the kinds this agent runs.
+Result<const faults::FaultKind*> scheduledKind(const std::string& name) {
+  const faults::FaultKind* kind = faults::findKind(name);
+  if (kind) return kind;
+  std::string names;
+  for (const auto* k : faults::registry()) names += (names.empty() ? "" : ", ") + k->name;
+  return makeError("unknown fault kind '" + name + "' (this agent runs: " + names + ")");
+}
+
+// Why a fault due at START (agent wall clock) is refused as late now, if it is. Also asked
+// after the journal's fsync: a fault whose journaling took longer than its controller waits for
+// the reply (a stalling disk) is refused then, not applied late for a controller that has
+// already reported it failed.
+std::optional<Error> lateStartRefusal(int64_t start) {
+  const int64_t t = wallNs();
+  if (start >= t - kMaxLateNs) return std::nullopt;
+  return makeError("start time is " + formatDuration(Nanos(t - start)) +
+                   " in the past on this agent: the controller's clock offset is stale, the "
+                   "message was delayed or journaling it was slow; schedule again");
+}
 }  // namespace
 
 struct FaultManager::Entry {
@@ -94,6 +116,77 @@ struct FaultManager::Entry {
   std::vector<Done> waiters;
   std::jthread thread;
 
+  Entry(std::string faultId, std::string ownerName, const faults::FaultKind* faultKind,
+        std::unique_ptr<faults::Fault> made, int64_t start, int64_t lifetime)
+      : id(std::move(faultId)),
+        owner(std::move(ownerName)),
+        kind(faultKind),
+        fault(std::move(made)),
+        targets(fault->targets()),
+        description(fault->describe()),
+        startNs(start),
+        lifetimeMs(lifetime),
+        startSteady(steadyAt(start)),
+        deadline(startSteady + std::chrono::milliseconds(lifetime)) {
+    // Journaled at schedule time, so a refusal to journal refuses the fault; the snapshot is
+    // added at the instant the fault is applied (a record without one was never applied:
+    // nothing to revert).
+    journalRecord = {{"kind", kind->name},  {"owner", owner},      {"params", fault->params()},
+                     {"targets", targets}, {"start_ns", startNs}, {"lifetime_ms", lifetimeMs}};
+  }
+
+  // Why this fault may not take its targets while L, a journaled fault of an earlier run whose
+  // revert is being retried, holds one of them; none when they share no target.
+  std::optional<Error> refusalByLeftover(const Leftover& l) const {
+    if (!shareTarget(targets, l.entry.targets)) return std::nullopt;
+    return makeError(
+        kind->name + " '" + id + "' refused: " + firstShared(targets, l.entry.targets) +
+            " is held by journaled fault '" + l.entry.id + "' (" + l.entry.kind->name +
+            ") of an earlier run, whose revert failed and is being retried ("
+            "attempt " +
+            std::to_string(l.attempts) + ": " + l.entry.error + "); see 'rdmachaos agents'",
+        EBUSY);
+  }
+
+  // Why this fault may not take its targets while F, another unfinished fault, holds one of
+  // them in its window (as of NOW_NS); none when they share no target or their windows do
+  // not overlap. One owner per target: a fault holds its targets from its start until its
+  // deadline, or until its revert is done if that is later. Faults whose windows do not overlap
+  // (trials of a playbook scheduled ahead) share a target one after the other. Compared in
+  // agent wall-clock nanoseconds: exact, so back-to-back windows never overlap.
+  std::optional<Error> refusalByHolder(const Entry& f, int64_t nowNs) const {
+    if (!shareTarget(targets, f.targets)) return std::nullopt;
+    const int64_t endNs = startNs + lifetimeMs * 1'000'000;
+    int64_t fEndNs = f.startNs + f.lifetimeMs * 1'000'000;
+    int64_t heldUntilNs = f.startNs <= nowNs ? std::max(fEndNs, nowNs) : fEndNs;
+    if (!(startNs < heldUntilNs && f.startNs < endNs)) return std::nullopt;
+    // A holder scheduled ahead holds from its start: say so, or "until" reads as "now".
+    std::string from = f.startNs > nowNs ? " from " + utcTime(f.startNs) : std::string();
+    if (!f.revertError.empty())
+      return makeError(
+          kind->name + " '" + id + "' refused: " + firstShared(targets, f.targets) +
+              " is held by fault '" + f.id + "' (" + f.kind->name + ", controller '" + f.owner +
+              "'), whose revert failed and is being retried (attempt " +
+              std::to_string(f.revertAttempts) + ": " + f.revertError + "); see 'rdmachaos agents'",
+          EBUSY);
+    return makeError(
+        kind->name + " '" + id + "' refused: " + firstShared(targets, f.targets) +
+            " is held by fault '" + f.id + "' (" + f.kind->name + ", controller '" + f.owner +
+            "')" + from + " until " + utcTime(fEndNs) + ", " +
+            formatDuration(Nanos(std::max<int64_t>(0, fEndNs - nowNs))) +
+            " from now; schedule it after that or revert '" + f.id + "' first",
+        EBUSY);
+  }
+
+  // The refusal of a fault stopped (reverted by id, revert_all, recover --all, a lease or its
+  // lifetime) while its schedule wrote its journal entry.
+  Error endedWhileJournaled() const {
+    return makeError(kind->name + " '" + id + "' was " +
+                     (endReason == "reverted" ? std::string("reverted")
+                                              : "ended (" + endReason + ")") +
+                     " while it was being journaled; not applied");
+  }
+
   // Called with the manager's lock held. Before it is committed (no thread yet) a stop is its
   // end reason, which schedule() reads after the journal write.
   bool stopping() const { return thread.get_stop_token().stop_requested() || (!committed && !endReason.empty()); }
@@ -117,187 +210,22 @@ FaultManager::FaultManager(faults::Policy policy, Journal journal,
 
 FaultManager::~FaultManager() { shutdown(); }
 
-FaultManager::Replay FaultManager::replayJournal(Journal& journal, const faults::Policy& policy) {
-  Replay out;
-  auto entries = journal.list();
-  if (!entries) {
-    out.lines.push_back("cannot read the journal: " + entries.error().message);
-    return out;
-  }
-  // An entry the agent cannot interpret is moved aside, so it cannot stop every later start
-  // (a crash loop would leave every other journaled fault applied).
-  auto quarantine = [&](const JournalEntry& entry, const std::string& why) {
-    auto moved = journal.quarantine(entry.faultId);
-    out.quarantined.push_back(entry.faultId);
-    out.lines.push_back("journal entry '" + entry.faultId + "' " + why +
-                        (moved ? "; moved to " + *moved + " for an operator"
-                               : "; could not move it aside: " + moved.error().message));
-  };
-  for (const auto& entry : *entries) {
-    try {
-      const json& rec = entry.record;
-      const faults::FaultKind* kind = nullptr;
-      if (rec.is_object() && rec.contains("kind") && rec["kind"].is_string())
-        kind = faults::findKind(rec["kind"].get<std::string>());
-      if (!kind) {
-        quarantine(entry, "is unreadable or of an unknown kind");
-        continue;
-      }
-      if (!rec.contains("snapshot")) {
-        // Journaled when scheduled, never applied: nothing changed, nothing to revert.
-        if (auto rm = journal.remove(entry.faultId); !rm)
-          out.lines.push_back("'" + entry.faultId + "' was never applied but " +
-                              rm.error().message);
-        else
-          out.lines.push_back("removed journaled fault '" + entry.faultId + "' (" + kind->name +
-                              "), which was never applied");
-        continue;
-      }
-      auto params = rec.value("params", json::object());
-      Result<void> r;
-      // A revert that throws (other than on a malformed field) is a revert that failed: the
-      // entry stays and is retried, not quarantined (that would forget an applied fault).
-      try {
-        FdReserve::Use reserve(fdReserve());  // the descriptors the revert may need
-        r = kind->revertRecord(params, rec["snapshot"], policy);
-      } catch (const json::exception&) {
-        throw;  // a field of the wrong type: the entry is malformed, quarantined below
-      } catch (const std::exception& ex) {
-        r = makeError(std::string("exception: ") + ex.what());
-      }
-      if (!r) {
-        out.lines.push_back("could not revert journaled fault '" + entry.faultId + "' (" +
-                            kind->name + "): " + r.error().message +
-                            "; retrying while the agent runs");
-        out.unrevertable.push_back(entry.faultId);
-        Replay::Pending p{entry.faultId, r.error().message, kind, params, rec["snapshot"], {}};
-        if (rec.contains("targets") && rec["targets"].is_array())
-          for (const auto& t : rec["targets"])
-            if (t.is_string()) p.targets.push_back(t.get<std::string>());
-        out.pending.push_back(std::move(p));
-        continue;
-      }
-      if (auto rm = journal.remove(entry.faultId); !rm)
-        out.lines.push_back("reverted '" + entry.faultId + "' but " + rm.error().message);
-      else
-        out.lines.push_back("reverted journaled fault '" + entry.faultId + "' (" + kind->name +
-                            ")");
-    } catch (const std::exception& ex) {
-      quarantine(entry, std::string("is malformed (") + ex.what() + ")");
-    }
-  }
-  return out;
-}
-
-std::vector<std::string> FaultManager::recoverJournal() {
-  Replay r = replayJournal(journal_, policy_);
-  adoptReplay(r);
-  return r.lines;
-}
-
-void FaultManager::adoptReplay(const Replay& replay) {
-  std::lock_guard lock(m_);
-  for (const auto& id : replay.quarantined) quarantined_.push_back(id);
-  for (const auto& p : replay.pending) {
-    Leftover l{p, 1, wallNs(), retry_.first, Clock::now() + retry_.first};
-    leftovers_.push_back(std::move(l));
-  }
-  if (!leftovers_.empty() && !leftoverThread_.joinable() && !shuttingDown_)
-    leftoverThread_ = std::jthread([this](std::stop_token st) { retryLeftovers(st); });
-}
-
-// Retries what the replay could not revert, with the same backoff as a live fault's revert.
-void FaultManager::retryLeftovers(std::stop_token stop) {
-  std::unique_lock lock(m_);
-  while (!stop.stop_requested() && !leftovers_.empty()) {
-    auto next = Clock::time_point::max();
-    for (const auto& l : leftovers_) next = std::min(next, l.next);
-    cv_.wait_until(lock, stop, next, [] { return false; });
-    if (stop.stop_requested()) break;
-    for (size_t i = 0; i < leftovers_.size();) {
-      if (leftovers_[i].next > Clock::now()) {
-        ++i;
-        continue;
-      }
-      Replay::Pending p = leftovers_[i].entry;
-      lock.unlock();
-      Result<void> r;
-      try {
-        FdReserve::Use reserve(fdReserve());
-        r = p.kind->revertRecord(p.params, p.snapshot, policy_);
-      } catch (const std::exception& ex) {
-        r = makeError(std::string("exception: ") + ex.what());
-      }
-      if (r) {
-        if (auto rm = journal_.remove(p.id); !rm)
-          log::error("journaled fault '{}' reverted but its entry remains: {}", p.id,
-                     rm.error().message);
-      }
-      lock.lock();
-      // The list only changes on this thread and in adoptReplay (appends), so I is still it.
-      auto& l = leftovers_[i];
-      l.attempts++;
-      if (r) {
-        log::info("journaled fault '{}' ({}) reverted at attempt {}", p.id, p.kind->name,
-                  l.attempts);
-        leftovers_.erase(leftovers_.begin() + ptrdiff_t(i));
-        generation_++;
-        continue;
-      }
-      l.entry.error = r.error().message;
-      log::error("journaled fault '{}' ({}): revert attempt {} failed, retrying in {} ms: {}", p.id,
-                 p.kind->name, l.attempts, l.delay.count(), l.entry.error);
-      l.next = Clock::now() + l.delay;
-      l.delay = std::min(retry_.max, l.delay * 2);
-      ++i;
-    }
-  }
-}
-
 Result<json> FaultManager::schedule(const std::string& owner, const proto::Schedule& req,
                                     Done onEnd) {
-  const faults::FaultKind* kind = faults::findKind(req.kind);
-  if (!kind) {
-    std::string names;
-    for (const auto* k : faults::registry()) names += (names.empty() ? "" : ", ") + k->name;
-    return makeError("unknown fault kind '" + req.kind + "' (this agent runs: " + names + ")");
-  }
-  auto params = faults::normaliseParams(kind->name, kind->params, req.params);
+  auto kind = scheduledKind(req.kind);
+  if (!kind) return kind.error();
+  auto params = faults::normaliseParams((*kind)->name, (*kind)->params, req.params);
   if (!params) return params.error();
-  auto fault = kind->create(*params, policy_);
+  auto fault = (*kind)->create(*params, policy_);
   if (!fault) return fault.error();
 
   int64_t now = wallNs();
   int64_t start = req.startNs == 0 ? now : req.startNs + req.clockOffsetNs;
-  // Also asked after the journal's fsync: a fault whose journaling took longer than its
-  // controller waits for the reply (a stalling disk) is refused then, not applied late for a
-  // controller that has already reported it failed.
-  auto late = [&]() -> std::optional<Error> {
-    const int64_t t = wallNs();
-    if (start >= t - kMaxLateNs) return std::nullopt;
-    return makeError("start time is " + formatDuration(Nanos(t - start)) +
-                     " in the past on this agent: the controller's clock offset is stale, the "
-                     "message was delayed or journaling it was slow; schedule again");
-  };
-  if (auto no = late()) return *no;
+  // Also asked after the journal's fsync (refusal below).
+  if (auto no = lateStartRefusal(start)) return *no;
   if (start > now + kMaxAheadNs) return makeError("start time is more than a day ahead");
   auto lifetime = std::min<int64_t>(req.lifetimeMs, maxLifetime_.count());
-
-  auto e = std::make_shared<Entry>();
-  e->id = req.faultId;
-  e->owner = owner;
-  e->kind = kind;
-  e->fault = std::move(*fault);
-  e->targets = e->fault->targets();
-  e->description = e->fault->describe();
-  e->startNs = start;
-  e->lifetimeMs = lifetime;
-  e->startSteady = steadyAt(start);
-  e->deadline = e->startSteady + std::chrono::milliseconds(lifetime);
-  // Journaled now, so a refusal to journal refuses the fault; the snapshot is added at the
-  // instant the fault is applied (a record without one was never applied: nothing to revert).
-  e->journalRecord = {{"kind", kind->name},    {"owner", owner},    {"params", e->fault->params()},
-                      {"targets", e->targets}, {"start_ns", start}, {"lifetime_ms", lifetime}};
+  auto e = std::make_shared<Entry>(req.faultId, owner, *kind, std::move(*fault), start, lifetime);
 
   // Whether E may take its targets now; the caller holds m_. Asked twice: before the journal is
   // written, and again before the fault is committed, because the journal's fsync runs without
@@ -305,7 +233,7 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
   // request that take it), so two schedules racing for one target cannot both take it.
   auto refusal = [&]() -> std::optional<Error> {
     if (shuttingDown_) return makeError("agent is shutting down");
-    if (auto no = late()) return no;
+    if (auto no = lateStartRefusal(start)) return no;
     auto it = faults_.find(e->id);
     if (it != faults_.end() && it->second != e && !it->second->finished)
       return makeError("fault '" + e->id + "' is already active on this node");
@@ -314,44 +242,12 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     if (active >= kMaxActive)
       return makeError("this agent already runs " + std::to_string(active) +
                        " faults (the limit); revert some first");
-    // One owner per target: a fault holds its targets from its start until its deadline, or
-    // until its revert is done if that is later. Faults whose windows do not overlap (trials
-    // of a playbook scheduled ahead) share a target one after the other.
-    // Compared in agent wall-clock nanoseconds: exact, so back-to-back windows never overlap.
-    const int64_t nowNs = wallNs(), endNs = start + lifetime * 1'000'000;
+    const int64_t nowNs = wallNs();
     for (const auto& l : leftovers_)
-      if (shareTarget(e->targets, l.entry.targets))
-        return makeError(
-            kind->name + " '" + e->id + "' refused: " + firstShared(e->targets, l.entry.targets) +
-                " is held by journaled fault '" + l.entry.id + "' (" + l.entry.kind->name +
-                ") of an earlier run, whose revert failed and is being retried ("
-                "attempt " +
-                std::to_string(l.attempts) + ": " + l.entry.error + "); see 'rdmachaos agents'",
-            EBUSY);
-    for (auto& [id, f] : faults_) {
-      if (f == e || f->finished || !shareTarget(e->targets, f->targets)) continue;
-      int64_t fEndNs = f->startNs + f->lifetimeMs * 1'000'000;
-      int64_t heldUntilNs = f->startNs <= nowNs ? std::max(fEndNs, nowNs) : fEndNs;
-      if (start < heldUntilNs && f->startNs < endNs) {
-        // A holder scheduled ahead holds from its start: say so, or "until" reads as "now".
-        std::string from = f->startNs > nowNs ? " from " + utcTime(f->startNs) : std::string();
-        if (!f->revertError.empty())
-          return makeError(
-              kind->name + " '" + e->id + "' refused: " + firstShared(e->targets, f->targets) +
-                  " is held by fault '" + f->id + "' (" + f->kind->name + ", controller '" +
-                  f->owner + "'), whose revert failed and is being retried (attempt " +
-                  std::to_string(f->revertAttempts) + ": " + f->revertError +
-                  "); see 'rdmachaos agents'",
-              EBUSY);
-        return makeError(
-            kind->name + " '" + e->id + "' refused: " + firstShared(e->targets, f->targets) +
-                " is held by fault '" + f->id + "' (" + f->kind->name + ", controller '" +
-                f->owner + "')" + from + " until " + utcTime(fEndNs) + ", " +
-                formatDuration(Nanos(std::max<int64_t>(0, fEndNs - nowNs))) +
-                " from now; schedule it after that or revert '" + f->id + "' first",
-            EBUSY);
-      }
-    }
+      if (auto no = e->refusalByLeftover(l)) return no;
+    for (auto& [id, f] : faults_)
+      if (f != e && !f->finished)
+        if (auto no = e->refusalByHolder(*f, nowNs)) return no;
     return std::nullopt;
   };
   std::vector<std::shared_ptr<Entry>> pruned;
@@ -405,10 +301,7 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
     // reverted (by id, revert_all, recover --all, a lease or its lifetime) while its entry was
     // being written: never applied either way, and a button's answer includes it.
     std::optional<Error> no = refusal();
-    if (!no && !e->endReason.empty())
-      no = makeError(kind->name + " '" + e->id + "' was " +
-                     (e->endReason == "reverted" ? std::string("reverted") : "ended (" + e->endReason + ")") +
-                     " while it was being journaled; not applied");
+    if (!no && !e->endReason.empty()) no = e->endedWhileJournaled();
     if (no) {
       lock.unlock();
       // Written by this call (add never replaces an entry), so it is this fault's to remove.
@@ -435,7 +328,7 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
   }
   joinPruned();
   cv_.notify_all();
-  log::info("scheduled {} '{}' for {}: {}", kind->name, e->id, owner, e->description);
+  log::info("scheduled {} '{}' for {}: {}", e->kind->name, e->id, owner, e->description);
   return out;
 }
 

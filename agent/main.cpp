@@ -118,17 +118,25 @@ int replayOnlyEnd(rc::Journal& journal, const rc::faults::Policy& policy, Replay
   return 1;
 }
 
-}  // namespace
+// What the command line asks for.
+struct AgentOptions {
+  std::string configPath;
+  std::string stateDir;  // --state-dir; empty: the config's, or the default place
+  bool replayOnly = false;
+  std::chrono::milliseconds retryFor{};  // with --replay-only
+};
 
-int main(int argc, char** argv) {
+// Reads the command line into OPTIONS (and the log level). Returns the exit code when the agent
+// ends here (--help, --version, an option refused), none when it goes on.
+std::optional<int> parseAgentOptions(int argc, char** argv, AgentOptions& options) {
   CLI::App app{"rdmachaos-agent: injects faults on this node for the rdmachaos controller"};
-  std::string configPath, stateDirOption, retryForText = "10s";
-  bool verbose = false, replayOnly = false;
-  app.add_option("--config", configPath, "agent configuration (TOML)");
-  app.add_option("--state-dir", stateDirOption,
+  std::string retryForText = "10s";
+  bool verbose = false;
+  app.add_option("--config", options.configPath, "agent configuration (TOML)");
+  app.add_option("--state-dir", options.stateDir,
                  "the journal's directory, instead of the config's state_dir (without either: " +
                      std::string(rc::agent::kDefaultStateDir) + ")");
-  app.add_flag("--replay-only", replayOnly,
+  app.add_flag("--replay-only", options.replayOnly,
                "revert every fault the journal holds and exit: 0 if none is left applied, 1 if "
                "one is (named on stderr), 3 if a running agent holds the journal");
   app.add_option("--retry-for", retryForText, "with --replay-only: how long failed reverts are retried")
@@ -136,7 +144,7 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "debug logging");
   app.set_version_flag("--version", RDMACHAOS_VERSION);
   CLI11_PARSE(app, argc, argv);
-  if (configPath.empty() && !(replayOnly && !stateDirOption.empty())) {
+  if (options.configPath.empty() && !(options.replayOnly && !options.stateDir.empty())) {
     std::fprintf(stderr, "rdmachaos-agent: --config is required (or --replay-only --state-dir DIR)\n");
     return 2;
   }
@@ -146,7 +154,13 @@ int main(int argc, char** argv) {
                  retryForText.c_str());
     return 2;
   }
+  options.retryFor = std::chrono::duration_cast<std::chrono::milliseconds>(*retryFor);
   if (verbose) rc::log::setLevel(rc::log::Level::debug);
+  return std::nullopt;
+}
+
+// The process's settings, before anything else runs.
+void prepareAgentProcess() {
   ::signal(SIGPIPE, SIG_IGN);
   // Sessions, incast flows and workload connections all take descriptors; the soft limit
   // (1024 by default) is raised to the hard one, so that a busy node does not run out while
@@ -158,102 +172,111 @@ int main(int argc, char** argv) {
   // And some kept back for reverts (a netlink socket, a control socket, a command's pipes):
   // released while a revert runs; new connections are refused while they cannot be refilled.
   rc::fdReserve().setWanted(16);
+}
 
-  // Safety first: whatever a previous run left applied is reverted before anything that can
-  // fail for unrelated reasons (a config error, interface policy, TLS material, a port) and
-  // before any connection. Only the journal's place and the policy's reverts are needed: from
-  // the config, or (when it is refused) from what of it can be read, or --state-dir, or the
-  // default place. A start that then fails keeps retrying what the replay left (holdLeftovers).
+// What the journal's replay needs (its place and the policy's reverts), and the configuration
+// unless it is refused.
+struct AgentStartup {
   std::optional<rc::agent::Config> config;
   std::optional<rc::Error> configError;
-  std::string stateDir = stateDirOption;
+  std::string stateDir;
   rc::faults::Policy replayPolicy;
-  if (!configPath.empty()) {
-    if (auto c = rc::agent::loadConfig(configPath)) {
-      config = std::move(*c);
-      rc::log::setComponent("agent " + config->node);
-      if (stateDir.empty()) stateDir = config->stateDir;
-      replayPolicy = rc::agent::configuredPolicy(*config);
-    } else {
-      configError = c.error();
-      rc::log::error("{}", c.error().message);
-      if (auto s = rc::agent::loadReplaySettings(configPath)) {
-        if (!s->node.empty()) rc::log::setComponent("agent " + s->node);
-        if (stateDir.empty()) stateDir = s->stateDir;
-        replayPolicy = s->policy;
-        for (const auto& note : s->notes) rc::log::warn("replay settings: {}", note);
-      } else if (stateDir.empty()) {
-        stateDir = rc::agent::kDefaultStateDir;
-        rc::log::warn("{}: replaying the journal of the default place", s.error().message);
-      }
-      if (!replayOnly)
-        rc::log::warn("the configuration is refused, but the journal in '{}' is replayed first", stateDir);
-    }
-  }
-  auto journal = rc::Journal::open(stateDir);
-  if (!journal) {
-    rc::log::error("{}", journal.error().message);
-    return 2;
-  }
-  // With capabilities but not root, the config and the journal are the agent's orders: they
-  // must be files only root (or the agent's own user) can change, checked before the replay
-  // acts on an entry (a forged one "reverts" a link down).
-  {
-    std::vector<rc::agent::TrustedPath> paths;
-    if (!configPath.empty()) {
-      paths.push_back(rc::agent::statPath("config", configPath));
-      auto dir = std::filesystem::path(configPath).parent_path();
-      paths.push_back(rc::agent::statPath("config directory", dir.empty() ? "." : dir.string()));
-    }
-    paths.push_back(rc::agent::statPath("state directory", stateDir));
-    paths.push_back(rc::agent::statPath("journal directory", journal->dir()));
-    if (config) paths.push_back(rc::agent::statPath("TLS CA", config->tls.caFile));
-    if (auto trusted = rc::agent::checkTrustedPaths(rc::agent::currentPrivileges(), paths); !trusted) {
-      rc::log::error("{}", trusted.error().message);
-      return 2;
-    }
-  }
-  if (auto l = journal->lock(); !l) {
-    rc::log::error("{}", l.error().message);
-    return l.error().code == EWOULDBLOCK ? 3 : 2;
-  }
-  if (journal->readOnly())
-    rc::log::error("the journal '{}' is read-only: its faults are reverted, but their entries stay "
-                   "and no new fault is accepted until it is writable",
-                   journal->dir());
-  auto replay = rc::agent::FaultManager::replayJournal(*journal, replayPolicy);
-  for (const auto& line : replay.lines) rc::log::warn("{}", line);
-  if (replayOnly)
-    return replayOnlyEnd(*journal, replayPolicy, std::move(replay),
-                         std::chrono::duration_cast<std::chrono::milliseconds>(*retryFor));
-  if (configError) return holdLeftovers(replay, std::move(*journal), replayPolicy, 2);
+};
 
-  auto policy = rc::agent::makePolicy(*config);
-  if (!policy) {
-    rc::log::error("{}", policy.error().message);
-    return holdLeftovers(replay, std::move(*journal), replayPolicy, 2);
+// Only the journal's place and the policy's reverts are needed for the replay: from the config,
+// or (when it is refused) from what of it can be read, or --state-dir, or the default place.
+AgentStartup loadAgentStartup(const AgentOptions& options) {
+  AgentStartup out;
+  out.stateDir = options.stateDir;
+  if (options.configPath.empty()) return out;
+  auto c = rc::agent::loadConfig(options.configPath);
+  if (c) {
+    out.config = std::move(*c);
+    rc::log::setComponent("agent " + out.config->node);
+    if (out.stateDir.empty()) out.stateDir = out.config->stateDir;
+    out.replayPolicy = rc::agent::configuredPolicy(*out.config);
+    return out;
   }
-  auto tls = rc::tls::makeServerContext(config->tls);
-  if (!tls) {
-    rc::log::error("{}", tls.error().message);
-    return holdLeftovers(replay, std::move(*journal), *policy, 2);
+  out.configError = c.error();
+  rc::log::error("{}", c.error().message);
+  if (auto s = rc::agent::loadReplaySettings(options.configPath)) {
+    if (!s->node.empty()) rc::log::setComponent("agent " + s->node);
+    if (out.stateDir.empty()) out.stateDir = s->stateDir;
+    out.replayPolicy = s->policy;
+    for (const auto& note : s->notes) rc::log::warn("replay settings: {}", note);
+  } else if (out.stateDir.empty()) {
+    out.stateDir = rc::agent::kDefaultStateDir;
+    rc::log::warn("{}: replaying the journal of the default place", s.error().message);
   }
+  if (!options.replayOnly)
+    rc::log::warn("the configuration is refused, but the journal in '{}' is replayed first", out.stateDir);
+  return out;
+}
 
-  rc::agent::FaultManager manager(*policy, std::move(*journal), config->maxFaultLifetime,
-                                  config->leaseTimeout);
+// With capabilities but not root, the config and the journal are the agent's orders: they
+// must be files only root (or the agent's own user) can change, checked before the replay
+// acts on an entry (a forged one "reverts" a link down). Logs why not.
+bool agentFilesTrusted(const AgentOptions& options, const AgentStartup& startup,
+                       const rc::Journal& journal) {
+  std::vector<rc::agent::TrustedPath> paths;
+  if (!options.configPath.empty()) {
+    paths.push_back(rc::agent::statPath("config", options.configPath));
+    auto dir = std::filesystem::path(options.configPath).parent_path();
+    paths.push_back(rc::agent::statPath("config directory", dir.empty() ? "." : dir.string()));
+  }
+  paths.push_back(rc::agent::statPath("state directory", startup.stateDir));
+  paths.push_back(rc::agent::statPath("journal directory", journal.dir()));
+  if (startup.config) paths.push_back(rc::agent::statPath("TLS CA", startup.config->tls.caFile));
+  if (auto trusted = rc::agent::checkTrustedPaths(rc::agent::currentPrivileges(), paths); !trusted) {
+    rc::log::error("{}", trusted.error().message);
+    return false;
+  }
+  return true;
+}
+
+// Link changes as the kernel announces them: a flap shorter than the 250 ms refresh (or any
+// scrape) is still counted. Without it (no netlink socket), the link gauge alone.
+std::unique_ptr<rc::agent::LinkWatch> startAgentLinkWatch(boost::asio::io_context& io,
+                                                          const rc::agent::Config& config) {
+  auto w = rc::agent::LinkWatch::start(io, config.dataInterfaces);
+  if (w) return std::move(*w);
+  rc::log::warn("[agent] metrics: {}: rdmachaos_link_down_events_total is not served", w.error().message);
+  return nullptr;
+}
+
+// Exception barrier of the event loop (completions posted from fault and workload threads run
+// here): an exception is logged and the loop goes on, rather than std::terminate with faults
+// applied.
+void runAgentLoop(boost::asio::io_context& io) {
+  for (;;) {
+    try {
+      io.run();
+      break;
+    } catch (const std::exception& ex) {
+      rc::log::error("event loop: {}; continuing", ex.what());
+    }
+  }
+}
+
+// Serves controllers (faults, workloads, metrics) until a signal ends the agent; takes over
+// what the replay left. Returns the exit code.
+int serveAgent(const rc::agent::Config& config, const rc::faults::Policy& policy,
+               rc::Journal journal, const Replay& replay, boost::asio::ssl::context& tls) {
+  rc::agent::FaultManager manager(policy, std::move(journal), config.maxFaultLifetime,
+                                  config.leaseTimeout);
   manager.adoptReplay(replay);
 
   // Workloads share the faults' lease and lifetime bounds.
   rc::agent::CounterOptions counterOptions;
-  counterOptions.interfaces = config->dataInterfaces;
-  counterOptions.interval = config->counterInterval;
-  rc::agent::WorkloadManager workloads(config->leaseTimeout, config->maxFaultLifetime, counterOptions,
-                                       config->maxWorkloadMemory);
+  counterOptions.interfaces = config.dataInterfaces;
+  counterOptions.interval = config.counterInterval;
+  rc::agent::WorkloadManager workloads(config.leaseTimeout, config.maxFaultLifetime, counterOptions,
+                                       config.maxWorkloadMemory);
   boost::asio::io_context io;
-  rc::agent::Server server(io, *config, manager, workloads, *tls);
+  rc::agent::Server server(io, config, manager, workloads, tls);
   std::unique_ptr<rc::metrics::Exporter> exporter;
-  if (!config->metrics.empty()) {
-    auto e = rc::metrics::Exporter::start(config->metrics);
+  if (!config.metrics.empty()) {
+    auto e = rc::metrics::Exporter::start(config.metrics);
     if (!e) {
       rc::log::error("[agent] metrics: {}", e.error().message);
       return holdLeftovers(manager, 2);
@@ -270,17 +293,9 @@ int main(int argc, char** argv) {
   // The NIC counters come from DataPlaneMetrics's own thread, once a second.
   boost::asio::steady_timer metricsTick(io);
   std::optional<rc::agent::DataPlaneMetrics> dataPlane;
-  if (exporter) dataPlane.emplace(*exporter, config->dataInterfaces);
-  // Link changes as the kernel announces them: a flap shorter than the 250 ms refresh (or any
-  // scrape) is still counted. Without it (no netlink socket), the link gauge alone.
+  if (exporter) dataPlane.emplace(*exporter, config.dataInterfaces);
   std::unique_ptr<rc::agent::LinkWatch> linkWatch;
-  if (exporter) {
-    auto w = rc::agent::LinkWatch::start(io, config->dataInterfaces);
-    if (w)
-      linkWatch = std::move(*w);
-    else
-      rc::log::warn("[agent] metrics: {}: rdmachaos_link_down_events_total is not served", w.error().message);
-  }
+  if (exporter) linkWatch = startAgentLinkWatch(io, config);
   std::function<void()> publish = [&] {
     rc::agent::publishAgentMetrics(*exporter, manager, server, workloads);
     dataPlane->publishLinks(linkWatch.get());
@@ -290,7 +305,7 @@ int main(int argc, char** argv) {
     });
   };
   if (exporter) {
-    rc::log::info("serving metrics for Prometheus on {} (port {}, path /metrics)", config->metrics, exporter->port());
+    rc::log::info("serving metrics for Prometheus on {} (port {}, path /metrics)", config.metrics, exporter->port());
     publish();
   }
   // Every signal that would end the agent reverts first (SIGHUP: a closed terminal or a
@@ -316,21 +331,57 @@ int main(int argc, char** argv) {
       io.stop();
     });
   });
-  rc::log::info("ready: node {}, lease {} ms, {} fault kinds", config->node,
-                config->leaseTimeout.count(), rc::faults::registry().size());
-  // Exception barrier of the event loop (completions posted from fault and workload threads run
-  // here): an exception is logged and the loop goes on, rather than std::terminate with faults
-  // applied.
-  for (;;) {
-    try {
-      io.run();
-      break;
-    } catch (const std::exception& ex) {
-      rc::log::error("event loop: {}; continuing", ex.what());
-    }
-  }
+  rc::log::info("ready: node {}, lease {} ms, {} fault kinds", config.node,
+                config.leaseTimeout.count(), rc::faults::registry().size());
+  runAgentLoop(io);
   manager.shutdown();
   workloads.shutdown();
   rc::log::info("stopped; no fault left applied");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  AgentOptions options;
+  if (auto exitCode = parseAgentOptions(argc, argv, options)) return *exitCode;
+  prepareAgentProcess();
+
+  // Safety first: whatever a previous run left applied is reverted before anything that can
+  // fail for unrelated reasons (a config error, interface policy, TLS material, a port) and
+  // before any connection. A start that then fails keeps retrying what the replay left
+  // (holdLeftovers).
+  AgentStartup startup = loadAgentStartup(options);
+  auto journal = rc::Journal::open(startup.stateDir);
+  if (!journal) {
+    rc::log::error("{}", journal.error().message);
+    return 2;
+  }
+  if (!agentFilesTrusted(options, startup, *journal)) return 2;
+  if (auto l = journal->lock(); !l) {
+    rc::log::error("{}", l.error().message);
+    return l.error().code == EWOULDBLOCK ? 3 : 2;
+  }
+  if (journal->readOnly())
+    rc::log::error("the journal '{}' is read-only: its faults are reverted, but their entries stay "
+                   "and no new fault is accepted until it is writable",
+                   journal->dir());
+  const rc::faults::Policy& replayPolicy = startup.replayPolicy;
+  auto replay = rc::agent::FaultManager::replayJournal(*journal, replayPolicy);
+  for (const auto& line : replay.lines) rc::log::warn("{}", line);
+  if (options.replayOnly)
+    return replayOnlyEnd(*journal, replayPolicy, std::move(replay), options.retryFor);
+  if (startup.configError) return holdLeftovers(replay, std::move(*journal), replayPolicy, 2);
+
+  auto policy = rc::agent::makePolicy(*startup.config);
+  if (!policy) {
+    rc::log::error("{}", policy.error().message);
+    return holdLeftovers(replay, std::move(*journal), replayPolicy, 2);
+  }
+  auto tls = rc::tls::makeServerContext(startup.config->tls);
+  if (!tls) {
+    rc::log::error("{}", tls.error().message);
+    return holdLeftovers(replay, std::move(*journal), *policy, 2);
+  }
+  return serveAgent(*startup.config, *policy, std::move(*journal), replay, *tls);
 }

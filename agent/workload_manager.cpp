@@ -82,6 +82,105 @@ Result<wl::PerftestRunSpec> perftestSpec(const proto::WorkloadStart& r) {
   return p;
 }
 
+// What a valid workload_start asks of this agent: its run, the perftest run (kind "perftest")
+// and the bytes of buffers it holds.
+struct WorkloadPlan {
+  wl::RunSpec spec;
+  std::optional<wl::PerftestRunSpec> perftest;
+  uint64_t memory = 0;
+};
+
+// Validates R (its kind, shape, duration within MAX_DURATION and start time) and plans its run.
+Result<WorkloadPlan> planWorkload(const proto::WorkloadStart& r,
+                                  std::chrono::milliseconds maxDuration) {
+  const bool isPerftest = r.kind == "perftest";
+  auto kind = wl::parseKind(isPerftest ? "pairwise" : r.kind);
+  if (!kind)
+    return makeError("unknown workload kind '" + r.kind +
+                     "' (known: allreduce, allgather, alltoall, incast, pairwise, perftest)");
+  WorkloadPlan plan;
+  wl::RunSpec& spec = plan.spec;
+  spec.shape = {*kind, r.rank, int(r.world.size()), uint64_t(r.size), r.incastReceiver, r.fanIn};
+  if (auto v = wl::validateShape(spec.shape); !v) return v.error();
+  if (isPerftest) {
+    auto p = perftestSpec(r);
+    if (!p) return p.error();
+    plan.perftest = std::move(*p);
+  }
+  // Buffers are allocated when it starts: a peer must not make the agent allocate without
+  // bound (an incast receiver holds size x fan_in: up to 256 GiB as the protocol allows).
+  // perftest allocates its own: about size per QP on each end.
+  plan.memory = isPerftest ? uint64_t(r.size) * uint64_t(r.streams)
+                           : wl::makeCollective(spec.shape)->bufferBytes();
+  if (r.durationMs > maxDuration.count())
+    return makeError("duration of " + std::to_string(r.durationMs) + " ms exceeds this agent's " +
+                     "maximum of " + std::to_string(maxDuration.count()) + " ms");
+  spec.iterations = uint64_t(r.iterations);
+  spec.durationNs = r.durationMs * 1'000'000;
+  spec.reconnectTimeoutNs = r.reconnectTimeoutMs * 1'000'000;
+  auto start = workloadStartNs(r, wallNs());
+  if (!start) return start.error();
+  spec.startNs = *start;
+  return plan;
+}
+
+// The refusal of R, whose buffers (MEMORY bytes) do not fit in this agent's BUDGET beside the
+// HELD bytes of the other workloads.
+Error workloadMemoryRefusal(const proto::WorkloadStart& r, uint64_t memory, uint64_t held,
+                            uint64_t budget) {
+  return makeError("this workload needs " + formatSize(memory) + " of buffers (" + r.kind +
+                   ", size " + formatSize(uint64_t(r.size)) +
+                   (r.kind == "incast" ? " x fan_in on the receiver" : "") + ") and this agent holds " +
+                   formatSize(held) + " for others, beyond its budget of " + formatSize(budget) +
+                   " ([agent] max_workload_memory, default a quarter of the host's or its cgroup's "
+                   "memory): lower "
+                   "size or fan_in");
+}
+
+// A workload's transport and the port it listens on (TCP, or rdma_cm's port space).
+struct WorkloadTransport {
+  std::unique_ptr<wl::Transport> transport;
+  uint16_t port = 0;
+};
+
+// Creates R's transport, verbs or TCP: binds its listener, opens the RDMA device.
+Result<WorkloadTransport> createWorkloadTransport(const proto::WorkloadStart& r) {
+  if (r.transport == "verbs") {
+#if RDMACHAOS_HAVE_VERBS_TRANSPORT
+    wl::VerbsOptions vo;
+    vo.rank = r.rank;
+    for (const auto& mb : r.world) vo.world.push_back({mb.address, uint16_t(mb.port)});
+    vo.qpsPerPeer = r.streams;
+    vo.tag = tagOf(r.workloadId);
+    vo.checksum = r.checksum;
+    vo.progressTimeoutMs = r.reconnectTimeoutMs;
+    vo.timeout = uint8_t(r.qp.timeout);
+    vo.retryCount = uint8_t(r.qp.retryCount);
+    vo.rnrRetry = uint8_t(r.qp.rnrRetry);
+    vo.tos = uint8_t(r.qp.dscp << 2);
+    auto v = wl::VerbsTransport::create(vo);
+    if (!v) return makeError("cannot run a verbs workload on this node: " + v.error().message);
+    const uint16_t port = (*v)->port();
+    return WorkloadTransport{std::move(*v), port};
+#else
+    return makeError("this agent was built without rdma-core (libibverbs, librdmacm): it "
+                     "cannot run a verbs workload");
+#endif
+  }
+  wl::TcpOptions to;
+  to.rank = r.rank;
+  for (const auto& mb : r.world) to.world.push_back({mb.address, uint16_t(mb.port)});
+  to.streams = r.streams;
+  to.tag = tagOf(r.workloadId);
+  to.userTimeoutMs = r.reconnectTimeoutMs;
+  to.checksum = r.checksum;
+  to.dscp = r.qp.dscp;
+  auto t = wl::TcpTransport::create(to);
+  if (!t) return t.error();
+  const uint16_t port = (*t)->port();
+  return WorkloadTransport{std::move(*t), port};
+}
+
 }  // namespace
 
 struct WorkloadManager::Entry {
@@ -102,10 +201,14 @@ struct WorkloadManager::Entry {
   bool finished = false;   // guarded by WorkloadManager::m_
   bool committed = false;  // created and running (guarded by m_); before: a reservation
   Clock::time_point deadline;
+  // The telemetry's sequence: the reporter's and the engine's last send take turns on sendM.
+  std::mutex sendM;
+  int64_t seq = 0;  // guarded by sendM
   // NIC counters, used under the telemetry's sequence mutex only.
   std::vector<counters::NicSampler> samplers;
   std::map<std::string, uint64_t> countersSent;
   Clock::time_point nextCounterSample;
+  std::chrono::milliseconds counterInterval{};
   std::vector<bool> samplerFailed;
   std::jthread engine, reporter;
   uint64_t memory = 0;  // bytes of buffers its collective holds
@@ -119,7 +222,165 @@ struct WorkloadManager::Entry {
     stop = true;
     if (transport) transport->interrupt();
   }
+
+  void openSamplers(const CounterOptions& options);
+  void sendTelemetry(bool final);
+  proto::NicSample sampleCounters();
+  void reportLoop(std::stop_token st);
+  wl::Summary runGuarded();
+  void reportEnd(wl::Summary s);
 };
+
+// A sampler for each of the node's data interfaces; one that cannot be opened is left out.
+void WorkloadManager::Entry::openSamplers(const CounterOptions& options) {
+  counterInterval = options.interval;
+  for (const auto& ifname : options.interfaces) {
+    auto sampler = counters::NicSampler::create(ifname, {options.sysRoot, options.ethtool});
+    if (!sampler) {
+      log::warn("workload '{}': no counters from '{}': {}", id, ifname, sampler.error().message);
+      continue;
+    }
+    samplers.push_back(std::move(*sampler));
+  }
+  samplerFailed.assign(samplers.size(), false);
+}
+
+// Sends what the telemetry holds (FINAL: all of it, and the counters whatever their pace);
+// the caller holds sendM.
+void WorkloadManager::Entry::sendTelemetry(bool final) {
+  auto b = telemetry->drain(wallNs() - drainLagNs, final);
+  // Counters go out before the common start too: the controller's first snapshot is taken
+  // there, and a counter it has no value for then has no delta for the trial.
+  const bool counterDue = !samplers.empty() && Clock::now() >= nextCounterSample;
+  if (b.bins.empty() && b.iterations.empty() && !final && !counterDue) return;
+  proto::TelemetryMsg t;
+  t.workloadId = id;
+  t.rank = rank;
+  t.seq = seq++;
+  t.firstBinNs = b.firstBinNs;
+  t.binNs = b.binNs;
+  // Bounded messages: a huge backlog (a reporter that fell behind) goes in several.
+  t.counters = toProto(b.counters);
+  if (!samplers.empty() && (final || Clock::now() >= nextCounterSample)) {
+    nextCounterSample = Clock::now() + counterInterval;
+    t.nic = sampleCounters();
+  }
+  size_t bi = 0, ii = 0;
+  do {
+    size_t nb = std::min(b.bins.size() - bi, proto::kMaxTelemetryBins);
+    size_t ni = std::min(b.iterations.size() - ii, proto::kMaxTelemetryIterations / 2);
+    t.bins.assign(b.bins.begin() + long(bi), b.bins.begin() + long(bi + nb));
+    t.iterations.clear();
+    for (size_t k = ii; k < ii + ni; k++) {
+      const auto& it = b.iterations[k];
+      t.iterations.push_back({int64_t(it.index), it.startNs, it.endNs, int64_t(it.rxBytes), it.ok});
+    }
+    t.firstBinNs = b.firstBinNs + int64_t(bi) * b.binNs;
+    emit(proto::toJson(t));
+    t.nic.reset();  // once, in the first of several messages
+    t.seq = seq++;
+    bi += nb;
+    ii += ni;
+  } while (bi < b.bins.size() || ii < b.iterations.size());
+  seq--;
+}
+
+// The counters of every sampler, only those that changed since the last sample sent.
+proto::NicSample WorkloadManager::Entry::sampleCounters() {
+  proto::NicSample ns;
+  ns.tNs = wallNs();
+  const bool several = samplers.size() > 1;
+  for (size_t k = 0; k < samplers.size(); k++) {
+    const auto& sampler = samplers[k];
+    auto c = sampler.sample();
+    if (!c) {
+      if (!samplerFailed[k])
+        log::warn("workload '{}': counters of '{}': {}", id, sampler.ifname(), c.error().message);
+      samplerFailed[k] = true;
+      continue;
+    }
+    // Only what changed since the last sample sent: the controller keeps the rest.
+    for (const auto& [name, v] : *c) {
+      std::string key = several ? sampler.ifname() + "/" + name : name;
+      if (key.size() > proto::kMaxNicCounterName) continue;
+      auto [it, added] = countersSent.try_emplace(key, v);
+      if (added || it->second != v) {
+        it->second = v;
+        if (ns.values.size() < proto::kMaxNicCounters) ns.values[key] = v;
+      }
+    }
+  }
+  ns.tNs = (ns.tNs + wallNs()) / 2;  // the middle of the reads
+  return ns;
+}
+
+// The reporter thread's body: telemetry until ST asks it to stop.
+void WorkloadManager::Entry::reportLoop(std::stop_token st) {
+  std::mutex mx;
+  std::condition_variable_any cv;
+  std::unique_lock lock(mx);
+  bool failed = false;
+  // Every 50 ms: well inside the 100 ms the controller expects.
+  while (!cv.wait_for(lock, st, std::chrono::milliseconds(50), [] { return false; })) {
+    if (st.stop_requested()) break;
+    std::lock_guard sl(sendM);
+    try {  // an exception barrier: a report lost, never std::terminate
+      sendTelemetry(false);
+    } catch (const std::exception& ex) {
+      if (!failed) log::error("workload '{}': telemetry not sent: {}", id, ex.what());
+      failed = true;
+    }
+  }
+}
+
+// The run, behind an exception barrier: whatever it throws (an allocation, a thread) ends this
+// workload with an error its controller hears about, never std::terminate.
+wl::Summary WorkloadManager::Entry::runGuarded() {
+  wl::Summary s;
+  try {
+    log::info("workload '{}' ({} over {}, rank {} of {}) starting", id, kind,
+              transport ? transport->name() : std::string(perftest->options.program.test), rank,
+              spec.shape.world);
+    s = perftest ? wl::runPerftest(*perftest, *telemetry, stop)
+                 : wl::runWorkload(spec, *transport, *telemetry, stop, std::move(buffer));
+  } catch (const std::exception& ex) {
+    if (transport) transport->disconnect();  // peers learn at once that we are gone
+    s = wl::Summary{};
+    s.endReason = "error";
+    s.counters.errors = 1;
+    s.error = dynamic_cast<const std::bad_alloc*>(&ex) ? "cannot allocate memory for the workload: "
+                                                       : "the workload failed: ";
+    s.error += ex.what();
+  }
+  return s;
+}
+
+// The last telemetry and the workload_ended message of the run that ended with S.
+void WorkloadManager::Entry::reportEnd(wl::Summary s) {
+  try {
+    {
+      std::lock_guard sl(sendM);
+      sendTelemetry(true);
+    }
+    proto::WorkloadEnded ended;
+    ended.workloadId = id;
+    ended.rank = rank;
+    {
+      std::lock_guard lock(m);
+      ended.endReason = stop.load() && !stopReason.empty() ? stopReason : s.endReason;
+    }
+    ended.error = s.error.substr(0, 1000);
+    ended.verified = s.verified;
+    s.counters.rxBytes = telemetry->rxBytes();
+    ended.counters = toProto(s.counters);
+    log::info("workload '{}' ended ({}): {} iterations, {} errors, {} corruptions, {} reconnects{}",
+              id, ended.endReason, s.counters.iterations, s.counters.errors, s.counters.corruptions,
+              s.counters.reconnects, s.error.empty() ? "" : " — " + s.error);
+    emit(proto::toJson(ended));
+  } catch (const std::exception& ex) {
+    log::error("workload '{}': its end was not reported: {}", id, ex.what());
+  }
+}
 
 Result<int64_t> workloadStartNs(const proto::WorkloadStart& r, int64_t nowNs) {
   // Telemetry bins count from the start: one far in the past (start_ns = 1 is a valid field)
@@ -205,33 +466,10 @@ WorkloadManager::~WorkloadManager() { shutdown(); }
 Result<json> WorkloadManager::start(const std::string& owner, const proto::WorkloadStart& r,
                                     Emit emit) {
   const bool isPerftest = r.kind == "perftest";
-  auto kind = wl::parseKind(isPerftest ? "pairwise" : r.kind);
-  if (!kind)
-    return makeError("unknown workload kind '" + r.kind +
-                     "' (known: allreduce, allgather, alltoall, incast, pairwise, perftest)");
-  wl::RunSpec spec;
-  spec.shape = {*kind, r.rank, int(r.world.size()), uint64_t(r.size), r.incastReceiver, r.fanIn};
-  if (auto v = wl::validateShape(spec.shape); !v) return v.error();
-  std::optional<wl::PerftestRunSpec> perftest;
-  if (isPerftest) {
-    auto p = perftestSpec(r);
-    if (!p) return p.error();
-    perftest = std::move(*p);
-  }
-  // Buffers are allocated when it starts: a peer must not make the agent allocate without
-  // bound (an incast receiver holds size x fan_in: up to 256 GiB as the protocol allows).
-  // perftest allocates its own: about size per QP on each end.
-  const uint64_t memory = isPerftest ? uint64_t(r.size) * uint64_t(r.streams)
-                                     : wl::makeCollective(spec.shape)->bufferBytes();
-  if (r.durationMs > maxDuration_.count())
-    return makeError("duration of " + std::to_string(r.durationMs) + " ms exceeds this agent's " +
-                     "maximum of " + std::to_string(maxDuration_.count()) + " ms");
-  spec.iterations = uint64_t(r.iterations);
-  spec.durationNs = r.durationMs * 1'000'000;
-  spec.reconnectTimeoutNs = r.reconnectTimeoutMs * 1'000'000;
-  auto start = workloadStartNs(r, wallNs());
-  if (!start) return start.error();
-  spec.startNs = *start;
+  auto plan = planWorkload(r, maxDuration_);
+  if (!plan) return plan.error();
+  const wl::RunSpec& spec = plan->spec;
+  std::optional<wl::PerftestRunSpec>& perftest = plan->perftest;
 
   // Three steps, so that nothing slow runs under m_ (heartbeat() takes it on the event loop:
   // a verbs device that takes seconds to open must not expire a controller's lease).
@@ -242,7 +480,7 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   e->kind = r.kind;
   e->rank = r.rank;
   e->spec = spec;
-  e->memory = memory;
+  e->memory = plan->memory;
   {
     std::lock_guard guard(m_);
     if (shuttingDown_) return makeError("the agent is shutting down");
@@ -251,14 +489,8 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
     if (entries_.size() >= 4) return makeError("4 workloads already run on this agent");
     uint64_t held = 0;
     for (const auto& [id, x] : entries_) held += x->finished ? 0 : x->memory;
-    if (held + memory > memoryBudget_)
-      return makeError("this workload needs " + formatSize(memory) + " of buffers (" + r.kind +
-                       ", size " + formatSize(uint64_t(r.size)) +
-                       (r.kind == "incast" ? " x fan_in on the receiver" : "") + ") and this agent holds " +
-                       formatSize(held) + " for others, beyond its budget of " + formatSize(memoryBudget_) +
-                       " ([agent] max_workload_memory, default a quarter of the host's or its cgroup's "
-                       "memory): lower "
-                       "size or fan_in");
+    if (held + plan->memory > memoryBudget_)
+      return workloadMemoryRefusal(r, plan->memory, held, memoryBudget_);
     entries_[e->id] = e;
     creating_++;
   }
@@ -278,41 +510,10 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
       auto buffer = wl::allocateRunBuffer(spec.shape);
       if (!buffer) return abandon(e, buffer.error());
       e->buffer = std::move(*buffer);
-      if (r.transport == "verbs") {
-#if RDMACHAOS_HAVE_VERBS_TRANSPORT
-        wl::VerbsOptions vo;
-        vo.rank = r.rank;
-        for (const auto& mb : r.world) vo.world.push_back({mb.address, uint16_t(mb.port)});
-        vo.qpsPerPeer = r.streams;
-        vo.tag = tagOf(r.workloadId);
-        vo.checksum = r.checksum;
-        vo.progressTimeoutMs = r.reconnectTimeoutMs;
-        vo.timeout = uint8_t(r.qp.timeout);
-        vo.retryCount = uint8_t(r.qp.retryCount);
-        vo.rnrRetry = uint8_t(r.qp.rnrRetry);
-        vo.tos = uint8_t(r.qp.dscp << 2);
-        auto v = wl::VerbsTransport::create(vo);
-        if (!v) return abandon(e, makeError("cannot run a verbs workload on this node: " + v.error().message));
-        port = (*v)->port();
-        transport = std::move(*v);
-#else
-        return abandon(e, makeError("this agent was built without rdma-core (libibverbs, librdmacm): it "
-                                    "cannot run a verbs workload"));
-#endif
-      } else {
-        wl::TcpOptions to;
-        to.rank = r.rank;
-        for (const auto& mb : r.world) to.world.push_back({mb.address, uint16_t(mb.port)});
-        to.streams = r.streams;
-        to.tag = tagOf(r.workloadId);
-        to.userTimeoutMs = r.reconnectTimeoutMs;
-        to.checksum = r.checksum;
-        to.dscp = r.qp.dscp;
-        auto t = wl::TcpTransport::create(to);
-        if (!t) return abandon(e, t.error());
-        port = (*t)->port();
-        transport = std::move(*t);
-      }
+      auto t = createWorkloadTransport(r);
+      if (!t) return abandon(e, t.error());
+      port = t->port;
+      transport = std::move(t->transport);
     }
     e->port = port;
     e->telemetry = std::make_unique<wl::Telemetry>(spec.startNs, r.binUs * 1000);
@@ -321,15 +522,7 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
       e->perftest = std::move(perftest);
     }
     e->emit = std::move(emit);
-    for (const auto& ifname : counters_.interfaces) {
-      auto sampler = counters::NicSampler::create(ifname, {counters_.sysRoot, counters_.ethtool});
-      if (!sampler) {
-        log::warn("workload '{}': no counters from '{}': {}", e->id, ifname, sampler.error().message);
-        continue;
-      }
-      e->samplers.push_back(std::move(*sampler));
-    }
-    e->samplerFailed.assign(e->samplers.size(), false);
+    e->openSamplers(counters_);
   } catch (const std::exception& ex) {
     // An exception barrier: the reservation is given back, the controller gets an error.
     std::string msg = "cannot set up workload '";
@@ -359,132 +552,13 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   int64_t leadMs = std::max<int64_t>(0, (spec.startNs - wallNs()) / 1'000'000);
   e->deadline = Clock::now() + std::chrono::milliseconds(leadMs) + maxDuration_;
   leases_[owner] = Clock::now() + leaseTimeout_;
-  auto send = [this, e](bool final, int64_t& seq) {
-    auto b = e->telemetry->drain(wallNs() - e->drainLagNs, final);
-    // Counters go out before the common start too: the controller's first snapshot is taken
-    // there, and a counter it has no value for then has no delta for the trial.
-    const bool counterDue = !e->samplers.empty() && Clock::now() >= e->nextCounterSample;
-    if (b.bins.empty() && b.iterations.empty() && !final && !counterDue) return;
-    proto::TelemetryMsg t;
-    t.workloadId = e->id;
-    t.rank = e->rank;
-    t.seq = seq++;
-    t.firstBinNs = b.firstBinNs;
-    t.binNs = b.binNs;
-    // Bounded messages: a huge backlog (a reporter that fell behind) goes in several.
-    t.counters = toProto(b.counters);
-    if (!e->samplers.empty() && (final || Clock::now() >= e->nextCounterSample)) {
-      e->nextCounterSample = Clock::now() + counters_.interval;
-      proto::NicSample ns;
-      ns.tNs = wallNs();
-      const bool several = e->samplers.size() > 1;
-      for (size_t k = 0; k < e->samplers.size(); k++) {
-        const auto& sampler = e->samplers[k];
-        auto c = sampler.sample();
-        if (!c) {
-          if (!e->samplerFailed[k])
-            log::warn("workload '{}': counters of '{}': {}", e->id, sampler.ifname(), c.error().message);
-          e->samplerFailed[k] = true;
-          continue;
-        }
-        // Only what changed since the last sample sent: the controller keeps the rest.
-        for (const auto& [name, v] : *c) {
-          std::string key = several ? sampler.ifname() + "/" + name : name;
-          if (key.size() > proto::kMaxNicCounterName) continue;
-          auto [it, added] = e->countersSent.try_emplace(key, v);
-          if (added || it->second != v) {
-            it->second = v;
-            if (ns.values.size() < proto::kMaxNicCounters) ns.values[key] = v;
-          }
-        }
-      }
-      ns.tNs = (ns.tNs + wallNs()) / 2;  // the middle of the reads
-      t.nic = std::move(ns);
-    }
-    size_t bi = 0, ii = 0;
-    do {
-      size_t nb = std::min(b.bins.size() - bi, proto::kMaxTelemetryBins);
-      size_t ni = std::min(b.iterations.size() - ii, proto::kMaxTelemetryIterations / 2);
-      t.bins.assign(b.bins.begin() + long(bi), b.bins.begin() + long(bi + nb));
-      t.iterations.clear();
-      for (size_t k = ii; k < ii + ni; k++) {
-        const auto& it = b.iterations[k];
-        t.iterations.push_back({int64_t(it.index), it.startNs, it.endNs, int64_t(it.rxBytes), it.ok});
-      }
-      t.firstBinNs = b.firstBinNs + int64_t(bi) * b.binNs;
-      e->emit(proto::toJson(t));
-      t.nic.reset();  // once, in the first of several messages
-      t.seq = seq++;
-      bi += nb;
-      ii += ni;
-    } while (bi < b.bins.size() || ii < b.iterations.size());
-    seq--;
-  };
-  auto seq = std::make_shared<int64_t>(0);
-  auto seqMutex = std::make_shared<std::mutex>();
   try {
-    e->reporter = std::jthread([e, send, seq, seqMutex](std::stop_token st) {
-      std::mutex mx;
-      std::condition_variable_any cv;
-      std::unique_lock lock(mx);
-      bool failed = false;
-      // Every 50 ms: well inside the 100 ms the controller expects.
-      while (!cv.wait_for(lock, st, std::chrono::milliseconds(50), [] { return false; })) {
-        if (st.stop_requested()) break;
-        std::lock_guard sl(*seqMutex);
-        try {  // an exception barrier: a report lost, never std::terminate
-          send(false, *seq);
-        } catch (const std::exception& ex) {
-          if (!failed) log::error("workload '{}': telemetry not sent: {}", e->id, ex.what());
-          failed = true;
-        }
-      }
-    });
-    e->engine = std::jthread([this, e, send, seq, seqMutex](std::stop_token) {
-      // An exception barrier: whatever the run throws (an allocation, a thread) ends this
-      // workload with an error its controller hears about, never std::terminate.
-      wl::Summary s;
-      try {
-        log::info("workload '{}' ({} over {}, rank {} of {}) starting", e->id, e->kind,
-                  e->transport ? e->transport->name() : std::string(e->perftest->options.program.test),
-                  e->rank, e->spec.shape.world);
-        s = e->perftest ? wl::runPerftest(*e->perftest, *e->telemetry, e->stop)
-                        : wl::runWorkload(e->spec, *e->transport, *e->telemetry, e->stop, std::move(e->buffer));
-      } catch (const std::exception& ex) {
-        if (e->transport) e->transport->disconnect();  // peers learn at once that we are gone
-        s = wl::Summary{};
-        s.endReason = "error";
-        s.counters.errors = 1;
-        s.error = dynamic_cast<const std::bad_alloc*>(&ex) ? "cannot allocate memory for the workload: "
-                                                           : "the workload failed: ";
-        s.error += ex.what();
-      }
+    e->reporter = std::jthread([e](std::stop_token st) { e->reportLoop(st); });
+    e->engine = std::jthread([this, e](std::stop_token) {
+      wl::Summary s = e->runGuarded();
       e->reporter.request_stop();
       e->reporter.join();
-      try {
-        {
-          std::lock_guard sl(*seqMutex);
-          send(true, *seq);
-        }
-        proto::WorkloadEnded ended;
-        ended.workloadId = e->id;
-        ended.rank = e->rank;
-        {
-          std::lock_guard lock(e->m);
-          ended.endReason = e->stop.load() && !e->stopReason.empty() ? e->stopReason : s.endReason;
-        }
-        ended.error = s.error.substr(0, 1000);
-        ended.verified = s.verified;
-        s.counters.rxBytes = e->telemetry->rxBytes();
-        ended.counters = toProto(s.counters);
-        log::info("workload '{}' ended ({}): {} iterations, {} errors, {} corruptions, {} reconnects{}",
-                  e->id, ended.endReason, s.counters.iterations, s.counters.errors,
-                  s.counters.corruptions, s.counters.reconnects,
-                  s.error.empty() ? "" : " — " + s.error);
-        e->emit(proto::toJson(ended));
-      } catch (const std::exception& ex) {
-        log::error("workload '{}': its end was not reported: {}", e->id, ex.what());
-      }
+      e->reportEnd(std::move(s));
       // The transport goes now, not when the next workload reaps this entry: a verbs
       // transport holds its PD, registered buffer, rdma_cm id and listener until destroyed.
       // Under m_ with finished set: nothing else touches a finished entry's transport.
