@@ -364,20 +364,31 @@ class EcnShift final : public Fault {
 
 extern const FaultKind kind_ecn_shift;
 const FaultKind kind_ecn_shift{
-    "ecn_shift",
-    "moves the ECN marking thresholds of a queue (lab switch, tc RED, or user commands) and restores them",
-    {
-        {"backend", ParamType::string, "labswitch, tc-red or command", "labswitch"},
-        {"port", ParamType::string, "labswitch: the switch port (e.g. n2 or leaf1:spine1; default: the one facing this host)", json(), 0, 0, true},
-        {"queue", ParamType::integer, "queue (priority) whose profile moves", 3, 0, 7},
-        {"kmin", ParamType::size, "marking starts above this queue depth", json(), 0, 1e12},
-        {"kmax", ParamType::size, "every ECT frame is marked above this depth", json(), 0, 1e12},
-        {"pmax", ParamType::rate, "marking probability at kmax (0..1)", 0.2, 0, 1},
-        {"socket", ParamType::string, "labswitch: control socket; only the agent's own [lab] switch_socket, the default", json(), 0, 0, true},
-        {"interface", ParamType::string, "tc-red: interface (default: the first data interface)", json(), 0, 0, true},
-        {"command", ParamType::string, "command: the name of a command template in the agent's configuration ([ecn_commands.NAME])", json(), 0, 0, true},
+    .name = "ecn_shift",
+    .summary = "moves the ECN marking thresholds of a queue (lab switch, tc RED, or user commands) and restores them",
+    .params = {
+        {.name = "backend", .type = ParamType::string, .help = "labswitch, tc-red or command",
+         .defaultValue = "labswitch"},
+        {.name = "port", .type = ParamType::string,
+         .help = "labswitch: the switch port (e.g. n2 or leaf1:spine1; default: the one facing this host)",
+         .optional = true},
+        {.name = "queue", .type = ParamType::integer, .help = "queue (priority) whose profile moves",
+         .defaultValue = 3, .min = 0, .max = 7},
+        {.name = "kmin", .type = ParamType::size, .help = "marking starts above this queue depth", .min = 0,
+         .max = 1e12},
+        {.name = "kmax", .type = ParamType::size, .help = "every ECT frame is marked above this depth", .min = 0,
+         .max = 1e12},
+        {.name = "pmax", .type = ParamType::rate, .help = "marking probability at kmax (0..1)", .defaultValue = 0.2,
+         .min = 0, .max = 1},
+        {.name = "socket", .type = ParamType::string,
+         .help = "labswitch: control socket; only the agent's own [lab] switch_socket, the default", .optional = true},
+        {.name = "interface", .type = ParamType::string,
+         .help = "tc-red: interface (default: the first data interface)", .optional = true},
+        {.name = "command", .type = ParamType::string,
+         .help = "command: the name of a command template in the agent's configuration ([ecn_commands.NAME])",
+         .optional = true},
     },
-    [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
+    .create = [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
       if (!params.is_object()) return makeError("ecn_shift parameters must be a table");
       ShiftParams p;
       p.backend = str(params, "backend");
@@ -434,7 +445,7 @@ const FaultKind kind_ecn_shift{
       return std::unique_ptr<Fault>(
           std::make_unique<EcnShift>(std::move(resolved), std::move(p), policy));
     },
-    [](const json& /*params*/, const json& snapshot, const Policy& policy) -> Result<void> {
+    .revertRecord = [](const json& /*params*/, const json& snapshot, const Policy& policy) -> Result<void> {
       try {
         return restore(snapshot, policy);
       } catch (const std::exception& e) {
@@ -442,13 +453,12 @@ const FaultKind kind_ecn_shift{
       }
     },
     // check: what validate can refuse before a run
-    [](const json& params) -> Result<void> {
+    .check = [](const json& params) -> Result<void> {
       const std::string backend = stringParam(params, "backend");
       if (backend.empty() || backend == "labswitch") return checkLabswitchPort(stringParam(params, "port"));
       return {};
     },
-    nullptr,  // bind
-    [](const json& params) {
+    .planTarget = [](const json& params) {
       auto q = params.find("queue");
       std::string queue = q != params.end() && q->is_number_integer() ? std::to_string(q->get<int>()) : "3";
       if (stringParam(params, "backend") == "tc-red") return "the root qdisc of " + planInterface(params);

@@ -592,34 +592,40 @@ std::optional<int> incastWireMeter(const std::string& role, const json& params) 
 
 extern const FaultKind kind_incast;
 const FaultKind kind_incast{
-    "incast",
-    "many flows converge on one receiver in synchronised bursts (buffer overflow, PFC, ECN marks)",
-    {
-        {"receiver", ParamType::string,
-         "the node the flows converge on (a node name in playbooks and inject; its data address on the wire)",
-         json()},
-        {"senders", ParamType::integer,
-         "how many of the targeted nodes send (0 = every targeted node but the receiver)", 0, 0, 4096},
-        {"fan_in", ParamType::integer, "flows converging on the receiver, spread evenly over the senders", 8, 1,
-         4096},
-        {"size", ParamType::size, "bytes each flow writes per burst", int64_t(1) << 20, 1024, double(1ull << 30)},
-        {"interval", ParamType::duration,
-         "a burst starts every interval from the common start (0 = back to back)", 0, 0, 60e9},
-        {"duration", ParamType::duration, "how long the incast lasts (default: until the step's `for` ends)",
-         json(), kParamMs, kParamHour, true},
-        {"dscp", ParamType::integer, "DSCP of the flows (26 = the usual RoCE class)", 26, 0, 63},
-        {"port", ParamType::integer, "TCP or UDP port of the receiver's sink", 7490, 1024, 65535},
-        {"from", ParamType::string,
-         "data addresses the sink accepts flows from, comma-separated (the controller sets the senders'; "
-         "empty = any)",
-         "", 0, 0, false},
-        {"transport", ParamType::string,
-         "auto (verbs where the receiver and every sender have an RDMA device with an ACTIVE port, else "
-         "tcp), verbs (RC QPs doing RDMA WRITEs into the receiver), tcp (flows back off under congestion) "
-         "or udp (datagrams at the burst schedule that never back off, like RoCEv2 without DCQCN)",
-         "auto", 0, 0, false, {"auto", "verbs", "tcp", "udp"}},
+    .name = "incast",
+    .summary = "many flows converge on one receiver in synchronised bursts (buffer overflow, PFC, ECN marks)",
+    .params = {
+        {.name = "receiver", .type = ParamType::string,
+         .help = "the node the flows converge on (a node name in playbooks and inject; its data address on the wire)"},
+        {.name = "senders", .type = ParamType::integer,
+         .help = "how many of the targeted nodes send (0 = every targeted node but the receiver)", .defaultValue = 0,
+         .min = 0, .max = 4096},
+        {.name = "fan_in", .type = ParamType::integer,
+         .help = "flows converging on the receiver, spread evenly over the senders", .defaultValue = 8, .min = 1,
+         .max = 4096},
+        {.name = "size", .type = ParamType::size, .help = "bytes each flow writes per burst",
+         .defaultValue = int64_t(1) << 20, .min = 1024, .max = double(1ull << 30)},
+        {.name = "interval", .type = ParamType::duration,
+         .help = "a burst starts every interval from the common start (0 = back to back)", .defaultValue = 0,
+         .min = 0, .max = 60e9},
+        {.name = "duration", .type = ParamType::duration,
+         .help = "how long the incast lasts (default: until the step's `for` ends)", .min = kParamMs,
+         .max = kParamHour, .optional = true},
+        {.name = "dscp", .type = ParamType::integer, .help = "DSCP of the flows (26 = the usual RoCE class)",
+         .defaultValue = 26, .min = 0, .max = 63},
+        {.name = "port", .type = ParamType::integer, .help = "TCP or UDP port of the receiver's sink",
+         .defaultValue = 7490, .min = 1024, .max = 65535},
+        {.name = "from", .type = ParamType::string,
+         .help = "data addresses the sink accepts flows from, comma-separated (the controller sets the senders'; "
+                 "empty = any)",
+         .defaultValue = ""},
+        {.name = "transport", .type = ParamType::string,
+         .help = "auto (verbs where the receiver and every sender have an RDMA device with an ACTIVE port, else "
+                 "tcp), verbs (RC QPs doing RDMA WRITEs into the receiver), tcp (flows back off under congestion) "
+                 "or udp (datagrams at the burst schedule that never back off, like RoCEv2 without DCQCN)",
+         .defaultValue = "auto", .choices = {"auto", "verbs", "tcp", "udp"}},
     },
-    [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
+    .create = [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
       if (!params.is_object()) return makeError("incast parameters must be a table");
       IncastParams p;
       auto rec = params.find("receiver");
@@ -714,15 +720,14 @@ const FaultKind kind_incast{
       resolved["interface"] = p.interface;
       return std::unique_ptr<Fault>(std::make_unique<Incast>(std::move(resolved), std::move(p)));
     },
-    [](const json& /*params*/, const json& /*snapshot*/, const Policy& /*policy*/) -> Result<void> {
+    .revertRecord = [](const json& /*params*/, const json& /*snapshot*/, const Policy& /*policy*/) -> Result<void> {
       // The agent died: its sockets died with it. Nothing on the fabric to restore.
       return {};
     },
-    checkIncast,
-    bindIncast,
-    {},
-    settleIncast,
-    incastWireMeter,
+    .check = checkIncast,
+    .bind = bindIncast,
+    .settle = settleIncast,
+    .wireMeter = incastWireMeter,
 };
 
 }  // namespace rc::faults

@@ -420,28 +420,31 @@ class SwitchPortFlap final : public Fault {
 
 extern const FaultKind kind_link_flap;
 const FaultKind kind_link_flap{
-    "link_flap",
-    "takes an interface administratively down and up again, count times",
-    {
-        {"interface", ParamType::string,
-         "interface to flap (default: the agent's first data interface)", json(), 0, 0, true},
-        {"down", ParamType::duration, "time the link stays down in each flap", int64_t(1e9),
-         1 * kParamMs, kParamHour},
-        {"count", ParamType::integer, "number of flaps in the train", 1, 1, 1000},
-        {"up", ParamType::duration, "time the link stays up between flaps of a train", int64_t(1e9),
-         1 * kParamMs, kParamHour},
-        {"jitter", ParamType::duration,
-         "uniform random extra in [0, jitter] added to every down and up time", int64_t(0), 0,
-         kParamHour},
-        {"seed", ParamType::integer, "seed of the jitter's random generator (mt19937_64)", 1, 0,
-         9007199254740991.0},
-        {"switch_port", ParamType::string,
-         "instead of an interface: a lab switch port (n2, leaf1:spine1) or link (leaf1-spine1)",
-         json(), 0, 0, true},
-        {"socket", ParamType::string, "lab switch control socket: only the one of the agent's configuration ([lab] switch_socket), which is the default", json(), 0, 0,
-         true},
+    .name = "link_flap",
+    .summary = "takes an interface administratively down and up again, count times",
+    .params = {
+        {.name = "interface", .type = ParamType::string,
+         .help = "interface to flap (default: the agent's first data interface)", .optional = true},
+        {.name = "down", .type = ParamType::duration, .help = "time the link stays down in each flap",
+         .defaultValue = int64_t(1e9), .min = 1 * kParamMs, .max = kParamHour},
+        {.name = "count", .type = ParamType::integer, .help = "number of flaps in the train", .defaultValue = 1,
+         .min = 1, .max = 1000},
+        {.name = "up", .type = ParamType::duration, .help = "time the link stays up between flaps of a train",
+         .defaultValue = int64_t(1e9), .min = 1 * kParamMs, .max = kParamHour},
+        {.name = "jitter", .type = ParamType::duration,
+         .help = "uniform random extra in [0, jitter] added to every down and up time", .defaultValue = int64_t(0),
+         .min = 0, .max = kParamHour},
+        {.name = "seed", .type = ParamType::integer, .help = "seed of the jitter's random generator (mt19937_64)",
+         .defaultValue = 1, .min = 0, .max = 9007199254740991.0},
+        {.name = "switch_port", .type = ParamType::string,
+         .help = "instead of an interface: a lab switch port (n2, leaf1:spine1) or link (leaf1-spine1)",
+         .optional = true},
+        {.name = "socket", .type = ParamType::string,
+         .help = "lab switch control socket: only the one of the agent's configuration ([lab] switch_socket), "
+                 "which is the default",
+         .optional = true},
     },
-    [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
+    .create = [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
       auto p = readParams(params, kind_link_flap.params, policy);
       if (!p) return p.error();
       if (auto it = params.find("switch_port"); it != params.end() && it->is_string()) {
@@ -474,7 +477,7 @@ const FaultKind kind_link_flap{
       resolved["interface"] = p->interface;  // the journal must name what was touched
       return std::unique_ptr<Fault>(std::make_unique<LinkFlap>(std::move(resolved), std::move(*p)));
     },
-    [](const json& /*params*/, const json& snapshot, const Policy& /*policy*/) -> Result<void> {
+    .revertRecord = [](const json& /*params*/, const json& snapshot, const Policy& /*policy*/) -> Result<void> {
       if (snapshot.is_object() && snapshot.contains("switch_port")) {
         try {
           return restoreSwitch(snapshot, nullptr);
@@ -486,9 +489,7 @@ const FaultKind kind_link_flap{
       if (!s) return s.error();
       return restore(*s, nullptr);
     },
-    nullptr,  // check
-    nullptr,  // bind
-    [](const json& params) {
+    .planTarget = [](const json& params) {
       std::string port = stringParam(params, "switch_port");
       return port.empty() ? planInterface(params) : "lab switch port '" + port + "'";
     },

@@ -43,16 +43,17 @@ class Noop final : public Fault {
 
 extern const FaultKind kind_noop;
 const FaultKind kind_noop{
-    "noop",
-    "changes nothing, applied and reverted like any fault: the noise floor of recovery and impact",
-    {
-        {"duration", ParamType::duration, "how long it is active (default: until the step's `for` ends)", json(), 1e6,
-         kParamHour, true},
+    .name = "noop",
+    .summary = "changes nothing, applied and reverted like any fault: the noise floor of recovery and impact",
+    .params = {
+        {.name = "duration", .type = ParamType::duration,
+         .help = "how long it is active (default: until the step's `for` ends)", .min = 1e6, .max = kParamHour,
+         .optional = true},
     },
-    [](const json& params, const Policy&) -> Result<std::unique_ptr<Fault>> {
+    .create = [](const json& params, const Policy&) -> Result<std::unique_ptr<Fault>> {
       return std::unique_ptr<Fault>(std::make_unique<Noop>(params));
     },
-    [](const json&, const json&, const Policy&) -> Result<void> { return {}; },
+    .revertRecord = [](const json&, const json&, const Policy&) -> Result<void> { return {}; },
 };
 
 }  // namespace rc::faults

@@ -170,52 +170,73 @@ class PacketFault final : public Fault {
 
 extern const FaultKind kind_packet;
 const FaultKind kind_packet{
-    "packet",
-    "drops, marks, corrupts, delays, duplicates or reorders chosen frames in the lab switch "
-    "(RoCEv2 by QP, PSN and opcode; TCP/UDP by 5-tuple), with a pcapng capture",
-    {
-        {"port", ParamType::string, "lab switch port (default: the one facing this node)", json(), 0, 0, true},
-        {"direction", ParamType::string, "ingress (frames from the node) or egress (frames to it)", "ingress", 0, 0,
-         false, {"ingress", "egress"}},
-        {"protocol", ParamType::string, "roce (UDP 4791), tcp, udp or any", "roce", 0, 0, false,
-         {"roce", "tcp", "udp", "any"}},
-        {"src_ip", ParamType::string, "IPv4 source address to match", json(), 0, 0, true},
-        {"dst_ip", ParamType::string, "IPv4 destination address to match", json(), 0, 0, true},
-        {"src_port", ParamType::integer, "TCP/UDP source port to match (-1 any)", -1, -1, 65535},
-        {"dst_port", ParamType::integer, "TCP/UDP destination port to match (-1 any)", -1, -1, 65535},
-        {"dscp", ParamType::integer, "DSCP to match (-1 any)", -1, -1, 63},
-        {"priority", ParamType::integer, "switch priority to match (-1 any)", -1, -1, 7},
-        {"opcode", ParamType::string, "RoCE opcode class to match", json(), 0, 0, true,
-         {"send", "write", "read_request", "read_response", "ack", "nak", "atomic", "cnp"}},
-        {"qpn", ParamType::integer, "RoCE destination QP to match (-1 any)", -1, -1, 0xffffff},
-        {"psn_min", ParamType::integer, "lowest RoCE PSN to match (-1 open)", -1, -1, 0xffffff},
-        {"psn_max", ParamType::integer, "highest RoCE PSN to match (-1 open)", -1, -1, 0xffffff},
-        {"transmission", ParamType::string,
-         "RoCE requests: first (a PSN the QP sends for the first time), resend, or any", "any", 0, 0, false,
-         {"any", "first", "resend"}},
-        {"select", ParamType::string, "which matches: all, nth, every, burst (burst frames from the n-th), probability",
-         "all", 0, 0, false, {"all", "nth", "every", "burst", "probability"}},
-        {"n", ParamType::integer, "nth/burst: the first match acted on (1 = the first)", 1, 1, 1e12},
-        {"every", ParamType::integer, "every: act on every k-th match", 1, 1, 1e12},
-        {"burst", ParamType::integer, "burst: how many matches from the n-th", 1, 1, 1e6},
-        {"probability", ParamType::rate, "probability: each match with this probability (0..1)", json(), 0, 1, true},
-        {"seed", ParamType::integer, "seed of the probability draws (same seed, same frames)", 1, 0,
-         9007199254740991.0},
-        {"action", ParamType::string,
-         "drop, ecn_mark, corrupt (the ICRC fails), delay, duplicate, reorder, or none (capture only)", json(), 0, 0,
-         false, {"drop", "ecn_mark", "corrupt", "delay", "duplicate", "reorder", "none"}},
-        {"delay", ParamType::duration, "delay: how long a frame is held; reorder: at most this long", int64_t(1e6),
-         1e3, 10e9},
-        {"reorder_depth", ParamType::integer, "reorder: frames a held one waits behind", 1, 1, 1000},
-        {"max_actions", ParamType::integer, "frames acted on at most", int64_t(1'000'000), 1, 1e9},
-        {"duration", ParamType::duration, "how long the rule stays in the switch", int64_t(10e9), 1 * kParamMs, kParamHour},
-        {"capture", ParamType::boolean, "write the port's matching frames (first 128 bytes) as pcapng", true},
-        {"capture_limit", ParamType::size, "the capture's size at most", int64_t(16 << 20), 4096, double(1ull << 30)},
-        {"socket", ParamType::string,
-         "lab switch control socket: only the one of the agent's configuration ([lab] switch_socket), the default",
-         json(), 0, 0, true},
+    .name = "packet",
+    .summary = "drops, marks, corrupts, delays, duplicates or reorders chosen frames in the lab switch "
+               "(RoCEv2 by QP, PSN and opcode; TCP/UDP by 5-tuple), with a pcapng capture",
+    .params = {
+        {.name = "port", .type = ParamType::string, .help = "lab switch port (default: the one facing this node)",
+         .optional = true},
+        {.name = "direction", .type = ParamType::string,
+         .help = "ingress (frames from the node) or egress (frames to it)", .defaultValue = "ingress",
+         .choices = {"ingress", "egress"}},
+        {.name = "protocol", .type = ParamType::string, .help = "roce (UDP 4791), tcp, udp or any",
+         .defaultValue = "roce", .choices = {"roce", "tcp", "udp", "any"}},
+        {.name = "src_ip", .type = ParamType::string, .help = "IPv4 source address to match", .optional = true},
+        {.name = "dst_ip", .type = ParamType::string, .help = "IPv4 destination address to match", .optional = true},
+        {.name = "src_port", .type = ParamType::integer, .help = "TCP/UDP source port to match (-1 any)",
+         .defaultValue = -1, .min = -1, .max = 65535},
+        {.name = "dst_port", .type = ParamType::integer, .help = "TCP/UDP destination port to match (-1 any)",
+         .defaultValue = -1, .min = -1, .max = 65535},
+        {.name = "dscp", .type = ParamType::integer, .help = "DSCP to match (-1 any)", .defaultValue = -1, .min = -1,
+         .max = 63},
+        {.name = "priority", .type = ParamType::integer, .help = "switch priority to match (-1 any)",
+         .defaultValue = -1, .min = -1, .max = 7},
+        {.name = "opcode", .type = ParamType::string, .help = "RoCE opcode class to match", .optional = true,
+         .choices = {"send", "write", "read_request", "read_response", "ack", "nak", "atomic", "cnp"}},
+        {.name = "qpn", .type = ParamType::integer, .help = "RoCE destination QP to match (-1 any)",
+         .defaultValue = -1, .min = -1, .max = 0xffffff},
+        {.name = "psn_min", .type = ParamType::integer, .help = "lowest RoCE PSN to match (-1 open)",
+         .defaultValue = -1, .min = -1, .max = 0xffffff},
+        {.name = "psn_max", .type = ParamType::integer, .help = "highest RoCE PSN to match (-1 open)",
+         .defaultValue = -1, .min = -1, .max = 0xffffff},
+        {.name = "transmission", .type = ParamType::string,
+         .help = "RoCE requests: first (a PSN the QP sends for the first time), resend, or any",
+         .defaultValue = "any", .choices = {"any", "first", "resend"}},
+        {.name = "select", .type = ParamType::string,
+         .help = "which matches: all, nth, every, burst (burst frames from the n-th), probability",
+         .defaultValue = "all", .choices = {"all", "nth", "every", "burst", "probability"}},
+        {.name = "n", .type = ParamType::integer, .help = "nth/burst: the first match acted on (1 = the first)",
+         .defaultValue = 1, .min = 1, .max = 1e12},
+        {.name = "every", .type = ParamType::integer, .help = "every: act on every k-th match", .defaultValue = 1,
+         .min = 1, .max = 1e12},
+        {.name = "burst", .type = ParamType::integer, .help = "burst: how many matches from the n-th",
+         .defaultValue = 1, .min = 1, .max = 1e6},
+        {.name = "probability", .type = ParamType::rate,
+         .help = "probability: each match with this probability (0..1)", .min = 0, .max = 1, .optional = true},
+        {.name = "seed", .type = ParamType::integer, .help = "seed of the probability draws (same seed, same frames)",
+         .defaultValue = 1, .min = 0, .max = 9007199254740991.0},
+        {.name = "action", .type = ParamType::string,
+         .help = "drop, ecn_mark, corrupt (the ICRC fails), delay, duplicate, reorder, or none (capture only)",
+         .choices = {"drop", "ecn_mark", "corrupt", "delay", "duplicate", "reorder", "none"}},
+        {.name = "delay", .type = ParamType::duration,
+         .help = "delay: how long a frame is held; reorder: at most this long", .defaultValue = int64_t(1e6),
+         .min = 1e3, .max = 10e9},
+        {.name = "reorder_depth", .type = ParamType::integer, .help = "reorder: frames a held one waits behind",
+         .defaultValue = 1, .min = 1, .max = 1000},
+        {.name = "max_actions", .type = ParamType::integer, .help = "frames acted on at most",
+         .defaultValue = int64_t(1'000'000), .min = 1, .max = 1e9},
+        {.name = "duration", .type = ParamType::duration, .help = "how long the rule stays in the switch",
+         .defaultValue = int64_t(10e9), .min = 1 * kParamMs, .max = kParamHour},
+        {.name = "capture", .type = ParamType::boolean,
+         .help = "write the port's matching frames (first 128 bytes) as pcapng", .defaultValue = true},
+        {.name = "capture_limit", .type = ParamType::size, .help = "the capture's size at most",
+         .defaultValue = int64_t(16 << 20), .min = 4096, .max = double(1ull << 30)},
+        {.name = "socket", .type = ParamType::string,
+         .help = "lab switch control socket: only the one of the agent's configuration ([lab] switch_socket), "
+                 "the default",
+         .optional = true},
     },
-    [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
+    .create = [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
       if (auto ok = check(params); !ok) return ok.error();
       if (policy.labswitchSocket.empty()) return makeError(kNeedsSwitch);
       auto sock = labswitchSocket(params.value("socket", ""), policy);
@@ -228,16 +249,15 @@ const FaultKind kind_packet{
       resolved["port"] = port;
       return std::unique_ptr<Fault>(std::make_unique<PacketFault>(std::move(resolved), *sock, port));
     },
-    [](const json& /*params*/, const json& snapshot, const Policy& /*policy*/) -> Result<void> {
+    .revertRecord = [](const json& /*params*/, const json& snapshot, const Policy& /*policy*/) -> Result<void> {
       if (!snapshot.is_object() || !snapshot.contains("rule") || !snapshot.contains("socket"))
         return makeError("packet journal snapshot lacks 'rule' or 'socket'");
       auto r = deleteRule(snapshot["socket"].get<std::string>(), snapshot["rule"].get<std::string>(), false);
       if (!r) return makeError("packet revert: " + r.error().message, r.error().code);
       return {};
     },
-    check,
-    nullptr,  // bind
-    [](const json& params) {
+    .check = check,
+    .planTarget = [](const json& params) {
       std::string port = stringParam(params, "port");
       return "packet faults on " + (port.empty() ? std::string("this node's lab switch port") : "lab switch port '" + port + "'");
     },

@@ -208,19 +208,24 @@ class PfcStorm final : public Fault {
 
 extern const FaultKind kind_pfc_storm;
 const FaultKind kind_pfc_storm{
-    "pfc_storm",
-    "sends PFC pause frames from a data NIC at a paced rate (a stuck NIC pausing its switch)",
-    {
-        {"interface", ParamType::string, "interface to send from (default: the first data interface)",
-         json(), 0, 0, true},
-        {"priorities", ParamType::intList, "priorities to pause, e.g. [3]", json::array({3}), 0, 7},
-        {"quanta", ParamType::integer, "pause time per frame in quanta of 512 bit times (0 = resume)",
-         65535, 0, 65535},
-        {"rate", ParamType::rate, "frames per second", 1000.0, 1, 2e6},
-        {"duration", ParamType::duration, "how long the storm lasts", int64_t(10e9), kParamMs, kParamHour},
-        {"max_frames", ParamType::integer, "frames at most, whatever the duration", int64_t(1'000'000), 1, 1e9},
+    .name = "pfc_storm",
+    .summary = "sends PFC pause frames from a data NIC at a paced rate (a stuck NIC pausing its switch)",
+    .params = {
+        {.name = "interface", .type = ParamType::string,
+         .help = "interface to send from (default: the first data interface)", .optional = true},
+        {.name = "priorities", .type = ParamType::intList, .help = "priorities to pause, e.g. [3]",
+         .defaultValue = json::array({3}), .min = 0, .max = 7},
+        {.name = "quanta", .type = ParamType::integer,
+         .help = "pause time per frame in quanta of 512 bit times (0 = resume)", .defaultValue = 65535, .min = 0,
+         .max = 65535},
+        {.name = "rate", .type = ParamType::rate, .help = "frames per second", .defaultValue = 1000.0, .min = 1,
+         .max = 2e6},
+        {.name = "duration", .type = ParamType::duration, .help = "how long the storm lasts",
+         .defaultValue = int64_t(10e9), .min = kParamMs, .max = kParamHour},
+        {.name = "max_frames", .type = ParamType::integer, .help = "frames at most, whatever the duration",
+         .defaultValue = int64_t(1'000'000), .min = 1, .max = 1e9},
     },
-    [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
+    .create = [](const json& params, const Policy& policy) -> Result<std::unique_ptr<Fault>> {
       if (!params.is_object()) return makeError("pfc_storm parameters must be a table");
       StormParams p;
       auto it = params.find("interface");
@@ -256,15 +261,13 @@ const FaultKind kind_pfc_storm{
       resolved["interface"] = p.interface;
       return std::unique_ptr<Fault>(std::make_unique<PfcStorm>(std::move(resolved), std::move(p)));
     },
-    [](const json& /*params*/, const json& snapshot, const Policy& /*policy*/) -> Result<void> {
+    .revertRecord = [](const json& /*params*/, const json& snapshot, const Policy& /*policy*/) -> Result<void> {
       if (!snapshot.is_object() || !snapshot.contains("interface") || !snapshot["interface"].is_string())
         return makeError("pfc_storm journal snapshot lacks 'interface'");
       uint16_t vector = uint16_t(snapshot.value("priorities_vector", 0xff));
       return sendResume(snapshot["interface"].get<std::string>(), vector);
     },
-    nullptr,  // check
-    nullptr,  // bind
-    [](const json& params) { return "the PFC pause frames of " + planInterface(params); },
+    .planTarget = [](const json& params) { return "the PFC pause frames of " + planInterface(params); },
 };
 
 }  // namespace rc::faults
