@@ -97,4 +97,66 @@ inline int roceV2GidIndex(ibv_context* ctx, uint8_t port, int tableLen, const in
   return -1;
 }
 
+// The two transitions of an RC QP that both verbs users make, every attribute named by the
+// caller. The QP is given remote write access in INIT; RTR goes towards the peer's GID (the
+// kernel resolves its MAC) and RTS follows with the caller's timeout and retry counts. Errors
+// name the step after PREFIX ("ibv_modify_qp (RTR)").
+struct RcPeer {
+  uint32_t qpn = 0, psn = 0;
+  const uint8_t* gid = nullptr;  // 16 bytes
+};
+struct RcPath {
+  uint8_t port = 1;
+  ibv_mtu mtu = IBV_MTU_1024;
+  int gidIndex = 0;
+  uint8_t trafficClass = 0;
+};
+struct RcRetry {
+  uint8_t timeout = 14, retryCount = 7, rnrRetry = 7;
+};
+
+inline Result<void> qpToInit(ibv_qp* qp, uint8_t port, const std::string& prefix) {
+  ibv_qp_attr m{};
+  m.qp_state = IBV_QPS_INIT;
+  m.pkey_index = 0;
+  m.port_num = port;
+  m.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  return checkRet(ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+                  prefix + "ibv_modify_qp (INIT)");
+}
+
+inline Result<void> qpToRts(ibv_qp* qp, const RcPath& path, const RcPeer& peer, uint32_t psn, const RcRetry& retry,
+                            const std::string& prefix) {
+  ibv_qp_attr m{};
+  m.qp_state = IBV_QPS_RTR;
+  m.path_mtu = path.mtu;
+  m.dest_qp_num = peer.qpn;
+  m.rq_psn = peer.psn & 0xffffff;
+  m.max_dest_rd_atomic = 1;
+  m.min_rnr_timer = 12;
+  m.ah_attr.is_global = 1;
+  std::memcpy(m.ah_attr.grh.dgid.raw, peer.gid, 16);
+  m.ah_attr.grh.sgid_index = uint8_t(path.gidIndex);
+  m.ah_attr.grh.hop_limit = 64;
+  m.ah_attr.grh.traffic_class = path.trafficClass;
+  m.ah_attr.port_num = path.port;
+  if (auto r = checkRet(ibv_modify_qp(qp, &m,
+                                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+                        prefix + "ibv_modify_qp (RTR)");
+      !r)
+    return r;
+  ibv_qp_attr t{};
+  t.qp_state = IBV_QPS_RTS;
+  t.timeout = retry.timeout;
+  t.retry_cnt = retry.retryCount;
+  t.rnr_retry = retry.rnrRetry;
+  t.sq_psn = psn;
+  t.max_rd_atomic = 1;
+  return checkRet(ibv_modify_qp(qp, &t,
+                                IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                    IBV_QP_MAX_QP_RD_ATOMIC),
+                  prefix + "ibv_modify_qp (RTS)");
+}
+
 }  // namespace rc::verbs

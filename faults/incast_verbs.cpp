@@ -125,15 +125,7 @@ Result<QpHandle> createQp(const Device& dev, ibv_pd* pd, ibv_cq* cq, int sendDep
   a.cap.max_recv_sge = 1;
   QpHandle qp(ibv_create_qp(pd, &a));
   if (!qp) return sysError("incast (verbs): ibv_create_qp on " + dev.name(), errno);
-  ibv_qp_attr m{};
-  m.qp_state = IBV_QPS_INIT;
-  m.pkey_index = 0;
-  m.port_num = dev.id->port_num;
-  m.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  if (auto r = checkRet(ibv_modify_qp(qp.get(), &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-                        "incast (verbs): ibv_modify_qp (INIT)");
-      !r)
-    return r.error();
+  if (auto r = rc::verbs::qpToInit(qp.get(), dev.id->port_num, "incast (verbs): "); !r) return r.error();
   return qp;
 }
 
@@ -141,36 +133,8 @@ Result<QpHandle> createQp(const Device& dev, ibv_pd* pd, ibv_cq* cq, int sendDep
 // defaults (timeout 14: 67 ms per try, 7 retries, RNR retried forever), as the workload's QPs.
 Result<void> toRts(const Device& dev, ibv_qp* qp, uint32_t remoteQpn, uint32_t remotePsn, const uint8_t* remoteGid,
                    uint32_t psn, int dscp) {
-  ibv_qp_attr m{};
-  m.qp_state = IBV_QPS_RTR;
-  m.path_mtu = dev.mtu;
-  m.dest_qp_num = remoteQpn;
-  m.rq_psn = remotePsn & 0xffffff;
-  m.max_dest_rd_atomic = 1;
-  m.min_rnr_timer = 12;
-  m.ah_attr.is_global = 1;
-  std::memcpy(m.ah_attr.grh.dgid.raw, remoteGid, 16);
-  m.ah_attr.grh.sgid_index = uint8_t(dev.gidIndex);
-  m.ah_attr.grh.hop_limit = 64;
-  m.ah_attr.grh.traffic_class = uint8_t(dscp << 2);
-  m.ah_attr.port_num = dev.id->port_num;
-  if (auto r = checkRet(ibv_modify_qp(qp, &m,
-                                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-                        "incast (verbs): ibv_modify_qp (RTR)");
-      !r)
-    return r;
-  ibv_qp_attr t{};
-  t.qp_state = IBV_QPS_RTS;
-  t.timeout = 14;
-  t.retry_cnt = 7;
-  t.rnr_retry = 7;
-  t.sq_psn = psn;
-  t.max_rd_atomic = 1;
-  return checkRet(ibv_modify_qp(qp, &t,
-                                IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                    IBV_QP_MAX_QP_RD_ATOMIC),
-                  "incast (verbs): ibv_modify_qp (RTS)");
+  return rc::verbs::qpToRts(qp, {dev.id->port_num, dev.mtu, dev.gidIndex, uint8_t(dscp << 2)},
+                            {remoteQpn, remotePsn, remoteGid}, psn, {14, 7, 7}, "incast (verbs): ");
 }
 
 namespace {

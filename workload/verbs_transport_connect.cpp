@@ -63,17 +63,7 @@ Result<void> VerbsTransport::createQp(Qp& q) {
   a.cap.max_inline_data = sizeof(Ctrl);
   q.qp.reset(ibv_create_qp(pd_.get(), &a));
   if (!q.qp) return verbs::sysError("ibv_create_qp on " + deviceName(), errno);
-  ibv_qp_attr m{};
-  m.qp_state = IBV_QPS_INIT;
-  m.pkey_index = 0;
-  m.port_num = bound_->port_num;
-  m.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  if (auto r = verbs::checkRet(ibv_modify_qp(q.qp.get(), &m,
-                                             IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                                 IBV_QP_ACCESS_FLAGS),
-                               "ibv_modify_qp (INIT)");
-      !r)
-    return r.error();
+  if (auto r = verbs::qpToInit(q.qp.get(), bound_->port_num, ""); !r) return r.error();
   q.psn = randomPsn();
   for (uint32_t s = 0; s < uint32_t(o_.recvDepth); s++)
     if (auto r = postRecv(q, s); !r) return r.error();
@@ -83,38 +73,8 @@ Result<void> VerbsTransport::createQp(Qp& q) {
 // RTR towards q.remote (the kernel resolves the peer's MAC from its GID), then RTS with
 // NCCL's timeout and retry counts.
 Result<void> VerbsTransport::toRts(Qp& q) {
-  ibv_qp_attr m{};
-  m.qp_state = IBV_QPS_RTR;
-  m.path_mtu = pathMtu_;
-  m.dest_qp_num = q.remote.qpn;
-  m.rq_psn = q.remote.psn & 0xffffff;
-  m.max_dest_rd_atomic = 1;
-  m.min_rnr_timer = 12;
-  m.ah_attr.is_global = 1;
-  std::memcpy(m.ah_attr.grh.dgid.raw, q.remote.gid, 16);
-  m.ah_attr.grh.sgid_index = uint8_t(gidIndex_);
-  m.ah_attr.grh.hop_limit = 64;
-  m.ah_attr.grh.traffic_class = o_.tos;
-  m.ah_attr.port_num = bound_->port_num;
-  if (auto r = verbs::checkRet(
-          ibv_modify_qp(q.qp.get(), &m,
-                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-          "ibv_modify_qp (RTR)");
-      !r)
-    return r.error();
-  ibv_qp_attr t{};
-  t.qp_state = IBV_QPS_RTS;
-  t.timeout = o_.timeout;
-  t.retry_cnt = o_.retryCount;
-  t.rnr_retry = o_.rnrRetry;
-  t.sq_psn = q.psn;
-  t.max_rd_atomic = 1;
-  return verbs::checkRet(ibv_modify_qp(q.qp.get(), &t,
-                                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                           IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                           IBV_QP_MAX_QP_RD_ATOMIC),
-                         "ibv_modify_qp (RTS)");
+  return verbs::qpToRts(q.qp.get(), {bound_->port_num, pathMtu_, gidIndex_, o_.tos}, {q.remote.qpn, q.remote.psn, q.remote.gid},
+                        q.psn, {o_.timeout, o_.retryCount, o_.rnrRetry}, "");
 }
 
 Result<void> VerbsTransport::waitFd(int fd, short events, int64_t deadline, const char* what) {
