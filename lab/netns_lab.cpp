@@ -25,12 +25,12 @@
 #include <sstream>
 
 #include "common/atomic_file.hpp"
-#include "common/certs.hpp"
 #include "common/clock.hpp"
 #include "common/log.hpp"
 #include "common/unique_fd.hpp"
 #include "lab/lab.hpp"
 #include "lab/lab_state.hpp"
+#include "lab/lab_files.hpp"
 #include "lab/lab_util.hpp"
 #include "lab/vm_lab.hpp"
 #include "lab/process.hpp"
@@ -43,7 +43,6 @@ namespace fs = std::filesystem;
 
 constexpr int kMaxSlots = 200;
 constexpr int kMaxNodes = 32;
-constexpr int kAgentPort = 7470;
 constexpr int kReadyTimeoutMs = 10'000;
 constexpr int kNetnsStopGraceMs = 15'000;  // the supervisor itself gives agents 10 s
 constexpr int kHostTxRing = 10'000;  // frames in each host TAP's transmit ring (buildSwitchFabric)
@@ -340,67 +339,31 @@ Result<std::string> resolveSwitchBinary(const UpOptions& o, const std::string& a
 }
 
 std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::milliseconds lease, int metricsPort) {
-  std::string pki = s.dir + "/pki/";
-  std::string nodeDir = s.dir + "/nodes/" + n.name;
-  std::ostringstream o;
-  o << "# rdmachaos-agent configuration for lab node " << n.name
-    << " (written by `rdmachaos lab up`)\n"
-    << "[agent]\n"
-    << "node = " << tomlString(n.name) << "\n"
-    << "listen = " << tomlString(n.mgmtAddress + ":" + std::to_string(kAgentPort)) << "\n"
-    << "state_dir = " << tomlString(nodeDir + "/state") << "\n"
-    << "lease_timeout = \"" << durationText(lease) << "\"\n"
-    << "max_fault_lifetime = \"10m\"\n";
-  if (metricsPort > 0) o << "metrics = " << tomlString(n.mgmtAddress + ":" + std::to_string(metricsPort)) << "\n";
-  o << "[tls]\n"
-    << "ca = " << tomlString(pki + "ca.pem") << "\n"
-    << "cert = " << tomlString(pki + "agent-" + n.name + ".pem") << "\n"
-    << "key = " << tomlString(pki + "agent-" + n.name + ".key") << "\n"
-    << "[interfaces]\n"
-    << "data = [\"data0\"]          # data interfaces, first = default fault target\n"
-    << "allow = [\"data0\"]         # faults may touch only these\n"
-    << "protected = [\"mgmt0\"]     # never touched\n"
-    << "allow_default_route = false\n";
-  // The only lab switch socket this agent's faults may use, and the port facing its host.
-  if (s.fabric == "switch" && !s.sw.control.empty())
-    o << "[lab]\n"
-      << "switch_socket = " << tomlString(s.sw.control) << "\n"
-      << "switch_port = " << tomlString(n.name) << "\n";
+  const bool onSwitch = s.fabric == "switch" && !s.sw.control.empty();
+  std::string text = agentConfigText(
+      s, n,
+      {.heading = "rdmachaos-agent configuration for lab node " + n.name + " (written by `rdmachaos lab up`)",
+       .listen = n.mgmtAddress + ":" + std::to_string(kAgentPort),
+       .stateDir = tomlString(s.dir + "/nodes/" + n.name + "/state"),
+       .metrics = metricsPort > 0 ? n.mgmtAddress + ":" + std::to_string(metricsPort) : "",
+       // The only lab switch socket this agent's faults may use, and the port facing its host.
+       .switchSocket = onSwitch ? s.sw.control : ""},
+      lease);
   // The command backend of ecn_shift, on the lab switch, written as an operator writes one for
   // a real switch's CLI: `backend = "command"`, `command = "labswitch"`, `port = "n1"`.
-  if (s.fabric == "switch" && !s.sw.control.empty() && !s.sw.binary.empty()) {
+  if (onSwitch && !s.sw.binary.empty()) {
     const std::string head = tomlString(s.sw.binary) + ", \"--ecn-profile\", " + tomlString(s.sw.control);
-    o << "[ecn_commands.labswitch]\n"
-      << "snapshot = [" << head << ", \"show\", \"{port}\", \"{queue}\"]\n"
-      << "apply = [" << head << ", \"set\", \"{port}\", \"{queue}\", \"{kmin}\", \"{kmax}\", \"{pmax}\"]\n"
-      << "revert = [" << head << ", \"restore\", \"{port}\", \"{queue}\", \"{snapshot}\"]\n";
+    text += "[ecn_commands.labswitch]\n"
+            "snapshot = [" + head + ", \"show\", \"{port}\", \"{queue}\"]\n"
+            "apply = [" + head + ", \"set\", \"{port}\", \"{queue}\", \"{kmin}\", \"{kmax}\", \"{pmax}\"]\n"
+            "revert = [" + head + ", \"restore\", \"{port}\", \"{queue}\", \"{snapshot}\"]\n";
   }
-  return o.str();
+  return text;
 }
 
 std::string inventory(const LabState& s) {
-  std::ostringstream o;
-  o << "# rdmachaos inventory for the lab in " << s.dir << "\n"
-    << "[tls]\n"
-    << "ca = \"pki/ca.pem\"            # relative paths are relative to this file\n"
-    << "cert = \"pki/controller.pem\"\n"
-    << "key = \"pki/controller.key\"\n"
-    << "[lab]\n"
-    << "dir = " << tomlString(s.dir) << "\n"
-    << "slot = " << s.slot << "\n";
-  if (s.fabric == "switch")
-    o << "fabric = \"switch\"\n"
-      << "switch_control = " << tomlString(s.sw.control) << "   # JSON lines, see docs/lab.md\n";
-  for (const auto& n : s.nodes) {
-    o << "\n[[node]]\n"
-      << "name = " << tomlString(n.name) << "\n"
-      << "address = " << tomlString(n.mgmtAddress) << "\n"
-      << "port = " << kAgentPort << "\n"
-      << "data_interfaces = [\"data0\"]\n"
-      << "data_addresses = [" << tomlString(n.dataAddress) << "]\n"
-      << "roles = [\"worker\"]\n";
-  }
-  return o.str();
+  return inventoryText(s, "rdmachaos inventory for the lab in " + s.dir, "slot = " + std::to_string(s.slot) + "\n",
+                       [](const NodeRecord& n) { return InventoryNodeSpec{.address = tomlString(n.mgmtAddress)}; });
 }
 
 // Waits (bounded) until every agent accepts TCP on its management address. Best effort: an
@@ -643,11 +606,7 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
   }
 
   log::info("lab slot {}: certificates in {}/pki", s.slot, s.dir);
-  certs::Options co;
-  co.dir = s.dir + "/pki";
-  for (const auto& n : s.nodes) co.agentNames.push_back(n.name);
-  if (auto r = certs::init(co); !r)
-    return makeError("cannot create the lab's certificates: " + r.error().message);
+  if (auto r = createLabCerts(s); !r) return r.error();
 
   for (const auto& n : s.nodes) {
     std::string nodeDir = s.dir + "/nodes/" + n.name;

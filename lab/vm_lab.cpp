@@ -27,9 +27,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/certs.hpp"
 #include "common/clock.hpp"
 #include "common/log.hpp"
+#include "lab/lab_files.hpp"
 #include "lab/lab_util.hpp"
 #include "lab/process.hpp"
 #include "lab/vm_lab_internal.hpp"
@@ -42,7 +42,6 @@ namespace fs = std::filesystem;
 constexpr int kMaxNodes = 8;       // TCG guests: each wants most of a core while busy
 constexpr int kGuestMemMiB = 512;  // -m: the guest's RAM
 constexpr int kTcgCacheMiB = 64;   // -accel tcg,tb-size: QEMU's translation cache
-constexpr int kAgentPort = 7470;   // inside the guest
 constexpr int kBootTimeoutMs = 180'000;
 constexpr int kVmStopGraceMs = 10'000;
 const char* kSwitchGuestAddress = "10.0.2.100:7471";  // the lab switch, as guests reach it
@@ -78,55 +77,24 @@ Result<std::string> findQemu() {
 
 
 std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::milliseconds lease) {
-  std::string pki = s.dir + "/pki/";
-  std::ostringstream o;
-  o << "# rdmachaos-agent configuration for soft-RoCE lab node " << n.name
-    << " (written by `rdmachaos lab up --soft-roce`; read inside the guest)\n"
-    << "[agent]\n"
-    << "node = " << tomlString(n.name) << "\n"
-    << "listen = " << tomlString(std::string(kGuestMgmtAddress) + ":" + std::to_string(kAgentPort))
-    << "\n"
-    << "state_dir = \"/run/rdmachaos/state\"   # the guest's tmpfs\n"
-    << "lease_timeout = \"" << durationText(lease) << "\"\n"
-    << "max_fault_lifetime = \"10m\"\n"
-    << "[tls]\n"
-    << "ca = " << tomlString(pki + "ca.pem") << "\n"
-    << "cert = " << tomlString(pki + "agent-" + n.name + ".pem") << "\n"
-    << "key = " << tomlString(pki + "agent-" + n.name + ".key") << "\n"
-    << "[interfaces]\n"
-    << "data = [\"data0\"]\n"
-    << "allow = [\"data0\"]\n"
-    << "protected = [\"mgmt0\"]\n"
-    << "allow_default_route = false\n"
-    // The switch on the host, through QEMU's guestfwd relay (see qemuArgs).
-    << "[lab]\n"
-    << "switch_socket = " << tomlString(std::string("tcp:") + kSwitchGuestAddress) << "\n"
-    << "switch_port = " << tomlString(n.name) << "\n";
-  return o.str();
+  return agentConfigText(
+      s, n,
+      {.heading = "rdmachaos-agent configuration for soft-RoCE lab node " + n.name +
+                  " (written by `rdmachaos lab up --soft-roce`; read inside the guest)",
+       .listen = std::string(kGuestMgmtAddress) + ":" + std::to_string(kAgentPort),
+       .stateDir = "\"/run/rdmachaos/state\"   # the guest's tmpfs",
+       // The switch on the host, through QEMU's guestfwd relay (see qemuArgs).
+       .switchSocket = std::string("tcp:") + kSwitchGuestAddress},
+      lease);
 }
 
 std::string inventory(const LabState& s) {
-  std::ostringstream o;
-  o << "# rdmachaos inventory for the soft-RoCE lab in " << s.dir << "\n"
-    << "[tls]\n"
-    << "ca = \"pki/ca.pem\"            # relative paths are relative to this file\n"
-    << "cert = \"pki/controller.pem\"\n"
-    << "key = \"pki/controller.key\"\n"
-    << "[lab]\n"
-    << "dir = " << tomlString(s.dir) << "\n"
-    << "kind = \"soft-roce\"\n"
-    << "fabric = \"switch\"\n"
-    << "switch_control = " << tomlString(s.sw.control) << "   # JSON lines, see docs/lab.md\n";
-  for (const auto& n : s.nodes) {
-    o << "\n[[node]]\n"
-      << "name = " << tomlString(n.name) << "\n"
-      << "address = \"127.0.0.1\"   # QEMU forwards this port to the guest's agent\n"
-      << "port = " << n.mgmtPort << "\n"
-      << "data_interfaces = [\"data0\"]   # RDMA device rxe0 (soft-RoCE) on it\n"
-      << "data_addresses = [" << tomlString(n.dataAddress) << "]\n"
-      << "roles = [\"worker\"]\n";
-  }
-  return o.str();
+  return inventoryText(s, "rdmachaos inventory for the soft-RoCE lab in " + s.dir, "kind = \"soft-roce\"\n",
+                       [](const NodeRecord& n) {
+                         return InventoryNodeSpec{.address = "\"127.0.0.1\"   # QEMU forwards this port to the guest's agent",
+                                                  .port = n.mgmtPort,
+                                                  .dataComment = "   # RDMA device rxe0 (soft-RoCE) on it"};
+                       });
 }
 
 std::string switchConfig(const LabState& s, const UpOptions& o) {
@@ -412,11 +380,7 @@ Result<std::string> build(const UpOptions& o, LabState& s, const Kernel& k, cons
   if (auto r = writeFile(s.dir + "/guest-init.sh", guestInit(s.agentBinary)); !r) return r.error();
   ::chmod((s.dir + "/guest-init.sh").c_str(), 0755);
 
-  certs::Options co;
-  co.dir = s.dir + "/pki";
-  for (const auto& n : s.nodes) co.agentNames.push_back(n.name);
-  if (auto r = certs::init(co); !r)
-    return makeError("cannot create the lab's certificates: " + r.error().message);
+  if (auto r = createLabCerts(s); !r) return r.error();
   for (const auto& n : s.nodes) {
     if (auto r = mkdirs(n.guestDir, 0755); !r) return r.error();
     if (auto r = writeFile(n.config, agentConfig(s, n, o.leaseTimeout)); !r) return r.error();

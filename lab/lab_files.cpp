@@ -1,0 +1,74 @@
+// The lab's agent configurations and inventory (see lab_files.hpp).
+#include "lab/lab_files.hpp"
+
+#include <sstream>
+
+#include "common/certs.hpp"
+#include "lab/lab_util.hpp"
+
+namespace rc::lab {
+
+Result<void> createLabCerts(const LabState& s) {
+  certs::Options co;
+  co.dir = s.dir + "/pki";
+  for (const auto& n : s.nodes) co.agentNames.push_back(n.name);
+  if (auto r = certs::init(co); !r) return makeError("cannot create the lab's certificates: " + r.error().message);
+  return {};
+}
+
+std::string agentConfigText(const LabState& s, const NodeRecord& n, const AgentConfigSpec& spec,
+                            std::chrono::milliseconds lease) {
+  const std::string pki = s.dir + "/pki/";
+  std::ostringstream o;
+  o << "# " << spec.heading << "\n"
+    << "[agent]\n"
+    << "node = " << tomlString(n.name) << "\n"
+    << "listen = " << tomlString(spec.listen) << "\n"
+    << "state_dir = " << spec.stateDir << "\n"
+    << "lease_timeout = \"" << durationText(lease) << "\"\n"
+    << "max_fault_lifetime = \"10m\"\n";
+  if (!spec.metrics.empty()) o << "metrics = " << tomlString(spec.metrics) << "\n";
+  o << "[tls]\n"
+    << "ca = " << tomlString(pki + "ca.pem") << "\n"
+    << "cert = " << tomlString(pki + "agent-" + n.name + ".pem") << "\n"
+    << "key = " << tomlString(pki + "agent-" + n.name + ".key") << "\n"
+    << "[interfaces]\n"
+    << "data = [\"data0\"]          # data interfaces, first = default fault target\n"
+    << "allow = [\"data0\"]         # faults may touch only these\n"
+    << "protected = [\"mgmt0\"]     # never touched\n"
+    << "allow_default_route = false\n";
+  if (!spec.switchSocket.empty())
+    o << "[lab]\n"
+      << "switch_socket = " << tomlString(spec.switchSocket) << "\n"
+      << "switch_port = " << tomlString(n.name) << "\n";
+  return o.str();
+}
+
+std::string inventoryText(const LabState& s, const std::string& heading, const std::string& labLines,
+                          const std::function<InventoryNodeSpec(const NodeRecord&)>& node) {
+  std::ostringstream o;
+  o << "# " << heading << "\n"
+    << "[tls]\n"
+    << "ca = \"pki/ca.pem\"            # relative paths are relative to this file\n"
+    << "cert = \"pki/controller.pem\"\n"
+    << "key = \"pki/controller.key\"\n"
+    << "[lab]\n"
+    << "dir = " << tomlString(s.dir) << "\n"
+    << labLines;
+  if (s.fabric == "switch")
+    o << "fabric = \"switch\"\n"
+      << "switch_control = " << tomlString(s.sw.control) << "   # JSON lines, see docs/lab.md\n";
+  for (const auto& n : s.nodes) {
+    InventoryNodeSpec spec = node(n);
+    o << "\n[[node]]\n"
+      << "name = " << tomlString(n.name) << "\n"
+      << "address = " << spec.address << "\n"
+      << "port = " << spec.port << "\n"
+      << "data_interfaces = [\"data0\"]" << spec.dataComment << "\n"
+      << "data_addresses = [" << tomlString(n.dataAddress) << "]\n"
+      << "roles = [\"worker\"]\n";
+  }
+  return o.str();
+}
+
+}  // namespace rc::lab
