@@ -4,6 +4,8 @@
 #include <time.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 namespace rc {
@@ -20,6 +22,18 @@ inline int64_t monoNs() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// This instant's wall-clock time of day, "08:05:21.249 UTC": what an error message that an
+// operator lines up with logs carries.
+inline std::string utcNow() {
+  int64_t ns = wallNs();
+  time_t s = time_t(ns / 1'000'000'000);
+  tm t{};
+  gmtime_r(&s, &t);
+  char b[32];
+  std::snprintf(b, sizeof b, "%02d:%02d:%02d.%03d UTC", t.tm_hour, t.tm_min, t.tm_sec, int(ns / 1'000'000 % 1000));
+  return b;
 }
 
 // One NTP-style probe: t0 controller send, t1 agent receive, t2 agent send, t3 controller

@@ -50,15 +50,6 @@ constexpr auto kStall = std::chrono::seconds(5);
 // every new QP stalled) will not: the sender ends with an error that says so.
 constexpr auto kNoRecovery = std::chrono::seconds(10);
 
-std::string utcNow() {
-  int64_t ns = wallNs();
-  time_t s = time_t(ns / 1'000'000'000);
-  tm t{};
-  gmtime_r(&s, &t);
-  char b[32];
-  std::snprintf(b, sizeof b, "%02d:%02d:%02d.%03d UTC", t.tm_hour, t.tm_min, t.tm_sec, int(ns / 1'000'000 % 1000));
-  return b;
-}
 
 }  // namespace
 

@@ -44,16 +44,6 @@ constexpr uint64_t kWrData = 1ull << 63;   // send wr_id: a data write; low bits
 constexpr uint64_t kWrCtrl = 1ull << 62;   // send wr_id: a grant or bye
 constexpr uint64_t kWrProbe = 1ull << 61;  // send wr_id: a zero-length write (liveness)
 
-std::string utcNow() {
-  int64_t ns = wallNs();
-  time_t s = time_t(ns / 1'000'000'000);
-  tm t{};
-  gmtime_r(&s, &t);
-  char b[32];
-  std::snprintf(b, sizeof b, "%02d:%02d:%02d.%03d UTC", t.tm_hour, t.tm_min, t.tm_sec,
-                int(ns / 1'000'000 % 1000));
-  return b;
-}
 
 }  // namespace
 
