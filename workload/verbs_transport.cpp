@@ -212,7 +212,7 @@ Result<void> postCtrlSend(VerbsTransport::Qp& q, Ctrl c) {
   wr.num_sge = 1;
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
-  if (auto r = verbs::checkRet(ibv_post_send(q.qp.get(), &wr, &bad), "ibv_post_send (grant)"); !r)
+  if (auto r = verbs::checkRet(ibv_post_send(q.qp.get(), &wr, &bad), "ibv_post_send (control)"); !r)
     return r.error();
   q.sendsOut++;
   return {};
@@ -486,15 +486,7 @@ void VerbsTransport::destroyAll(bool orderly) {
     int outstanding = 0;
     for (auto& [k, q] : qps_) {
       if (q->state != Qp::State::established || q->disconnected) continue;
-      Ctrl c{kByeMagic, 0, 0};
-      ibv_sge sge{reinterpret_cast<uint64_t>(&c), sizeof c, 0};
-      ibv_send_wr wr{}, *bad = nullptr;
-      wr.wr_id = kWrCtrl;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
-      wr.opcode = IBV_WR_SEND;
-      wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
-      if (ibv_post_send(q->qp.get(), &wr, &bad) == 0) outstanding++;
+      if (postCtrlSend(*q, Ctrl{kByeMagic, 0, 0})) outstanding++;
     }
     int64_t until = monoNs() + 1'000'000'000;
     ibv_wc wcs[16];
