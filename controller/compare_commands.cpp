@@ -1,13 +1,16 @@
-// `rdmachaos compare` and `rdmachaos baseline merge` (see compare.hpp).
+// The commands that read a run's artifacts offline: `rdmachaos compare` and `rdmachaos baseline
+// merge` (see compare.hpp), and `rdmachaos oracle` (a switch capture through oracle/gbn_oracle.hpp).
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "common/pcapng.hpp"
 #include "controller/commands.hpp"
 #include "controller/commands_internal.hpp"
 #include "controller/compare.hpp"
 #include "controller/report.hpp"
 #include "controller/report_targets.hpp"
+#include "oracle/gbn_oracle.hpp"
 
 namespace rc::controller {
 namespace {
@@ -135,6 +138,20 @@ int cmdBaselineMerge(const std::vector<std::string>& inputs, const std::string& 
   std::printf("%s: golden baseline of %zu runs of '%s', %zu values (median, range, noise each)\n", output.c_str(),
               docs.size(), (*g)["playbook"].get<std::string>().c_str(), (*g)["metrics"].size());
   return kExitOk;
+}
+
+int cmdOracle(const std::string& capture, bool asJson) {
+  auto recs = pcapng::read(capture);
+  if (!recs) {
+    std::fprintf(stderr, "error: %s\n", recs.error().message.c_str());
+    return kExitError;
+  }
+  auto rep = oracle::analyse(*recs);
+  if (asJson)
+    std::printf("%s\n", oracle::toJson(rep).dump(2).c_str());
+  else
+    std::printf("%s", oracle::toText(rep).c_str());
+  return rep.pass() ? kExitOk : kExitFailed;
 }
 
 }  // namespace rc::controller

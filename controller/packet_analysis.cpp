@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "common/pcapng.hpp"
-#include "controller/commands.hpp"
 #include "controller/run_result.hpp"
 #include "oracle/gbn_oracle.hpp"
 
@@ -127,20 +126,6 @@ json packetFaultsJson(const std::vector<PacketAnalysis>& packets) {
     out.push_back(std::move(j));
   }
   return out;
-}
-
-int cmdOracle(const std::string& capture, bool asJson) {
-  auto recs = pcapng::read(capture);
-  if (!recs) {
-    std::fprintf(stderr, "error: %s\n", recs.error().message.c_str());
-    return kExitError;
-  }
-  auto rep = oracle::analyse(*recs);
-  if (asJson)
-    std::printf("%s\n", oracle::toJson(rep).dump(2).c_str());
-  else
-    std::printf("%s", oracle::toText(rep).c_str());
-  return rep.pass() ? kExitOk : kExitFailed;
 }
 
 }  // namespace rc::controller
