@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "common/units.hpp"
-#include "controller/score.hpp"
+#include "controller/measurements.hpp"
 
 namespace rc::controller {
 namespace {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "controller/detection.hpp"
+#include "controller/measurements.hpp"
 #include "controller/playbook.hpp"
 #include "controller/run_result.hpp"
 
@@ -63,14 +64,6 @@ std::optional<double> baselineRate(const Grid& g, int64_t fromNs, int64_t toNs, 
 //   disturbance outside the job, such as a loaded host) shows an incident, not the job's noise;
 //   CAPPED is set, with the lowest rate and its instant, and the report warns.
 // - widenBand then widens a trial's band to the run's typical depth for the same scope.
-struct BaselineBand {
-  double floor = 0;
-  double holdFloor = 0;
-  bool capped = false;
-  double lowest = 0;       // lowest smoothed baseline rate (bytes/s)
-  int64_t lowestAtNs = 0;  // where it was (the start of its bin)
-  size_t pooledOver = 0;   // > 0: widened to the median depth over this many trials
-};
 constexpr double kBandSigmas = 3.5;
 constexpr double kBandMargin = 1.25;
 constexpr double kBandMaxDepth = 0.5;
@@ -90,27 +83,6 @@ BaselineBand widenBand(BaselineBand band, double baseline, const std::vector<std
 // smoothing window (a step in x moves the smoothed series over that span).
 int64_t timingUncertaintyNs(const Grid& g, int64_t smoothNs);
 
-// What a fault did to one series. Times in ns on the run timeline, rates in bytes/s.
-struct Impact {
-  // The judgement's thresholds (bytes/s): a bin below goodRate = min((1-e)B, band floor) is
-  // impacted; recovery needs a bin at or above it that starts a hold period whose mean is at
-  // or above goodHoldRate = min((1-e)B, band hold floor).
-  double goodRate = 0;
-  double goodHoldRate = 0;
-  int64_t uncertaintyNs = 0;              // of time to impact and recovery time (+/-)
-  std::optional<int64_t> timeToImpactNs;  // nullopt: never fell below goodRate
-  bool recovered = false;
-  std::optional<int64_t> recoveryTimeNs;  // nullopt when not recovered
-  int64_t recoveredAtNs = 0;              // start of the held-good stretch (if recovered)
-  int64_t windowFromNs = 0;               // the impact window the loss is measured over
-  int64_t windowToNs = 0;
-  double lossBytes = 0;                   // B x window - bytes moved in it, at least 0
-  double lossPct = 0;                     // lossBytes / (B x window) x 100
-  int64_t stallNs = 0;                    // time with x < stall_fraction x B in the window
-  int64_t longestStallNs = 0;
-  double minRate = 0;                     // lowest bin rate in the window
-};
-
 // Scores grid g (covering the trial up to endNs) against baseline B for a fault that was
 // applied at faultStartNs and reverted at faultEndNs.
 // BAND (from baselineBand) calibrates the thresholds on the baseline's own noise: a job back
@@ -119,37 +91,9 @@ struct Impact {
 Impact scoreImpact(const Grid& g, double baseline, int64_t faultStartNs, int64_t faultEndNs,
                    const ScoringSettings& s, std::optional<BaselineBand> band = std::nullopt);
 
-struct IterationStats {
-  size_t count = 0;
-  double p50Ns = 0;
-  double p99Ns = 0;
-  double maxNs = 0;
-};
 std::optional<IterationStats> iterationStats(const std::vector<double>& durationsNs);
 
 // ---------------------------------------------------------------- scoring a run
-
-struct ScopeScore {
-  std::string scope;  // "job" or a node name
-  std::optional<double> baseline;  // bytes/s
-  std::optional<BaselineBand> band;  // how low the healthy job went on its own
-  std::optional<Impact> impact;    // nullopt when no fault was applied
-  std::optional<IterationStats> baselineIterations;
-  std::optional<IterationStats> windowIterations;
-  std::map<std::string, int64_t> counterDeltas;
-  // Fabric metrics (pause_frames, paused_time, pause_spread_time, ecn_marks, drops; job only:
-  // watchdog_detect_time, watchdog_restore_time), where the run has fabric evidence.
-  std::map<std::string, double> fabric;
-  // Packet fault metrics (packets_acted; with the oracle: gbn_violations, nak_generation_time,
-  // nak_reaction_time, timeout_wait), job only, where the trial had packet faults.
-  std::map<std::string, double> packet;
-  // Job only:
-  std::optional<double> busbw;     // bytes/s, from baseline iterations
-  std::optional<double> gpuHours;  // per incident, at [cost] gpus
-  std::optional<double> cost;      // per incident, at [cost] price
-  std::optional<double> gpuHoursPerPeriod;  // x incidents_per_day x days
-  std::optional<double> costPerPeriod;
-};
 
 // What the fabric saw in one window, per switch port and queue (counter deltas).
 struct FabricDelta {
