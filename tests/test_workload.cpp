@@ -99,7 +99,7 @@ TEST_CASE("ring all-reduce is exact for 2..8 ranks and sizes not divisible by th
   int world = GENERATE(2, 3, 4, 5, 7, 8);
   uint64_t size = GENERATE(4, 4 * 7, 4 * 1001, 1 << 20);
   auto fabric = std::make_shared<InprocFabric>();
-  auto res = runWorld(findKind("allreduce"), world, size, 3,
+  auto res = runWorld(rc::workload::findKind("allreduce"), world, size, 3,
                       [&](int r) { return std::make_unique<InprocTransport>(fabric, r); });
   for (auto& r : res) {
     INFO("world " << world << " size " << size << ": " << r.summary.error);
@@ -115,7 +115,7 @@ TEST_CASE("ring all-reduce is exact for 2..8 ranks and sizes not divisible by th
 // pairwise, and any kind added since.
 TEST_CASE("every built-in kind verifies its results") {
   std::vector<const Kind*> builtIn;
-  for (const Kind* k : kinds())
+  for (const Kind* k : rc::workload::kinds())
     if (k->make && k->name != "allreduce") builtIn.push_back(k);
   const Kind* kind = GENERATE_COPY(from_range(builtIn));
   int world = GENERATE(2, 4, 5, 8);
@@ -142,13 +142,13 @@ TEST_CASE("every built-in kind verifies its results") {
 
 TEST_CASE("invalid shapes are refused with the fix named") {
   Shape s;
-  CHECK_THAT(validateShape(s).error().message, Catch::Contains("known: " + kindNames()));
-  s.kind = findKind("allreduce");
+  CHECK_THAT(validateShape(s).error().message, Catch::Contains("known: " + rc::workload::kindNames()));
+  s.kind = rc::workload::findKind("allreduce");
   s.world = 1;
   CHECK_THAT(validateShape(s).error().message, Catch::Contains("2 to 256 ranks"));
-  s = Shape{findKind("allreduce"), 0, 2, 6, 0, 0};
+  s = Shape{rc::workload::findKind("allreduce"), 0, 2, 6, 0, 0};
   CHECK_THAT(validateShape(s).error().message, Catch::Contains("multiple of 4"));
-  s = Shape{findKind("pairwise"), 0, 3, 8, 0, 0};
+  s = Shape{rc::workload::findKind("pairwise"), 0, 3, 8, 0, 0};
   CHECK_THAT(validateShape(s).error().message, Catch::Contains("even"));
 }
 
@@ -156,7 +156,7 @@ TEST_CASE("a dropped connection is re-established and the run completes") {
   auto fabric = std::make_shared<InprocFabric>();
   std::vector<InprocTransport*> raw(4);
   auto res = runWorld(
-      findKind("allreduce"), 4, 1 << 16, 400,
+      rc::workload::findKind("allreduce"), 4, 1 << 16, 400,
       [&](int r) {
         auto t = std::make_unique<InprocTransport>(fabric, r);
         raw[size_t(r)] = t.get();
@@ -183,7 +183,7 @@ TEST_CASE("a dropped connection is re-established and the run completes") {
 TEST_CASE("corrupted payloads are counted, not fatal") {
   auto fabric = std::make_shared<InprocFabric>();
   fabric->corruptNextFrom = 1;
-  auto res = runWorld(findKind("allreduce"), 3, 4096, 5,
+  auto res = runWorld(rc::workload::findKind("allreduce"), 3, 4096, 5,
                       [&](int r) { return std::make_unique<InprocTransport>(fabric, r); });
   uint64_t corrupt = 0, bad = 0;
   for (auto& r : res) {
@@ -223,7 +223,7 @@ TEST_CASE("collectives over TCP on loopback, several streams per peer") {
     REQUIRE(t.ok());
     ts.push_back(std::move(*t));
   }
-  auto res = runWorld(findKind("allreduce"), world, size, 4, [&](int r) { return std::move(ts[size_t(r)]); });
+  auto res = runWorld(rc::workload::findKind("allreduce"), world, size, 4, [&](int r) { return std::move(ts[size_t(r)]); });
   for (auto& r : res) {
     INFO("world " << world << " streams " << streams << ": " << r.summary.error);
     CHECK(r.summary.endReason == "completed");
@@ -263,7 +263,7 @@ TEST_CASE("a rank that gives up releases its peers at once") {
     threads.emplace_back([&, r] {
       InprocTransport t(fabric, r);
       Telemetry tel(wallNs(), 1'000'000);
-      auto spec = specFor(findKind("allreduce"), r, 3, 4096, 5);
+      auto spec = specFor(rc::workload::findKind("allreduce"), r, 3, 4096, 5);
       spec.reconnectTimeoutNs = 300'000'000;
       sums[size_t(r)] = runWorkload(spec, t, tel, stop);
     });

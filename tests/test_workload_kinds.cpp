@@ -7,28 +7,25 @@
 #include "workload/kinds.hpp"
 
 using namespace rc;
-using rc::workload::findKind;
-using rc::workload::kindNames;
-using rc::workload::kinds;
 
 TEST_CASE("every workload kind has a unique name that findKind finds again") {
-  REQUIRE_FALSE(kinds().empty());
+  REQUIRE_FALSE(workload::kinds().empty());
   std::set<std::string_view> names;
-  for (const auto* k : kinds()) {
+  for (const auto* k : workload::kinds()) {
     INFO(k->name);
     CHECK_FALSE(k->name.empty());
     CHECK_FALSE(k->summary.empty());
     CHECK(names.insert(k->name).second);
-    CHECK(findKind(k->name) == k);
+    CHECK(workload::findKind(k->name) == k);
     // A kind is either run by the engine or external, never both nor neither.
     CHECK((k->make != nullptr) != (k->external != nullptr));
     CHECK(k->bus != nullptr);
   }
-  CHECK(findKind("reduce") == nullptr);
-  CHECK(findKind("") == nullptr);
+  CHECK(workload::findKind("reduce") == nullptr);
+  CHECK(workload::findKind("") == nullptr);
   std::string joined;
-  for (const auto* k : kinds()) joined += (joined.empty() ? "" : ", ") + std::string(k->name);
-  CHECK(kindNames() == joined);
+  for (const auto* k : workload::kinds()) joined += (joined.empty() ? "" : ", ") + std::string(k->name);
+  CHECK(workload::kindNames() == joined);
   CHECK(workload::externalKindNames() == "perftest");
 }
 
@@ -46,7 +43,7 @@ TEST_CASE("bus bandwidth factors are nccl-tests'") {
       {"allreduce", 0, 1.0},  // no ranks: no factor to apply
   }));
   INFO(name << " with " << n << " ranks");
-  const auto* k = findKind(name);
+  const auto* k = workload::findKind(name);
   REQUIRE(k);
   CHECK(k->busFactor(n) == Approx(want));
 }
@@ -56,9 +53,9 @@ TEST_CASE("the parser's unknown-kind error lists exactly the table's kinds") {
   const std::string tail = "[[phase]]\nname = \"baseline\"\nduration = \"10s\"\n";
   auto bad = controller::parsePlaybook(head + "kind = \"reduce\"\n" + tail, "p.toml");
   REQUIRE_FALSE(bad);
-  CHECK(bad.error().message == "p.toml:3:8: workload kind 'reduce' is unknown (known: " + kindNames() + ")");
+  CHECK(bad.error().message == "p.toml:3:8: workload kind 'reduce' is unknown (known: " + workload::kindNames() + ")");
   // Every kind of the table is accepted by its name.
-  for (const auto* k : kinds()) {
+  for (const auto* k : workload::kinds()) {
     auto pb = controller::parsePlaybook(head + "kind = \"" + std::string(k->name) + "\"\n" + tail, "p.toml");
     INFO(k->name << ": " << (pb ? "" : pb.error().message));
     REQUIRE(pb);
@@ -67,15 +64,15 @@ TEST_CASE("the parser's unknown-kind error lists exactly the table's kinds") {
   // Without a kind: the first of the table, then the others.
   auto none = controller::parsePlaybook(head + "size = \"1MiB\"\n" + tail, "p.toml");
   REQUIRE_FALSE(none);
-  const std::string names = kindNames();
-  const std::string first(kinds().front()->name);
+  const std::string names = workload::kindNames();
+  const std::string first(workload::kinds().front()->name);
   CHECK_THAT(none.error().message, Catch::Contains("[workload] needs kind = \"" + first + "\" (or " +
                                                    names.substr(first.size() + 2) + ")"));
 }
 
 TEST_CASE("the shape checks of a kind are its record's") {
   auto shape = [](const char* kind, int world, uint64_t size, int receiver = 0, int fanIn = 0) {
-    return workload::Shape{findKind(kind), 0, world, size, receiver, fanIn};
+    return workload::Shape{workload::findKind(kind), 0, world, size, receiver, fanIn};
   };
   CHECK(workload::validateShape(shape("allreduce", 4, 4096)).ok());
   CHECK(workload::validateShape(shape("allreduce", 4, 4098)).error().message ==
