@@ -15,9 +15,8 @@
 #include "common/units.hpp"
 #include "counters/nic_counters.hpp"
 #include "rdmachaos_config.h"
-#include "workload/collectives.hpp"
 #include "workload/engine.hpp"
-#include "workload/perftest.hpp"
+#include "workload/kinds.hpp"
 #include "workload/tcp_transport.hpp"
 #if RDMACHAOS_HAVE_VERBS_TRANSPORT
 #include "workload/verbs_transport.hpp"
@@ -44,74 +43,32 @@ proto::TelemetryCounters toProto(const wl::Counters& c) {
           int64_t(c.rxBytes)};
 }
 
-// A perftest run from a workload_start: two ranks, rank 0 the client (it sends, as in
-// pairwise), rank 1 the server; the program from the fixed list, the device and GID from the
-// node's data address.
-Result<wl::PerftestRunSpec> perftestSpec(const proto::WorkloadStart& r) {
-  auto program = wl::perftestProgram(r.perftest);
-  if (!program)
-    return makeError("perftest test '" + r.perftest + "' is not one this agent runs (known: " +
-                     wl::perftestTests() + ")");
-  if (r.world.size() != 2)
-    return makeError("a perftest workload runs between exactly 2 nodes (client and server), not " +
-                     std::to_string(r.world.size()));
-  if (r.durationMs == 0)
-    return makeError("a perftest workload runs for a duration, not a count of iterations");
-  if (r.streams > proto::kMaxVerbsQps) return makeError("a perftest workload runs 1 to 16 QPs (streams)");
-  if (::access(std::string(program->path).c_str(), X_OK) != 0)
-    return makeError(std::string(program->path) +
-                     " is not installed on this node: install Debian's perftest package");
-  const std::string& self = r.world[size_t(r.rank)].address;
-  auto gid = wl::findRoceGid("/sys", self);
-  if (!gid) return makeError("cannot run perftest on this node: " + gid.error().message);
-  wl::PerftestRunSpec p;
-  p.options.program = *program;
-  p.options.server = r.rank == 1;
-  p.options.serverAddress = r.world[1].address;
-  p.options.port = uint16_t(r.world[1].port);
-  p.options.gid = *gid;
-  p.options.size = uint64_t(r.size);
-  p.options.qps = r.streams;
-  p.options.dscp = r.qp.dscp;
-  p.options.qpTimeout = r.qp.timeout;
-  p.node = self;
-  // The client prints the reports (the server of a bandwidth test prints none per period).
-  p.countsBytes = !p.options.server;
-  p.connectWindowNs = std::max<int64_t>(r.reconnectTimeoutMs, 20'000) * 1'000'000;
-  p.firstReportNs = p.connectWindowNs + 10'000'000'000;
-  return p;
-}
-
-// What a valid workload_start asks of this agent: its run, the perftest run (kind "perftest")
+// What a valid workload_start asks of this agent: its run (the engine's, or an external kind's)
 // and the bytes of buffers it holds.
 struct WorkloadPlan {
   wl::RunSpec spec;
-  std::optional<wl::PerftestRunSpec> perftest;
+  std::unique_ptr<wl::ExternalRun> external;
   uint64_t memory = 0;
 };
 
 // Validates R (its kind, shape, duration within MAX_DURATION and start time) and plans its run.
 Result<WorkloadPlan> planWorkload(const proto::WorkloadStart& r,
                                   std::chrono::milliseconds maxDuration) {
-  const bool isPerftest = r.kind == "perftest";
-  auto kind = wl::parseKind(isPerftest ? "pairwise" : r.kind);
-  if (!kind)
-    return makeError("unknown workload kind '" + r.kind +
-                     "' (known: allreduce, allgather, alltoall, incast, pairwise, perftest)");
+  const wl::Kind* kind = wl::findKind(r.kind);
+  if (!kind) return makeError("unknown workload kind '" + r.kind + "' (known: " + wl::kindNames() + ")");
   WorkloadPlan plan;
   wl::RunSpec& spec = plan.spec;
-  spec.shape = {*kind, r.rank, int(r.world.size()), uint64_t(r.size), r.incastReceiver, r.fanIn};
+  spec.shape = {kind, r.rank, int(r.world.size()), uint64_t(r.size), r.incastReceiver, r.fanIn};
   if (auto v = wl::validateShape(spec.shape); !v) return v.error();
-  if (isPerftest) {
-    auto p = perftestSpec(r);
+  if (kind->external) {
+    auto p = kind->external->prepare(r);
     if (!p) return p.error();
-    plan.perftest = std::move(*p);
+    plan.external = std::move(*p);
   }
   // Buffers are allocated when it starts: a peer must not make the agent allocate without
   // bound (an incast receiver holds size x fan_in: up to 256 GiB as the protocol allows).
-  // perftest allocates its own: about size per QP on each end.
-  plan.memory = isPerftest ? uint64_t(r.size) * uint64_t(r.streams)
-                           : wl::makeCollective(spec.shape)->bufferBytes();
+  // An external program allocates its own (perftest: about size per QP on each end).
+  plan.memory = plan.external ? plan.external->memory() : wl::makeCollective(spec.shape)->bufferBytes();
   if (r.durationMs > maxDuration.count())
     return makeError("duration of " + std::to_string(r.durationMs) + " ms exceeds this agent's " +
                      "maximum of " + std::to_string(maxDuration.count()) + " ms");
@@ -130,7 +87,7 @@ Error workloadMemoryRefusal(const proto::WorkloadStart& r, uint64_t memory, uint
                             uint64_t budget) {
   return makeError("this workload needs " + formatSize(memory) + " of buffers (" + r.kind +
                    ", size " + formatSize(uint64_t(r.size)) +
-                   (r.kind == "incast" ? " x fan_in on the receiver" : "") + ") and this agent holds " +
+                   std::string(wl::findKind(r.kind)->memoryNote) + ") and this agent holds " +
                    formatSize(held) + " for others, beyond its budget of " + formatSize(budget) +
                    " ([agent] max_workload_memory, default a quarter of the host's or its cgroup's "
                    "memory): lower "
@@ -190,8 +147,8 @@ struct WorkloadManager::Entry {
   std::unique_ptr<wl::Transport> transport;
   uint16_t port = 0;  // where the transport listens (TCP, or rdma_cm's port space)
   std::unique_ptr<wl::Telemetry> telemetry;
-  // kind "perftest": the program's run instead of a transport and the engine.
-  std::optional<wl::PerftestRunSpec> perftest;
+  // An external kind (perftest): its program's run instead of a transport and the engine.
+  std::unique_ptr<wl::ExternalRun> external;
   // Bins younger than this stay open: a perftest report fills the second before it.
   int64_t drainLagNs = 0;
   Emit emit;
@@ -339,9 +296,8 @@ wl::Summary WorkloadManager::Entry::runGuarded() {
   wl::Summary s;
   try {
     log::info("workload '{}' ({} over {}, rank {} of {}) starting", id, kind,
-              transport ? transport->name() : std::string(perftest->options.program.test), rank,
-              spec.shape.world);
-    s = perftest ? wl::runPerftest(*perftest, *telemetry, stop)
+              transport ? transport->name() : external->describe(), rank, spec.shape.world);
+    s = external ? external->run(spec.startNs, spec.durationNs, *telemetry, stop)
                  : wl::runWorkload(spec, *transport, *telemetry, stop, std::move(buffer));
   } catch (const std::exception& ex) {
     if (transport) transport->disconnect();  // peers learn at once that we are gone
@@ -465,11 +421,10 @@ WorkloadManager::~WorkloadManager() { shutdown(); }
 
 Result<json> WorkloadManager::start(const std::string& owner, const proto::WorkloadStart& r,
                                     Emit emit) {
-  const bool isPerftest = r.kind == "perftest";
   auto plan = planWorkload(r, maxDuration_);
   if (!plan) return plan.error();
   const wl::RunSpec& spec = plan->spec;
-  std::optional<wl::PerftestRunSpec>& perftest = plan->perftest;
+  std::unique_ptr<wl::ExternalRun>& external = plan->external;
 
   // Three steps, so that nothing slow runs under m_ (heartbeat() takes it on the event loop:
   // a verbs device that takes seconds to open must not expire a controller's lease).
@@ -502,10 +457,8 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
   uint16_t port = 0;
   try {
     if (createHook_) createHook_(r.workloadId);
-    if (isPerftest) {
-      port = uint16_t(r.world[1].port);
-      perftest->startNs = spec.startNs;
-      perftest->durationNs = spec.durationNs;
+    if (external) {
+      port = external->port();
     } else {
       auto buffer = wl::allocateRunBuffer(spec.shape);
       if (!buffer) return abandon(e, buffer.error());
@@ -517,9 +470,9 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
     }
     e->port = port;
     e->telemetry = std::make_unique<wl::Telemetry>(spec.startNs, r.binUs * 1000);
-    if (perftest) {
-      e->drainLagNs = int64_t(perftest->options.reportSeconds) * 2'000'000'000 + 500'000'000;
-      e->perftest = std::move(perftest);
+    if (external) {
+      e->drainLagNs = external->drainLagNs();
+      e->external = std::move(external);
     }
     e->emit = std::move(emit);
     e->openSamplers(counters_);
@@ -532,7 +485,7 @@ Result<json> WorkloadManager::start(const std::string& owner, const proto::Workl
     return abandon(e, makeError(msg));
   }
   // Read here: once the engine ends, it releases the transport (the reply is built after).
-  const std::string transportName = transport ? transport->name() : std::string("perftest");
+  const std::string transportName = transport ? transport->name() : r.kind;
 
   // 3. Commit under the lock, unless the workload was stopped or the agent began shutting
   // down meanwhile.

@@ -8,6 +8,7 @@
 #include "controller/commands.hpp"
 #include "controller/metrics_table.hpp"
 #include "rdmachaos_config.h"
+#include "workload/kinds.hpp"
 
 namespace rc::controller {
 namespace {
@@ -97,7 +98,8 @@ void addFleetCommands(CLI::App& app, Cli& cli) {
   auto* cWorkload = cli.workloadCmd =
       app.add_subcommand("workload", "run a collective on the data plane with live telemetry");
   cWorkload->add_option("--inventory", wl.inventory, "inventory TOML")->required();
-  cWorkload->add_option("--kind", wl.kind, "allreduce, allgather, alltoall, incast, pairwise, perftest")->capture_default_str();
+  cWorkload->add_option("--kind", wl.kind, rc::workload::kindNames())->capture_default_str();
+  cWorkload->footer(rc::workload::kindsHelp());
   cWorkload->add_option("--test", wl.test, "perftest: ib_write_bw (default), ib_read_bw, ib_send_bw");
   cWorkload->add_option("--size", wl.size, "message size, e.g. 4MiB")->capture_default_str();
   cWorkload->add_option("--for", wl.forDuration, "duration, e.g. 20s");

@@ -18,6 +18,7 @@
 #include "common/result.hpp"
 #include "controller/inventory.hpp"
 #include "controller/metrics_table.hpp"
+#include "workload/kinds.hpp"
 
 namespace rc::controller {
 
@@ -30,10 +31,6 @@ struct SourcePos {
   int column = 0;
 };
 
-enum class WorkloadKind { allreduce, allgather, alltoall, incast, pairwise, perftest };
-const char* toString(WorkloadKind k);
-std::optional<WorkloadKind> workloadKindFromString(std::string_view s);
-
 // Which nodes: the union of names, roles and "all"; with random = k, a seeded pick of k of them.
 struct Selector {
   std::vector<std::string> names;
@@ -43,13 +40,13 @@ struct Selector {
 };
 
 struct Workload {
-  WorkloadKind kind = WorkloadKind::allreduce;
+  const workload::Kind* kind = workload::findKind("allreduce");  // never null
   uint64_t sizeBytes = 4 << 20;
   int streams = 1;
   std::string transport = "tcp";  // tcp, verbs
   Selector nodes;  // default: all
   proto::QpSettings qp;  // dscp (both transports); qp_timeout, qp_retry_cnt, qp_rnr_retry (verbs)
-  std::string test;      // kind "perftest": ib_write_bw (default), ib_read_bw, ib_send_bw
+  std::string test;      // an external kind's program (perftest: ib_write_bw (default), ib_read_bw, ib_send_bw)
 };
 
 struct Phase {

@@ -238,7 +238,7 @@ int cmdRun(const RunOptions& o) {
 
   std::fprintf(stderr, "running '%s': %zu trial(s), %.1fs, workload %s on %zu node(s); reports in %s\n",
                pb->name.c_str(), plan->trials.size(), plan->durationNs / 1e9,
-               toString(pb->workload.kind), plan->workloadNodes.size(), dir.c_str());
+               std::string(pb->workload.kind->name).c_str(), plan->workloadNodes.size(), dir.c_str());
   RunResult result;
   boost::asio::co_spawn(io,
                         runAndListen(io, *pb, *plan, *inv, *tls,

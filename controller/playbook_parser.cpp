@@ -13,7 +13,7 @@
 #include "common/units.hpp"
 #include "controller/playbook_internal.hpp"
 #include "faults/fault.hpp"
-#include "workload/perftest.hpp"
+#include "workload/kinds.hpp"
 
 #include "controller/playbook_parser.hpp"
 
@@ -148,6 +148,14 @@ Scenario Parser::scenario(const toml::table& t, const std::string& nm, const Sou
   return sc;
 }
 
+// "\"allreduce\" (or allgather, ...)": the kinds, for the message of a [workload] without one.
+static std::string kindChoices() {
+  const auto& all = workload::kinds();
+  std::string out = "\"" + std::string(all.front()->name) + "\" (or ";
+  for (size_t i = 1; i < all.size(); i++) out += (i > 1 ? ", " : "") + std::string(all[i]->name);
+  return out + ")";
+}
+
 void Parser::workload(const toml::node& wlNode, Workload& w) const {
   const toml::node* wl = &wlNode;
   const auto& t = table(*wl, "workload");
@@ -155,19 +163,21 @@ void Parser::workload(const toml::node& wlNode, Workload& w) const {
                 "test"},
             "[workload]");
   auto* k = t.get("kind");
-  if (!k) fail(*wl, "[workload] needs kind = \"allreduce\" (or allgather, alltoall, incast, pairwise, perftest)");
-  auto kind = workloadKindFromString(str(*k, "workload kind", 32));
-  if (!kind)
-    fail(*k, "workload kind '" + k->as_string()->get() +
-                 "' is unknown (known: allreduce, allgather, alltoall, incast, pairwise, perftest)");
-  w.kind = *kind;
-  // perftest: which program of the agents' fixed list (they run nothing else).
-  if (*kind == WorkloadKind::perftest) w.test = "ib_write_bw";
+  if (!k) fail(*wl, "[workload] needs kind = " + kindChoices());
+  const workload::Kind* kind = workload::findKind(str(*k, "workload kind", 32));
+  if (!kind) fail(*k, "workload kind '" + k->as_string()->get() + "' is unknown (known: " + workload::kindNames() + ")");
+  w.kind = kind;
+  const workload::External* ext = kind->external;
+  // An external kind: which program of the agents' fixed list (they run nothing else).
+  if (ext) w.test = ext->defaultProgram;
   if (auto* te = t.get("test")) {
-    if (*kind != WorkloadKind::perftest) fail(*te, "test names a perftest program: it needs kind = \"perftest\"");
+    if (!ext) {
+      const std::string names = workload::externalKindNames();
+      fail(*te, "test names a " + names + " program: it needs kind = \"" + names + "\"");
+    }
     w.test = str(*te, "workload test", 32);
-    if (!rc::workload::perftestProgram(w.test))
-      fail(*te, "perftest test '" + w.test + "' is unknown (known: " + rc::workload::perftestTests() + ")");
+    if (!ext->knowsProgram(w.test))
+      fail(*te, std::string(kind->name) + " test '" + w.test + "' is unknown (known: " + ext->programs() + ")");
   }
   // Parsed wider than an agent accepts, so that the message can say what an agent accepts.
   if (auto* s = t.get("size")) {
@@ -195,15 +205,19 @@ void Parser::workload(const toml::node& wlNode, Workload& w) const {
   if (auto* q = t.get("qp_timeout")) w.qp.timeout = int(integer(*q, "workload qp_timeout", 0, 31));
   if (auto* q = t.get("qp_retry_cnt")) w.qp.retryCount = int(integer(*q, "workload qp_retry_cnt", 0, 7));
   if (auto* q = t.get("qp_rnr_retry")) w.qp.rnrRetry = int(integer(*q, "workload qp_rnr_retry", 0, 7));
-  if (*kind == WorkloadKind::perftest && w.streams > 16)
-    fail(*wl, "workload streams must be 1 to 16 with kind = \"perftest\" (its QPs, -q)");
-  if (auto* tr = t.get("transport"); tr && *kind == WorkloadKind::perftest)
-    fail(*tr, "kind = \"perftest\" always runs over RDMA: leave transport out");
-  for (const char* key : {"qp_retry_cnt", "qp_rnr_retry"})
-    if (auto* q = t.get(key); q && *kind == WorkloadKind::perftest)
-      fail(*q, std::string(key) + " is not a perftest option (perftest sets its own; qp_timeout is its -u)");
+  if (ext) {
+    const std::string name(kind->name);
+    if (w.streams > ext->maxStreams)
+      fail(*wl, "workload streams must be 1 to " + std::to_string(ext->maxStreams) + " with kind = \"" + name + "\" (" +
+                    std::string(ext->streamsAre) + ")");
+    if (auto* tr = t.get("transport")) fail(*tr, "kind = \"" + name + "\" always runs over RDMA: leave transport out");
+    for (const char* key : {"qp_retry_cnt", "qp_rnr_retry"})
+      if (auto* q = t.get(key))
+        fail(*q, std::string(key) + " is not a " + name + " option (" + name + " sets its own; qp_timeout is its " +
+                     std::string(ext->qpTimeoutIs) + ")");
+  }
   for (const char* key : {"qp_timeout", "qp_retry_cnt", "qp_rnr_retry"})
-    if (auto* q = t.get(key); q && w.transport != "verbs" && *kind != WorkloadKind::perftest)
+    if (auto* q = t.get(key); q && w.transport != "verbs" && !ext)
       fail(*q, std::string(key) + " sets a verbs QP attribute: it needs transport = \"verbs\"");
   w.nodes.names = {"all"};
   w.nodes.pos = pos(*wl);
@@ -363,25 +377,6 @@ Playbook Parser::parse(const std::string& text) {
 
 namespace rc::controller {
 using namespace detail;
-
-const char* toString(WorkloadKind k) {
-  switch (k) {
-    case WorkloadKind::allreduce: return "allreduce";
-    case WorkloadKind::allgather: return "allgather";
-    case WorkloadKind::alltoall: return "alltoall";
-    case WorkloadKind::incast: return "incast";
-    case WorkloadKind::pairwise: return "pairwise";
-    case WorkloadKind::perftest: return "perftest";
-  }
-  return "?";
-}
-
-std::optional<WorkloadKind> workloadKindFromString(std::string_view s) {
-  for (auto k : {WorkloadKind::allreduce, WorkloadKind::allgather, WorkloadKind::alltoall,
-                 WorkloadKind::incast, WorkloadKind::pairwise, WorkloadKind::perftest})
-    if (s == toString(k)) return k;
-  return std::nullopt;
-}
 
 const char* toString(Comparison c) {
   switch (c) {

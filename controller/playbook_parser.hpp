@@ -15,7 +15,7 @@
 #include "controller/playbook.hpp"
 #include "controller/playbook_internal.hpp"
 #include "faults/fault.hpp"
-#include "workload/perftest.hpp"
+#include "workload/kinds.hpp"
 
 namespace rc::controller::detail {
 

@@ -109,15 +109,15 @@ static std::string targetKey(const PlannedFault& f) {
 
 namespace {
 
-// The workload's nodes: at least 2 (perftest: exactly 2); every expectation's scope is the
+// The workload's nodes: at least 2 (an external kind, perftest: exactly 2); every expectation's scope is the
 // job or one of them.
 void checkWorkloadNodes(const SourceFile& p, const Playbook& pb, const Plan& plan) {
   if (plan.workloadNodes.size() < 2)
-    p.fail(pb.workload.nodes.pos, std::string(toString(pb.workload.kind)) + " needs at least 2 nodes; workload nodes '" +
+    p.fail(pb.workload.nodes.pos, std::string(pb.workload.kind->name) + " needs at least 2 nodes; workload nodes '" +
                                       pb.workload.nodes.describe() + "' match " + std::to_string(plan.workloadNodes.size()));
-  if (pb.workload.kind == WorkloadKind::perftest && plan.workloadNodes.size() != 2)
-    p.fail(pb.workload.nodes.pos, "perftest runs between exactly 2 nodes (client, then server); "
-                                  "workload nodes '" + pb.workload.nodes.describe() + "' match " +
+  if (const workload::External* ext = pb.workload.kind->external; ext && plan.workloadNodes.size() != 2)
+    p.fail(pb.workload.nodes.pos, std::string(pb.workload.kind->name) + " runs between exactly 2 nodes (" +
+                                      std::string(ext->ranksShort) + "); workload nodes '" + pb.workload.nodes.describe() + "' match " +
                                       std::to_string(plan.workloadNodes.size()) + ": name two, e.g. nodes = [\"n1\", \"n2\"]");
   for (const auto& sc : pb.scenarios)
     for (const auto* list : {&sc.expectations, &sc.requirements})
@@ -307,7 +307,7 @@ std::string formatPlan(const Playbook& pb, const Plan& plan) {
                 pb.name.c_str(), static_cast<unsigned long long>(plan.seed), plan.trials.size(),
                 fmtDur(plan.durationNs).c_str());
   out += buf;
-  std::snprintf(buf, sizeof buf, "workload %s%s%s, %s x %d stream(s) on %s\n", toString(pb.workload.kind),
+  std::snprintf(buf, sizeof buf, "workload %s%s%s, %s x %d stream(s) on %s\n", std::string(pb.workload.kind->name).c_str(),
                 pb.workload.test.empty() ? "" : " ", pb.workload.test.c_str(),
                 formatSize(pb.workload.sizeBytes).c_str(), pb.workload.streams,
                 joinNames(plan.workloadNodes).c_str());

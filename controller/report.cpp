@@ -45,7 +45,7 @@ json playbookJson(const Playbook& pb) {
           {"seed", pb.seed},
           {"repeat", pb.repeat},
           {"text", pb.text},
-          {"workload", {{"kind", toString(pb.workload.kind)}, {"size_bytes", pb.workload.sizeBytes},
+          {"workload", {{"kind", pb.workload.kind->name}, {"size_bytes", pb.workload.sizeBytes},
                         {"streams", pb.workload.streams}, {"nodes", pb.workload.nodes.describe()},
                         {"transport", pb.workload.transport}}},
           {"scoring", {{"bin_ns", pb.scoring.binNs}, {"warmup_ns", pb.scoring.warmupNs},

@@ -242,7 +242,7 @@ class PlanRun {
     std::vector<std::shared_ptr<AgentClient>> ranks;
     for (const auto& n : self.plan_.workloadNodes) ranks.push_back(self.fleet_.find(n));
     WorkloadSpec spec;
-    spec.kind = toString(self.playbook_.workload.kind);
+    spec.kind = self.playbook_.workload.kind->name;
     spec.size = self.playbook_.workload.sizeBytes;
     spec.streams = self.playbook_.workload.streams;
     spec.transport = self.playbook_.workload.transport;

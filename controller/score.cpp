@@ -72,20 +72,6 @@ std::optional<double> percentile(std::vector<double> v, double p) {
   return v[size_t(rank - 1)];
 }
 
-double busBandwidthFactor(WorkloadKind kind, size_t ranks) {
-  if (ranks < 1) return 1;
-  double n = double(ranks);
-  switch (kind) {
-    case WorkloadKind::allreduce: return 2 * (n - 1) / n;
-    case WorkloadKind::allgather:
-    case WorkloadKind::alltoall: return (n - 1) / n;
-    case WorkloadKind::incast:
-    case WorkloadKind::pairwise:
-    case WorkloadKind::perftest: return 1;
-  }
-  return 1;
-}
-
 std::vector<double> smoothRates(const Grid& g, int64_t smoothNs, size_t lo, size_t hi) {
   hi = std::min(hi, g.size());
   lo = std::min(lo, hi);

@@ -40,10 +40,6 @@ std::optional<double> median(std::vector<double> v);
 // Nearest-rank percentile, p in (0, 100]: the smallest value with at least p% at or below it.
 std::optional<double> percentile(std::vector<double> v, double p);
 
-// nccl-tests' bus bandwidth factor for n ranks: allreduce 2(n-1)/n; allgather, alltoall
-// (and reduce-scatter) (n-1)/n; incast and pairwise are point-to-point: 1.
-double busBandwidthFactor(WorkloadKind kind, size_t ranks);
-
 // Rates (bytes/s) of bins [lo, hi) averaged over a window of SMOOTH_NS centred on each bin,
 // clipped to [lo, hi) (0 = the raw rates).
 std::vector<double> smoothRates(const Grid& g, int64_t smoothNs, size_t lo, size_t hi);

@@ -182,7 +182,7 @@ void scoreScopes(const RunResult& run, const Playbook& pb, const Trial& t, const
     for (const auto& [name, d] : n.counterDeltas) ts.job.counterDeltas[name] += d;
   if (ts.job.baselineIterations && ts.job.baselineIterations->p50Ns > 0) {
     double algbw = double(pb.workload.sizeBytes) / (ts.job.baselineIterations->p50Ns / 1e9);
-    ts.job.busbw = algbw * busBandwidthFactor(pb.workload.kind, nodes.size());
+    ts.job.busbw = algbw * pb.workload.kind->busFactor(nodes.size());
   }
   if (pb.cost.gpus > 0 && ts.job.impact && ts.job.baseline && *ts.job.baseline > 0) {
     // The bytes lost are worth lossBytes / B seconds of the whole job at full speed, and

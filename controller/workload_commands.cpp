@@ -16,7 +16,7 @@
 #include "controller/fleet.hpp"
 #include "controller/inventory.hpp"
 #include "controller/workload_run.hpp"
-#include "workload/perftest.hpp"
+#include "workload/kinds.hpp"
 
 namespace rc::controller {
 
@@ -161,18 +161,27 @@ asio::awaitable<int> workloadMain(asio::io_context& io, asio::ssl::context& tls,
 int cmdWorkload(const WorkloadOptions& o) {
   Run run;
   run.spec.kind = o.kind;
-  const bool perftest = o.kind == "perftest";
-  if (!o.test.empty() && !perftest) return failWith("--test names a perftest program: add --kind perftest");
-  run.spec.perftest = perftest ? (o.test.empty() ? "ib_write_bw" : o.test) : "";
-  if (perftest && !workload::perftestProgram(run.spec.perftest))
-    return failWith("--test '" + o.test + "' is not a perftest program this tool runs (known: " +
-                    workload::perftestTests() + ")");
-  if (perftest && o.transport != "tcp")
-    return failWith("--kind perftest always runs over RDMA: leave --transport out");
-  if (perftest && o.iterations) return failWith("--kind perftest runs for a duration: give --for");
-  if (perftest && (o.qpRetryCnt != 7 || o.qpRnrRetry != 7))
-    return failWith("--qp-retry-cnt and --qp-rnr-retry are not perftest options (--qp-timeout is its -u)");
-  if (perftest && o.streams > 16) return failWith("--streams must be 1 to 16 with --kind perftest (its QPs, -q)");
+  // An unknown kind is refused by the run, with the known ones.
+  const workload::Kind* kind = workload::findKind(o.kind);
+  const workload::External* ext = kind ? kind->external : nullptr;
+  if (!o.test.empty() && !ext) {
+    const std::string names = workload::externalKindNames();
+    return failWith("--test names a " + names + " program: add --kind " + names);
+  }
+  if (ext) {
+    const std::string name(kind->name);
+    run.spec.perftest = o.test.empty() ? std::string(ext->defaultProgram) : o.test;
+    if (!ext->knowsProgram(run.spec.perftest))
+      return failWith("--test '" + o.test + "' is not a " + name + " program this tool runs (known: " + ext->programs() + ")");
+    if (o.transport != "tcp") return failWith("--kind " + name + " always runs over RDMA: leave --transport out");
+    if (o.iterations) return failWith("--kind " + name + " runs for a duration: give --for");
+    if (o.qpRetryCnt != 7 || o.qpRnrRetry != 7)
+      return failWith("--qp-retry-cnt and --qp-rnr-retry are not " + name + " options (--qp-timeout is its " +
+                      std::string(ext->qpTimeoutIs) + ")");
+    if (o.streams > ext->maxStreams)
+      return failWith("--streams must be 1 to " + std::to_string(ext->maxStreams) + " with --kind " + name + " (" +
+                      std::string(ext->streamsAre) + ")");
+  }
   auto size = parseSize(o.size);
   if (!size) return failWith("--size: " + size.error().message);
   run.spec.size = *size;
@@ -197,7 +206,7 @@ int cmdWorkload(const WorkloadOptions& o) {
   if (o.qpTimeout < 0 || o.qpTimeout > 31) return failWith("--qp-timeout must be 0 to 31 (4.096 us x 2^N per try)");
   if (o.qpRetryCnt < 0 || o.qpRetryCnt > 7 || o.qpRnrRetry < 0 || o.qpRnrRetry > 7)
     return failWith("--qp-retry-cnt and --qp-rnr-retry must be 0 to 7");
-  if (o.transport != "verbs" && !perftest && (o.qpTimeout != 14 || o.qpRetryCnt != 7 || o.qpRnrRetry != 7))
+  if (o.transport != "verbs" && !ext && (o.qpTimeout != 14 || o.qpRetryCnt != 7 || o.qpRnrRetry != 7))
     return failWith("--qp-timeout, --qp-retry-cnt and --qp-rnr-retry set verbs QP attributes: add --transport verbs");
   run.spec.qp = {o.dscp, o.qpTimeout, o.qpRetryCnt, o.qpRnrRetry};
   run.spec.incastReceiver = o.receiver;

@@ -12,8 +12,7 @@
 #include "common/log.hpp"
 #include "controller/schedule_fault.hpp"
 #include "faults/fault.hpp"
-#include "workload/collectives.hpp"
-#include "workload/perftest.hpp"
+#include "workload/kinds.hpp"
 
 namespace rc::controller {
 
@@ -93,12 +92,9 @@ WorkloadRun::WorkloadRun(asio::io_context& io, std::vector<std::shared_ptr<Agent
   s.world = int(impl_->ranks.size());
   s.size = impl_->spec.size;
   s.binNs = std::chrono::duration_cast<std::chrono::nanoseconds>(impl_->spec.bin).count();
-  if (s.kind == "perftest") {
-    s.busFactor = 1;
-    s.algBytes = 0;
-  } else if (auto k = workload::parseKind(s.kind)) {
-    s.busFactor = workload::busFactor(*k, s.world);
-    s.algBytes = *k == workload::Kind::incast ? s.size * uint64_t(s.world - 1) : s.size;
+  if (const workload::Kind* k = workload::findKind(s.kind)) {
+    s.busFactor = k->busFactor(size_t(s.world));
+    s.algBytes = k->algBytes ? k->algBytes(s.size, s.world) : 0;
   }
   for (size_t r = 0; r < impl_->ranks.size(); r++) {
     NodeSeries ns;
@@ -120,29 +116,26 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
   auto impl = impl_;
   auto& spec = impl->spec;
   auto& s = impl->series;
-  const bool perftest = spec.kind == "perftest";
-  auto kind = workload::parseKind(perftest ? "pairwise" : spec.kind);
-  if (!kind)
-    co_return makeError("unknown workload kind '" + spec.kind +
-                        "' (known: allreduce, allgather, alltoall, incast, pairwise, perftest)");
+  const workload::Kind* kind = workload::findKind(spec.kind);
+  if (!kind) co_return makeError("unknown workload kind '" + spec.kind + "' (known: " + workload::kindNames() + ")");
   if (impl->ranks.size() < 2) co_return makeError("a workload needs at least 2 nodes");
-  if (perftest) {
+  const workload::External* ext = kind->external;
+  const std::string name(kind->name);
+  if (ext) {
     if (impl->ranks.size() != 2)
-      co_return makeError("perftest runs between exactly 2 nodes (the first the client, the second "
-                          "the server), not " + std::to_string(impl->ranks.size()));
-    if (spec.iterations)
-      co_return makeError("perftest runs for a duration, not a count of iterations");
-    if (!spec.perftest.empty() && !workload::perftestProgram(spec.perftest))
-      co_return makeError("perftest test '" + spec.perftest + "' is unknown (known: " +
-                          workload::perftestTests() + ")");
+      co_return makeError(name + " runs between exactly 2 nodes (" + std::string(ext->ranksLong) + "), not " +
+                          std::to_string(impl->ranks.size()));
+    if (spec.iterations) co_return makeError(name + " runs for a duration, not a count of iterations");
+    if (!spec.perftest.empty() && !ext->knowsProgram(spec.perftest))
+      co_return makeError(name + " test '" + spec.perftest + "' is unknown (known: " + ext->programs() + ")");
   }
-  if (spec.transport == "verbs" || perftest) {
+  if (spec.transport == "verbs" || ext) {
     // Refuse before anything starts, from what the agents reported when they connected.
     for (const auto& c : impl->ranks) {
       if (!faults::hasActiveRdmaPort(c->hello().value("capabilities", json::object())))
         co_return makeError("node '" + c->node().name + "' has no RDMA device with an ACTIVE port " +
                             "(its agent reports none): " +
-                            (perftest ? std::string("perftest") : std::string("transport \"verbs\"")) +
+                            (ext ? name : std::string("transport \"verbs\"")) +
                             " needs one on every workload node; nothing was started");
     }
   }
@@ -159,7 +152,7 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
   }
   if (!spec.incastReceiver.empty() && impl->ranks[size_t(receiver)]->node().name != spec.incastReceiver)
     co_return makeError("incast receiver '" + spec.incastReceiver + "' is not one of the nodes");
-  workload::Shape shape{*kind, 0, int(impl->ranks.size()), spec.size, receiver, spec.fanIn};
+  workload::Shape shape{kind, 0, int(impl->ranks.size()), spec.size, receiver, spec.fanIn};
   if (auto v = workload::validateShape(shape); !v) co_return v.error();
 
   int64_t maxRtt = 0;
@@ -190,7 +183,7 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
     w.checksum = spec.checksum;
     w.transport = spec.transport;
     w.qp = spec.qp;
-    if (perftest) w.perftest = spec.perftest.empty() ? "ib_write_bw" : spec.perftest;
+    if (ext) w.perftest = spec.perftest.empty() ? std::string(ext->defaultProgram) : spec.perftest;
     if (spec.iterations)
       w.iterations = spec.iterations;
     else

@@ -15,16 +15,14 @@
 #include <vector>
 
 #include "common/protocol.hpp"
-
-#include "common/protocol.hpp"
 #include "common/result.hpp"
 #include "controller/fleet.hpp"
 
 namespace rc::controller {
 
 struct WorkloadSpec {
-  std::string kind = "allreduce";  // allreduce, allgather, alltoall, incast, pairwise, perftest
-  std::string perftest;            // kind perftest: ib_write_bw (default), ib_read_bw, ib_send_bw
+  std::string kind = "allreduce";  // a workload kind's name (workload/kinds.hpp)
+  std::string perftest;            // an external kind's program (perftest: ib_write_bw (default), ib_read_bw, ib_send_bw)
   uint64_t size = 4u << 20;        // bytes, as nccl-tests counts them (incast: per sender)
   uint64_t iterations = 0;         // 0: run for DURATION
   Duration duration = std::chrono::seconds(10);

@@ -29,19 +29,6 @@ TEST_CASE("median and nearest-rank percentiles") {
   CHECK(*percentile({5, 1, 9, 7, 3, 2, 8, 6, 4, 10}, 99) == 10);  // p99 of 10 values is the max
 }
 
-TEST_CASE("bus bandwidth factors follow nccl-tests") {
-  auto [kind, n, want] = GENERATE(table<WorkloadKind, size_t, double>({
-      {WorkloadKind::allreduce, 2, 1.0},
-      {WorkloadKind::allreduce, 4, 1.5},
-      {WorkloadKind::allreduce, 8, 1.75},
-      {WorkloadKind::allgather, 4, 0.75},
-      {WorkloadKind::alltoall, 8, 0.875},
-      {WorkloadKind::incast, 8, 1.0},
-      {WorkloadKind::pairwise, 2, 1.0},
-  }));
-  CHECK(busBandwidthFactor(kind, n) == Approx(want));
-}
-
 TEST_CASE("grids: alignment, gaps, sums") {
   std::vector<Bin> bins{{0, 10}, {100, 20}, {250, 5}, {400, 7}};
   Grid g = toGrid(bins, 100, 0, 400);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "agent/workload_manager.hpp"
+#include "workload/kinds.hpp"
 #include "skip.hpp"
 
 using namespace std::chrono_literals;
@@ -226,4 +227,27 @@ TEST_CASE("a workload the node has no memory for is an error reply, not an abort
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 #endif
+}
+
+TEST_CASE("the agent refuses an unknown kind naming the table's kinds, and an external kind's bad spec") {
+  WorkloadManager m(5s, 1min, {}, uint64_t(1) << 30);
+  auto noop = [](json) {};
+  auto w = pairwise("wl-kind");
+  w.kind = "reduce";
+  auto r = m.start("ctl", w, noop);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message == "unknown workload kind 'reduce' (known: " + rc::workload::kindNames() + ")");
+  // perftest: its record's checks (the program of the fixed list; 2 ranks; a duration).
+  w.kind = "perftest";
+  w.perftest = "ib_write_lat";
+  r = m.start("ctl", w, noop);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("perftest test 'ib_write_lat' is not one this agent runs"));
+  w.perftest = "ib_write_bw";
+  w.durationMs = 0;
+  w.iterations = 5;
+  r = m.start("ctl", w, noop);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message == "a perftest workload runs for a duration, not a count of iterations");
+  CHECK(m.activeCount() == 0);
 }

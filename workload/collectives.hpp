@@ -3,7 +3,6 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,15 +13,10 @@
 
 namespace rc::workload {
 
-enum class Kind { allreduce, allgather, alltoall, incast, pairwise };
-
-std::optional<Kind> parseKind(std::string_view name);
-std::string_view kindName(Kind kind);
-// nccl-tests' bus bandwidth factor: busbw = algbw x factor.
-double busFactor(Kind kind, int world);
+struct Kind;  // workload/kinds.hpp
 
 struct Shape {
-  Kind kind = Kind::allreduce;
+  const Kind* kind = nullptr;  // workload/kinds.hpp: findKind(name)
   int rank = 0;
   int world = 2;
   uint64_t size = 0;     // bytes: the collective's size as nccl-tests counts it
@@ -30,7 +24,8 @@ struct Shape {
   int fanIn = 0;         // incast: senders at a time (0 = all)
 };
 
-// Checks what a plan needs (world, sizes, receiver), with an error naming the fix.
+// Checks what a plan needs (world, sizes, and the kind's own rules: an incast's receiver), with
+// an error naming the fix.
 Result<void> validateShape(const Shape& shape);
 
 class Collective {
@@ -47,6 +42,7 @@ class Collective {
   virtual bool verify(std::span<const std::byte> buffer) const = 0;
 };
 
+// The plan of SHAPE's kind (its Kind::make); null for a kind the engine does not run (external).
 std::unique_ptr<Collective> makeCollective(const Shape& shape);
 
 // Element I of rank R's all-reduce input: small integers, so float sums are exact whatever
@@ -55,5 +51,20 @@ inline float allreduceInput(int rank, size_t i) { return float((rank + 1) * int(
 
 // Range [begin, end) of chunk C when N items are split into K near-equal chunks.
 inline size_t chunkBegin(size_t n, size_t k, size_t c) { return n * c / k; }
+
+// Byte I of block B: distinct per block and position, so misplaced data fails verification.
+inline std::byte blockPattern(size_t block, size_t i) {
+  return std::byte(uint8_t((block * 131 + i * 7 + (i >> 8)) & 0xff));
+}
+inline void fillBlock(std::byte* p, size_t block, size_t len) {
+  for (size_t i = 0; i < len; i++) p[i] = blockPattern(block, i);
+}
+inline bool checkBlock(const std::byte* p, size_t block, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if (p[i] != blockPattern(block, i)) return false;
+  return true;
+}
+// A modulo N in [0, N) (ring neighbours of rank 0 are N-1 and 1).
+inline int ringMod(int a, int n) { return ((a % n) + n) % n; }
 
 }  // namespace rc::workload

@@ -13,6 +13,7 @@
 #include "common/clock.hpp"
 #include "common/log.hpp"
 #include "common/units.hpp"
+#include "workload/kinds.hpp"
 
 namespace rc::workload {
 
@@ -57,11 +58,21 @@ StepStatus resyncIterations(Transport& transport, std::vector<std::byte>& buffer
   return StepStatus::ok;
 }
 
+// SHAPE's plan, once it is valid and of a kind the engine runs (a built-in one).
+Result<std::unique_ptr<Collective>> planOf(const Shape& shape) {
+  if (auto v = validateShape(shape); !v) return v.error();
+  auto coll = makeCollective(shape);
+  if (!coll)
+    return makeError("workload kind '" + std::string(shape.kind->name) + "' runs an external program, not the engine");
+  return coll;
+}
+
 }  // namespace
 
 Result<std::vector<std::byte>> allocateRunBuffer(const Shape& shape) {
-  if (auto v = validateShape(shape); !v) return v.error();
-  const size_t bytes = runBufferBytes(*makeCollective(shape));
+  auto coll = planOf(shape);
+  if (!coll) return coll.error();
+  const size_t bytes = runBufferBytes(**coll);
   try {
     return std::vector<std::byte>(bytes);
   } catch (const std::exception& ex) {  // bad_alloc, or length_error past the address space
@@ -87,8 +98,9 @@ Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& tel,
     tel.update(c);
     return sum;
   };
-  if (auto v = validateShape(spec.shape); !v) return fail(v.error().message);
-  auto coll = makeCollective(spec.shape);
+  auto plan = planOf(spec.shape);
+  if (!plan) return fail(plan.error().message);
+  auto coll = std::move(*plan);
   auto peers = coll->peers();
   // The one buffer, allocated and registered once up front (a verbs transport pins it here);
   // behind the collective's part, 8 bytes to send and 8 per peer to receive for the resync.
