@@ -1,5 +1,6 @@
 // Playbooks: parsing, every kind of error with its place, and plan resolution.
 #include <catch2/catch.hpp>
+#include "test_util.hpp"
 #include <sstream>
 #include <set>
 
@@ -11,7 +12,7 @@ using namespace rc::controller;
 
 namespace {
 
-constexpr int64_t kSec = 1'000'000'000;
+using rctest::kS;
 
 const char* kInventory = R"(
 [tls]
@@ -132,20 +133,20 @@ bound = 1
   CHECK(pb->workload.transport == "verbs");
   CHECK(pb->guardrails.minBaselineBytesPerSec == 125e6);
   CHECK_FALSE(pb->guardrails.abortOnAgentLoss);
-  CHECK(pb->guardrails.maxStallNs == 5 * kSec);
+  CHECK(pb->guardrails.maxStallNs == 5 * kS);
   CHECK(pb->scoring.binNs == 20'000'000);
   CHECK(pb->scoring.epsilon == 0.1);
   CHECK(pb->cost.currency == "EUR");
   REQUIRE(pb->scenarios.size() == 1);
   const Scenario& sc = pb->scenarios[0];
   CHECK(sc.name == "full");
-  CHECK(sc.durationNs() == 30 * kSec);
+  CHECK(sc.durationNs() == 30 * kS);
   REQUIRE(sc.steps.size() == 1);
   const Step& s = sc.steps[0];
   CHECK(s.kind == "link_flap");
   CHECK(s.phase == "fault");
-  CHECK(s.atNs == 1 * kSec);
-  CHECK(s.forNs == 3 * kSec);
+  CHECK(s.atNs == 1 * kS);
+  CHECK(s.forNs == 3 * kS);
   CHECK(s.target.random == 2);
   CHECK(s.target.describe() == "random 2 of worker");
   CHECK(s.params["down"] == 500'000'000);  // normalised by the fault kind
@@ -171,7 +172,7 @@ target = "n1"
 )", "p.toml");
   REQUIRE(pb);
   CHECK(pb->scenarios[0].steps[0].name == "step1");
-  CHECK(pb->scenarios[0].steps[0].forNs == 8 * kSec);
+  CHECK(pb->scenarios[0].steps[0].forNs == 8 * kS);
 }
 
 TEST_CASE("capture = true on a step adds a capture-only packet step on the same targets and times") {
@@ -192,7 +193,7 @@ capture = true
   CHECK(steps[1].kind == "packet");
   CHECK(steps[1].params["action"] == "none");
   CHECK(steps[1].params["capture"] == true);
-  CHECK(steps[1].params["duration"] == 3 * kSec);
+  CHECK(steps[1].params["duration"] == 3 * kS);
   CHECK(steps[1].atNs == steps[0].atNs);
   CHECK(steps[1].forNs == steps[0].forNs);
   CHECK(steps[1].phase == "fault");
@@ -397,19 +398,19 @@ params = { interface = "data1" }   # "pick" may hold the default interface of n1
   CHECK(plan->workloadNodes == std::vector<std::string>{"n1", "n2", "n3", "n4"});
   REQUIRE(plan->trials.size() == 1);
   const Trial& t = plan->trials[0];
-  CHECK(t.baselineFromNs == 1 * kSec);
-  CHECK(t.baselineToNs == 10 * kSec);
+  CHECK(t.baselineFromNs == 1 * kS);
+  CHECK(t.baselineToNs == 10 * kS);
   REQUIRE(t.faults.size() == 4);
   int picks = 0;
   for (const auto& f : t.faults) {
     if (f.step == "pick") {
       picks++;
-      CHECK(f.atNs == 11 * kSec);
-      CHECK(f.forNs == 9 * kSec);
+      CHECK(f.atNs == 11 * kS);
+      CHECK(f.forNs == 9 * kS);
     } else {
       CHECK((f.node == "n1" || f.node == "n4"));
-      CHECK(f.atNs >= 12 * kSec);
-      CHECK(f.atNs <= 14 * kSec);
+      CHECK(f.atNs >= 12 * kS);
+      CHECK(f.atNs <= 14 * kS);
     }
   }
   CHECK(picks == 2);
@@ -448,17 +449,17 @@ values = ["100ms", "2s", "5s"]
   auto plan = resolvePlan(*pb, inventory());
   REQUIRE(plan);
   REQUIRE(plan->trials.size() == 6);
-  CHECK(plan->durationNs == 120 * kSec);
+  CHECK(plan->durationNs == 120 * kS);
   const Trial& t3 = plan->trials[3];
-  CHECK(t3.startNs == 60 * kSec);
+  CHECK(t3.startNs == 60 * kS);
   CHECK(t3.repeat == 1);
   CHECK(t3.sweepParam == "down");
   CHECK(t3.sweepValue == "2s");
   CHECK(t3.label() == "t down=2s #2");
   REQUIRE(t3.faults.size() == 1);
-  CHECK(t3.faults[0].atNs == 70 * kSec);
-  CHECK(t3.faults[0].params["down"] == 2 * kSec);
-  CHECK(plan->trials[5].faults[0].params["down"] == 5 * kSec);
+  CHECK(t3.faults[0].atNs == 70 * kS);
+  CHECK(t3.faults[0].params["down"] == 2 * kS);
+  CHECK(plan->trials[5].faults[0].params["down"] == 5 * kS);
   std::string text = formatPlan(*pb, *plan);
   CHECK(text.find("6 trial(s), 2m in total") != std::string::npos);
   CHECK(text.find("+70.000s    inject link_flap  on n2") != std::string::npos);
@@ -581,7 +582,7 @@ over = "target"
   CHECK(three.trials[0].faults.size() == 3);
   CHECK(three.trials[1].faults.size() == 1);
   CHECK(three.trials[0].sweepValue.get<std::string>().find(',') != std::string::npos);
-  CHECK(three.durationNs == 40 * kSec);
+  CHECK(three.durationNs == 40 * kS);
 
   auto bad = [](const std::string& step, const std::string& sw, const std::string& want) {
     auto pb = parsePlaybook(kHead + "[[step]]\nname = \"flap\"\nkind = \"link_flap\"\nphase = \"fault\"\n" + step +
@@ -668,8 +669,8 @@ bound = "1Mbps"
   auto plan = resolvePlan(*pb, inventory());
   REQUIRE(plan);
   REQUIRE(plan->trials.size() == 2);
-  CHECK(plan->trials[1].startNs == 10 * kSec);
-  CHECK(plan->trials[1].baselineToNs == 18 * kSec);
+  CHECK(plan->trials[1].startNs == 10 * kS);
+  CHECK(plan->trials[1].baselineToNs == 18 * kS);
   CHECK(plan->trials[1].faults.empty());
 }
 
@@ -695,8 +696,8 @@ params = { receiver = "n2", senders = 2, fan_in = 8, size = "4MiB" }
     std::set<std::string> senders;
     for (const auto& f : t.faults) {
       CHECK(f.kind == "incast");
-      CHECK(f.atNs == t.startNs + 11 * kSec);
-      CHECK(f.forNs == 5 * kSec);
+      CHECK(f.atNs == t.startNs + 11 * kS);
+      CHECK(f.forNs == 5 * kS);
       CHECK(f.params["receiver"] == "10.1.0.2");  // the receiver's data address on the wire
       CHECK(f.params["senders"] == 2);
       CHECK(f.params["fan_in"] == 8);

@@ -15,7 +15,7 @@ using rc::test::Shape;
 
 namespace {
 using rctest::kMs;
-constexpr int64_t kSec = 1'000'000'000;
+using rctest::kS;
 }  // namespace
 
 TEST_CASE("median and nearest-rank percentiles") {
@@ -65,13 +65,13 @@ TEST_CASE("impact scores on known shapes") {
   }));
   CAPTURE(int(e.shape));
   Playbook pb = rc::test::syntheticPlaybook();
-  int64_t faultEnd = e.shape == Shape::noisyBaseline ? 11 * kSec : 12 * kSec;
-  RunResult run = rc::test::syntheticRun(pb, e.shape, 10 * kSec, faultEnd);
-  Grid g = toGrid(run.series["n1"], run.binNs, 0, 30 * kSec);
-  auto B = baselineRate(g, 1 * kSec, 10 * kSec);
+  int64_t faultEnd = e.shape == Shape::noisyBaseline ? 11 * kS : 12 * kS;
+  RunResult run = rc::test::syntheticRun(pb, e.shape, 10 * kS, faultEnd);
+  Grid g = toGrid(run.series["n1"], run.binNs, 0, 30 * kS);
+  auto B = baselineRate(g, 1 * kS, 10 * kS);
   REQUIRE(B);
   CHECK(*B == Approx(10000));
-  Impact im = scoreImpact(g, *B, 10 * kSec, faultEnd, pb.scoring);
+  Impact im = scoreImpact(g, *B, 10 * kS, faultEnd, pb.scoring);
   CHECK(im.timeToImpactNs == e.timeToImpact);
   CHECK(im.recoveryTimeNs == e.recovery);
   CHECK(im.recovered == e.recovery.has_value());
@@ -79,14 +79,14 @@ TEST_CASE("impact scores on known shapes") {
   CHECK(im.lossPct == Approx(e.lossPct));
   CHECK(im.stallNs == e.stall);
   CHECK(im.longestStallNs == e.stall);
-  CHECK(im.windowFromNs == 10 * kSec);
+  CHECK(im.windowFromNs == 10 * kS);
   CHECK(im.windowToNs == e.windowTo);
 }
 
 TEST_CASE("fault times inside a bin are measured from the actual times") {
   Playbook pb = rc::test::syntheticPlaybook();
   RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
-  Grid g = toGrid(run.series["n1"], run.binNs, 0, 30 * kSec);
+  Grid g = toGrid(run.series["n1"], run.binNs, 0, 30 * kS);
   // Applied 30 ms before traffic stops: impact is seen in the next bin, 70 ms later.
   Impact im = scoreImpact(g, 10000, 9970 * kMs, 12030 * kMs, pb.scoring);
   CHECK(im.timeToImpactNs == 30 * kMs);  // bin 100 starts 30 ms after 9.97 s
@@ -101,8 +101,8 @@ TEST_CASE("a whole run: scopes, iterations, counters, cost, verdicts") {
   const TrialScore& t = s.trials[0];
   CHECK(t.completed);
   CHECK(t.problems.empty());
-  CHECK(t.faultStartNs == 10 * kSec);
-  CHECK(t.faultEndNs == 12 * kSec);
+  CHECK(t.faultStartNs == 10 * kS);
+  CHECK(t.faultEndNs == 12 * kS);
   CHECK(*t.job.baseline == Approx(20000));  // two nodes
   REQUIRE(t.job.impact);
   CHECK(t.job.impact->recoveryTimeNs == 500 * kMs);
@@ -181,7 +181,7 @@ TEST_CASE("errors outrank failures: abort, failed fault, missing revert, guardra
   SECTION("aborted mid-trial") {
     RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
     run.abortReason = "agent n2 lost (lease expired)";
-    run.endedNs = 11 * kSec;
+    run.endedNs = 11 * kS;
     Scores s = score(run, pb);
     CHECK(s.outcome == Outcome::error);
     CHECK(s.reason == "aborted: agent n2 lost (lease expired)");
@@ -204,7 +204,7 @@ TEST_CASE("errors outrank failures: abort, failed fault, missing revert, guardra
     CHECK(s.reason.find("below the guardrail floor") != std::string::npos);
   }
   SECTION("a stall longer than max_stall") {
-    pb.guardrails.maxStallNs = 1 * kSec;
+    pb.guardrails.maxStallNs = 1 * kS;
     Scores s = score(rc::test::syntheticRun(pb, Shape::cleanStep), pb);
     CHECK(s.outcome == Outcome::error);
     CHECK(s.reason.find("stalled for 2.500s") != std::string::npos);
@@ -273,7 +273,7 @@ Grid noisySeries(uint32_t seed, double sigma, int64_t from, int64_t to, double f
   std::normal_distribution<double> noise(1.0, sigma);
   Grid g;
   g.binNs = 10 * kMs;
-  for (int64_t t = 0; t < 30 * kSec; t += g.binNs) {
+  for (int64_t t = 0; t < 30 * kS; t += g.binNs) {
     double x = std::max(0.0, noise(rng)) * 1e4;  // bytes per 10 ms bin = 1 MB/s
     if (t >= from && t < to) x *= factor;
     g.bytes.push_back(x);
@@ -285,14 +285,14 @@ ScoringSettings judgement(int64_t smoothNs) {
   ScoringSettings s;
   s.binNs = 10 * kMs;
   s.epsilon = 0.05;
-  s.holdNs = 1 * kSec;
+  s.holdNs = 1 * kS;
   s.smoothNs = smoothNs;
   return s;
 }
 
 Impact judge(const Grid& g, const ScoringSettings& s, int64_t faultStart, int64_t faultEnd, bool calibrated = true) {
-  double B = *baselineRate(g, 1 * kSec, faultStart, s.smoothNs);
-  auto band = baselineBand(g, 1 * kSec, faultStart, s.smoothNs, s.holdNs, B);
+  double B = *baselineRate(g, 1 * kS, faultStart, s.smoothNs);
+  auto band = baselineBand(g, 1 * kS, faultStart, s.smoothNs, s.holdNs, B);
   REQUIRE(band);
   return scoreImpact(g, B, faultStart, faultEnd, s, calibrated ? band : std::nullopt);
 }
@@ -306,9 +306,9 @@ TEST_CASE("a noisy job back in its band at once is recovered at once, within the
   CAPTURE(sigma, smooth);
   for (uint32_t seed = 1; seed <= 20; seed++) {
     CAPTURE(seed);
-    Grid g = noisySeries(seed, sigma, 10 * kSec, 12 * kSec, 0.0);  // out for 2 s, then back at once
+    Grid g = noisySeries(seed, sigma, 10 * kS, 12 * kS, 0.0);  // out for 2 s, then back at once
     ScoringSettings s = judgement(smooth);
-    Impact im = judge(g, s, 10 * kSec, 12 * kSec);
+    Impact im = judge(g, s, 10 * kS, 12 * kS);
     REQUIRE(im.recovered);
     CHECK(im.uncertaintyNs == 10 * kMs + smooth / 2);
     CHECK(*im.recoveryTimeNs <= im.uncertaintyNs);
@@ -317,14 +317,14 @@ TEST_CASE("a noisy job back in its band at once is recovered at once, within the
   // The rule before calibration (1 s of consecutive bins at or above (1-e)B) reads this noise
   // as slow recovery: the defect the calibration removes.
   if (sigma == 0.10 && smooth == 0) {
-    Grid g = noisySeries(1, sigma, 10 * kSec, 12 * kSec, 0.0);
-    double B = *baselineRate(g, 1 * kSec, 10 * kSec);
+    Grid g = noisySeries(1, sigma, 10 * kS, 12 * kS, 0.0);
+    double B = *baselineRate(g, 1 * kS, 10 * kS);
     size_t run = 0, at = 0;
     for (size_t i = 1200; i < g.size() && run < 100; i++) {
       run = g.rate(i) >= 0.95 * B ? run + 1 : 0;
       at = i;
     }
-    CHECK((run < 100 || (at - 99 - 1200) * 10 * kMs > 1 * kSec));
+    CHECK((run < 100 || (at - 99 - 1200) * 10 * kMs > 1 * kS));
   }
 }
 
@@ -332,10 +332,10 @@ TEST_CASE("a noisy job's slow recovery is found within the stated uncertainty") 
   // Stalled 10-12 s, then at 50 % until 13.5 s, then back: recovery 1.5 s.
   for (uint32_t seed = 1; seed <= 20; seed++) {
     CAPTURE(seed);
-    Grid g = noisySeries(seed, 0.08, 10 * kSec, 12 * kSec, 0.0);
-    for (int64_t t = 12 * kSec; t < 13500 * kMs; t += g.binNs) g.bytes[size_t(t / g.binNs)] *= 0.5;
+    Grid g = noisySeries(seed, 0.08, 10 * kS, 12 * kS, 0.0);
+    for (int64_t t = 12 * kS; t < 13500 * kMs; t += g.binNs) g.bytes[size_t(t / g.binNs)] *= 0.5;
     ScoringSettings s = judgement(100 * kMs);
-    Impact im = judge(g, s, 10 * kSec, 12 * kSec);
+    Impact im = judge(g, s, 10 * kS, 12 * kS);
     REQUIRE(im.recovered);
     CHECK(std::abs(*im.recoveryTimeNs - 1500 * kMs) <= im.uncertaintyNs);
   }
@@ -348,7 +348,7 @@ TEST_CASE("a fault that does nothing reports no impact and recovery 0 in nearly 
   int impacted = 0, late = 0;
   for (uint32_t seed = 1; seed <= 50; seed++) {
     Grid g = noisySeries(seed, sigma, 0, 0, 1.0);
-    Impact im = judge(g, judgement(smooth), 10 * kSec, 12 * kSec);
+    Impact im = judge(g, judgement(smooth), 10 * kS, 12 * kS);
     if (im.timeToImpactNs) impacted++;
     if (!im.recovered || *im.recoveryTimeNs > im.uncertaintyNs) late++;
   }
@@ -361,18 +361,18 @@ TEST_CASE("a baseline that stalls on its own (a disturbance) caps the band, so a
   // band's floor was 0 and a 2 s link-down read as "no impact".
   for (uint32_t seed = 1; seed <= 10; seed++) {
     CAPTURE(seed);
-    Grid g = noisySeries(seed, 0.05, 10 * kSec, 12 * kSec, 0.0);
-    for (int64_t t = 5 * kSec; t < 5300 * kMs; t += g.binNs) g.bytes[size_t(t / g.binNs)] = 0;
+    Grid g = noisySeries(seed, 0.05, 10 * kS, 12 * kS, 0.0);
+    for (int64_t t = 5 * kS; t < 5300 * kMs; t += g.binNs) g.bytes[size_t(t / g.binNs)] = 0;
     ScoringSettings s = judgement(250 * kMs);
-    double B = *baselineRate(g, 1 * kSec, 10 * kSec, s.smoothNs);
-    auto band = baselineBand(g, 1 * kSec, 10 * kSec, s.smoothNs, s.holdNs, B);
+    double B = *baselineRate(g, 1 * kS, 10 * kS, s.smoothNs);
+    auto band = baselineBand(g, 1 * kS, 10 * kS, s.smoothNs, s.holdNs, B);
     REQUIRE(band);
     CHECK(band->capped);
     CHECK(band->floor == Approx((1 - kBandMaxDepth) * B));
-    CHECK(band->lowestAtNs >= 5 * kSec);
+    CHECK(band->lowestAtNs >= 5 * kS);
     CHECK(band->lowestAtNs < 5300 * kMs);
     CHECK(band->lowest < 0.3 * B);
-    Impact im = judge(g, s, 10 * kSec, 12 * kSec);
+    Impact im = judge(g, s, 10 * kS, 12 * kS);
     REQUIRE(im.timeToImpactNs);
     CHECK(*im.timeToImpactNs <= im.uncertaintyNs);
     REQUIRE(im.recovered);
@@ -380,8 +380,8 @@ TEST_CASE("a baseline that stalls on its own (a disturbance) caps the band, so a
   }
   // A calm baseline is not capped.
   Grid calm = noisySeries(1, 0.05, 0, 0, 1.0);
-  double B = *baselineRate(calm, 1 * kSec, 10 * kSec, 250 * kMs);
-  CHECK_FALSE(baselineBand(calm, 1 * kSec, 10 * kSec, 250 * kMs, 1 * kSec, B)->capped);
+  double B = *baselineRate(calm, 1 * kS, 10 * kS, 250 * kMs);
+  CHECK_FALSE(baselineBand(calm, 1 * kS, 10 * kS, 250 * kMs, 1 * kS, B)->capped);
 }
 
 TEST_CASE("a trial's band is widened to the run's typical depth, never narrowed") {
@@ -411,7 +411,7 @@ TEST_CASE("fabric evidence: deltas per queue, fabric metrics, and the watchdog's
   RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
   rc::test::addStormEvidence(run);
   // Deltas over the fault window only.
-  auto ds = fabricDeltas(run.fabric, 10 * kSec, 12 * kSec);
+  auto ds = fabricDeltas(run.fabric, 10 * kS, 12 * kS);
   REQUIRE(ds.size() == 2);
   CHECK(ds[0].port == "n1");
   CHECK(ds[0].xoffNs == 200 * kMs);
@@ -431,9 +431,9 @@ TEST_CASE("fabric evidence: deltas per queue, fabric metrics, and the watchdog's
   for (const auto& n : t.nodes) CHECK(n.fabric.at("pause_frames") == (n.scope == "n2" ? 6000 : 0));
   REQUIRE(t.fabric.watchdog.size() == 1);
   const auto& ep = t.fabric.watchdog[0];
-  CHECK(ep.stormStartNs == 10 * kSec);
+  CHECK(ep.stormStartNs == 10 * kS);
   CHECK(ep.detectNs == 10200 * kMs);
-  CHECK(ep.stormEndNs == 12 * kSec);
+  CHECK(ep.stormEndNs == 12 * kS);
   CHECK(ep.restoreNs == 12200 * kMs);
   // The data plane: cleanStep's traffic is out from 10 s to 12.5 s and moves again at 12.5 s.
   CHECK(ep.dataPlaneMovingNs == 12500 * kMs);
@@ -441,7 +441,7 @@ TEST_CASE("fabric evidence: deltas per queue, fabric metrics, and the watchdog's
   CHECK(ep.dataPlaneDeliveredNs == std::nullopt);
   // With it: frames for n2 flowed, stopped when the storm held (then the watchdog dropped)
   // them, and the first one delivered after the storm marks PFC honoured again.
-  run.fabric.events.push_back({9 * kSec, "flow_start", "n2", 0, 7490});
+  run.fabric.events.push_back({9 * kS, "flow_start", "n2", 0, 7490});
   run.fabric.events.push_back({10050 * kMs, "flow_end", "n2", 0, 7490});
   run.fabric.events.push_back({12100 * kMs, "flow_start", "n1", 0, 7490});  // another port
   run.fabric.events.push_back({12201 * kMs, "flow_start", "n2", 0, 7490});
@@ -462,27 +462,27 @@ TEST_CASE("NIC counter deltas per fault window: inside counts, outside does not,
   using Deltas = std::map<std::string, uint64_t>;
   // The fault window (10 s, 12 s]: what moved in it, by exactly as much; not what moved only
   // outside it (retry_exceeded_err) or stood still in it (rcvd_pkts).
-  CHECK(nicDeltas(n1, 10 * kSec, 12 * kSec) ==
+  CHECK(nicDeltas(n1, 10 * kS, 12 * kS) ==
         Deltas{{"net.rx_bytes", 20000}, {"rdma.completer_retry_err", 10}, {"rdma.sent_pkts", 200}});
   // A reset inside the window counts up from 0 (3, then 4 more), never 7 - 1000; a counter
   // first seen inside it counts from its first value.
-  CHECK(nicDeltas(n2, 10 * kSec, 12 * kSec) == Deltas{{"rdma.out_of_seq_request", 12}, {"rdma.rcvd_seq_err", 7}});
+  CHECK(nicDeltas(n2, 10 * kS, 12 * kS) == Deltas{{"rdma.out_of_seq_request", 12}, {"rdma.rcvd_seq_err", 7}});
   // Before the fault: the retry counter moved once, the completer's did not.
-  Deltas before = nicDeltas(n1, 0, 10 * kSec);
+  Deltas before = nicDeltas(n1, 0, 10 * kS);
   CHECK(before.at("rdma.retry_exceeded_err") == 1);
   CHECK(before.count("rdma.completer_retry_err") == 0);
   CHECK(before.at("rdma.sent_pkts") == 1000);
   // Edges: a sample at the window's start is its "before"; one at its end is in it. A window
   // that starts before the first sample counts from that sample.
-  CHECK(nicDeltas(n1, 10 * kSec, 10'100 * kMs).at("rdma.completer_retry_err") == 1);
-  CHECK(nicDeltas(n1, -5 * kSec, kSec).at("rdma.sent_pkts") == 100);
+  CHECK(nicDeltas(n1, 10 * kS, 10'100 * kMs).at("rdma.completer_retry_err") == 1);
+  CHECK(nicDeltas(n1, -5 * kS, kS).at("rdma.sent_pkts") == 100);
   // Nothing moved, no samples, or a window before any: empty, never a zero entry.
-  CHECK(nicDeltas(n1, 10 * kSec, 10 * kSec).empty());
-  CHECK(nicDeltas({}, 0, 30 * kSec).empty());
-  CHECK(nicDeltas(n1, -5 * kSec, -kSec).empty());
+  CHECK(nicDeltas(n1, 10 * kS, 10 * kS).empty());
+  CHECK(nicDeltas({}, 0, 30 * kS).empty());
+  CHECK(nicDeltas(n1, -5 * kS, -kS).empty());
   // Samples out of order (times through a clock offset) read the same.
   std::vector<NicSample> reversed(n2.rbegin(), n2.rend());
-  CHECK(nicDeltas(reversed, 10 * kSec, 12 * kSec) == nicDeltas(n2, 10 * kSec, 12 * kSec));
+  CHECK(nicDeltas(reversed, 10 * kS, 12 * kS) == nicDeltas(n2, 10 * kS, 12 * kS));
 
   // Scored: one window per applied fault, applied to reverted, per node.
   Scores s = score(run, pb);
@@ -491,20 +491,20 @@ TEST_CASE("NIC counter deltas per fault window: inside counts, outside does not,
   CHECK(w.step == "flap");
   CHECK(w.node == "n2");
   CHECK(w.kind == "link_flap");
-  CHECK(w.fromNs == 10 * kSec);
-  CHECK(w.toNs == 12 * kSec);
-  CHECK(w.nodes.at("n1") == nicDeltas(n1, 10 * kSec, 12 * kSec));
+  CHECK(w.fromNs == 10 * kS);
+  CHECK(w.toNs == 12 * kS);
+  CHECK(w.nodes.at("n1") == nicDeltas(n1, 10 * kS, 12 * kS));
   CHECK(w.nodes.at("n2").at("rdma.rcvd_seq_err") == 7);
   // Without NIC counters there is no window.
   CHECK(score(rc::test::syntheticRun(pb, Shape::cleanStep), pb).trials.at(0).nicWindows.empty());
   // A run cut short at 11 s with the fault never reverted: the window ends with the run, and
   // the trial that did not complete still has it.
-  run.endedNs = 11 * kSec;
+  run.endedNs = 11 * kS;
   run.faults[0].revertedNs.reset();
   Scores cut = score(run, pb);
   REQUIRE(cut.trials.at(0).nicWindows.size() == 1);
   CHECK_FALSE(cut.trials[0].completed);
-  CHECK(cut.trials[0].nicWindows[0].toNs == 11 * kSec);
+  CHECK(cut.trials[0].nicWindows[0].toNs == 11 * kS);
   CHECK(cut.trials[0].nicWindows[0].nodes.at("n1").at("rdma.sent_pkts") == 100);
   CHECK(cut.trials[0].nicWindows[0].nodes.at("n1").at("rdma.completer_retry_err") == 10);
   // A fault that was never applied has no window.
@@ -578,21 +578,21 @@ TEST_CASE("the wire span of metered traffic: first frame, end of the last burst,
   FabricEvidence f;
   f.source = "labswitch test";
   auto ev = [&](int64_t t, const char* what, const char* port, int l4) { f.events.push_back({t, what, port, 0, l4}); };
-  ev(1 * kSec, "flow_start", "n1", 7490);  // before the window: an earlier trial's
-  ev(2 * kSec, "flow_end", "n1", 7490);
-  ev(10 * kSec, "flow_start", "n1", 7490);
-  ev(10 * kSec + 5 * kMs, "flow_start", "n2", 7490);  // another port
-  ev(11 * kSec, "flow_end", "n1", 7490);
+  ev(1 * kS, "flow_start", "n1", 7490);  // before the window: an earlier trial's
+  ev(2 * kS, "flow_end", "n1", 7490);
+  ev(10 * kS, "flow_start", "n1", 7490);
+  ev(10 * kS + 5 * kMs, "flow_start", "n2", 7490);  // another port
+  ev(11 * kS, "flow_end", "n1", 7490);
   ev(11200 * kMs, "flow_start", "n1", 7490);
-  ev(12 * kSec + 3 * kMs, "flow_end", "n1", 7490);
-  ev(12 * kSec + 4 * kMs, "flow_start", "n1", 7491);  // another L4 port
-  auto w = wireSpan(f, "n1", 7490, 9 * kSec, 20 * kSec);
+  ev(12 * kS + 3 * kMs, "flow_end", "n1", 7490);
+  ev(12 * kS + 4 * kMs, "flow_start", "n1", 7491);  // another L4 port
+  auto w = wireSpan(f, "n1", 7490, 9 * kS, 20 * kS);
   REQUIRE(w);
-  CHECK(w->firstNs == 10 * kSec);
-  CHECK(w->lastNs == 12 * kSec + 3 * kMs);
+  CHECK(w->firstNs == 10 * kS);
+  CHECK(w->lastNs == 12 * kS + 3 * kMs);
   CHECK(w->episodes == 2);
-  CHECK_FALSE(wireSpan(f, "n3", 7490, 0, 20 * kSec));
-  auto open = wireSpan(f, "n1", 7491, 0, 20 * kSec);
+  CHECK_FALSE(wireSpan(f, "n3", 7490, 0, 20 * kS));
+  auto open = wireSpan(f, "n1", 7491, 0, 20 * kS);
   REQUIRE(open);
   CHECK_FALSE(open->lastNs);  // still on the wire when the evidence ended
 }
@@ -619,8 +619,8 @@ TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may b
   }
   for (const auto& t : run.plan.trials)
     for (const auto& f : t.faults)
-      run.faults.push_back({t.index, f.step, f.node, f.kind, f.params, f.atNs, t.startNs + 10 * kSec,
-                            t.startNs + 12 * kSec, ""});
+      run.faults.push_back({t.index, f.step, f.node, f.kind, f.params, f.atNs, t.startNs + 10 * kS,
+                            t.startNs + 12 * kS, ""});
   run.endedNs = run.plan.durationNs;
   Scores s = score(run, *pb);
   REQUIRE(s.trials.size() == 3);
@@ -680,27 +680,27 @@ TEST_CASE("the lab switch's load: its busy share over the fault window, the busi
   // A switch sampled every 100 ms: busy half the time, all the time from 10 s to 12 s.
   std::vector<SwitchLoad> load;
   int64_t busy = 0;
-  for (int64_t t = 0; t <= 20 * kSec; t += 100 * kMs) {
-    load.push_back({t, t + 5 * kSec, busy});  // its loop began 5 s before the run
-    busy += (t >= 10 * kSec && t < 12 * kSec) ? 100 * kMs : 50 * kMs;
+  for (int64_t t = 0; t <= 20 * kS; t += 100 * kMs) {
+    load.push_back({t, t + 5 * kS, busy});  // its loop began 5 s before the run
+    busy += (t >= 10 * kS && t < 12 * kS) ? 100 * kMs : 50 * kMs;
   }
-  auto fault = switchBusy(load, 10 * kSec, 12 * kSec);
+  auto fault = switchBusy(load, 10 * kS, 12 * kS);
   REQUIRE(fault);
   CHECK(fault->pct == Approx(100));
   CHECK(fault->peakPct == Approx(100));
-  auto whole = switchBusy(load, 0, 20 * kSec);
+  auto whole = switchBusy(load, 0, 20 * kS);
   REQUIRE(whole);
   CHECK(whole->pct == Approx(55));     // 18 s at half, 2 s at all of it
   CHECK(whole->peakPct == Approx(100));  // its busiest second
-  auto calm = switchBusy(load, 1 * kSec, 9 * kSec);
+  auto calm = switchBusy(load, 1 * kS, 9 * kS);
   REQUIRE(calm);
   CHECK(calm->pct == Approx(50));
   CHECK(calm->peakPct == Approx(50));
   // No samples, or one: no figure. A restarted switch (its loop time went back): no share across it.
-  CHECK_FALSE(switchBusy({}, 0, 20 * kSec));
-  CHECK_FALSE(switchBusy({load[0]}, 0, 20 * kSec));
-  std::vector<SwitchLoad> restarted{{0, 9 * kSec, 4 * kSec}, {1 * kSec, 1 * kSec, 1 * kSec}};
-  CHECK_FALSE(switchBusy(restarted, 0, 1 * kSec));
+  CHECK_FALSE(switchBusy({}, 0, 20 * kS));
+  CHECK_FALSE(switchBusy({load[0]}, 0, 20 * kS));
+  std::vector<SwitchLoad> restarted{{0, 9 * kS, 4 * kS}, {1 * kS, 1 * kS, 1 * kS}};
+  CHECK_FALSE(switchBusy(restarted, 0, 1 * kS));
 
   // Through the scorer and the report: the synthetic run's fault is on from 10 s to 12 s.
   Playbook pb = rc::test::syntheticPlaybook();
