@@ -209,11 +209,12 @@ Result<const CommandTemplate*> findTemplate(const Policy& policy, const std::str
 Result<void> restore(const json& snap, const Policy& policy) {
   std::string backend = str(snap, "backend");
   if (backend == "labswitch") {
-    const json& prof = snap.at("profile");
-    json req = {{"cmd", "set_ecn"}, {"port", snap.at("port")}, {"queue", snap.at("queue")},
-                {"enabled", prof.at("enabled")}, {"kmin", prof.at("kmin")}, {"kmax", prof.at("kmax")},
-                {"pmax", prof.at("pmax")}};
-    auto r = labswitchRequest(str(snap, "socket"), req);
+    auto prof = swproto::parse<swproto::EcnSettings>(snap.at("profile"));
+    if (!prof) return makeError("ecn_shift journal snapshot: " + prof.error().message);
+    auto r = labswitchCall(str(snap, "socket"),
+                           swproto::SetEcnRequest{.port = str(snap, "port"), .queue = snap.at("queue").get<int>(),
+                                                  .enabled = prof->enabled, .kmin = prof->kmin, .kmax = prof->kmax,
+                                                  .pmax = prof->pmax});
     if (!r) return makeError("ecn_shift revert: " + r.error().message, r.error().code);
     return {};
   }
@@ -260,12 +261,15 @@ class EcnShift final : public Fault {
   Result<json> snapshot() override {
     json s = {{"backend", p_.backend}};
     if (p_.backend == "labswitch") {
-      auto r = labswitchRequest(p_.socket, {{"cmd", "get_ecn"}, {"port", p_.port}, {"queue", p_.queue}});
+      auto r = labswitchCall(p_.socket, swproto::GetEcnRequest{.port = p_.port, .queue = p_.queue});
       if (!r) return makeError("ecn_shift snapshot: " + r.error().message, r.error().code);
+      if (r->profiles.size() != 1)
+        return makeError("ecn_shift snapshot: the lab switch names " + std::to_string(r->profiles.size()) +
+                         " queues for port '" + p_.port + "' queue " + std::to_string(p_.queue) + ", not one");
       s["socket"] = p_.socket;
       s["port"] = p_.port;
       s["queue"] = p_.queue;
-      s["profile"] = (*r)["profiles"].at(0).at("profile");
+      s["profile"] = swproto::toJson(r->profiles[0].profile);
     } else if (p_.backend == "tc-red") {
       auto link = nl::getLink(p_.interface);
       if (!link) return makeError("ecn_shift: " + link.error().message, link.error().code);
@@ -299,9 +303,8 @@ class EcnShift final : public Fault {
     }
     Result<void> applied;
     if (p_.backend == "labswitch") {
-      auto r = labswitchRequest(p_.socket, {{"cmd", "set_ecn"}, {"port", p_.port}, {"queue", p_.queue},
-                                            {"enabled", true}, {"kmin", p_.kmin}, {"kmax", p_.kmax},
-                                            {"pmax", p_.pmax}});
+      auto r = labswitchCall(p_.socket, swproto::SetEcnRequest{.port = p_.port, .queue = p_.queue, .enabled = true,
+                                                               .kmin = p_.kmin, .kmax = p_.kmax, .pmax = p_.pmax});
       if (!r) applied = r.error();
     } else if (p_.backend == "tc-red") {
       auto link = nl::getLink(p_.interface);

@@ -306,16 +306,16 @@ class LinkFlap final : public Fault {
 
 // The same flap train on a lab switch port or inter-switch link, through the switch's control
 // socket: a port name ("n2", "leaf1:spine1") or a link name ("leaf1-spine1", both ends).
-json switchSelector(const std::string& target) {
-  if (target.find('-') != std::string::npos && target.find(':') == std::string::npos)
-    return json{{"link", target}};
-  return json{{"port", target}};
+swproto::GetLinkRequest switchSelector(const std::string& target) {
+  if (target.find('-') != std::string::npos && target.find(':') == std::string::npos) return {.link = target};
+  return {.port = target};
 }
 
 Result<void> restoreSwitch(const json& snap, EventLog* events) {
   std::string sock = snap.value("socket", "");
   for (const auto& p : snap.at("ports")) {
-    auto r = labswitchRequest(sock, {{"cmd", "set_link"}, {"port", p.at("port")}, {"up", p.at("admin_up")}});
+    auto r = labswitchCall(
+        sock, swproto::SetLinkRequest{.port = p.at("port").get<std::string>(), .up = p.at("admin_up").get<bool>()});
     if (!r) return makeError("reverting link_flap: " + r.error().message, r.error().code);
   }
   if (events) events->add(Event{wallNs(), "reverted", snap.value("switch_port", ""), false});
@@ -334,11 +334,9 @@ class SwitchPortFlap final : public Fault {
   const json& params() const override { return params_; }
 
   Result<json> snapshot() override {
-    json req = switchSelector(target_);
-    req["cmd"] = "get_link";
-    auto r = labswitchRequest(socket_, req);
+    auto r = labswitchCall(socket_, switchSelector(target_));
     if (!r) return makeError("link_flap snapshot: " + r.error().message, r.error().code);
-    json s = {{"switch_port", target_}, {"socket", socket_}, {"ports", (*r)["ports"]}};
+    json s = {{"switch_port", target_}, {"socket", socket_}, {"ports", swproto::toJson(*r)["ports"]}};
     std::lock_guard lock(m_);
     snap_ = s;
     return s;
@@ -390,10 +388,8 @@ class SwitchPortFlap final : public Fault {
 
  private:
   Result<void> set(bool up, EventLog& events) {
-    json req = switchSelector(target_);
-    req["cmd"] = "set_link";
-    req["up"] = up;
-    auto r = labswitchRequest(socket_, req);
+    swproto::GetLinkRequest where = switchSelector(target_);
+    auto r = labswitchCall(socket_, swproto::SetLinkRequest{.port = where.port, .link = where.link, .up = up});
     if (!r) return makeError("link_flap: " + r.error().message, r.error().code);
     // The switch applies the change before it answers, so this is when it took effect.
     events.add(Event{wallNs(), up ? "up" : "down", target_, false});
@@ -451,15 +447,10 @@ const FaultKind kind_link_flap{
         auto sock = labswitchSocket(params.value("socket", ""), policy);
         if (!sock) return makeError("link_flap: " + sock.error().message);
         // Reads (touches nothing) which ports the selector names: they are the targets.
-        json req = switchSelector(it->get<std::string>());
-        req["cmd"] = "get_link";
-        auto got = labswitchRequest(*sock, req);
+        auto got = labswitchCall(*sock, switchSelector(it->get<std::string>()));
         if (!got) return makeError("link_flap: " + got.error().message, got.error().code);
         std::vector<std::string> ports;
-        if (auto pa = got->find("ports"); pa != got->end() && pa->is_array())
-          for (const auto& port : *pa)
-            if (port.is_object() && port.contains("port") && port["port"].is_string())
-              ports.push_back(port["port"].get<std::string>());
+        for (const auto& port : got->ports) ports.push_back(port.port);
         if (ports.empty())
           return makeError("link_flap: the lab switch names no port for '" +
                            it->get<std::string>() + "'");

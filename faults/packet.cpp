@@ -69,8 +69,8 @@ std::string newRuleName() {
   return buf;
 }
 
-Result<json> deleteRule(const std::string& socket, const std::string& name, bool withEvents) {
-  return labswitchRequest(socket, {{"cmd", "del_packet_rule"}, {"name", name}, {"events", withEvents}});
+Result<swproto::DelPacketRuleReply> deleteRule(const std::string& socket, const std::string& name, bool withEvents) {
+  return labswitchCall(socket, swproto::DelPacketRuleRequest{.name = name, .events = withEvents});
 }
 
 class PacketFault final : public Fault {
@@ -93,15 +93,15 @@ class PacketFault final : public Fault {
       std::lock_guard lock(m_);
       if (!snapped_) return makeError("packet: run without a snapshot");
     }
-    auto added = labswitchRequest(socket_, {{"cmd", "add_packet_rule"}, {"rule", ruleJson(params_, name_, port_)}});
+    auto added = labswitchCall(socket_, swproto::AddPacketRuleRequest{.rule = ruleJson(params_, name_, port_)});
     if (!added) return makeError("packet: " + added.error().message, added.error().code);
     {
       std::lock_guard lock(m_);
       added_ = true;
     }
     events.add(Event{wallNs(), "applied", "lab switch port " + port_ + " rule " + name_, false});
-    std::string capture = (*added)["rule"].value("capture", "");
-    if (!capture.empty()) events.add(Event{wallNs(), "capture", capture, false});
+    if (added->rule.capture && !added->rule.capture->path.empty())
+      events.add(Event{wallNs(), "capture", added->rule.capture->path, false});
     auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(params_.at("duration").get<int64_t>());
     {
       std::mutex m;
@@ -139,22 +139,23 @@ class PacketFault final : public Fault {
       std::lock_guard lock(m_);
       finished_ = true;
     }
-    if (r->value("absent", false)) {
+    if (!r->rule) {
       events.add(Event{wallNs(), "reverted", "rule " + name_ + " had already ended in the switch", false});
       return {};
     }
-    const json& rule = (*r)["rule"];
+    const swproto::PacketRuleState& rule = *r->rule;
     size_t n = 0;
-    for (const auto& e : rule.value("events", json::array())) {
-      if (n++ >= kMaxReportedEvents) break;
-      events.add(Event{e.value("wall_ns", int64_t(0)), "packet_" + e.value("action", std::string("acted")), e.dump(), false});
-    }
+    if (rule.events)
+      for (const auto& e : rule.events->list) {
+        if (n++ >= kMaxReportedEvents) break;
+        events.add(Event{e.value("wall_ns", int64_t(0)), "packet_" + e.value("action", std::string("acted")), e.dump(), false});
+      }
     char buf[256];
     std::snprintf(buf, sizeof buf, "matched %llu, acted %llu, not applicable %llu, captured %llu (%llu past the limit)",
-                  (unsigned long long)rule.value("matched", 0ull), (unsigned long long)rule.value("acted", 0ull),
-                  (unsigned long long)rule.value("not_applicable", 0ull),
-                  (unsigned long long)rule.value("capture_frames", 0ull),
-                  (unsigned long long)rule.value("capture_skipped", 0ull));
+                  (unsigned long long)rule.matched, (unsigned long long)rule.acted,
+                  (unsigned long long)rule.notApplicable,
+                  (unsigned long long)(rule.capture ? rule.capture->frames : 0),
+                  (unsigned long long)(rule.capture ? rule.capture->skipped : 0));
     events.add(Event{wallNs(), "packet_summary", buf, false});
     events.add(Event{wallNs(), "reverted", "lab switch port " + port_ + " rule " + name_ + " deleted", false});
     return {};

@@ -14,6 +14,7 @@
 
 #include "common/result.hpp"
 #include "common/unique_fd.hpp"
+#include "labswitch/switch_protocol.hpp"
 
 namespace rc::labswitch {
 
@@ -99,6 +100,13 @@ Result<void> relay(const std::string& socketPath, int in, int out);
 // One request to the switch's control socket (5 s deadline); an answer without "ok": true is an
 // error quoting the switch's reason.
 Result<json> controlRequest(const std::string& socketPath, const json& request);
+// The same with a typed request of switch_protocol.hpp, its reply read as its type.
+template <typename Request>
+Result<typename Request::Reply> controlCall(const std::string& socketPath, const Request& request) {
+  auto reply = controlRequest(socketPath, swproto::toJson(request));
+  if (!reply) return reply.error();
+  return swproto::parse<typename Request::Reply>(*reply);
+}
 // `rdmachaos-labswitch --ecn-profile SOCKET show|set|restore PORT QUEUE ...` (ARGS: from
 // SOCKET on); returns the exit status (0, 1 the switch refused or is unreachable, 2 usage).
 int ecnProfileMain(const std::vector<std::string>& args);

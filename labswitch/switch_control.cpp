@@ -1,4 +1,5 @@
-// The lab switch's control socket: JSON-lines requests for counters, settings, events and meters.
+// The lab switch's control socket: the command table (switch_protocol.hpp's requests to their
+// handlers), the handlers, and the socket's accept/read/reply loop.
 #include "labswitch/switch_fabric.hpp"
 
 #include <fcntl.h>
@@ -34,78 +35,138 @@
 
 namespace rc::labswitch {
 
-json Fabric::eventsCmd(const json& req) {
-  uint64_t since = 0;
-  if (req.contains("since")) {
-    if (!req["since"].is_number_unsigned()) return err("'since' must be an event sequence number (>= 0)");
-    since = req["since"].get<uint64_t>();
+namespace sp = rc::swproto;
+
+namespace {
+
+// One row per command of switch_protocol.hpp: its name and the Fabric handler that answers it.
+// The handler gets its request parsed (a malformed one is refused, naming the field) and
+// returns its reply or the reason it refused.
+struct Command {
+  std::string_view name;
+  json (*run)(Fabric& fabric, const json& request, int64_t now);
+};
+
+template <typename Request, auto Handler>
+json run(Fabric& fabric, const json& request, int64_t now) {
+  auto req = sp::parse<Request>(request);
+  if (!req) return Fabric::err(req.error().message);
+  auto reply = (fabric.*Handler)(*req, now);
+  if (!reply) return Fabric::err(reply.error().message);
+  return sp::toJson(*reply);
+}
+
+// In the order the unknown-command error lists them.
+constexpr Command kCommands[] = {
+    {.name = sp::cmd::ping, .run = run<sp::PingRequest, &Fabric::ping>},
+    {.name = sp::cmd::topology, .run = run<sp::TopologyRequest, &Fabric::topology>},
+    {.name = sp::cmd::counters, .run = run<sp::CountersRequest, &Fabric::counters>},
+    {.name = sp::cmd::events, .run = run<sp::EventsRequest, &Fabric::events>},
+    {.name = sp::cmd::setMeter, .run = run<sp::SetMeterRequest, &Fabric::setMeter>},
+    {.name = sp::cmd::delMeter, .run = run<sp::DelMeterRequest, &Fabric::delMeter>},
+    {.name = sp::cmd::meters, .run = run<sp::MetersRequest, &Fabric::meters>},
+    {.name = sp::cmd::addPacketRule, .run = run<sp::AddPacketRuleRequest, &Fabric::addPacketRule>},
+    {.name = sp::cmd::delPacketRule, .run = run<sp::DelPacketRuleRequest, &Fabric::delPacketRule>},
+    {.name = sp::cmd::packetRules, .run = run<sp::PacketRulesRequest, &Fabric::packetRules>},
+    {.name = sp::cmd::resetCounters, .run = run<sp::ResetCountersRequest, &Fabric::resetCounters>},
+    {.name = sp::cmd::getEcn, .run = run<sp::GetEcnRequest, &Fabric::getEcn>},
+    {.name = sp::cmd::setEcn, .run = run<sp::SetEcnRequest, &Fabric::setEcn>},
+    {.name = sp::cmd::getPfc, .run = run<sp::GetPfcRequest, &Fabric::getPfc>},
+    {.name = sp::cmd::setPfc, .run = run<sp::SetPfcRequest, &Fabric::setPfc>},
+    {.name = sp::cmd::getWatchdog, .run = run<sp::GetWatchdogRequest, &Fabric::getWatchdog>},
+    {.name = sp::cmd::setWatchdog, .run = run<sp::SetWatchdogRequest, &Fabric::setWatchdog>},
+    {.name = sp::cmd::getLink, .run = run<sp::GetLinkRequest, &Fabric::getLink>},
+    {.name = sp::cmd::setLink, .run = run<sp::SetLinkRequest, &Fabric::setLink>},
+    {.name = sp::cmd::getPort, .run = run<sp::GetPortRequest, &Fabric::getPort>},
+    {.name = sp::cmd::setPort, .run = run<sp::SetPortRequest, &Fabric::setPort>},
+    {.name = sp::cmd::getRouting, .run = run<sp::GetRoutingRequest, &Fabric::getRouting>},
+    {.name = sp::cmd::setRouting, .run = run<sp::SetRoutingRequest, &Fabric::setRouting>},
+};
+
+// A reply of PacketRules (packet_rules.hpp, which answers in the protocol's JSON) as its type.
+template <typename Reply>
+Result<Reply> rulesReply(const json& j) {
+  if (j.value("ok", false) != true) return makeError(j.value("error", std::string("packet rule refused")));
+  return sp::parse<Reply>(j);
+}
+
+}  // namespace
+
+json Fabric::handle(const json& req) {
+  try {
+    if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
+      return err("a request is a JSON object with a string 'cmd'");
+    std::string cmd = req["cmd"];
+    for (const Command& c : kCommands)
+      if (c.name == cmd) return c.run(*this, req, monoNs());
+    std::string known;
+    for (const Command& c : kCommands) known += (known.empty() ? "" : ", ") + std::string(c.name);
+    return err("unknown command '" + cmd + "' (" + known + ")");
+  } catch (const std::exception& e) {
+    return err(std::string("bad request: ") + e.what());
   }
-  json out = json::array();
+}
+
+Result<sp::PingReply> Fabric::ping(const sp::PingRequest&, int64_t) { return sp::PingReply{}; }
+
+Result<sp::EventsReply> Fabric::events(const sp::EventsRequest& req, int64_t) {
+  uint64_t since = req.since.value_or(0);
+  sp::EventsReply out{.lastSeq = eventSeq_};
   for (const auto& e : events_)
-    if (e.seq > since) {
-      out.push_back({{"seq", e.seq}, {"mono_ns", e.monoNs}, {"wall_ns", e.wallNs}, {"what", e.what},
-                     {"port", e.port}, {"priority", e.prio}});
-      if (e.l4Dst >= 0) out.back()["l4_dst"] = e.l4Dst;
-    }
-  return {{"ok", true}, {"last_seq", eventSeq_}, {"events", out}};
+    if (e.seq > since)
+      out.events.push_back({.seq = e.seq, .monoNs = e.monoNs, .wallNs = e.wallNs, .what = e.what, .port = e.port,
+                            .priority = e.prio, .l4Dst = e.l4Dst});
+  return out;
 }
 
 // set_meter {port, l4_dst}: meter (again, from zero) the frames leaving PORT for that TCP/UDP
 // port; del_meter {port, l4_dst}; meters: every meter with its counts and first/last frame.
-json Fabric::meterCmd(const json& req, const std::string& cmd) {
-  if (cmd == "meters") {
-    json out = json::array();
-    for (const auto& m : meters_)
-      out.push_back({{"port", ports_[size_t(m.port)].name}, {"l4_dst", m.l4Dst}, {"frames", m.frames},
-                     {"bytes", m.bytes}, {"active", m.active},
-                     {"first_wall_ns", m.firstNs ? json(wallOf(m.firstNs)) : json(nullptr)},
-                     {"last_wall_ns", m.lastNs ? json(wallOf(m.lastNs)) : json(nullptr)}});
-    return {{"ok", true}, {"meters", out}};
-  }
-  if (!req.contains("port") || !req["port"].is_string() || req["port"] == "*")
-    return err(cmd + " needs one 'port' (a switch port name)");
-  if (!req.contains("l4_dst") || !req["l4_dst"].is_number_integer() || req["l4_dst"].get<int64_t>() < 1 ||
-      req["l4_dst"].get<int64_t>() > 65535)
-    return err(cmd + " needs 'l4_dst', a TCP/UDP port 1..65535");
-  auto ports = selectPorts(req);
-  if (!ports) return err(ports.error().message);
-  int pi = (*ports)[0], l4 = req["l4_dst"].get<int>();
-  auto it = std::find_if(meters_.begin(), meters_.end(), [&](const Meter& m) { return m.port == pi && m.l4Dst == l4; });
-  if (cmd == "del_meter") {
-    if (it == meters_.end()) return err("no meter on port " + ports_[size_t(pi)].name + " for " + std::to_string(l4));
-    meters_.erase(it);
-    return {{"ok", true}};
-  }
-  if (it == meters_.end()) {
-    if (meters_.size() >= kMaxMeters)
-      return err("at most " + std::to_string(kMaxMeters) + " meters (del_meter one first)");
-    meters_.push_back(Meter{pi, l4});
-  } else {
-    *it = Meter{pi, l4};
-  }
-  return {{"ok", true}};
+Result<int> Fabric::meterPort(std::string_view cmd, const std::string& port, int l4Dst) const {
+  if (port == "*") return makeError(std::string(cmd) + " needs one 'port' (a switch port name)");
+  if (l4Dst < 1 || l4Dst > 65535) return makeError(std::string(cmd) + " needs 'l4_dst', a TCP/UDP port 1..65535");
+  auto ports = selectPorts(port);
+  if (!ports) return ports.error();
+  return (*ports)[0];
 }
 
-json Fabric::packetCmd(const json& req, const std::string& cmd, int64_t now) {
-  bool withEvents = req.contains("events") && req["events"].is_boolean() && req["events"].get<bool>();
-  if (cmd == "packet_rules") return packetRules_.list(withEvents);
-  if (cmd == "del_packet_rule") {
-    if (!req.contains("name") || !req["name"].is_string()) return err("del_packet_rule needs 'name' (the rule's)");
-    return packetRules_.remove(req["name"].get<std::string>(), withEvents, now, wallOf(now),
-                               [&](int pi, bool ingress, std::vector<uint8_t> f) {
-                                 // What the rule still held goes on, as it would have at its time.
-                                 Port& p = ports_[size_t(pi)];
-                                 if (ingress) {
-                                   int prio = classify(f.data(), f.size(), dscp_);
-                                   if (portUp(pi)) forward(pi, std::move(f), prio, now);
-                                 } else if (p.io && !p.closed) {
-                                   p.io->write(f.data(), f.size());
-                                 }
-                               });
+Result<sp::OkReply> Fabric::setMeter(const sp::SetMeterRequest& req, int64_t) {
+  auto pi = meterPort(req.kCmd, req.port, req.l4Dst);
+  if (!pi) return pi.error();
+  int l4 = req.l4Dst;
+  auto it = std::find_if(meters_.begin(), meters_.end(), [&](const Meter& m) { return m.port == *pi && m.l4Dst == l4; });
+  if (it == meters_.end()) {
+    if (meters_.size() >= kMaxMeters)
+      return makeError("at most " + std::to_string(kMaxMeters) + " meters (del_meter one first)");
+    meters_.push_back(Meter{*pi, l4});
+  } else {
+    *it = Meter{*pi, l4};
   }
-  if (!req.contains("rule")) return err("add_packet_rule needs 'rule' (see docs/faults/packet.md)");
-  auto spec = parseRuleSpec(req["rule"]);
-  if (!spec) return err(spec.error().message);
+  return sp::OkReply{};
+}
+
+Result<sp::OkReply> Fabric::delMeter(const sp::DelMeterRequest& req, int64_t) {
+  auto pi = meterPort(req.kCmd, req.port, req.l4Dst);
+  if (!pi) return pi.error();
+  int l4 = req.l4Dst;
+  auto it = std::find_if(meters_.begin(), meters_.end(), [&](const Meter& m) { return m.port == *pi && m.l4Dst == l4; });
+  if (it == meters_.end()) return makeError("no meter on port " + ports_[size_t(*pi)].name + " for " + std::to_string(l4));
+  meters_.erase(it);
+  return sp::OkReply{};
+}
+
+Result<sp::MetersReply> Fabric::meters(const sp::MetersRequest&, int64_t) {
+  sp::MetersReply out;
+  for (const auto& m : meters_)
+    out.meters.push_back({.port = ports_[size_t(m.port)].name, .l4Dst = m.l4Dst, .frames = m.frames,
+                          .bytes = m.bytes, .active = m.active,
+                          .firstWallNs = m.firstNs ? std::optional(wallOf(m.firstNs)) : std::nullopt,
+                          .lastWallNs = m.lastNs ? std::optional(wallOf(m.lastNs)) : std::nullopt});
+  return out;
+}
+
+Result<sp::AddPacketRuleReply> Fabric::addPacketRule(const sp::AddPacketRuleRequest& req, int64_t now) {
+  auto spec = parseRuleSpec(req.rule);
+  if (!spec) return spec.error();
   int pi = -1;
   for (size_t i = 0; i < ports_.size(); i++)
     if (ports_[i].name == spec->port && ports_[i].isHost()) pi = int(i);
@@ -113,65 +174,53 @@ json Fabric::packetCmd(const json& req, const std::string& cmd, int64_t now) {
     std::string names;
     for (const auto& p : ports_)
       if (p.isHost()) names += (names.empty() ? "" : ", ") + p.name;
-    return err("packet rule: port '" + spec->port + "' is not a host port of this switch (" + names + ")");
+    return makeError("packet rule: port '" + spec->port + "' is not a host port of this switch (" + names + ")");
   }
   std::string dir = cfg_.captureDir;
   if (dir.empty()) {
     auto slash = cfg_.control.rfind('/');
     dir = (slash == std::string::npos ? std::string(".") : cfg_.control.substr(0, slash)) + "/captures";
   }
-  return packetRules_.add(*spec, pi, dir, now);
+  return rulesReply<sp::AddPacketRuleReply>(packetRules_.add(*spec, pi, dir, now));
 }
 
-json Fabric::handle(const json& req) {
-  try {
-    if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
-      return err("a request is a JSON object with a string 'cmd'");
-    std::string cmd = req["cmd"];
-    int64_t now = monoNs();
-    if (cmd == "ping") return {{"ok", true}, {"switch", "rdmachaos-labswitch"}, {"version", 1}};
-    if (cmd == "topology") return topology();
-    if (cmd == "counters") return counters(req, now);
-    if (cmd == "events") return eventsCmd(req);
-    if (cmd == "set_meter" || cmd == "del_meter" || cmd == "meters") return meterCmd(req, cmd);
-    if (cmd == "add_packet_rule" || cmd == "del_packet_rule" || cmd == "packet_rules") return packetCmd(req, cmd, now);
-    if (cmd == "reset_counters") {
-      for (auto& p : ports_) {
-        p.rxFrames = p.rxBytes = p.txFrames = p.txBytes = p.rxDrops = p.noRoute = 0;
-        for (auto& q : p.q) {
-          int64_t open = pausedNs(q, now) - q.stats.pausedNs;
-          int64_t openXoff = xoffNs(q, now) - q.stats.xoffNs;
-          q.stats = QueueStats{};
-          q.stats.pausedNs = -open;  // paused time so far in an open interval is not counted
-          q.stats.xoffNs = -openXoff;
-          q.stats.maxDepth = q.bytes;
-        }
-      }
-      return {{"ok", true}};
+Result<sp::DelPacketRuleReply> Fabric::delPacketRule(const sp::DelPacketRuleRequest& req, int64_t now) {
+  return rulesReply<sp::DelPacketRuleReply>(
+      packetRules_.remove(req.name, req.events.value_or(false), now, wallOf(now),
+                          [&](int pi, bool ingress, std::vector<uint8_t> f) {
+                            // What the rule still held goes on, as it would have at its time.
+                            Port& p = ports_[size_t(pi)];
+                            if (ingress) {
+                              int prio = classify(f.data(), f.size(), dscp_);
+                              if (portUp(pi)) forward(pi, std::move(f), prio, now);
+                            } else if (p.io && !p.closed) {
+                              p.io->write(f.data(), f.size());
+                            }
+                          }));
+}
+
+Result<sp::PacketRulesReply> Fabric::packetRules(const sp::PacketRulesRequest& req, int64_t) {
+  return rulesReply<sp::PacketRulesReply>(packetRules_.list(req.events.value_or(false)));
+}
+
+Result<sp::OkReply> Fabric::resetCounters(const sp::ResetCountersRequest&, int64_t now) {
+  for (auto& p : ports_) {
+    p.rxFrames = p.rxBytes = p.txFrames = p.txBytes = p.rxDrops = p.noRoute = 0;
+    for (auto& q : p.q) {
+      int64_t open = pausedNs(q, now) - q.stats.pausedNs;
+      int64_t openXoff = xoffNs(q, now) - q.stats.xoffNs;
+      q.stats = QueueStats{};
+      q.stats.pausedNs = -open;  // paused time so far in an open interval is not counted
+      q.stats.xoffNs = -openXoff;
+      q.stats.maxDepth = q.bytes;
     }
-    if (cmd == "get_ecn" || cmd == "set_ecn") return ecn(req, cmd == "set_ecn");
-    if (cmd == "get_pfc" || cmd == "set_pfc") return pfcCmd(req, cmd == "set_pfc");
-    if (cmd == "get_watchdog" || cmd == "set_watchdog") return wdCmd(req, cmd == "set_watchdog");
-    if (cmd == "get_link" || cmd == "set_link") return linkCmd(req, cmd == "set_link", now);
-    if (cmd == "get_port" || cmd == "set_port") return portCmd(req, cmd == "set_port");
-    if (cmd == "get_routing") return {{"ok", true}, {"mode", adaptive_ ? "adaptive" : "ecmp"}};
-    if (cmd == "set_routing") {
-      std::string m = req.value("mode", "");
-      if (m != "ecmp" && m != "adaptive") return err("routing mode '" + m + "' is not ecmp or adaptive");
-      std::string prev = adaptive_ ? "adaptive" : "ecmp";
-      adaptive_ = m == "adaptive";
-      for (auto& s : switches_) s.flowlets.clear();
-      return {{"ok", true}, {"previous", prev}, {"mode", m}};
-    }
-    return err("unknown command '" + cmd + "' (ping, topology, counters, events, set_meter, del_meter, meters, add_packet_rule, del_packet_rule, packet_rules, reset_counters, get_ecn, set_ecn, get_pfc, set_pfc, get_watchdog, set_watchdog, get_link, set_link, get_port, set_port, get_routing, set_routing)");
-  } catch (const std::exception& e) {
-    return err(std::string("bad request: ") + e.what());
   }
+  return sp::OkReply{};
 }
 
 // Ports named by `port` ("*" or absent = all).
-Result<std::vector<int>> Fabric::selectPorts(const json& req) const {
-  std::string name = req.value("port", "*");
+Result<std::vector<int>> Fabric::selectPorts(const std::optional<std::string>& port) const {
+  std::string name = port.value_or("*");
   std::vector<int> out;
   for (size_t i = 0; i < ports_.size(); i++)
     if (name == "*" || ports_[i].name == name) out.push_back(int(i));
@@ -183,141 +232,165 @@ Result<std::vector<int>> Fabric::selectPorts(const json& req) const {
   return out;
 }
 
-Result<std::vector<int>> Fabric::selectPrios(const json& req, const char* key) const {
-  if (!req.contains(key)) return std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7};
-  int p = req[key].get<int>();
-  if (p < 0 || p >= kPriorities) return makeError(std::string(key) + " must be 0..7");
-  return std::vector<int>{p};
+Result<std::vector<int>> Fabric::selectPrios(const std::optional<int>& prio, const char* key) const {
+  if (!prio) return std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7};
+  if (*prio < 0 || *prio >= kPriorities) return makeError(std::string(key) + " must be 0..7");
+  return std::vector<int>{*prio};
 }
 
-json Fabric::topology() const {
-  json sw = json::array();
+Result<sp::TopologyReply> Fabric::topology(const sp::TopologyRequest&, int64_t) const {
+  sp::TopologyReply out{.routing = adaptive_ ? "adaptive" : "ecmp"};
   for (const auto& s : switches_) {
-    json ps = json::array();
+    sp::TopologySwitch sw{.name = s.name,
+                          .role = s.role == Role::leaf ? "leaf" : s.role == Role::spine ? "spine" : "single"};
     for (size_t i = 0; i < ports_.size(); i++)
-      if (&switches_[size_t(ports_[i].sw)] == &s) ps.push_back(ports_[i].name);
-    sw.push_back({{"name", s.name},
-                  {"role", s.role == Role::leaf ? "leaf" : s.role == Role::spine ? "spine" : "single"},
-                  {"ports", ps}});
+      if (&switches_[size_t(ports_[i].sw)] == &s) sw.ports.push_back(ports_[i].name);
+    out.switches.push_back(std::move(sw));
   }
-  json ls = json::array();
   for (const auto& l : links_)
-    ls.push_back({{"name", l.name}, {"a", ports_[size_t(l.a)].name}, {"b", ports_[size_t(l.b)].name},
-                  {"up", portUp(l.a)}, {"routed_up", l.routedUp}});
-  return {{"ok", true}, {"switches", sw}, {"links", ls}, {"routing", adaptive_ ? "adaptive" : "ecmp"}};
+    out.links.push_back({.name = l.name, .a = ports_[size_t(l.a)].name, .b = ports_[size_t(l.b)].name,
+                         .up = portUp(l.a), .routedUp = l.routedUp});
+  return out;
 }
 
-json Fabric::counters(const json& req, int64_t now) {
-  auto sel = selectPorts(req);
-  if (!sel) return err(sel.error().message);
-  json ports = json::array();
+Result<sp::CountersReply> Fabric::counters(const sp::CountersRequest& req, int64_t now) {
+  auto sel = selectPorts(req.port);
+  if (!sel) return sel.error();
+  // busy_ns: the event loop's time outside epoll_wait since loop_ns ago (see idleNs_).
+  int64_t loop = loopStartNs_ > 0 ? now - loopStartNs_ : 0;
+  sp::CountersReply out{.nowNs = now, .loopNs = loop, .busyNs = std::max<int64_t>(0, loop - idleNs_)};
   for (int pi : *sel) {
     Port& p = ports_[size_t(pi)];
-    json qs = json::array();
+    sp::PortCounters pc{.name = p.name, .switchName = switches_[size_t(p.sw)].name, .adminUp = p.adminUp,
+                        .up = portUp(pi), .rateBps = p.rateBps, .rxFrames = p.rxFrames, .rxBytes = p.rxBytes,
+                        .rxDrops = p.rxDrops, .noRoute = p.noRoute, .txFrames = p.txFrames, .txBytes = p.txBytes};
     for (int prio = 0; prio < kPriorities; prio++) {
       Queue& q = p.q[prio];
-      qs.push_back({{"queue", prio}, {"depth_bytes", q.bytes}, {"depth_frames", q.frames.size()},
-                    {"max_depth_bytes", q.stats.maxDepth}, {"tx_frames", q.stats.txFrames},
-                    {"tx_bytes", q.stats.txBytes}, {"drops", q.stats.drops},
-                    {"ecn_marked", q.stats.ecnMarked}, {"pfc_rx", q.stats.pfcRx},
-                    {"pfc_tx", q.stats.pfcTx}, {"paused_ns", pausedNs(q, now)}, {"xoff_ns", xoffNs(q, now)},
-                    {"storm_gaps", q.stats.stormGaps},
-                    {"paused", q.pausedUntil > now}, {"ingress_bytes", q.ingressBytes},
-                    {"xoff", q.xoff}, {"host_held", q.hold.size()},
-                    {"wd_storms", q.stats.wdStorms}, {"wd_restored", q.stats.wdRestored},
-                    {"wd_drops", q.stats.wdDrops}, {"wd_storm", q.storm}});
+      pc.queues.push_back({.queue = prio, .depthBytes = q.bytes, .depthFrames = q.frames.size(),
+                           .maxDepthBytes = q.stats.maxDepth, .txFrames = q.stats.txFrames,
+                           .txBytes = q.stats.txBytes, .drops = q.stats.drops, .ecnMarked = q.stats.ecnMarked,
+                           .pfcRx = q.stats.pfcRx, .pfcTx = q.stats.pfcTx, .pausedNs = pausedNs(q, now),
+                           .xoffNs = xoffNs(q, now), .stormGaps = q.stats.stormGaps,
+                           .paused = q.pausedUntil > now, .ingressBytes = q.ingressBytes, .xoff = q.xoff,
+                           .hostHeld = q.hold.size(), .wdStorms = q.stats.wdStorms,
+                           .wdRestored = q.stats.wdRestored, .wdDrops = q.stats.wdDrops, .wdStorm = q.storm});
     }
-    ports.push_back({{"name", p.name}, {"switch", switches_[size_t(p.sw)].name},
-                     {"admin_up", p.adminUp}, {"up", portUp(pi)}, {"rate_bps", p.rateBps},
-                     {"rx_frames", p.rxFrames}, {"rx_bytes", p.rxBytes}, {"rx_drops", p.rxDrops},
-                     {"no_route", p.noRoute}, {"tx_frames", p.txFrames}, {"tx_bytes", p.txBytes},
-                     {"queues", qs}});
     if (p.io) {
       // What the host's NIC end cost in system calls: reads and writes, and the wire frames
       // they carried (more than one each with offload).
       auto io = p.io->ioStats();
-      ports.back()["io"] = {{"reads", io.reads}, {"read_frames", io.readFrames}, {"writes", io.writes},
-                            {"write_frames", io.writeFrames}, {"super_writes", io.superWrites},
-                            {"super_write_frames", io.superWriteFrames}};
+      pc.io = sp::PortIoCounters{.reads = io.reads, .readFrames = io.readFrames, .writes = io.writes,
+                                 .writeFrames = io.writeFrames, .superWrites = io.superWrites,
+                                 .superWriteFrames = io.superWriteFrames};
     }
+    out.ports.push_back(std::move(pc));
   }
-  // busy_ns: the event loop's time outside epoll_wait since loop_ns ago (see idleNs_).
-  int64_t loop = loopStartNs_ > 0 ? now - loopStartNs_ : 0;
-  return {{"ok", true}, {"now_ns", now}, {"loop_ns", loop}, {"busy_ns", std::max<int64_t>(0, loop - idleNs_)},
-          {"ports", ports}};
+  return out;
 }
 
-json Fabric::ecnJson(const EcnProfile& e) {
-  return {{"enabled", e.enabled}, {"kmin", e.kminBytes}, {"kmax", e.kmaxBytes}, {"pmax", e.pmax}};
-}
-
-Result<std::vector<std::pair<int, int>>> Fabric::selectQueues(const json& req, const char* prioKey) const {
-  auto sel = selectPorts(req);
+Result<std::vector<std::pair<int, int>>> Fabric::selectQueues(const std::optional<std::string>& port,
+                                                              const std::optional<int>& prio,
+                                                              const char* prioKey) const {
+  auto sel = selectPorts(port);
   if (!sel) return sel.error();
-  auto prios = selectPrios(req, prioKey);
+  auto prios = selectPrios(prio, prioKey);
   if (!prios) return prios.error();
   std::vector<std::pair<int, int>> queues;
   for (int pi : *sel)
-    for (int prio : *prios) queues.emplace_back(pi, prio);
+    for (int p : *prios) queues.emplace_back(pi, p);
   return queues;
 }
 
-json Fabric::ecn(const json& req, bool set) {
-  auto queues = selectQueues(req, "queue");
-  if (!queues) return err(queues.error().message);
-  json prev = json::array();
-  for (auto [pi, prio] : *queues)
-    prev.push_back({{"port", ports_[size_t(pi)].name}, {"queue", prio},
-                    {"profile", ecnJson(ports_[size_t(pi)].q[prio].ecn)}});
-  if (!set) return {{"ok", true}, {"profiles", prev}};
-  return replaceAll(*queues, &Queue::ecn, prev, [&req](EcnProfile& e) -> std::string {
-    if (req.contains("enabled")) e.enabled = req["enabled"].get<bool>();
-    if (req.contains("kmin")) e.kminBytes = req["kmin"].get<uint64_t>();
-    if (req.contains("kmax")) e.kmaxBytes = req["kmax"].get<uint64_t>();
-    if (req.contains("pmax")) e.pmax = req["pmax"].get<double>();
+std::vector<sp::EcnQueueState> Fabric::ecnStates(const std::vector<std::pair<int, int>>& queues) const {
+  std::vector<sp::EcnQueueState> out;
+  for (auto [pi, prio] : queues) {
+    const EcnProfile& e = ports_[size_t(pi)].q[prio].ecn;
+    out.push_back({.port = ports_[size_t(pi)].name, .queue = prio,
+                   .profile = {.enabled = e.enabled, .kmin = e.kminBytes, .kmax = e.kmaxBytes, .pmax = e.pmax}});
+  }
+  return out;
+}
+
+Result<sp::GetEcnReply> Fabric::getEcn(const sp::GetEcnRequest& req, int64_t) {
+  auto queues = selectQueues(req.port, req.queue, "queue");
+  if (!queues) return queues.error();
+  return sp::GetEcnReply{.profiles = ecnStates(*queues)};
+}
+
+Result<sp::SetEcnReply> Fabric::setEcn(const sp::SetEcnRequest& req, int64_t) {
+  auto queues = selectQueues(req.port, req.queue, "queue");
+  if (!queues) return queues.error();
+  sp::SetEcnReply out{.previous = ecnStates(*queues)};
+  auto set = replaceAll(*queues, &Queue::ecn, [&req](EcnProfile& e) -> std::string {
+    if (req.enabled) e.enabled = *req.enabled;
+    if (req.kmin) e.kminBytes = *req.kmin;
+    if (req.kmax) e.kmaxBytes = *req.kmax;
+    if (req.pmax) e.pmax = *req.pmax;
     if (e.kminBytes > e.kmaxBytes) return "kmin must not exceed kmax";
     if (!(e.pmax >= 0 && e.pmax <= 1)) return "pmax must be within [0, 1]";
     return {};
   });
+  if (!set) return set.error();
+  return out;
 }
 
-json Fabric::pfcCmd(const json& req, bool set) {
-  auto queues = selectQueues(req, "priority");
-  if (!queues) return err(queues.error().message);
-  json prev = json::array();
-  for (auto [pi, prio] : *queues) {
+std::vector<sp::PfcQueueState> Fabric::pfcStates(const std::vector<std::pair<int, int>>& queues) const {
+  std::vector<sp::PfcQueueState> out;
+  for (auto [pi, prio] : queues) {
     const auto& t = ports_[size_t(pi)].q[prio].pfc;
-    prev.push_back({{"port", ports_[size_t(pi)].name}, {"priority", prio},
-                    {"xoff", t.xoffBytes}, {"xon", t.xonBytes},
-                    {"lossless", bool(cfg_.losslessMask & (1u << prio))}});
+    out.push_back({.port = ports_[size_t(pi)].name, .priority = prio, .xoff = t.xoffBytes, .xon = t.xonBytes,
+                   .lossless = bool(cfg_.losslessMask & (1u << prio))});
   }
-  if (!set) return {{"ok", true}, {"thresholds", prev}};
-  return replaceAll(*queues, &Queue::pfc, prev, [&req](PfcThreshold& n) -> std::string {
-    if (req.contains("xoff")) n.xoffBytes = req["xoff"].get<uint64_t>();
-    if (req.contains("xon")) n.xonBytes = req["xon"].get<uint64_t>();
+  return out;
+}
+
+Result<sp::GetPfcReply> Fabric::getPfc(const sp::GetPfcRequest& req, int64_t) {
+  auto queues = selectQueues(req.port, req.priority, "priority");
+  if (!queues) return queues.error();
+  return sp::GetPfcReply{.thresholds = pfcStates(*queues)};
+}
+
+Result<sp::SetPfcReply> Fabric::setPfc(const sp::SetPfcRequest& req, int64_t) {
+  auto queues = selectQueues(req.port, req.priority, "priority");
+  if (!queues) return queues.error();
+  sp::SetPfcReply out{.previous = pfcStates(*queues)};
+  auto set = replaceAll(*queues, &Queue::pfc, [&req](PfcThreshold& n) -> std::string {
+    if (req.xoff) n.xoffBytes = *req.xoff;
+    if (req.xon) n.xonBytes = *req.xon;
     if (n.xonBytes > n.xoffBytes) return "xon must not exceed xoff";
     return {};
   });
+  if (!set) return set.error();
+  return out;
 }
 
-json Fabric::wdCmd(const json& req, bool set) {
-  auto queues = selectQueues(req, "priority");
-  if (!queues) return err(queues.error().message);
-  json prev = json::array();
-  for (auto [pi, prio] : *queues) {
+std::vector<sp::WatchdogQueueState> Fabric::watchdogStates(const std::vector<std::pair<int, int>>& queues) const {
+  std::vector<sp::WatchdogQueueState> out;
+  for (auto [pi, prio] : queues) {
     const auto& w = ports_[size_t(pi)].q[prio].wd;
-    prev.push_back({{"port", ports_[size_t(pi)].name}, {"priority", prio}, {"enabled", w.enabled},
-                    {"detection_ms", double(w.detectionNs) / 1e6},
-                    {"restoration_ms", double(w.restorationNs) / 1e6},
-                    {"action", actionName(w.action)}});
+    out.push_back({.port = ports_[size_t(pi)].name, .priority = prio, .enabled = w.enabled,
+                   .detectionMs = double(w.detectionNs) / 1e6, .restorationMs = double(w.restorationNs) / 1e6,
+                   .action = actionName(w.action)});
   }
-  if (!set) return {{"ok", true}, {"poll_ms", double(cfg_.pollNs) / 1e6}, {"watchdogs", prev}};
-  return replaceAll(*queues, &Queue::wd, prev, [&req](WatchdogConfig& w) -> std::string {
-    if (req.contains("enabled")) w.enabled = req["enabled"].get<bool>();
-    if (req.contains("detection_ms")) w.detectionNs = int64_t(req["detection_ms"].get<double>() * 1e6);
-    if (req.contains("restoration_ms")) w.restorationNs = int64_t(req["restoration_ms"].get<double>() * 1e6);
-    if (req.contains("action")) {
-      auto a = parseAction(req["action"].get<std::string>());
+  return out;
+}
+
+Result<sp::GetWatchdogReply> Fabric::getWatchdog(const sp::GetWatchdogRequest& req, int64_t) {
+  auto queues = selectQueues(req.port, req.priority, "priority");
+  if (!queues) return queues.error();
+  return sp::GetWatchdogReply{.pollMs = double(cfg_.pollNs) / 1e6, .watchdogs = watchdogStates(*queues)};
+}
+
+Result<sp::SetWatchdogReply> Fabric::setWatchdog(const sp::SetWatchdogRequest& req, int64_t) {
+  auto queues = selectQueues(req.port, req.priority, "priority");
+  if (!queues) return queues.error();
+  sp::SetWatchdogReply out{.previous = watchdogStates(*queues)};
+  auto set = replaceAll(*queues, &Queue::wd, [&req](WatchdogConfig& w) -> std::string {
+    if (req.enabled) w.enabled = *req.enabled;
+    if (req.detectionMs) w.detectionNs = int64_t(*req.detectionMs * 1e6);
+    if (req.restorationMs) w.restorationNs = int64_t(*req.restorationMs * 1e6);
+    if (req.action) {
+      auto a = parseAction(*req.action);
       if (!a) return a.error().message;
       w.action = *a;
     }
@@ -326,46 +399,76 @@ json Fabric::wdCmd(const json& req, bool set) {
       return "detection_ms and restoration_ms must be within [1, 60000]";
     return {};
   });
+  if (!set) return set.error();
+  return out;
 }
 
 // Line rate and MTU per port.
-json Fabric::portCmd(const json& req, bool set) {
-  auto sel = selectPorts(req);
-  if (!sel) return err(sel.error().message);
-  json prev = json::array();
-  for (int pi : *sel)
-    prev.push_back({{"port", ports_[size_t(pi)].name}, {"rate_bps", ports_[size_t(pi)].rateBps},
-                    {"mtu", ports_[size_t(pi)].mtu}});
-  if (!set) return {{"ok", true}, {"ports", prev}};
-  double rate = req.value("rate_bps", 0.0);
-  int mtu = req.value("mtu", 0);
-  if (req.contains("rate_bps") && !(rate >= 1e6 && rate <= 400e9)) return err("rate_bps must be within [1e6, 4e11]");
-  if (req.contains("mtu") && (mtu < 68 || mtu > 9216)) return err("mtu must be within [68, 9216]");
-  for (int pi : *sel) {
-    if (rate > 0) ports_[size_t(pi)].rateBps = rate;
-    if (mtu > 0) ports_[size_t(pi)].mtu = mtu;
-  }
-  return {{"ok", true}, {"previous", prev}};
+std::vector<sp::PortSettings> Fabric::portSettings(const std::vector<int>& sel) const {
+  std::vector<sp::PortSettings> out;
+  for (int pi : sel)
+    out.push_back({.port = ports_[size_t(pi)].name, .rateBps = ports_[size_t(pi)].rateBps, .mtu = ports_[size_t(pi)].mtu});
+  return out;
 }
 
-json Fabric::linkCmd(const json& req, bool set, int64_t now) {
-  std::vector<int> sel;
-  if (req.contains("link")) {
-    std::string name = req["link"];
-    for (const auto& l : links_)
-      if (l.name == name) sel = {l.a, l.b};
-    if (sel.empty()) return err("no inter-switch link '" + name + "'");
-  } else {
-    auto s = selectPorts(req);
-    if (!s) return err(s.error().message);
-    sel = *s;
+Result<sp::GetPortReply> Fabric::getPort(const sp::GetPortRequest& req, int64_t) {
+  auto sel = selectPorts(req.port);
+  if (!sel) return sel.error();
+  return sp::GetPortReply{.ports = portSettings(*sel)};
+}
+
+Result<sp::SetPortReply> Fabric::setPort(const sp::SetPortRequest& req, int64_t) {
+  auto sel = selectPorts(req.port);
+  if (!sel) return sel.error();
+  sp::SetPortReply out{.previous = portSettings(*sel)};
+  if (req.rateBps && !(*req.rateBps >= 1e6 && *req.rateBps <= 400e9)) return makeError("rate_bps must be within [1e6, 4e11]");
+  if (req.mtu && (*req.mtu < 68 || *req.mtu > 9216)) return makeError("mtu must be within [68, 9216]");
+  for (int pi : *sel) {
+    if (req.rateBps) ports_[size_t(pi)].rateBps = *req.rateBps;
+    if (req.mtu) ports_[size_t(pi)].mtu = *req.mtu;
   }
-  json prev = json::array();
-  for (int pi : sel) prev.push_back({{"port", ports_[size_t(pi)].name}, {"admin_up", ports_[size_t(pi)].adminUp}});
-  if (!set) return {{"ok", true}, {"ports", prev}};
-  bool up = req.at("up").get<bool>();
-  for (int pi : sel) setAdmin(pi, up, now);
-  return {{"ok", true}, {"previous", prev}};
+  return out;
+}
+
+// The ports of inter-switch link LINK (both ends), else those PORT names.
+Result<std::vector<int>> Fabric::selectLink(const std::optional<std::string>& link,
+                                            const std::optional<std::string>& port) const {
+  if (!link) return selectPorts(port);
+  for (const auto& l : links_)
+    if (l.name == *link) return std::vector<int>{l.a, l.b};
+  return makeError("no inter-switch link '" + *link + "'");
+}
+
+std::vector<sp::LinkPortState> Fabric::linkStates(const std::vector<int>& sel) const {
+  std::vector<sp::LinkPortState> out;
+  for (int pi : sel) out.push_back({.port = ports_[size_t(pi)].name, .adminUp = ports_[size_t(pi)].adminUp});
+  return out;
+}
+
+Result<sp::GetLinkReply> Fabric::getLink(const sp::GetLinkRequest& req, int64_t) {
+  auto sel = selectLink(req.link, req.port);
+  if (!sel) return sel.error();
+  return sp::GetLinkReply{.ports = linkStates(*sel)};
+}
+
+Result<sp::SetLinkReply> Fabric::setLink(const sp::SetLinkRequest& req, int64_t now) {
+  auto sel = selectLink(req.link, req.port);
+  if (!sel) return sel.error();
+  sp::SetLinkReply out{.previous = linkStates(*sel)};
+  for (int pi : *sel) setAdmin(pi, req.up, now);
+  return out;
+}
+
+Result<sp::GetRoutingReply> Fabric::getRouting(const sp::GetRoutingRequest&, int64_t) {
+  return sp::GetRoutingReply{.mode = adaptive_ ? "adaptive" : "ecmp"};
+}
+
+Result<sp::SetRoutingReply> Fabric::setRouting(const sp::SetRoutingRequest& req, int64_t) {
+  if (req.mode != "ecmp" && req.mode != "adaptive") return makeError("routing mode '" + req.mode + "' is not ecmp or adaptive");
+  sp::SetRoutingReply out{.previous = adaptive_ ? "adaptive" : "ecmp", .mode = req.mode};
+  adaptive_ = req.mode == "adaptive";
+  for (auto& s : switches_) s.flowlets.clear();
+  return out;
 }
 
 void Fabric::setAdmin(int pi, bool up, int64_t now) {

@@ -87,24 +87,21 @@ int ecnProfileMain(const std::vector<std::string>& args) {
     std::fprintf(stderr, "rdmachaos-labswitch --ecn-profile: QUEUE '%s' must be a priority 0-7\n", args[3].c_str());
     return 2;
   }
-  json req = {{"port", port}, {"queue", queue}};
   if (verb == "show" && args.size() == 4) {
-    req["cmd"] = "get_ecn";
-    auto r = controlRequest(socket, req);
+    auto r = controlCall(socket, swproto::GetEcnRequest{.port = port, .queue = int(queue)});
     if (!r) {
       std::fprintf(stderr, "rdmachaos-labswitch --ecn-profile show: %s\n", r.error().message.c_str());
       return 1;
     }
-    const json& profiles = (*r)["profiles"];
-    if (!profiles.is_array() || profiles.size() != 1) {
+    if (r->profiles.size() != 1) {
       std::fprintf(stderr, "rdmachaos-labswitch --ecn-profile show: port '%s' queue %llu names %zu queues, not one\n",
-                   port.c_str(), static_cast<unsigned long long>(queue), profiles.is_array() ? profiles.size() : 0);
+                   port.c_str(), static_cast<unsigned long long>(queue), r->profiles.size());
       return 1;
     }
-    std::printf("%s\n", profiles[0].at("profile").dump().c_str());
+    std::printf("%s\n", swproto::toJson(r->profiles[0].profile).dump().c_str());
     return 0;
   }
-  req["cmd"] = "set_ecn";
+  swproto::EcnSettings profile;
   if (verb == "set" && args.size() == 7) {
     uint64_t kmin = 0, kmax = 0;
     char* end = nullptr;
@@ -115,23 +112,25 @@ int ecnProfileMain(const std::vector<std::string>& args) {
                    args[4].c_str(), args[5].c_str(), args[6].c_str());
       return 2;
     }
-    req.update({{"enabled", true}, {"kmin", kmin}, {"kmax", kmax}, {"pmax", pmax}});
+    profile = {.enabled = true, .kmin = kmin, .kmax = kmax, .pmax = pmax};
   } else if (verb == "restore" && args.size() == 5) {
     json prof = json::parse(args[4], nullptr, false);
-    if (prof.is_discarded() || !prof.is_object() || !prof.contains("enabled") || !prof.contains("kmin") ||
-        !prof.contains("kmax") || !prof.contains("pmax") || !prof["enabled"].is_boolean() ||
-        !prof["kmin"].is_number_unsigned() || !prof["kmax"].is_number_unsigned() || !prof["pmax"].is_number()) {
+    auto shown = prof.is_discarded() ? Result<swproto::EcnSettings>(makeError("not JSON"))
+                                     : swproto::parse<swproto::EcnSettings>(prof);
+    if (!shown) {
       std::fprintf(stderr, "rdmachaos-labswitch --ecn-profile restore: PROFILE_JSON must be what show printed "
-                           "({\"enabled\":..,\"kmin\":..,\"kmax\":..,\"pmax\":..}), not '%s'\n",
-                   args[4].substr(0, 200).c_str());
+                           "({\"enabled\":..,\"kmin\":..,\"kmax\":..,\"pmax\":..}), not '%s' (%s)\n",
+                   args[4].substr(0, 200).c_str(), shown.error().message.c_str());
       return 2;
     }
-    req.update({{"enabled", prof["enabled"]}, {"kmin", prof["kmin"]}, {"kmax", prof["kmax"]}, {"pmax", prof["pmax"]}});
+    profile = *shown;
   } else {
     std::fputs(kUsage, stderr);
     return 2;
   }
-  if (auto r = controlRequest(socket, req); !r) {
+  swproto::SetEcnRequest set{.port = port, .queue = int(queue), .enabled = profile.enabled, .kmin = profile.kmin,
+                             .kmax = profile.kmax, .pmax = profile.pmax};
+  if (auto r = controlCall(socket, set); !r) {
     std::fprintf(stderr, "rdmachaos-labswitch --ecn-profile %s: %s\n", verb.c_str(), r.error().message.c_str());
     return 1;
   }

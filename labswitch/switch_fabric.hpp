@@ -18,6 +18,7 @@
 #include "labswitch/switch.hpp"
 #include "labswitch/packet_rules.hpp"
 #include "labswitch/switch_packet.hpp"
+#include "labswitch/switch_protocol.hpp"
 #include "labswitch/switch_port.hpp"
 
 namespace rc::labswitch {
@@ -193,9 +194,6 @@ class Fabric {
   void forward(int pi, std::vector<uint8_t> data, int prio, int64_t now);
   // Frames the packet rules held (delay, reorder) whose time came, and rules that expired.
   void releasePackets(int64_t now);
-  // add_packet_rule {rule}, del_packet_rule {name, events}, packet_rules {events}.
-  json packetCmd(const json& req, const std::string& cmd, int64_t now);
-
   void enqueue(int ei, Packet pkt, int64_t now);
 
   bool queueReady(const Port& p, int prio, int64_t now) const;
@@ -256,60 +254,79 @@ class Fabric {
 
   void event(int64_t at, const char* what, const std::string& port, int prio, int l4Dst = -1);
 
-  json eventsCmd(const json& req);
+  // ---- control (switch_control.cpp) ----------------------------------------------------------
+  // One handler per command of switch_protocol.hpp, in its command table: the request parsed,
+  // the reply or the reason it is refused.
 
-  // set_meter {port, l4_dst}: meter (again, from zero) the frames leaving PORT for that TCP/UDP
-  // port; del_meter {port, l4_dst}; meters: every meter with its counts and first/last frame.
-  json meterCmd(const json& req, const std::string& cmd);
-
-  // ---- control ----------------------------------------------------------------------------
-
+  // One request line's object to its reply's.
   json handle(const json& req);
 
-  static json err(const std::string& m) { return {{"ok", false}, {"error", m}}; }
+  static json err(const std::string& m) { return swproto::errorReply(m); }
+
+  Result<swproto::PingReply> ping(const swproto::PingRequest& req, int64_t now);
+  Result<swproto::TopologyReply> topology(const swproto::TopologyRequest& req, int64_t now) const;
+  Result<swproto::CountersReply> counters(const swproto::CountersRequest& req, int64_t now);
+  Result<swproto::EventsReply> events(const swproto::EventsRequest& req, int64_t now);
+  // set_meter: meter (again, from zero) the frames leaving PORT for that TCP/UDP port;
+  // del_meter; meters: every meter with its counts and first/last frame.
+  Result<swproto::OkReply> setMeter(const swproto::SetMeterRequest& req, int64_t now);
+  Result<swproto::OkReply> delMeter(const swproto::DelMeterRequest& req, int64_t now);
+  Result<swproto::MetersReply> meters(const swproto::MetersRequest& req, int64_t now);
+  Result<swproto::AddPacketRuleReply> addPacketRule(const swproto::AddPacketRuleRequest& req, int64_t now);
+  Result<swproto::DelPacketRuleReply> delPacketRule(const swproto::DelPacketRuleRequest& req, int64_t now);
+  Result<swproto::PacketRulesReply> packetRules(const swproto::PacketRulesRequest& req, int64_t now);
+  Result<swproto::OkReply> resetCounters(const swproto::ResetCountersRequest& req, int64_t now);
+  Result<swproto::GetEcnReply> getEcn(const swproto::GetEcnRequest& req, int64_t now);
+  Result<swproto::SetEcnReply> setEcn(const swproto::SetEcnRequest& req, int64_t now);
+  Result<swproto::GetPfcReply> getPfc(const swproto::GetPfcRequest& req, int64_t now);
+  Result<swproto::SetPfcReply> setPfc(const swproto::SetPfcRequest& req, int64_t now);
+  Result<swproto::GetWatchdogReply> getWatchdog(const swproto::GetWatchdogRequest& req, int64_t now);
+  Result<swproto::SetWatchdogReply> setWatchdog(const swproto::SetWatchdogRequest& req, int64_t now);
+  Result<swproto::GetLinkReply> getLink(const swproto::GetLinkRequest& req, int64_t now);
+  Result<swproto::SetLinkReply> setLink(const swproto::SetLinkRequest& req, int64_t now);
+  Result<swproto::GetPortReply> getPort(const swproto::GetPortRequest& req, int64_t now);
+  Result<swproto::SetPortReply> setPort(const swproto::SetPortRequest& req, int64_t now);
+  Result<swproto::GetRoutingReply> getRouting(const swproto::GetRoutingRequest& req, int64_t now);
+  Result<swproto::SetRoutingReply> setRouting(const swproto::SetRoutingRequest& req, int64_t now);
 
   // Ports named by `port` ("*" or absent = all).
-  Result<std::vector<int>> selectPorts(const json& req) const;
+  Result<std::vector<int>> selectPorts(const std::optional<std::string>& port) const;
 
-  Result<std::vector<int>> selectPrios(const json& req, const char* key) const;
+  Result<std::vector<int>> selectPrios(const std::optional<int>& prio, const char* key) const;
 
-  // The queues (port, priority) a get_/set_ command of a per-queue setting names: `port` and
-  // PRIO_KEY.
-  Result<std::vector<std::pair<int, int>>> selectQueues(const json& req, const char* prioKey) const;
+  // The queues (port, priority) a get_/set_ command of a per-queue setting names: its `port` and
+  // its priority, named PRIO_KEY on the wire.
+  Result<std::vector<std::pair<int, int>>> selectQueues(const std::optional<std::string>& port,
+                                                        const std::optional<int>& prio, const char* prioKey) const;
+  // The ports of inter-switch link LINK (both ends), else those PORT names.
+  Result<std::vector<int>> selectLink(const std::optional<std::string>& link,
+                                      const std::optional<std::string>& port) const;
+  // The one port a meter command names, checked.
+  Result<int> meterPort(std::string_view cmd, const std::string& port, int l4Dst) const;
 
   // The set_ half of a per-queue setting: EDIT makes each selected queue's new FIELD from its
   // current one and returns an error text to refuse it. Every queue's new value is made and
   // checked before any is stored, so a request refused on its second queue has changed nothing
-  // (bad input changes nothing). Returns {ok, previous: PREV} or the first refusal.
+  // (bad input changes nothing).
   template <typename T, typename Edit>
-  json replaceAll(const std::vector<std::pair<int, int>>& queues, T Queue::*field, json prev, Edit edit) {
+  Result<void> replaceAll(const std::vector<std::pair<int, int>>& queues, T Queue::*field, Edit edit) {
     std::vector<T> next;
     for (auto [pi, prio] : queues) {
       T v = ports_[size_t(pi)].q[prio].*field;
-      if (std::string why = edit(v); !why.empty()) return err(why);
+      if (std::string why = edit(v); !why.empty()) return makeError(why);
       next.push_back(v);
     }
     auto it = next.begin();
     for (auto [pi, prio] : queues) ports_[size_t(pi)].q[prio].*field = *it++;
-    return {{"ok", true}, {"previous", std::move(prev)}};
+    return {};
   }
 
-  json topology() const;
-
-  json counters(const json& req, int64_t now);
-
-  static json ecnJson(const EcnProfile& e);
-
-  json ecn(const json& req, bool set);
-
-  json pfcCmd(const json& req, bool set);
-
-  json wdCmd(const json& req, bool set);
-
-  // Line rate and MTU per port.
-  json portCmd(const json& req, bool set);
-
-  json linkCmd(const json& req, bool set, int64_t now);
+  // What get_ replies (and set_ replies as "previous") for these queues or ports.
+  std::vector<swproto::EcnQueueState> ecnStates(const std::vector<std::pair<int, int>>& queues) const;
+  std::vector<swproto::PfcQueueState> pfcStates(const std::vector<std::pair<int, int>>& queues) const;
+  std::vector<swproto::WatchdogQueueState> watchdogStates(const std::vector<std::pair<int, int>>& queues) const;
+  std::vector<swproto::PortSettings> portSettings(const std::vector<int>& ports) const;
+  std::vector<swproto::LinkPortState> linkStates(const std::vector<int>& ports) const;
 
   void setAdmin(int pi, bool up, int64_t now);
 

@@ -94,9 +94,10 @@ Cli cli(std::vector<std::string> args) {
 }
 
 json port(const std::string& name) {
-  auto r = rc::faults::labswitchRequest(sharedLab().state.sw.control, json{{"cmd", "counters"}, {"port", name}});
+  auto r = rc::faults::labswitchCall(sharedLab().state.sw.control, rc::swproto::CountersRequest{.port = name});
   REQUIRE(r);
-  return (*r)["ports"][0];
+  REQUIRE(r->ports.size() == 1);
+  return rc::swproto::toJson(*r)["ports"][0];
 }
 
 uint64_t queueTx(const json& p, int q) { return p["queues"][q]["tx_bytes"].get<uint64_t>(); }

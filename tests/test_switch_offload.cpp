@@ -418,7 +418,9 @@ TEST_CASE("a super-frame is accounted as the wire frames it stands for: queue, p
   fab.flushPorts(t0 - 10'000'000);
   REQUIRE(hosts.received(0).size() == 1);
 
-  auto port = [&](const std::string& name, int64_t now) { return fab.counters({{"port", name}}, now)["ports"][0]; };
+  auto port = [&](const std::string& name, int64_t now) {
+    return rc::swproto::toJson(*fab.counters({.port = name}, now))["ports"][0];
+  };
   auto cut = [&](uint8_t tos) {
     Frame super = tcpFrame(frames * mss, 1000, 0, true);
     setTos(super, tos);
@@ -431,7 +433,7 @@ TEST_CASE("a super-frame is accounted as the wire frames it stands for: queue, p
 
   SECTION("lossless (DSCP 26, priority 3): depth, marks, XOFF at the crossing frame, pacing, XON, counters") {
     // A meter on n2 for the flow's TCP port counts wire frames too.
-    REQUIRE(fab.handle({{"cmd", "set_meter"}, {"port", "n2"}, {"l4_dst", 8080}})["ok"] == true);
+    REQUIRE(fab.handle(rc::swproto::toJson(rc::swproto::SetMeterRequest{.port = "n2", .l4Dst = 8080}))["ok"] == true);
     auto segs = cut(26 << 2 | 2);
     for (size_t k = 0; k < frames; k++) {
       fab.fromHost(0, std::move(segs[k]), t0);
@@ -469,7 +471,7 @@ TEST_CASE("a super-frame is accounted as the wire frames it stands for: queue, p
     CHECK(out["queues"][3]["tx_frames"] == frames);
     CHECK(out["queues"][3]["tx_bytes"] == frames * wire);
     CHECK(out["tx_frames"].get<uint64_t>() == frames + 0);
-    json meters = fab.handle({{"cmd", "meters"}})["meters"];
+    json meters = fab.handle(rc::swproto::toJson(rc::swproto::MetersRequest{}))["meters"];
     REQUIRE(meters.size() == 1);
     CHECK(meters[0]["frames"] == frames);
     CHECK(meters[0]["bytes"] == frames * wire);

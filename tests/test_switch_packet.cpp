@@ -148,8 +148,9 @@ TEST_CASE("storm gaps: a pause frame after the previous frame's own pause ran ou
     return f;
   };
   auto gaps = [&](int64_t now) {
-    json c = fab.counters({{"port", "n1"}}, now);
-    return c["ports"][0]["queues"][3]["storm_gaps"].get<uint64_t>();
+    auto c = fab.counters({.port = "n1"}, now);
+    REQUIRE(c);
+    return c->ports.at(0).queues.at(3).stormGaps;
   };
   // 65535 quanta at 1 Gb/s: 33.55 ms of pause; 1000 quanta: 0.512 ms.
   const int64_t full = rc::pfc::quantaToNs(65535, 1e9), small = rc::pfc::quantaToNs(1000, 1e9);

@@ -221,11 +221,11 @@ TEST_CASE("connections killed under a running all-reduce are re-established and 
 // The lab switch's transmitted bytes per queue of port PORT (the default map puts DSCP 26 in
 // queue 3 and DSCP 48 in queue 6).
 std::vector<double> queueTxBytes(const std::string& port) {
-  auto r = rc::faults::labswitchRequest(sharedLab().switchControl(), {{"cmd", "counters"}, {"port", port}});
+  auto r = rc::faults::labswitchCall(sharedLab().switchControl(), rc::swproto::CountersRequest{.port = port});
   REQUIRE(r.ok());
   std::vector<double> out(8, 0);
-  for (auto& p : (*r)["ports"])
-    for (auto& q : p["queues"]) out[q["queue"].get<size_t>()] = q["tx_bytes"].get<double>();
+  for (const auto& p : r->ports)
+    for (const auto& q : p.queues) out[size_t(q.queue)] = double(q.txBytes);
   return out;
 }
 
