@@ -24,6 +24,7 @@
 #include "controller/fleet.hpp"
 #include "controller/inventory.hpp"
 #include "controller/schedule_fault.hpp"
+#include "controller/timeline.hpp"
 #include "controller/playbook.hpp"
 #include "faults/fault.hpp"
 #include "lab/lab.hpp"
@@ -447,10 +448,11 @@ bool printInjectReport(Fleet& fleet, const InjectRun& run, bool asJson) {
     if (asJson) continue;
     std::printf("%s: %s  (clock offset %+.3f ms ± %.3f ms)\n", node.c_str(),
                 rec.value("describe", run.kind).c_str(), clk.offsetNs / 1e6, clk.uncertaintyNs / 1e6);
+    const TimelineMap map{clk.offsetNs, run.startNs};
     if (rec.value("applied_ns", int64_t(0)) > 0)
-      std::printf("  %s  applied\n", rel(rec["applied_ns"].get<int64_t>() - clk.offsetNs - run.startNs).c_str());
+      std::printf("  %s  applied\n", rel(map.runNs(rec["applied_ns"].get<int64_t>())).c_str());
     for (const auto& ev : rec.value("events", json::array())) {
-      int64_t t = ev.value("t_ns", int64_t(0)) - clk.offsetNs - run.startNs;
+      int64_t t = map.runNs(ev.value("t_ns", int64_t(0)));
       std::printf("  %s  %-10s %-8s %s\n", rel(t).c_str(), ev.value("what", std::string()).c_str(),
                   ev.value("detail", std::string()).c_str(),
                   ev.value("kernel_time", false) ? "(kernel time)" : "");

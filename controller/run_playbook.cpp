@@ -23,6 +23,7 @@
 #include "controller/fleet.hpp"
 #include "controller/schedule_fault.hpp"
 #include "controller/score.hpp"
+#include "controller/timeline.hpp"
 #include "controller/workload_run.hpp"
 #include "faults/fault.hpp"
 #include "metrics/exporter.hpp"
@@ -102,22 +103,6 @@ std::vector<std::pair<std::string, uint64_t>> exportedCounters(const std::map<st
   std::vector<std::pair<std::string, uint64_t>> out;
   for (size_t i = 0; i < order.size() && i < cap; i++) out.push_back(*order[i].second);
   dropped = counters.size() - out.size();
-  return out;
-}
-
-std::vector<Bin> rebin(const std::vector<std::pair<int64_t, double>>& samples, int64_t sampleNs,
-                       int64_t origin, int64_t binNs, int64_t endNs) {
-  int64_t n = endNs > 0 ? (endNs + binNs - 1) / binNs : 0;
-  std::vector<Bin> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; i++) out[size_t(i)].tNs = i * binNs;
-  for (const auto& [t, bytes] : samples) {
-    int64_t a = t - origin, b = a + sampleNs;
-    if (b <= 0 || a >= n * binNs || sampleNs <= 0) continue;
-    for (int64_t k = std::max<int64_t>(0, a / binNs); k < n && k * binNs < b; k++) {
-      int64_t lo = std::max(a, k * binNs), hi = std::min(b, (k + 1) * binNs);
-      if (hi > lo) out[size_t(k)].bytes += bytes * double(hi - lo) / double(sampleNs);
-    }
-  }
   return out;
 }
 
@@ -248,7 +233,7 @@ class PlanRun {
     spec.transport = self.playbook_.workload.transport;
     spec.qp = self.playbook_.workload.qp;
     spec.perftest = self.playbook_.workload.test;
-    spec.bin = std::chrono::nanoseconds(self.playbook_.scoring.binNs);
+    spec.bin = std::chrono::nanoseconds(self.run_.binNs);  // telemetry lands on the run's grid
     spec.duration = std::chrono::nanoseconds(self.plan_.durationNs + kRunWorkloadTailNs);
     spec.lead = 1s;
     self.workload_ = std::make_unique<WorkloadRun>(self.io_, ranks, spec, "wl-" + self.ctl_.substr(self.ctl_.size() - 4));
@@ -352,7 +337,6 @@ class PlanRun {
     Scheduled& s = scheduled_[it->second];
     s.ended = true;
     FaultRecord& fr = run_.faults[s.record];
-    int64_t off = s.client->clock().offsetNs;
     // The actual times: the first and last transitions the agent observed (kernel
     // notifications for link_flap), else when it applied and ended the fault.
     const json& events = rec.value("events", json::array());
@@ -362,6 +346,7 @@ class PlanRun {
       applied = events.front().value("t_ns", applied);
       reverted = events.back().value("t_ns", reverted);
     }
+    const TimelineMap map{s.client->clock().offsetNs, t0_};
     fr.events.clear();
     // The first events and the last few (a fault's summary comes at its end: a packet fault's
     // counts after its acted-on frames), with the count of the ones between.
@@ -372,22 +357,19 @@ class PlanRun {
         i = n - tail;
       }
       const json& e = events[i];
-      fr.events.push_back({e.value("t_ns", int64_t(0)) - off - t0_, e.value("what", std::string()),
+      fr.events.push_back({map.runNs(e.value("t_ns", int64_t(0))), e.value("what", std::string()),
                            e.value("detail", std::string()).substr(0, 1000)});
     }
-    if (applied > 0) fr.appliedNs = applied - off - t0_;
-    if (reverted > 0) fr.revertedNs = reverted - off - t0_;
+    if (applied > 0) fr.appliedNs = map.runNs(applied);
+    if (reverted > 0) fr.revertedNs = map.runNs(reverted);
     if (!rec.value("error", std::string()).empty()) fr.error = rec["error"];
   }
 
   // The job's throughput on the run's grid between two run times.
   Grid jobGrid(int64_t fromRel, int64_t toRel) const {
     std::vector<Grid> grids;
-    for (const auto& ns : workload_->series().nodes) {
-      std::vector<Bin> bins;
-      for (const auto& b : ns.bins) bins.push_back({b.tNs - t0_, double(b.bytes)});
-      grids.push_back(toGrid(bins, run_.binNs, fromRel, toRel));
-    }
+    for (const auto& ns : workload_->series().nodes)
+      grids.push_back(toGrid(ns.timeline.bins(), run_.binNs, fromRel, toRel));
     return sumGrids(grids);
   }
 
@@ -457,7 +439,7 @@ class PlanRun {
   // otherwise read as a stall, and the job's throughput as a fall).
   int64_t liveInstant(int64_t now) const {
     int64_t at = now - kTelemetryLagNs;
-    if (auto through = telemetryThroughNs(workload_->series())) at = std::min(at, *through - t0_);
+    if (auto through = telemetryThroughNs(workload_->series())) at = std::min(at, *through);
     return at;
   }
 
@@ -481,9 +463,7 @@ class PlanRun {
     if (at >= 1'000'000'000) {
       const int64_t to = at / run_.binNs * run_.binNs;
       for (const auto& ns : workload_->series().nodes) {
-        std::vector<Bin> bins;
-        for (const auto& b : ns.bins) bins.push_back({b.tNs - t0_, double(b.bytes)});
-        Grid g = toGrid(bins, run_.binNs, to - 1'000'000'000, to);
+        Grid g = toGrid(ns.timeline.bins(), run_.binNs, to - 1'000'000'000, to);
         double sum = 0;
         for (double b : g.bytes) sum += b;
         nodeBytes[ns.node] = sum;
@@ -543,7 +523,7 @@ class PlanRun {
     }
     if (options_.progress && now / 1'000'000'000 != lastProgress_ && now >= 0 && now < plan_.durationNs) {
       lastProgress_ = now / 1'000'000'000;
-      auto st = workloadStats(workload_->series(), t0_ + at - 1'000'000'000, t0_ + at);
+      auto st = workloadStats(workload_->series(), at - 1'000'000'000, at);
       std::string active;
       for (const auto* fr : activeFaults) active += (active.empty() ? "" : ", ") + fr->step + "@" + fr->node;
       // Long runs (a target sweep over a cluster) say where they are and how long is left.
@@ -601,25 +581,24 @@ class PlanRun {
           for (const auto& [name, v] : ns.nicSamples.front().second) cs.before.emplace(name, v);
   }
 
-  // The series on the run's timeline.
+  // The series, already on the run's timeline and grid (the workload's bin is the run's), up
+  // to where the run got.
   void collectSeries() {
     const auto& ws = workload_->series();
     for (size_t rank = 0; rank < ws.nodes.size(); ++rank) {
       const auto& ns = ws.nodes[rank];
-      std::vector<std::pair<int64_t, double>> samples;
-      for (const auto& b : ns.bins) samples.emplace_back(b.tNs, double(b.bytes));
-      run_.series[ns.node] = rebin(samples, ws.binNs, t0_, run_.binNs, run_.endedNs);
+      run_.series[ns.node] = ns.timeline.binsUntil(run_.endedNs);
       std::map<std::string, uint64_t> nicNow;
       // The samples move into the result: the job is over and nothing reads them here again.
       for (auto& [tNs, changed] : workload_->takeNicSamples(rank)) {
         for (const auto& [name, v] : changed) nicNow[name] = v;
         NicPoint p = nicHighlights(nicNow);
-        p.tNs = tNs - t0_;
+        p.tNs = tNs;
         run_.nic[ns.node].push_back(p);
-        run_.nicSamples[ns.node].push_back({tNs - t0_, std::move(changed)});
+        run_.nicSamples[ns.node].push_back({tNs, std::move(changed)});
       }
-      for (const auto& it : ns.iterations)
-        if (it.ok) run_.iterations.push_back({ns.node, int64_t(it.index), it.startNs - t0_, it.endNs - t0_});
+      for (const auto& it : ns.timeline.iterations())
+        if (it.ok) run_.iterations.push_back(it);
       if (!ns.error.empty() && run_.abortReason.empty() && ns.endReason == "error")
         log::warn("workload on {} ended with an error: {}", ns.node, ns.error);
     }

@@ -50,11 +50,4 @@ inline constexpr size_t kMaxCounterSeriesPerNode = 512;
 std::vector<std::pair<std::string, uint64_t>> exportedCounters(const std::map<std::string, uint64_t>& counters,
                                                                size_t cap, size_t& dropped);
 
-// Re-bins samples of any alignment onto bins of BIN_NS at k x BIN_NS from ORIGIN up to
-// ORIGIN + END_NS (so END_NS is relative, like the returned bins' times), splitting
-// a sample's bytes in proportion to its overlap with each bin (telemetry bins are aligned to
-// the agent's clock, not to the run's).
-std::vector<Bin> rebin(const std::vector<std::pair<int64_t, double>>& samples, int64_t sampleNs,
-                       int64_t origin, int64_t binNs, int64_t endNs);
-
 }  // namespace rc::controller

@@ -8,9 +8,10 @@
 //
 // Contract for the runner:
 //  - series: one entry per workload node; bins of width binNs at tNs = k * binNs covering
-//    [0, endedNs). A bin the node sent nothing in is present with bytes = 0; a bin missing
-//    from telemetry is also counted as 0 (and should be avoided: it looks like a stall).
-//  - iterations: one record per node per completed collective iteration.
+//    [0, endedNs) (NodeTimeline::binsUntil, controller/timeline.hpp). A bin the node sent
+//    nothing in is present with bytes = 0; a bin missing from telemetry is also counted as 0
+//    (and should be avoided: it looks like a stall).
+//  - iterations: one span per node per completed collective iteration.
 //  - faults: one record per PlannedFault, in plan order, with the times the agent reported
 //    for the fault's "applied" and "reverted" events (kernel times where available), or an
 //    error when it could not be applied.
@@ -23,7 +24,8 @@
 // t = 0); schedules every PlannedFault at its instant with lifetime forNs (scheduleFault) and
 // records the applied/reverted times the agents report; while it runs, snapshots counters at
 // trial edges and checks the guardrails (baseline floor, lost agent, stall), aborting with
-// revert_all on every agent; then stops the workload and re-bins the telemetry onto the grid.
+// revert_all on every agent; then stops the workload and takes the telemetry, already on the
+// run's grid (WorkloadRun puts it there as it arrives, through controller/timeline.hpp).
 // playbook_commands.cpp scores the RunResult and writes the result, HTML and JUnit reports.
 #pragma once
 
@@ -40,16 +42,22 @@
 
 namespace rc::controller {
 
+// Bytes one node received during [tNs, tNs + binNs), on the run timeline (controller/timeline.hpp
+// puts the agents' bins on the run's grid).
 struct Bin {
   int64_t tNs = 0;  // start of the bin
   double bytes = 0;
 };
 
-struct IterationRecord {
+// One node's part in one collective iteration, on the run timeline (the agent side's record of
+// it is workload::IterationRecord).
+struct IterationSpan {
   std::string node;
   int64_t iteration = 0;  // same number on every node for the same collective call
   int64_t startNs = 0;
   int64_t endNs = 0;
+  uint64_t rxBytes = 0;  // what the node received in it
+  bool ok = true;        // completed and verified (a RunResult holds only these)
 };
 
 struct FaultRecord {
@@ -157,7 +165,7 @@ struct RunResult {
   int64_t endedNs = 0;                // how far the run got, on the run timeline
   int64_t binNs = 10'000'000;
   std::map<std::string, std::vector<Bin>> series;  // per workload node
-  std::vector<IterationRecord> iterations;
+  std::vector<IterationSpan> iterations;  // completed ones, every workload node
   std::vector<FaultRecord> faults;
   std::vector<CounterSnapshot> counters;
   std::vector<ClockInfo> clocks;

@@ -105,17 +105,19 @@ asio::awaitable<int> workloadMain(asio::io_context& io, asio::ssl::context& tls,
     if (lost) break;
     int64_t now = wallNs();
     if (now - lastLine >= 1'000'000'000 && now > s.startNs) {
-      auto st = workloadStats(s, lastLine, now);
-      uint64_t rx = 0;
+      // The series are on the run timeline: t = 0 at the common start.
+      const int64_t from = lastLine - s.startNs, to = now - s.startNs;
+      auto st = workloadStats(s, from, to);
+      double rx = 0;
       for (const auto& n : s.nodes)
-        for (const auto& b : n.bins)
-          if (b.tNs >= lastLine && b.tNs < now) rx += b.bytes;
+        for (const auto& b : n.timeline.bins())
+          if (b.tNs >= from && b.tNs < to) rx += b.bytes;
       double secs = double(now - lastLine) / 1e9;
       if (!asJson)
         std::printf("%6.1fs  busbw %s  algbw %s  iter p50 %s p99 %s  (%zu iterations)  rx %s\n",
                     double(now - s.startNs) / 1e9, gbs(st.busbw).c_str(), gbs(st.algbw).c_str(),
                     msText(st.p50Ns).c_str(), msText(st.p99Ns).c_str(), st.count,
-                    formatBitRate(double(rx) * 8 / secs).c_str());
+                    formatBitRate(rx * 8 / secs).c_str());
       std::fflush(stdout);
       lastLine = now;
     }

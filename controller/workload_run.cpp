@@ -1,11 +1,12 @@
-// Controller side of a workload: start at a common instant, merge telemetry onto the
-// controller's clock, stop, and the statistics the CLI and the scorer print.
+// Controller side of a workload: start at a common instant, put telemetry on the run's
+// timeline (controller/timeline.hpp), stop, and the statistics the CLI and the scorer print.
 #include "controller/workload_run.hpp"
 
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "common/clock.hpp"
@@ -18,6 +19,11 @@ namespace rc::controller {
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
+
+namespace {
+// Telemetry bins more than this past the controller's now are a broken clock, not traffic.
+constexpr int64_t kTelemetryHorizonNs = 60'000'000'000;
+}  // namespace
 
 struct WorkloadRun::Impl {
   asio::io_context& io;
@@ -34,7 +40,6 @@ struct WorkloadRun::Impl {
   void handle(size_t rank, const json& m) {
     const std::string type = m.value("type", "");
     NodeSeries& ns = series.nodes[rank];
-    const int64_t off = ns.clockOffsetNs;
     if (type == "telemetry") {
       auto t = proto::parseTelemetry(m);
       if (!t) {
@@ -42,11 +47,7 @@ struct WorkloadRun::Impl {
         return;
       }
       if (t->workloadId != series.workloadId) return;
-      for (size_t k = 0; k < t->bins.size(); k++)
-        ns.bins.push_back({t->firstBinNs + int64_t(k) * t->binNs - off, uint64_t(t->bins[k])});
-      for (const auto& it : t->iterations)
-        ns.iterations.push_back({uint64_t(it.index), it.startNs - off, it.endNs - off,
-                                 uint64_t(it.rxBytes), it.ok});
+      ns.timeline.add(*t, wallNs() - series.startNs + kTelemetryHorizonNs);
       ns.counters = t->counters;
       if (t->nic) {
         // At most as many names per node as one message may carry: an agent that sends new names
@@ -61,7 +62,7 @@ struct WorkloadRun::Impl {
         if (before == 0 && ns.nicDropped)
           log::warn("{}: more than {} distinct NIC counter names; the new ones are ignored", ns.node,
                     proto::kMaxNicCounters);
-        ns.nicSamples.emplace_back(t->nic->tNs - off, t->nic->values);
+        ns.nicSamples.emplace_back(ns.timeline.map().runNs(t->nic->tNs), t->nic->values);
       }
     } else if (type == "workload_ended") {
       auto e = proto::parseWorkloadEnded(m);
@@ -100,7 +101,8 @@ WorkloadRun::WorkloadRun(asio::io_context& io, std::vector<std::shared_ptr<Agent
     NodeSeries ns;
     ns.node = impl_->ranks[r]->node().name;
     ns.rank = int(r);
-    ns.clockOffsetNs = impl_->ranks[r]->clock().offsetNs;
+    // start() sets t = 0 once it picks the common start.
+    ns.timeline = NodeTimeline(ns.node, {impl_->ranks[r]->clock().offsetNs, 0}, s.binNs);
     s.nodes.push_back(std::move(ns));
     // The handler outlives nothing: it checks that the run still exists.
     std::weak_ptr<Impl> weak = impl_;
@@ -161,6 +163,10 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
                       ? spec.lead
                       : std::max<Duration>(300ms, std::chrono::nanoseconds(maxRtt * 20));
   s.startNs = wallNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(lead).count();
+  for (size_t r = 0; r < impl->ranks.size(); r++) {
+    const TimelineMap map{impl->ranks[r]->clock().offsetNs, s.startNs};
+    s.nodes[r].timeline = NodeTimeline(s.nodes[r].node, map, s.binNs);
+  }
   auto ms = [](Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
 
   std::vector<std::string> refused(impl->ranks.size());
@@ -179,7 +185,7 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
     w.binUs = std::chrono::duration_cast<std::chrono::microseconds>(spec.bin).count();
     w.reconnectTimeoutMs = ms(spec.reconnectTimeout);
     w.startNs = s.startNs;
-    w.clockOffsetNs = impl->ranks[r]->clock().offsetNs;
+    w.clockOffsetNs = s.nodes[r].timeline.map().offsetNs;  // the agent's bins align with the run's
     w.checksum = spec.checksum;
     w.transport = spec.transport;
     w.qp = spec.qp;
@@ -269,7 +275,7 @@ void WorkloadRun::onUpdate(std::function<void()> h) { impl_->update = std::move(
 WorkloadStats workloadStats(const WorkloadSeries& s, int64_t from, int64_t to) {
   std::vector<int64_t> d;
   for (const auto& n : s.nodes)
-    for (const auto& it : n.iterations)
+    for (const auto& it : n.timeline.iterations())
       if (it.ok && it.endNs >= from && it.endNs < to) d.push_back(it.endNs - it.startNs);
   WorkloadStats st;
   st.count = d.size();
@@ -282,7 +288,7 @@ WorkloadStats workloadStats(const WorkloadSeries& s, int64_t from, int64_t to) {
     // Records of unequal size (perftest's report periods): their bytes over their time.
     double bytes = 0, ns = 0;
     for (const auto& n : s.nodes)
-      for (const auto& it : n.iterations)
+      for (const auto& it : n.timeline.iterations())
         if (it.ok && it.endNs >= from && it.endNs < to) {
           bytes += double(it.rxBytes);
           ns += double(it.endNs - it.startNs);
@@ -299,9 +305,9 @@ WorkloadStats workloadStats(const WorkloadSeries& s, int64_t from, int64_t to) {
 std::optional<int64_t> telemetryThroughNs(const WorkloadSeries& s) {
   std::optional<int64_t> through;
   for (const auto& n : s.nodes) {
-    if (n.bins.empty()) continue;
-    int64_t end = n.bins.back().tNs + s.binNs;
-    through = through ? std::min(*through, end) : end;
+    auto end = n.timeline.throughNs();
+    if (!end) continue;
+    through = through ? std::min(*through, *end) : *end;
   }
   return through;
 }
@@ -310,14 +316,18 @@ json toJson(const WorkloadSeries& s) {
   json nodes = json::array();
   for (const auto& n : s.nodes) {
     json bins = json::array(), its = json::array();
-    for (const auto& b : n.bins) bins.push_back({b.tNs, b.bytes});
-    for (const auto& i : n.iterations)
-      its.push_back({{"i", i.index}, {"start_ns", i.startNs}, {"end_ns", i.endNs},
-                     {"rx_bytes", i.rxBytes}, {"ok", i.ok}});
+    const TimelineMap& map = n.timeline.map();
+    // Whole byte counts as integers, as the agents sent them (a split bin keeps its fraction).
+    for (const auto& b : n.timeline.bins())
+      bins.push_back({map.controllerNs(b.tNs),
+                      b.bytes == std::floor(b.bytes) ? json(uint64_t(b.bytes)) : json(b.bytes)});
+    for (const auto& i : n.timeline.iterations())
+      its.push_back({{"i", i.iteration}, {"start_ns", map.controllerNs(i.startNs)},
+                     {"end_ns", map.controllerNs(i.endNs)}, {"rx_bytes", i.rxBytes}, {"ok", i.ok}});
     const auto& c = n.counters;
     nodes.push_back({{"node", n.node},
                      {"rank", n.rank},
-                     {"clock_offset_ns", n.clockOffsetNs},
+                     {"clock_offset_ns", map.offsetNs},
                      {"ended", n.ended},
                      {"end_reason", n.endReason},
                      {"error", n.error},

@@ -1,5 +1,6 @@
-// Starts a collective workload on a set of agents and collects its telemetry as plain data
-// on the controller's timeline. Callable from a coroutine next to other tasks (faults).
+// Starts a collective workload on a set of agents and collects its telemetry as plain data on
+// the run's timeline (t = 0 at the common start; controller/timeline.hpp). Callable from a
+// coroutine next to other tasks (faults).
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
@@ -17,6 +18,7 @@
 #include "common/protocol.hpp"
 #include "common/result.hpp"
 #include "controller/fleet.hpp"
+#include "controller/timeline.hpp"
 
 namespace rc::controller {
 
@@ -38,28 +40,15 @@ struct WorkloadSpec {
   proto::QpSettings qp;            // DSCP (both transports) and the verbs QP attributes
 };
 
-// One throughput bin: bytes received by the node during [tNs, tNs + binNs).
-struct BinSample {
-  int64_t tNs = 0;  // controller clock (agent clock - offset)
-  uint64_t bytes = 0;
-};
-
-struct IterationSample {
-  uint64_t index = 0;
-  int64_t startNs = 0, endNs = 0;  // controller clock
-  uint64_t rxBytes = 0;
-  bool ok = true;  // completed and verified
-};
-
 struct NodeSeries {
   std::string node;
   int rank = 0;
-  int64_t clockOffsetNs = 0;  // agent - controller, as measured when connecting
-  std::vector<BinSample> bins;
-  std::vector<IterationSample> iterations;
+  // Its bins and iterations on the run timeline (t = 0 at the common start), the clock offset
+  // they were mapped with (agent - controller, as measured when connecting).
+  NodeTimeline timeline;
   proto::TelemetryCounters counters;
   // The node's NIC and RDMA counters (counters/nic_counters.hpp), latest values; and when each
-  // sample was taken (controller clock).
+  // sample was taken (run timeline).
   std::map<std::string, uint64_t> nic;  // at most proto::kMaxNicCounters names
   size_t nicDropped = 0;                 // values of names beyond that bound, ignored
   std::vector<std::pair<int64_t, std::map<std::string, uint64_t>>> nicSamples;  // what changed
@@ -76,22 +65,23 @@ struct WorkloadSeries {
   // "iterations" are its report periods): algbw is the records' bytes over their time.
   uint64_t algBytes = 0;
   double busFactor = 1.0;  // busbw = algbw x busFactor (nccl-tests)
-  int64_t startNs = 0;     // common start, controller clock
-  int64_t binNs = 0;
+  int64_t startNs = 0;     // common start, controller clock: the run timeline's t = 0
+  int64_t binNs = 0;       // the grid the nodes' timelines are on
   std::vector<NodeSeries> nodes;  // by rank
 };
 
-// Iteration statistics over records that ended in [fromNs, toNs) (controller clock).
+// Iteration statistics over records that ended in [fromNs, toNs) (run timeline).
 struct WorkloadStats {
   size_t count = 0;
   int64_t p50Ns = 0, p99Ns = 0, maxNs = 0;
   double algbw = 0, busbw = 0;  // bytes per second, from the median iteration time
 };
 WorkloadStats workloadStats(const WorkloadSeries& series, int64_t fromNs, int64_t toNs);
-// The instant (controller clock) up to which every node that has reported bins has reported
+// The instant (run timeline) up to which every node that has reported bins has reported
 // all of them: the end of the slowest node's newest bin. Empty before any node reported one.
 // Figures for a stated instant must not look past it (a late node would read as a stall).
 std::optional<int64_t> telemetryThroughNs(const WorkloadSeries& series);
+// `rdmachaos workload --json`: bin and iteration times on the controller's clock.
 nlohmann::json toJson(const WorkloadSeries& series);
 
 class WorkloadRun {

@@ -661,18 +661,32 @@ TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may b
 TEST_CASE("live figures stop at the slowest node's newest bin", "[score][live]") {
   WorkloadSeries s;
   s.binNs = 10'000'000;
+  s.startNs = 5 * kSec;
   CHECK_FALSE(telemetryThroughNs(s));  // nothing reported yet
+  // Telemetry of BINS bins of 1000 bytes from 1 s on the run timeline, from an agent whose
+  // clock is 2 ms ahead.
+  const int64_t offset = 2 * kMs;
+  auto telemetry = [&](int64_t fromNs, size_t bins) {
+    rc::proto::TelemetryMsg t;
+    t.firstBinNs = s.startNs + offset + fromNs;
+    t.binNs = s.binNs;
+    t.bins.assign(bins, 1000);
+    return t;
+  };
   NodeSeries a, b, quiet;
   a.node = "n1";
   b.node = "n2";
   quiet.node = "n3";  // no bins yet: not waited for
-  for (int i = 0; i < 100; i++) a.bins.push_back({1'000'000'000 + int64_t(i) * s.binNs, 1000});
-  for (int i = 0; i < 40; i++) b.bins.push_back({1'000'000'000 + int64_t(i) * s.binNs, 1000});
+  for (NodeSeries* n : {&a, &b, &quiet}) n->timeline = NodeTimeline(n->node, {offset, s.startNs}, s.binNs);
+  a.timeline.add(telemetry(kSec, 100), 100 * kSec);
+  b.timeline.add(telemetry(kSec, 40), 100 * kSec);
   s.nodes = {a, b, quiet};
   // n2's newest bin starts at 1.39 s: everything is known up to 1.40 s, not to n1's 2.0 s.
   REQUIRE(telemetryThroughNs(s));
   CHECK(*telemetryThroughNs(s) == 1'400'000'000);
-  s.nodes[1].bins.push_back({1'400'000'000, 0});  // a stalled node still reports (empty) bins
+  auto empty = telemetry(1'400'000'000, 1);  // a stalled node still reports (empty) bins
+  empty.bins = {0};
+  s.nodes[1].timeline.add(empty, 100 * kSec);
   CHECK(*telemetryThroughNs(s) == 1'410'000'000);
 }
 
