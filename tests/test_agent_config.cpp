@@ -9,6 +9,10 @@
 #include "agent/config.hpp"
 #include "agent/workload_manager.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_agent_config {
+
 using namespace rc::agent;
 
 namespace {
@@ -274,3 +278,5 @@ TEST_CASE("the default workload budget follows the cgroup's memory limit, not on
   CHECK(defaultMemoryBudget(64 * GiB, 128 * GiB) == 16 * GiB);  // the smaller of the two
   std::filesystem::remove_all(root);
 }
+
+}  // namespace test_agent_config

@@ -10,6 +10,10 @@
 #include "agent/agent_metrics.hpp"
 #include "http_get.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_agent_metrics {
+
 using namespace rc;
 using namespace rc::agent;
 using namespace std::chrono_literals;
@@ -157,3 +161,5 @@ TEST_CASE(
                  "rdmachaos_dropped_packets_total{direction=\"rx\",interface=\"ens1f0np0\"} 17"));
   CHECK_THAT(body, Catch::Contains("# TYPE rdmachaos_link_up gauge"));
 }
+
+}  // namespace test_agent_metrics

@@ -6,6 +6,10 @@
 
 #include "agent/privilege.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_agent_privilege {
+
 using namespace rc::agent;
 
 namespace {
@@ -49,3 +53,5 @@ TEST_CASE("ambient capabilities from a root-launched unit: root's paths or the a
   CHECK_THAT(other.error().message, Catch::Contains("owned by uid 1000, not by root or the agent's own user"));
   CHECK_FALSE(checkTrustedPaths(unit, {file(990, 0620)}).ok());
 }
+
+}  // namespace test_agent_privilege

@@ -33,6 +33,10 @@
 #include "alerts/webhook_receiver.hpp"
 #include "common/clock.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_alerts {
+
 using namespace rc::alerts;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
@@ -747,3 +751,5 @@ TEST_CASE(
   CHECK(timing->evaluationIntervalNs == 2 * kS);
   CHECK(fake->rulesServed >= 8);
 }
+
+}  // namespace test_alerts

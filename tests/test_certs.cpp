@@ -25,6 +25,10 @@
 #include "common/certs.hpp"
 #include "common/tls.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_certs {
+
 namespace asio = boost::asio;
 namespace ssl = boost::asio::ssl;
 using asio::ip::tcp;
@@ -372,3 +376,5 @@ TEST_CASE("TLS contexts report unusable material with the file and the fix") {
     CHECK_THAT(r.error().message, Catch::Contains(m.caFile));
   }
 }
+
+}  // namespace test_certs

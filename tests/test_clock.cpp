@@ -3,6 +3,10 @@
 
 #include "common/clock.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_clock {
+
 using namespace rc;
 
 TEST_CASE("offset from symmetric probes") {
@@ -38,3 +42,5 @@ TEST_CASE("wall and monotonic clocks move forward") {
   CHECK(monoNs() >= m);
   CHECK(a > 1'600'000'000'000'000'000);  // after 2020
 }
+
+}  // namespace test_clock

@@ -8,6 +8,10 @@
 #include "controller/score.hpp"
 #include "synthetic_run.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_compare {
+
 using namespace rc::controller;
 using rc::test::Shape;
 
@@ -472,3 +476,5 @@ TEST_CASE("a TCP job's return after an outage moves by its retransmission timer:
   CHECK(r3->verdict == "worse");
   CHECK(r3->base.noise == Approx(vrec.noise).margin(1e6));  // the timer's part taken out
 }
+
+}  // namespace test_compare

@@ -9,6 +9,10 @@
 #include "controller/score.hpp"
 #include "synthetic_run.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_detection {
+
 using namespace rc::controller;
 using namespace rc::test;
 
@@ -276,3 +280,5 @@ TEST_CASE("repeat rounds get their own summary") {
   CHECK(s.detection.rounds.at(1).missed == 1);
   CHECK(s.detection.total.recall == 0.5);
 }
+
+}  // namespace test_detection

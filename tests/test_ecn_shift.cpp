@@ -22,6 +22,10 @@
 #include "faults/fault.hpp"
 #include "faults/tc_red.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_ecn_shift {
+
 using namespace rc::faults;
 using nlohmann::json;
 
@@ -313,3 +317,5 @@ TEST_CASE("port \"*\" is refused: it would shift every switch port under a targe
   // One named port is fine.
   CHECK(make({{"port", "n1"}, {"queue", 3}, {"kmin", "1KiB"}, {"kmax", "2KiB"}}).ok());
 }
+
+}  // namespace test_ecn_shift

@@ -22,6 +22,10 @@
 #include "common/unique_fd.hpp"
 #include "controller/fleet.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_fleet {
+
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using rc::controller::AsyncGate;
@@ -133,3 +137,5 @@ TEST_CASE("Fleet::connect: a refused agent and silent agents fail within the one
   CHECK(events.back().connected == 0);
   CHECK(events.back().waiting.empty());
 }
+
+}  // namespace test_fleet

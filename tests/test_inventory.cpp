@@ -3,6 +3,10 @@
 
 #include "controller/inventory.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_inventory {
+
 using namespace rc::controller;
 
 namespace {
@@ -65,3 +69,5 @@ TEST_CASE("bad inventories are refused with file:line:col") {
   REQUIRE_FALSE(inv.ok());
   CHECK_THAT(inv.error().message, Catch::Contains(fragment));
 }
+
+}  // namespace test_inventory

@@ -14,6 +14,10 @@
 #include "common/atomic_file.hpp"
 #include "agent/journal.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_journal {
+
 using namespace rc;
 namespace fs = std::filesystem;
 
@@ -183,3 +187,5 @@ TEST_CASE("the entry count follows add, remove and quarantine, and a reopened jo
   REQUIRE(moved.remove("garbage").ok());
   CHECK(moved.count() == 1);
 }
+
+}  // namespace test_journal

@@ -5,6 +5,10 @@
 #include "http_get.hpp"
 #include "metrics/exporter.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_metrics {
+
 using rc::metrics::Exporter;
 using rc::metrics::parseEndpoint;
 
@@ -99,3 +103,5 @@ TEST_CASE("the exporter serves its gauges over HTTP, and forgets retired series"
   CHECK_THAT(again.error().message, Catch::Contains("cannot serve metrics on 127.0.0.1:"));
   CHECK_THAT(again.error().message, Catch::Contains("port in use"));
 }
+
+}  // namespace test_metrics

@@ -11,6 +11,10 @@
 
 #include "counters/nic_counters.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_nic_counters {
+
 namespace fs = std::filesystem;
 using namespace rc::counters;
 
@@ -185,3 +189,5 @@ TEST_CASE("ethtool statistics of an interface without a driver table are empty, 
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().code == ENODEV);
 }
+
+}  // namespace test_nic_counters

@@ -15,6 +15,10 @@
 #include "roce_frames.hpp"
 #include "skip.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_packet_capture {
+
 using namespace rc;
 using namespace rc::labswitch;
 
@@ -86,3 +90,5 @@ TEST_CASE("tshark decodes the BTH of a packet rule's capture", "[capture]") {
   CHECK(got[2] == "7,0x000042,9,,,0x00000001");
   CHECK(got[3] == "17,0x000024,8,96,,0x00000002");  // NAK, PSN sequence error (syndrome 0x60)
 }
+
+}  // namespace test_packet_capture

@@ -18,6 +18,10 @@
 #include "oracle/gbn_oracle.hpp"
 #include "roce_frames.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_packet_rules {
+
 using namespace rc;
 using namespace rc::labswitch;
 using rctest::RoceSpec;
@@ -706,3 +710,5 @@ TEST_CASE("the packet kind: refused without the lab switch, saying what it needs
   REQUIRE_FALSE(unknown);
   CHECK_THAT(unknown.error().message, Catch::Contains("'melt' is not one of"));
 }
+
+}  // namespace test_packet_rules

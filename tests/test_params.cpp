@@ -4,6 +4,10 @@
 #include "faults/fault.hpp"
 #include "rdmachaos_config.h"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_params {
+
 using namespace rc;
 using namespace rc::faults;
 
@@ -236,3 +240,5 @@ TEST_CASE("noop is a fault kind that changes nothing and reverts", "[params][noo
   CHECK(ev[1].what == "reverted");
   CHECK(k->revertRecord(*p, json::object(), Policy{}));
 }
+
+}  // namespace test_params

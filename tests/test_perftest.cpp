@@ -19,6 +19,10 @@
 #include "common/clock.hpp"
 #include "workload/perftest.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_perftest {
+
 namespace fs = std::filesystem;
 using namespace rc::workload;
 
@@ -303,3 +307,5 @@ TEST_CASE("a stop request ends the program and the run as stopped") {
   t.join();
   CHECK(s.endReason == "stopped");
 }
+
+}  // namespace test_perftest

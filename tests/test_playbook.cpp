@@ -8,6 +8,10 @@
 #include "controller/playbook.hpp"
 #include "synthetic_run.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_playbook {
+
 using namespace rc::controller;
 
 namespace {
@@ -892,3 +896,5 @@ target = "n1"
   CHECK_THAT(pb.error().message, Catch::StartsWith("p.toml:14:7: step 'step1' for = 11m is longer than an agent keeps a fault (10m") &&
                                      Catch::Contains("set for = \"10m\" or less"));
 }
+
+}  // namespace test_playbook

@@ -6,6 +6,10 @@
 
 #include "common/protocol.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_protocol {
+
 using namespace rc;
 using namespace rc::proto;
 
@@ -491,3 +495,5 @@ TEST_CASE("hello, clock, revert and revert_all bodies from toJson read back as t
   REQUIRE(std::get_if<GetFault>(&g));
   CHECK(std::get_if<GetFault>(&g)->faultId == "f-2");
 }
+
+}  // namespace test_protocol

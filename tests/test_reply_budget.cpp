@@ -4,6 +4,10 @@
 
 #include "agent/reply_budget.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_reply_budget {
+
 using rc::agent::ReplyBudget;
 
 TEST_CASE("a session that does not read is cut at its own bound") {
@@ -63,3 +67,5 @@ TEST_CASE("a closed session's bytes are nobody's, and its late replies take noth
   CHECK(*cut == a);
   CHECK(b.total() == 100);
 }
+
+}  // namespace test_reply_budget

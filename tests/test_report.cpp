@@ -15,6 +15,10 @@
 #include "controller/report_dir.hpp"
 #include "synthetic_run.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_report {
+
 using namespace rc::controller;
 using rc::test::Shape;
 
@@ -456,3 +460,5 @@ TEST_CASE("a packet fault's capture is read only where the lab switch writes cap
   REQUIRE_FALSE(none);
   CHECK_THAT(none.error().message, Catch::Contains("names no lab switch"));
 }
+
+}  // namespace test_report

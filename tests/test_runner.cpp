@@ -9,6 +9,10 @@
 #include "controller/fleet.hpp"
 #include "controller/run_playbook.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_runner {
+
 using namespace rc::controller;
 
 TEST_CASE("controller ids end in 64 random bits, so fault ids do not collide across runs") {
@@ -66,3 +70,5 @@ TEST_CASE("run --metrics exports at most a cap of counter series per node, the t
   CHECK(exportedCounters(few, kMaxCounterSeriesPerNode, dropped).size() == 2);
   CHECK(dropped == 0);
 }
+
+}  // namespace test_runner

@@ -10,6 +10,10 @@
 #include "controller/workload_run.hpp"
 #include "synthetic_run.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_score {
+
 using namespace rc::controller;
 using rc::test::Shape;
 
@@ -661,7 +665,7 @@ TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may b
 TEST_CASE("live figures stop at the slowest node's newest bin", "[score][live]") {
   WorkloadSeries s;
   s.binNs = 10'000'000;
-  s.startNs = 5 * kSec;
+  s.startNs = 5 * kS;
   CHECK_FALSE(telemetryThroughNs(s));  // nothing reported yet
   // Telemetry of BINS bins of 1000 bytes from 1 s on the run timeline, from an agent whose
   // clock is 2 ms ahead.
@@ -678,15 +682,15 @@ TEST_CASE("live figures stop at the slowest node's newest bin", "[score][live]")
   b.node = "n2";
   quiet.node = "n3";  // no bins yet: not waited for
   for (NodeSeries* n : {&a, &b, &quiet}) n->timeline = NodeTimeline(n->node, {offset, s.startNs}, s.binNs);
-  a.timeline.add(telemetry(kSec, 100), 100 * kSec);
-  b.timeline.add(telemetry(kSec, 40), 100 * kSec);
+  a.timeline.add(telemetry(kS, 100), 100 * kS);
+  b.timeline.add(telemetry(kS, 40), 100 * kS);
   s.nodes = {a, b, quiet};
   // n2's newest bin starts at 1.39 s: everything is known up to 1.40 s, not to n1's 2.0 s.
   REQUIRE(telemetryThroughNs(s));
   CHECK(*telemetryThroughNs(s) == 1'400'000'000);
   auto empty = telemetry(1'400'000'000, 1);  // a stalled node still reports (empty) bins
   empty.bins = {0};
-  s.nodes[1].timeline.add(empty, 100 * kSec);
+  s.nodes[1].timeline.add(empty, 100 * kS);
   CHECK(*telemetryThroughNs(s) == 1'410'000'000);
 }
 
@@ -739,3 +743,5 @@ TEST_CASE("the lab switch's load: its busy share over the fault window, the busi
   CHECK(rc::controller::renderText(rc::controller::makeResultDocument(run, pb, score(run, pb))).find("switch load") ==
         std::string::npos);
 }
+
+}  // namespace test_score

@@ -14,6 +14,10 @@
 
 #include "agent/session_work.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_session_work {
+
 using rc::agent::SessionWork;
 using json = nlohmann::json;
 namespace asio = boost::asio;
@@ -94,3 +98,5 @@ TEST_CASE("the work a session leaves waiting is dropped when it ends") {
   CHECK(ran <= deliveredAtEnd + 1);  // the job in the pool when it ended, at most
   CHECK(delivered == deliveredAtEnd);
 }
+
+}  // namespace test_session_work

@@ -15,6 +15,10 @@
 #include "labswitch/switch_offload.hpp"
 #include "labswitch/switch_packet.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_switch_offload {
+
 using namespace rc::labswitch;
 using Frame = std::vector<uint8_t>;
 
@@ -505,3 +509,5 @@ TEST_CASE("a super-frame is accounted as the wire frames it stands for: queue, p
     for (size_t k = 0; k < 10; k++) CHECK(be32(got[k].data() + kL4 + 4) == 1000 + k * mss);
   }
 }
+
+}  // namespace test_switch_offload

@@ -14,6 +14,10 @@
 #include "labswitch/switch_fabric.hpp"
 #include "labswitch/switch_packet.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_switch_packet {
+
 using namespace rc::labswitch;
 
 namespace {
@@ -186,3 +190,5 @@ TEST_CASE("storm gaps: a pause frame after the previous frame's own pause ran ou
   fab.onPfc(0, frame(0), t);
   CHECK(gaps(t) == 6);
 }
+
+}  // namespace test_switch_packet

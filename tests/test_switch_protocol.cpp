@@ -9,6 +9,10 @@
 #include "labswitch/switch_fabric.hpp"
 #include "labswitch/switch_protocol.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_switch_protocol {
+
 using namespace rc::swproto;
 
 namespace {
@@ -239,3 +243,5 @@ TEST_CASE("switch protocol: the switch's command table answers each command and 
     CHECK_THAT(why, Catch::Contains(std::string(name)));
   CHECK(fab.handle(json{{"no", "cmd"}})["error"] == "a request is a JSON object with a string 'cmd'");
 }
+
+}  // namespace test_switch_protocol

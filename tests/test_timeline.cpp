@@ -8,6 +8,10 @@
 #include "common/protocol.hpp"
 #include "controller/timeline.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_timeline {
+
 using namespace rc::controller;
 
 namespace {
@@ -122,3 +126,5 @@ TEST_CASE("bytes before t = 0 and past the horizon are dropped; coarser agent bi
   REQUIRE(half.bins().size() == 1);
   CHECK(half.bins()[0].bytes == Approx(4));
 }
+
+}  // namespace test_timeline

@@ -3,6 +3,10 @@
 
 #include "common/units.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_units {
+
 using namespace rc;
 
 TEST_CASE("durations parse to exact nanoseconds") {
@@ -56,3 +60,5 @@ TEST_CASE("formatting") {
   CHECK(formatSize(4u << 20) == "4.0MiB");
   CHECK(formatBitRate(9.41e9) == "9.41Gb/s");
 }
+
+}  // namespace test_units

@@ -13,6 +13,10 @@
 #include "workload/tcp_transport.hpp"
 #if RDMACHAOS_HAVE_VERBS_TRANSPORT
 #include "workload/verbs_transport.hpp"
+
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_workload {
 #endif
 
 using namespace rc;
@@ -290,3 +294,5 @@ TEST_CASE("the verbs transport refuses an address no RDMA device carries, naming
   CHECK(named);
 }
 #endif
+
+}  // namespace test_workload

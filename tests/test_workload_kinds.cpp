@@ -6,6 +6,10 @@
 #include "controller/playbook.hpp"
 #include "workload/kinds.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_workload_kinds {
+
 using namespace rc;
 
 TEST_CASE("every workload kind has a unique name that findKind finds again") {
@@ -87,3 +91,5 @@ TEST_CASE("the shape checks of a kind are its record's") {
   CHECK_THAT(workload::allocateRunBuffer(shape("perftest", 2, 4096)).error().message,
              Catch::Contains("runs an external program"));
 }
+
+}  // namespace test_workload_kinds

@@ -17,6 +17,10 @@
 #include "workload/kinds.hpp"
 #include "skip.hpp"
 
+// This source in a namespace of its own: the unit sources build one program from unity
+// chunks (tests/meson.build), where the file-scope names of two sources would meet.
+namespace test_workload_manager {
+
 using namespace std::chrono_literals;
 using rc::agent::WorkloadManager;
 using json = nlohmann::json;
@@ -251,3 +255,5 @@ TEST_CASE("the agent refuses an unknown kind naming the table's kinds, and an ex
   CHECK(r.error().message == "a perftest workload runs for a duration, not a count of iterations");
   CHECK(m.activeCount() == 0);
 }
+
+}  // namespace test_workload_manager
