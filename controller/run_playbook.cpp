@@ -22,7 +22,7 @@
 #include "controller/fabric_sampler.hpp"
 #include "controller/fleet.hpp"
 #include "controller/schedule_fault.hpp"
-#include "controller/score.hpp"
+#include "controller/series.hpp"
 #include "controller/timeline.hpp"
 #include "controller/workload_run.hpp"
 #include "faults/fault.hpp"

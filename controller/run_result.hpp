@@ -39,15 +39,9 @@
 
 #include "alerts/alert_event.hpp"
 #include "controller/playbook.hpp"
+#include "controller/series.hpp"
 
 namespace rc::controller {
-
-// Bytes one node received during [tNs, tNs + binNs), on the run timeline (controller/timeline.hpp
-// puts the agents' bins on the run's grid).
-struct Bin {
-  int64_t tNs = 0;  // start of the bin
-  double bytes = 0;
-};
 
 // One node's part in one collective iteration, on the run timeline (the agent side's record of
 // it is workload::IterationRecord).
