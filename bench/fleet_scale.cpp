@@ -36,7 +36,7 @@
 #include "common/protocol.hpp"
 #include "common/tls.hpp"
 #include "common/units.hpp"
-#include "controller/fleet.hpp"
+#include "controller/fleet/fleet.hpp"
 
 namespace asio = boost::asio;
 namespace fs = std::filesystem;

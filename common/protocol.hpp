@@ -31,7 +31,7 @@ inline constexpr size_t kMaxParams = 64;
 inline constexpr size_t kMaxDepth = 32;
 // What an agent accepts of one controller's plan: faults scheduled or running at once, and how
 // far ahead a fault may be scheduled (a run schedules every fault at its start, so a playbook
-// is checked against both before anything is sent: controller/playbook_plan.cpp).
+// is checked against both before anything is sent: controller/playbook/playbook_plan.cpp).
 inline constexpr size_t kMaxActiveFaults = 64;
 inline constexpr int64_t kMaxScheduleAheadNs = 86'400'000'000'000;  // 24 h
 // What an agent accepts of a workload, checked by the playbook parser too (validate,

@@ -6,9 +6,9 @@
 #include <map>
 #include <string>
 
-#include "controller/inventory.hpp"
-#include "controller/playbook.hpp"
-#include "controller/run_result.hpp"
+#include "controller/fleet/inventory.hpp"
+#include "controller/playbook/playbook.hpp"
+#include "controller/run/run_result.hpp"
 
 namespace rc::test {
 

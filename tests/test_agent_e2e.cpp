@@ -29,8 +29,8 @@
 #include "common/protocol.hpp"
 #include "common/unique_fd.hpp"
 #include "common/tls.hpp"
-#include "controller/fleet.hpp"
-#include "controller/inventory.hpp"
+#include "controller/fleet/fleet.hpp"
+#include "controller/fleet/inventory.hpp"
 #include "support.hpp"
 #include "skip.hpp"
 

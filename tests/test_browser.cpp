@@ -13,7 +13,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "controller/report.hpp"
+#include "controller/report/report.hpp"
 #include "synthetic_run.hpp"
 
 using namespace rc::controller;

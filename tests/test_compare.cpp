@@ -2,10 +2,10 @@
 // (tests/synthetic_run.hpp), so every verdict has a known answer.
 #include <catch2/catch.hpp>
 
-#include "controller/compare.hpp"
-#include "controller/report.hpp"
-#include "controller/report_targets.hpp"
-#include "controller/score.hpp"
+#include "controller/report/compare.hpp"
+#include "controller/report/report.hpp"
+#include "controller/report/report_targets.hpp"
+#include "controller/score/score.hpp"
 #include "synthetic_run.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity

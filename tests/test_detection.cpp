@@ -4,9 +4,9 @@
 #include <catch2/catch.hpp>
 #include "test_util.hpp"
 
-#include "controller/detection.hpp"
-#include "controller/report.hpp"
-#include "controller/score.hpp"
+#include "controller/score/detection.hpp"
+#include "controller/report/report.hpp"
+#include "controller/score/score.hpp"
 #include "synthetic_run.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity

@@ -20,7 +20,7 @@
 #include "common/certs.hpp"
 #include "common/tls.hpp"
 #include "common/unique_fd.hpp"
-#include "controller/fleet.hpp"
+#include "controller/fleet/fleet.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity
 // chunks (tests/meson.build), where the file-scope names of two sources would meet.

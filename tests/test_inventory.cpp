@@ -1,7 +1,7 @@
 // Inventory: parsing, relative TLS paths, selectors, and errors with places.
 #include <catch2/catch.hpp>
 
-#include "controller/inventory.hpp"
+#include "controller/fleet/inventory.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity
 // chunks (tests/meson.build), where the file-scope names of two sources would meet.

@@ -18,7 +18,7 @@
 #include <set>
 #include <string>
 
-#include "controller/report.hpp"
+#include "controller/report/report.hpp"
 #include "faults/labswitch_client.hpp"
 #include "support.hpp"
 

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "common/toml_text.hpp"
-#include "controller/playbook.hpp"
+#include "controller/playbook/playbook.hpp"
 #include "synthetic_run.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity

@@ -7,7 +7,7 @@
 #include <set>
 #include <toml++/toml.h>
 
-#include "controller/playbook.hpp"
+#include "controller/playbook/playbook.hpp"
 #include "faults/fault.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity

@@ -9,10 +9,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "controller/commands.hpp"
-#include "controller/packet_analysis.hpp"
-#include "controller/report.hpp"
-#include "controller/report_dir.hpp"
+#include "controller/cli/commands.hpp"
+#include "controller/run/packet_analysis.hpp"
+#include "controller/report/report.hpp"
+#include "controller/report/report_dir.hpp"
 #include "synthetic_run.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity

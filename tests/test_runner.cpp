@@ -6,8 +6,8 @@
 #include <set>
 
 #include "common/protocol.hpp"
-#include "controller/fleet.hpp"
-#include "controller/run_playbook.hpp"
+#include "controller/fleet/fleet.hpp"
+#include "controller/run/run_playbook.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity
 // chunks (tests/meson.build), where the file-scope names of two sources would meet.

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <random>
 
-#include "controller/report.hpp"
-#include "controller/score.hpp"
-#include "controller/workload_run.hpp"
+#include "controller/report/report.hpp"
+#include "controller/score/score.hpp"
+#include "controller/run/workload_run.hpp"
 #include "synthetic_run.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity

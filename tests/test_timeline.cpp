@@ -1,12 +1,12 @@
 // The run's timeline: agents' telemetry through the clock offset and the run start onto the
-// run's grid (controller/timeline.hpp).
+// run's grid (controller/run/timeline.hpp).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <vector>
 
 #include "common/protocol.hpp"
-#include "controller/timeline.hpp"
+#include "controller/run/timeline.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity
 // chunks (tests/meson.build), where the file-scope names of two sources would meet.

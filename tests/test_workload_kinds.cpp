@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <set>
 
-#include "controller/playbook.hpp"
+#include "controller/playbook/playbook.hpp"
 #include "workload/kinds.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity

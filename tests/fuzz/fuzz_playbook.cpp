@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "controller/playbook.hpp"
+#include "controller/playbook/playbook.hpp"
 
 namespace {
 
