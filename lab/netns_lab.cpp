@@ -32,7 +32,7 @@
 #include "lab/lab_state.hpp"
 #include "lab/lab_files.hpp"
 #include "lab/lab_util.hpp"
-#include "lab/vm_lab.hpp"
+#include "lab/lab_kind.hpp"
 #include "lab/process.hpp"
 #include "lab/supervisor.hpp"
 
@@ -477,18 +477,12 @@ Result<void> onlyOwnNames(const LabState& s, const std::string& dir) {
   return {};
 }
 
-// down() without the DIR lock (up() calls it while holding the lock).
-Result<void> downLocked(const std::string& dir) {
-  auto loaded = loadState(dir);
-  if (!loaded) {
-    if (loaded.error().code == ENOENT) return {};
-    return loaded.error();
-  }
-  LabState s = std::move(loaded).value();
-  if (s.dir != dir)
-    return makeError("'" + statePath(dir) + "' was written for the directory '" + s.dir +
-                     "'; refusing to act on it (was the directory copied or moved?)");
-  if (s.kind == "vm") return vm::downLocked(s);
+}  // namespace
+
+// lab down of a namespace lab, with DIR's lock held (lab.cpp checked that STATE is DIR's).
+Result<void> netns::downLocked(const LabState& state) {
+  LabState s = state;
+  const std::string dir = s.dir;
   if (auto r = onlyOwnNames(s, dir); !r) return r.error();
   std::vector<std::string> problems;
 
@@ -544,6 +538,8 @@ Result<void> downLocked(const std::string& dir) {
   log::info("lab in {} (slot {}) is down", dir, s.slot);
   return {};
 }
+
+namespace {
 
 Result<std::string> build(const UpOptions& options, LabState& s, const std::string& agentBinary) {
   s.agentBinary = agentBinary;
@@ -625,8 +621,7 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
 
 }  // namespace
 
-Result<std::string> up(const UpOptions& options) {
-  if (options.softRoce) return vm::up(options);
+Result<std::string> netns::up(const UpOptions& options) {
   if (options.nodes < 1 || options.nodes > kMaxNodes)
     return makeError("lab up: --nodes " + std::to_string(options.nodes) +
                      " is out of range; use 1.." + std::to_string(kMaxNodes));
@@ -652,14 +647,14 @@ Result<std::string> up(const UpOptions& options) {
     return makeError("another `rdmachaos lab` command is working on " + dir + "; try again");
 
   if (auto old = loadState(dir)) {
-    if (old->kind == "vm")
-      return makeError("a soft-RoCE lab is in " + dir + "; run `rdmachaos lab down --dir " + dir +
-                       "` first");
+    if (old->kind != kNetnsKind.name)
+      return makeError("a " + labKindText(old->kind) + " is in " + dir + "; run `rdmachaos lab down --dir " +
+                       dir + "` first");
     if (labRunning(*old))
       return makeError("lab already up in " + dir + "; run `rdmachaos lab down --dir " + dir +
                        "` first");
     log::info("cleaning up the remains of an earlier lab in {}", dir);
-    if (auto r = downLocked(dir); !r) return r.error();
+    if (auto r = downLockedDir(dir); !r) return r.error();
   } else if (old.error().code != ENOENT) {
     return old.error();
   }
@@ -669,47 +664,14 @@ Result<std::string> up(const UpOptions& options) {
   auto result = build(options, s, *binary);
   if (!result) {
     log::error("lab up failed: {}; removing what was created", result.error().message);
-    if (auto r = downLocked(dir); !r) log::error("{}", r.error().message);
+    if (auto r = downLockedDir(dir); !r) log::error("{}", r.error().message);
     return result.error();
   }
   log::info("lab slot {} is up: {} node(s); inventory {}", s.slot, s.nodes.size(), *result);
   return result;
 }
 
-Result<void> down(const std::string& dirArg) {
-  if (dirArg.empty()) return makeError("lab down: no lab directory given (--dir DIR)");
-  std::string dir = absoluteDir(dirArg);
-  if (::access(statePath(dir).c_str(), F_OK) != 0) {
-    log::info("no lab in {} (nothing to remove)", dir);
-    return {};
-  }
-  if (auto r = trustedDir(dir); !r) return r.error();
-  if (auto s = loadState(dir); s && s->kind == "vm") {
-    // The soft-RoCE lab needs no root, and leaves nothing in DIR, not even its lock file.
-    auto dirLock = FileLock::acquire(dir + "/.lab.lock", true);
-    if (!dirLock) return dirLock.error();
-    auto r = downLocked(dir);
-    if (r) ::unlink((dir + "/.lab.lock").c_str());
-    return r;
-  }
-  if (::geteuid() != 0)
-    return makeError("lab down needs root (CAP_NET_ADMIN) to remove namespaces; run with sudo");
-  auto dirLock = FileLock::acquire(dir + "/.lab.lock", true);
-  if (!dirLock) return dirLock.error();
-  return downLocked(dir);
-}
-
-Result<std::string> status(const std::string& dirArg) {
-  if (dirArg.empty()) return makeError("lab status: no lab directory given (--dir DIR)");
-  std::string dir = absoluteDir(dirArg);
-  auto loaded = loadState(dir);
-  if (!loaded) {
-    if (loaded.error().code == ENOENT)
-      return "no lab in " + dir + " (start one with `rdmachaos lab up --dir " + dir + "`)\n";
-    return loaded.error();
-  }
-  const LabState& s = *loaded;
-  if (s.kind == "vm") return vm::status(s);
+Result<std::string> netns::status(const LabState& s) {
   Names names{s.slot};
   std::ostringstream o;
   bool supAlive = stillRunning(s.supervisor);

@@ -30,6 +30,7 @@
 #include "common/clock.hpp"
 #include "common/log.hpp"
 #include "lab/lab_files.hpp"
+#include "lab/lab_kind.hpp"
 #include "lab/lab_util.hpp"
 #include "lab/process.hpp"
 #include "lab/vm_lab_internal.hpp"
@@ -490,7 +491,7 @@ Result<std::string> up(const UpOptions& o) {
   if (!dirLock)
     return makeError("another `rdmachaos lab` command is working on " + dir + "; try again");
   if (auto old = loadState(dir)) {
-    if (old->kind != "vm" || labRunning(*old))
+    if (old->kind != kVmKind.name || labRunning(*old))
       return makeError("a lab is already in " + dir + "; run `rdmachaos lab down --dir " + dir +
                        "` first");
     log::info("cleaning up the remains of an earlier soft-RoCE lab in {}", dir);
@@ -500,7 +501,7 @@ Result<std::string> up(const UpOptions& o) {
   }
 
   LabState s;
-  s.kind = "vm";
+  s.kind = std::string(kVmKind.name);
   s.fabric = "switch";
   s.dir = dir;
   s.agentBinary = *agent;

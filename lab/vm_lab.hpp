@@ -1,5 +1,5 @@
 // The soft-RoCE lab (QEMU guests with rdma_rxe behind rdmachaos-labswitch): the parts of
-// lab::up/down/status that lab.hpp dispatches to when the lab is of kind "vm".
+// lab::up/down/status of a lab of kind "vm" (lab_kind.hpp, kVmKind).
 #pragma once
 
 #include <string>
