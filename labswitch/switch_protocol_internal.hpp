@@ -61,21 +61,31 @@ inline bool read(const json& v, json& out) {
   return true;
 }
 
+// 'PATHKEY' in quotes. Built by appending: at -O3, GCC 12 raises a false -Werror=restrict on
+// "'" + std::string (docs/architecture.md, "GCC 12 hazards").
+inline std::string inQuotes(const std::string& path, const char* key = "") {
+  std::string s(1, '\'');
+  s += path;
+  s += key;
+  s += '\'';
+  return s;
+}
+
 // Reads the fields of one object. WHERE names the message ("set_ecn", "counters reply"), PATH
 // the object inside it ("ports[1].queues[3]."). The first error wins; later reads do nothing.
 class Reader {
  public:
   Reader(const json& object, std::string where, std::string path = "")
       : j_(object), where_(std::move(where)), path_(std::move(path)) {
-    if (!j_.is_object()) fail(path_.empty() ? "the message is not a JSON object" : "'" + trimmed() + "' must be an object");
+    if (!j_.is_object()) fail(path_.empty() ? "the message is not a JSON object" : inQuotes(trimmed()) + " must be an object");
   }
 
   template <typename T>
   void field(const char* key, T& out) {
     if (error_) return;
     auto it = j_.find(key);
-    if (it == j_.end()) return fail("'" + path_ + key + "' is missing");
-    if (!read(*it, out)) fail("'" + path_ + key + "' must be " + typeName(&out) + " (got " + it->dump() + ")");
+    if (it == j_.end()) return fail(inQuotes(path_, key) + " is missing");
+    if (!read(*it, out)) fail(inQuotes(path_, key) + " must be " + typeName(&out) + " (got " + it->dump() + ")");
   }
   // Absent or null: none.
   template <typename T>
@@ -84,7 +94,7 @@ class Reader {
     auto it = j_.find(key);
     if (it == j_.end() || it->is_null()) return out.reset();
     T v{};
-    if (!read(*it, v)) return fail("'" + path_ + key + "' must be " + typeName(&v) + " (got " + it->dump() + ")");
+    if (!read(*it, v)) return fail(inQuotes(path_, key) + " must be " + typeName(&v) + " (got " + it->dump() + ")");
     out = std::move(v);
   }
   // An object field, read by EACH(Reader&, T&).
@@ -92,7 +102,7 @@ class Reader {
   void object(const char* key, T& out, Each each) {
     if (error_) return;
     auto it = j_.find(key);
-    if (it == j_.end()) return fail("'" + path_ + key + "' is missing");
+    if (it == j_.end()) return fail(inQuotes(path_, key) + " is missing");
     Reader r(*it, where_, path_ + key + ".");
     each(r, out);
     if (r.error_) error_ = r.error_;
@@ -102,8 +112,8 @@ class Reader {
   void list(const char* key, std::vector<T>& out, Each each) {
     if (error_) return;
     auto it = j_.find(key);
-    if (it == j_.end()) return fail("'" + path_ + key + "' is missing");
-    if (!it->is_array()) return fail("'" + path_ + key + "' must be an array");
+    if (it == j_.end()) return fail(inQuotes(path_, key) + " is missing");
+    if (!it->is_array()) return fail(inQuotes(path_, key) + " must be an array");
     out.clear();
     for (size_t i = 0; i < it->size() && !error_; i++) {
       std::string at = path_ + key + "[" + std::to_string(i) + "]";
@@ -113,7 +123,7 @@ class Reader {
         each(r, v);
         if (r.error_) error_ = r.error_;
       } else if (!read((*it)[i], v)) {
-        fail("'" + at + "' must be " + typeName(&v));
+        fail(inQuotes(at) + " must be " + typeName(&v));
       }
       out.push_back(std::move(v));
     }
