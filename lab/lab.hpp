@@ -33,6 +33,8 @@ struct UpOptions {
   // system call per wire frame each way, as before (for comparison).
   bool switchOffload = true;
   int64_t deliveryHoldNs = 500'000;  // the switch's delivery hold (labswitch Config::deliveryHoldNs)
+  // The switch's priority for pure TCP ACKs (labswitch Config::tcpAckPriority); -1: by DSCP.
+  int tcpAckPriority = 6;
 };
 
 // Brings the lab up and returns the path of DIR/inventory.toml. Refuses if DIR already holds

@@ -302,7 +302,8 @@ std::string switchConfig(const LabState& s, const UpOptions& o) {
   nlohmann::json j = {{"control", s.sw.control}, {"rate_bps", o.rateBps}, {"mtu", 1500},
                       {"leaves", o.leaves},      {"spines", o.spines},     {"routing", o.routing},
                       {"hosts", hosts}, {"offload", o.switchOffload},
-                      {"delivery_hold_us", double(o.deliveryHoldNs) / 1e3}};
+                      {"delivery_hold_us", double(o.deliveryHoldNs) / 1e3},
+                      {"tcp_ack_priority", o.tcpAckPriority}};
   return j.dump(2) + "\n";
 }
 

@@ -61,6 +61,9 @@ Result<Config> parseConfig(const json& j) {
       if (!a) return a.error();
       c.watchdog.action = *a;
     }
+    c.tcpAckPriority = get<int>(j, "tcp_ack_priority", -1);
+    if (c.tcpAckPriority < -1 || c.tcpAckPriority > 7)
+      return makeError("tcp_ack_priority must be 0-7, or -1 for none (the priority of pure TCP ACKs)", EINVAL);
     if (j.contains("dscp_map")) c.dscpMap = j["dscp_map"].get<std::vector<uint8_t>>();
     for (const auto& h : j.value("hosts", json::array()))
       c.hosts.push_back(HostPort{h.at("name"), h.value("netns", ""), h.value("ifname", "data0"),

@@ -70,6 +70,11 @@ struct Config {
   PfcThreshold pfc;
   WatchdogConfig watchdog;
   std::vector<uint8_t> dscpMap;            // 64 entries; empty = default (26->3, 48->6)
+  // An ACL rule: pure TCP ACKs travel in this priority whatever their DSCP (-1: off). The
+  // namespace lab sets 6 (strict priority, beside CNPs), so that TCP, which stands in for
+  // RoCE there, keeps its ACK clock when the data going the other way fills a queue
+  // (docs/lab.md, "ACKs in their own class").
+  int tcpAckPriority = -1;
   uint32_t seed = 1;                       // ECN marking randomness
   // TAP ports with segmentation offload (switch_offload.hpp): hosts hand over TCP super-frames,
   // cut into wire frames on the way in and joined again on the way out. false: one frame per

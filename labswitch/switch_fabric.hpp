@@ -172,10 +172,8 @@ struct Switch {
 class Fabric {
  public:
   explicit Fabric(Config c) : cfg_(std::move(c)), rng_(cfg_.seed) {
-    if (cfg_.dscpMap.size() == 64)
-      std::copy(cfg_.dscpMap.begin(), cfg_.dscpMap.end(), dscp_.begin());
-    else
-      dscp_ = defaultDscpMap();
+    if (cfg_.dscpMap.size() == 64) std::copy(cfg_.dscpMap.begin(), cfg_.dscpMap.end(), dscp_.dscp.begin());
+    dscp_.tcpAckPriority = cfg_.tcpAckPriority;
     adaptive_ = cfg_.routing == "adaptive";
   }
 
@@ -378,7 +376,7 @@ class Fabric {
 
   Config cfg_;
   std::mt19937 rng_;
-  DscpMap dscp_{};
+  Classes dscp_;  // priority classification: DSCP map and the pure-ACK rule
   bool adaptive_ = false;
   std::vector<Switch> switches_;
   std::vector<Port> ports_;

@@ -42,11 +42,23 @@ DscpMap defaultDscpMap() {
   return m;
 }
 
-int classify(const uint8_t* f, size_t len, const DscpMap& dscpMap) {
+bool isPureTcpAck(const uint8_t* f, size_t len) {
+  size_t ip = ipv4Offset(f, len);
+  if (ip == 0 || f[ip + 9] != 6) return false;
+  size_t ihl = size_t(f[ip] & 0xf) * 4;
+  if (ihl < 20 || len < ip + ihl + 20) return false;
+  const uint8_t* tcp = f + ip + ihl;
+  size_t doff = size_t(tcp[12] >> 4) * 4;
+  constexpr uint8_t kFinSynRst = 0x07;
+  return doff >= 20 && be16(f + ip + 2) == ihl + doff && (tcp[13] & kFinSynRst) == 0 && (tcp[13] & 0x10);
+}
+
+int classify(const uint8_t* f, size_t len, const Classes& classes) {
   if (len >= 16 && be16(f + 12) == kVlan) return f[14] >> 5;
   size_t ip = ipv4Offset(f, len);
   if (ip == 0) return 0;
-  return dscpMap[f[ip + 1] >> 2] & 7;
+  if (classes.tcpAckPriority >= 0 && isPureTcpAck(f, len)) return classes.tcpAckPriority & 7;
+  return classes.dscp[f[ip + 1] >> 2] & 7;
 }
 
 Ecn ecnOf(const uint8_t* f, size_t len) {

@@ -12,9 +12,23 @@ namespace rc::labswitch {
 using DscpMap = std::array<uint8_t, 64>;
 DscpMap defaultDscpMap();
 
-// The frame's priority: the PCP of an 802.1Q tag if present, else the DSCP of an IPv4
-// header mapped through dscpMap, else 0.
-int classify(const uint8_t* frame, size_t len, const DscpMap& dscpMap);
+// How the switch gives a frame its priority: the DSCP map, and an optional ACL rule that puts
+// pure TCP ACKs (no payload; no SYN, FIN or RST) in a priority of their own, as a switch's
+// traffic-class ACL matching TCP flags and length does.
+struct Classes {
+  DscpMap dscp = defaultDscpMap();
+  int tcpAckPriority = -1;  // 0-7; -1: pure ACKs go by their DSCP like any frame
+};
+
+// The frame's priority: the PCP of an 802.1Q tag if present, else the ACL rule for pure TCP
+// ACKs if set, else the DSCP of an IPv4 header mapped through the DSCP map, else 0.
+int classify(const uint8_t* frame, size_t len, const Classes& classes);
+inline int classify(const uint8_t* frame, size_t len, const DscpMap& dscpMap) {
+  return classify(frame, len, Classes{.dscp = dscpMap});
+}
+
+// True for an IPv4 TCP segment that carries no payload and no SYN, FIN or RST: a pure ACK.
+bool isPureTcpAck(const uint8_t* frame, size_t len);
 
 enum class Ecn { notIpv4, notEct, ect, ce };
 Ecn ecnOf(const uint8_t* frame, size_t len);

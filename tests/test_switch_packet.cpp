@@ -11,8 +11,10 @@
 
 #include "common/pfc.hpp"
 #include "common/unique_fd.hpp"
+#include "labswitch/switch.hpp"
 #include "labswitch/switch_fabric.hpp"
 #include "labswitch/switch_packet.hpp"
+#include "tests/roce_frames.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity
 // chunks (tests/meson.build), where the file-scope names of two sources would meet.
@@ -70,6 +72,60 @@ TEST_CASE("priority: PCP when tagged, else DSCP through the map", "[switch]") {
   arp[12] = 0x08;
   arp[13] = 0x06;
   CHECK(classify(arp.data(), arp.size(), map) == 0);
+}
+
+TEST_CASE("pure TCP ACKs: their own priority when the ACL rule is set, else by DSCP", "[switch]") {
+  constexpr uint8_t kAck = 0x10, kSyn = 0x02, kFin = 0x01, kRst = 0x04, kPsh = 0x08;
+  auto seg = [](size_t payload, uint8_t flags, uint8_t tos = 26 << 2) {
+    auto f = rctest::tcpFrame(40000, 7480, payload, tos);
+    f[14 + 33] = flags;
+    return f;
+  };
+  auto pureAck = seg(0, kAck);
+  CHECK(isPureTcpAck(pureAck.data(), pureAck.size()));
+  // A frame padded to Ethernet's 60-byte minimum is still a pure ACK (IPv4 says 40 bytes).
+  auto padded = pureAck;
+  padded.resize(60, 0);
+  CHECK(isPureTcpAck(padded.data(), padded.size()));
+  for (const auto& f : {seg(1, kAck), seg(1448, kAck | kPsh), seg(0, kAck | kSyn), seg(0, kAck | kFin),
+                        seg(0, kAck | kRst), seg(0, 0)})
+    CHECK_FALSE(isPureTcpAck(f.data(), f.size()));
+  auto udp = udpFrame(26 << 2, 1);
+  CHECK_FALSE(isPureTcpAck(udp.data(), udp.size()));
+  // A pure ACK with TCP options (timestamps: data offset 8 words) and no payload.
+  auto withOptions = seg(12, kAck);
+  withOptions[14 + 32] = 0x80;
+  CHECK(isPureTcpAck(withOptions.data(), withOptions.size()));
+
+  Classes byDscp;  // the rule off: DSCP 26 is priority 3 for data and ACKs alike
+  CHECK(classify(pureAck.data(), pureAck.size(), byDscp) == 3);
+  Classes acl{.tcpAckPriority = 6};
+  CHECK(classify(pureAck.data(), pureAck.size(), acl) == 6);
+  auto data = seg(1448, kAck);
+  CHECK(classify(data.data(), data.size(), acl) == 3);
+  auto syn = seg(0, kSyn);
+  CHECK(classify(syn.data(), syn.size(), acl) == 3);
+  CHECK(classify(udp.data(), udp.size(), acl) == 3);
+  // A tag's PCP still wins over the rule.
+  auto tagged = udpFrame(26 << 2, 1, true, 5);
+  CHECK(classify(tagged.data(), tagged.size(), acl) == 5);
+}
+
+TEST_CASE("switch.json: tcp_ack_priority is 0-7 or -1, and off when absent", "[switch]") {
+  nlohmann::json j = {{"control", "/tmp/x.sock"}, {"hosts", {{{"name", "n1"}, {"netns", "/run/netns/x"}}}}};
+  auto absent = parseConfig(j);
+  REQUIRE(absent.ok());
+  CHECK(absent->tcpAckPriority == -1);
+  j["tcp_ack_priority"] = 6;
+  auto six = parseConfig(j);
+  REQUIRE(six.ok());
+  CHECK(six->tcpAckPriority == 6);
+  for (int bad : {8, -2}) {
+    j["tcp_ack_priority"] = bad;
+    auto r = parseConfig(j);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("tcp_ack_priority must be 0-7"));
+  }
 }
 
 TEST_CASE("ECT becomes CE with a valid IPv4 checksum; non-ECT and CE are left alone", "[switch]") {

@@ -248,7 +248,10 @@ TEST_CASE("--dscp puts the workload's traffic in the switch queue of that class"
   auto [rxDefault, dDefault] = run({});
   INFO("default: n2 received " << rxDefault << " B; queue 3 sent " << dDefault[3] << " B, queue 6 " << dDefault[6]);
   CHECK(dDefault[3] >= rxDefault);  // DSCP 26 by default: RoCEv2's lossless class
-  CHECK(dDefault[6] == 0);
+  // Queue 6 carries only n2's share of pure TCP ACKs (the lab's --ack-priority rule): a few
+  // dozen bytes per data segment received by n1, not data.
+  CHECK(dDefault[6] > 0);
+  CHECK(dDefault[6] < 0.01 * rxDefault);
   auto [rx48, d48] = run({"--dscp", "48"});
   INFO("--dscp 48: n2 received " << rx48 << " B; queue 3 sent " << d48[3] << " B, queue 6 " << d48[6]);
   CHECK(d48[6] >= rx48);

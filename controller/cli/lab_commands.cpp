@@ -89,6 +89,14 @@ int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOp
       return fail("lab up: --delivery-hold must be 0..10ms (e.g. 500us; 0 writes every pass at once)");
     opt.deliveryHoldNs = std::chrono::duration_cast<std::chrono::nanoseconds>(*hold).count();
   }
+  if (fabric.ackPriority == "dscp") {
+    opt.tcpAckPriority = -1;
+  } else if (fabric.ackPriority.size() == 1 && fabric.ackPriority[0] >= '0' && fabric.ackPriority[0] <= '7') {
+    opt.tcpAckPriority = fabric.ackPriority[0] - '0';
+  } else {
+    return fail("lab up: --ack-priority must be a priority 0-7, or 'dscp' to classify pure TCP ACKs by their DSCP (got '" +
+                fabric.ackPriority + "')");
+  }
   if (fabric.agentMetrics < 0 || fabric.agentMetrics > 65535 || fabric.agentMetrics == 7470)
     return fail("lab up: --agent-metrics must be a port in 1-65535 other than the agents' 7470");
   opt.agentMetricsPort = fabric.agentMetrics;
