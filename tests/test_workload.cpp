@@ -101,7 +101,9 @@ void checkTelemetry(const RankResult& r) {
 
 TEST_CASE("ring all-reduce is exact for 2..8 ranks and sizes not divisible by the rank count") {
   int world = GENERATE(2, 3, 4, 5, 7, 8);
-  uint64_t size = GENERATE(4, 4 * 7, 4 * 1001, 1 << 20);
+  // 4 MB + 12 B: chunks of 0.5-2 MB, cut into slices sent ahead (the in-process transport
+  // has eager sends), with slices of unequal length.
+  uint64_t size = GENERATE(4, 4 * 7, 4 * 1001, 1 << 20, 4 * 1'000'003);
   auto fabric = std::make_shared<InprocFabric>();
   auto res = runWorld(rc::workload::findKind("allreduce"), world, size, 3,
                       [&](int r) { return std::make_unique<InprocTransport>(fabric, r); });
@@ -113,6 +115,46 @@ TEST_CASE("ring all-reduce is exact for 2..8 ranks and sizes not divisible by th
     CHECK(r.summary.counters.verifyFailures == 0);
     checkTelemetry(r);
   }
+}
+
+TEST_CASE("ring all-reduce's plan: slices sent ahead only with eager sends, one send and one receive per step") {
+  const int world = GENERATE(2, 3, 4, 8);
+  const uint64_t size = GENERATE(uint64_t(4) << 20, 4 * 1'000'003, uint64_t(16) << 20, 4096);
+  Shape shape{rc::workload::findKind("allreduce"), 0, world, size, 0, 0};
+  INFO("world " << world << " size " << size);
+  // Without eager sends (verbs): one send and one receive per ring step, as before.
+  auto plain = makeCollective(shape);
+  REQUIRE(plain->stepCount() == size_t(2 * (world - 1)));
+  shape.eagerSends = true;
+  auto piped = makeCollective(shape);
+  CHECK(piped->bufferBytes() == plain->bufferBytes());  // the agent sizes buffers before the transport
+  const size_t steps = piped->stepCount();
+  if (size >= (uint64_t(world) << 19)) CHECK(steps > size_t(2 * (world - 1)));  // chunks of 512 KiB or more are cut
+  // Replay rank 0's plan: per step at most one send and one receive; the bytes sent and
+  // received per iteration equal the plain plan's; the sends run ahead of the receives, by at
+  // most ~2 MiB; every byte of the data is sent as often as in the plain plan.
+  auto bytes = [](const Collective& c, Op::Kind kind) {
+    uint64_t n = 0;
+    for (size_t m = 0; m < c.stepCount(); m++)
+      for (const auto& op : c.ops(m))
+        if (op.kind == kind) n += op.length;
+    return n;
+  };
+  CHECK(bytes(*piped, Op::Kind::send) == bytes(*plain, Op::Kind::send));
+  CHECK(bytes(*piped, Op::Kind::recv) == bytes(*plain, Op::Kind::recv));
+  uint64_t sent = 0, received = 0, maxAhead = 0;
+  for (size_t m = 0; m < steps; m++) {
+    int sends = 0, recvs = 0;
+    for (const auto& op : piped->ops(m)) {
+      (op.kind == Op::Kind::send ? sends : recvs)++;
+      (op.kind == Op::Kind::send ? sent : received) += op.length;
+      CHECK(op.offset + op.length <= piped->bufferBytes());
+    }
+    CHECK(sends <= 1);
+    CHECK(recvs <= 1);
+    maxAhead = std::max(maxAhead, sent - std::min(sent, received));
+  }
+  CHECK(maxAhead <= (uint64_t(2) << 20) + (uint64_t(1) << 20));
 }
 
 // Every built-in kind of the registry but all-reduce (above): all-gather, all-to-all, incast,
@@ -202,7 +244,7 @@ TEST_CASE("corrupted payloads are counted, not fatal") {
 TEST_CASE("collectives over TCP on loopback, several streams per peer") {
   int world = GENERATE(2, 3, 4);
   int streams = GENERATE(1, 3);
-  uint64_t size = 4 * 100'003;
+  uint64_t size = GENERATE(4 * 100'003, 4 * 1'000'003);  // the larger one pipelines slices
   std::vector<std::unique_ptr<TcpTransport>> made;
   std::vector<Endpoint> eps;
   // Bind every listener first (port 0), then tell every rank the world.

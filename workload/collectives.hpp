@@ -22,6 +22,10 @@ struct Shape {
   uint64_t size = 0;     // bytes: the collective's size as nccl-tests counts it
   int incastReceiver = 0;
   int fanIn = 0;         // incast: senders at a time (0 = all)
+  // The transport completes a send without waiting for the peer's receive (Transport::
+  // eagerSends: TCP, in-process), so a plan may send ahead of what it receives (allreduce's
+  // slices). Set by the engine; a plan's buffer size must not depend on it.
+  bool eagerSends = false;
 };
 
 // Checks what a plan needs (world, sizes, and the kind's own rules: an incast's receiver), with

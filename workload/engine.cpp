@@ -98,7 +98,9 @@ Summary runWorkload(const RunSpec& spec, Transport& transport, Telemetry& tel,
     tel.update(c);
     return sum;
   };
-  auto plan = planOf(spec.shape);
+  Shape shape = spec.shape;
+  shape.eagerSends = transport.eagerSends();
+  auto plan = planOf(shape);
   if (!plan) return fail(plan.error().message);
   auto coll = std::move(*plan);
   auto peers = coll->peers();

@@ -41,6 +41,7 @@ class InprocTransport : public Transport {
  public:
   InprocTransport(std::shared_ptr<InprocFabric> fabric, int rank);
   std::string name() const override { return "inproc"; }
+  bool eagerSends() const override { return true; }  // the socket buffer / mailbox takes it
   Result<void> registerBuffer(std::span<std::byte> buffer) override;
   Result<void> connect(const std::vector<int>& peers, int64_t deadlineMonoNs) override;
   StepResult runStep(std::span<const Op> ops) override;

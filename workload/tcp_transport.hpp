@@ -41,6 +41,7 @@ class TcpTransport : public Transport {
   static Result<std::unique_ptr<TcpTransport>> create(TcpOptions options);
   ~TcpTransport() override;
   std::string name() const override { return "tcp"; }
+  bool eagerSends() const override { return true; }  // the socket buffer / mailbox takes it
   Result<void> registerBuffer(std::span<std::byte> buffer) override;
   Result<void> connect(const std::vector<int>& peers, int64_t deadlineMonoNs) override;
   StepResult runStep(std::span<const Op> ops) override;

@@ -60,6 +60,11 @@ class Transport {
   virtual void disconnect() = 0;
   // Ends the run: data already posted is still delivered, then peers see the end.
   virtual void close() = 0;
+  // True when a send completes without the peer's matching receive (data waits in the
+  // socket or mailbox), so a step may carry a send the peer receives only steps later. False
+  // for a transport that writes only where the peer granted (verbs): each step's send must
+  // meet the peer's receive of the same step.
+  virtual bool eagerSends() const { return false; }
   // Thread-safe: a blocked connect() or runStep() returns promptly (stopped / an error).
   virtual void interrupt() = 0;
   void setOnReceived(OnReceived f) { onReceived_ = std::move(f); }
