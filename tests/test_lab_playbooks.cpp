@@ -36,7 +36,7 @@ struct Topology {
   const char* routing;
   double rateBps = 1e9;
 };
-// link-flap-recovery, pfc-storm-watchdog, ecn-threshold-sweep, game-day and acceptance-suite:
+// link-flap-recovery, pfc-storm-watchdog, ecn-threshold-sweep, ecn-shallow, game-day and acceptance-suite:
 // one switch.
 const Topology kOneSwitch{"one switch, 3 nodes", 3, 0, 0, "ecmp"};
 // incast: one switch at 500 Mb/s. At 1 Gb/s the lab switch spends a whole core during the
@@ -491,6 +491,31 @@ TEST_CASE("ecn-threshold-sweep runs on the lab", "[playbooks][one-switch]") {
   std::string dom = renderedReport(r.reportDir);
   CHECK(seriesDrawn(dom, "ecn"));
   CHECK(dom.find("<table class=\"fabric\">") != std::string::npos);
+}
+
+TEST_CASE("ecn-shallow: a fault that costs the job 5-15 % is seen, and passes", "[playbooks][one-switch]") {
+  // Issue 21's fault the old lab could not resolve: its trials' own bands were 12-29 % deep.
+  // One run, no retries: the playbook's bounds (loss 5-20 %, impact and recovery within
+  // 500 ms) hold on this lab, and the switch's ground truth agrees: n2's RoCE queue marked
+  // many times more frames than any other port's.
+  Run r = runs(kOneSwitch, "ecn-shallow", 66);
+  REQUIRE(r.doc["trials"].size() == 3);
+  for (const auto& t : r.doc["trials"]) {
+    const json& im = t["job"]["impact"];
+    REQUIRE(im.is_object());
+    double marksN2 = 0, marksOther = 0;
+    for (const auto& d : t["fabric"]["deltas"])
+      if (d["queue"] == 3) (d["port"] == "n2" ? marksN2 : marksOther) += d["ecn_marked"].get<double>();
+    const double loss = im["loss_pct"].get<double>();
+    std::printf("[lab-playbooks] ecn-shallow: loss %.1f%% of the baseline; n2's queue marked %.0f frames, "
+                "the other ports' %.0f\n", loss, marksN2, marksOther);
+    std::fflush(stdout);
+    CHECK(loss > 5);
+    CHECK(loss < 20);
+    CHECK(marksN2 >= 1000);
+    CHECK(marksN2 > 5 * marksOther);
+  }
+  CHECK(r.code == 0);
 }
 
 TEST_CASE("game-day runs on the lab", "[playbooks][one-switch]") {
