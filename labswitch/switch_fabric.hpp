@@ -337,7 +337,8 @@ class Fabric {
   // Writes what each host port holds that is due; returns when the next held run is due.
   int64_t flushPorts(int64_t now);
   // The transmit timer: wakes the loop at WAKE (INT64_MAX: never).
-  void armTimer(int64_t wake, int64_t now);
+  // The loop's next wake-up: WAKE (CLOCK_MONOTONIC ns; INT64_MAX: none), or soon if past.
+  void setWake(int64_t wake, int64_t now);
 
   // Stops reading a host whose NIC model holds too much, and resumes when it drained: the
   // host's own TAP queue then fills, which is what a paused NIC does to its host.
@@ -354,7 +355,7 @@ class Fabric {
   void watch(int fd, uint64_t tag);
 
  private:
-  static constexpr uint64_t kSignal = 1, kTxTimer = 2, kPollTimer = 3, kListen = 4;
+  static constexpr uint64_t kSignal = 1, kPollTimer = 3, kListen = 4;
   static constexpr uint64_t kClientBase = 1000, kPortBase = 1'000'000;
 
   struct Client {
@@ -382,7 +383,7 @@ class Fabric {
   std::vector<Port> ports_;
   std::vector<Link> links_;
   std::unordered_map<Mac, int, MacHash> macTable_;
-  UniqueFD control_, txTimer_;
+  UniqueFD control_;
   std::deque<FabricEvent> events_;
   std::vector<Meter> meters_;
   PacketRules packetRules_;
@@ -393,7 +394,7 @@ class Fabric {
   // waiting for the CPU with work at hand. Near the elapsed time, the switch is saturated:
   // its CPU, not the line rate, bounds the traffic (`counters` reports both).
   int64_t loopStartNs_ = 0, idleNs_ = 0;
-  int64_t armedWake_ = -1;  // where pump() last set the transmit timer
+  int64_t nextWake_ = INT64_MAX;  // the transmit schedule's next instant: epoll's timeout
 };
 
 }  // namespace rc::labswitch
