@@ -284,6 +284,12 @@ bool corruptFrame(std::vector<uint8_t>& frame) {
   return true;
 }
 
+bool PacketRules::corruptsTcp() const {
+  for (const auto& r : rules_)
+    if (r->spec.action == PacketAction::corrupt && r->spec.select.protocol == PacketProtocol::tcp) return true;
+  return false;
+}
+
 json toJson(const PacketEvent& e) {
   json j = {{"wall_ns", e.wallNs}, {"rule", e.rule}, {"port", e.port}, {"direction", e.direction},
             {"action", e.action}, {"flow", e.flow}};

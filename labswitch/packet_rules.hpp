@@ -133,6 +133,9 @@ class PacketRules {
   // Whether any rule acts or captures at port PI (either direction): the data path's check.
   bool watches(int pi) const { return pi >= 0 && size_t(pi) < watched_.size() && watched_[size_t(pi)] > 0; }
   bool empty() const { return rules_.empty(); }
+  // Whether a rule corrupts TCP frames (their checksum must then be checked before a TAP with
+  // offload joins them into one write: TcpCoalescer::setVerify).
+  bool corruptsTcp() const;
 
   // Passes a frame at (PI, INGRESS) through the rules: the frames to forward now go to OUT
   // (none if dropped or held, two if duplicated). WALL converts monotonic time for events.

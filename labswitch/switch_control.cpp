@@ -181,7 +181,9 @@ Result<sp::AddPacketRuleReply> Fabric::addPacketRule(const sp::AddPacketRuleRequ
     auto slash = cfg_.control.rfind('/');
     dir = (slash == std::string::npos ? std::string(".") : cfg_.control.substr(0, slash)) + "/captures";
   }
-  return rulesReply<sp::AddPacketRuleReply>(packetRules_.add(*spec, pi, dir, now));
+  auto reply = rulesReply<sp::AddPacketRuleReply>(packetRules_.add(*spec, pi, dir, now));
+  updateChecksumVerify(now);
+  return reply;
 }
 
 Result<sp::DelPacketRuleReply> Fabric::delPacketRule(const sp::DelPacketRuleRequest& req, int64_t now) {

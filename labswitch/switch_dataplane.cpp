@@ -420,7 +420,17 @@ void Fabric::meterTx(int pi, const std::vector<uint8_t>& data, int64_t now) {
   }
 }
 
+void Fabric::updateChecksumVerify(int64_t now) {
+  if (packetRules_.corruptsTcp()) verifyUntil_ = now + 1'000'000'000;
+  const bool want = now < verifyUntil_;
+  if (want == verifying_) return;
+  verifying_ = want;
+  for (auto& p : ports_)
+    if (p.io) p.io->setVerifyChecksums(want);
+}
+
 void Fabric::tick(int64_t now) {
+  updateChecksumVerify(now);
   for (auto& m : meters_)
     if (m.active && now - m.lastNs > kMeterGapNs) {
       m.active = false;

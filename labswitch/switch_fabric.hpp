@@ -239,6 +239,9 @@ class Fabric {
   void meterTx(int pi, const std::vector<uint8_t>& data, int64_t now);
 
   void tick(int64_t now);
+  // Turns the TAPs' checksum check before joining on while a packet rule corrupts TCP, and for
+  // a second after the last one ends (its frames may still be queued).
+  void updateChecksumVerify(int64_t now);
 
   // SONiC's PFC watchdog: a queue that stays paused with frames waiting for the detection
   // time is in a storm; the storm ends when no PFC arrived for the restoration time.
@@ -394,6 +397,8 @@ class Fabric {
   // waiting for the CPU with work at hand. Near the elapsed time, the switch is saturated:
   // its CPU, not the line rate, bounds the traffic (`counters` reports both).
   int64_t loopStartNs_ = 0, idleNs_ = 0;
+  int64_t verifyUntil_ = 0;  // updateChecksumVerify
+  bool verifying_ = false;
   int64_t nextWake_ = INT64_MAX;  // the transmit schedule's next instant: epoll's timeout
 };
 

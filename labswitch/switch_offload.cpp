@@ -208,6 +208,15 @@ bool TcpCoalescer::joins(const Run& run, const uint8_t* f, size_t len) const {
          std::memcmp(t + 18, rt + 18, run.hdrLen - l4 - 18) == 0 && plen <= run.mss;
 }
 
+bool tcpChecksumOk(const uint8_t* f, size_t len) {
+  TcpLayout l;
+  if (!tcpLayout(f, len, l).empty()) return true;
+  const size_t ipEnd = l.v6 ? l.l3 + 40 + get16(f + l.l3 + 4) : l.l3 + get16(f + l.l3 + 2);
+  if (ipEnd > len || ipEnd < l.hdr) return false;
+  const size_t tcpLen = ipEnd - l.l4;
+  return csumFold(csumAdd(f + l.l4, tcpLen, pseudoSum(f, l, tcpLen))) == 0xffff;
+}
+
 void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
   // The open run of this frame's flow, if any (a frame that is not TCP has none).
   auto own = runs_.end();
@@ -216,6 +225,16 @@ void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
       own = it;
       break;
     }
+  if (verify_ && !tcpChecksumOk(f, len)) {
+    // What its flow holds goes first (the flow's order), then this frame alone, unflagged.
+    if (own != runs_.end()) {
+      retire(*own);
+      runs_.erase(own);
+    }
+    badChecksums_++;
+    emit_(VnetHdr{}, f, len);
+    return;
+  }
   if (own != runs_.end()) {
     Run& r = *own;
     if (joins(r, f, len)) {

@@ -73,6 +73,13 @@ class TcpCoalescer {
   size_t heldBytes() const;
   uint64_t superFrames() const { return superFrames_; }  // runs of two frames or more emitted
   uint64_t framesJoined() const { return framesJoined_; }
+  // While on, a TCP frame whose checksum is wrong joins no run: it goes to the host alone,
+  // without the offload header, so the host's stack checks it and drops it, as a NIC's GRO
+  // merges only frames whose checksum it verified. Off by default: verifying costs a pass
+  // over every byte, and only a packet rule that corrupts TCP makes such frames (the switch
+  // turns it on while one exists).
+  void setVerify(bool on) { verify_ = on; }
+  uint64_t badChecksums() const { return badChecksums_; }  // frames sent alone for it
 
  private:
   struct Run {
@@ -91,7 +98,12 @@ class TcpCoalescer {
   Emit emit_;
   std::vector<Run> runs_;  // open runs, oldest first
   std::vector<Run> spare_;  // emptied runs kept for their buffers
-  uint64_t superFrames_ = 0, framesJoined_ = 0;
+  uint64_t superFrames_ = 0, framesJoined_ = 0, badChecksums_ = 0;
+  bool verify_ = false;
 };
+
+// True when FRAME is a TCP segment (IPv4 or IPv6) whose checksum is right; true also for a
+// frame that is not TCP (nothing to check here).
+bool tcpChecksumOk(const uint8_t* frame, size_t len);
 
 }  // namespace rc::labswitch

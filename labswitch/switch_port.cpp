@@ -78,6 +78,7 @@ class TapIo final : public PortIo {
   void flush() override {
     if (offload_) out_.flush();
   }
+  void setVerifyChecksums(bool on) override { out_.setVerify(on); }
   int64_t flushDue(int64_t now) override {
     if (!offload_) return INT64_MAX;
     if (holdNs_ <= 0) {

@@ -45,6 +45,9 @@ class PortIo {
     uint64_t superWrites = 0, superWriteFrames = 0;  // writes of joined runs, and their frames
   };
   virtual IoStats ioStats() const { return {}; }
+  // Checks each TCP frame's checksum before joining it with others into one write, so that a
+  // corrupted one reaches the host unjoined and is dropped there (TcpCoalescer::setVerify).
+  virtual void setVerifyChecksums(bool on) { (void)on; }
   // The host NIC's MAC address when it is known up front (a TAP's own address).
   virtual Mac hostMac() const { return {}; }
   virtual std::string describe() const = 0;

@@ -125,6 +125,38 @@ TEST_CASE("a second packet fault on a port held by one is refused, naming it") {
 // A deleted rule leaves nothing behind in the switch's loop either: its expiry once stayed the
 // loop's next wake-up, and past it the loop woke every microsecond (a busy switch that slowed
 // the soft-RoCE guests after every packet fault).
+TEST_CASE("a TCP frame the switch corrupts is dropped by the host's TCP, not joined into a verified write") {
+  // With offload the switch joins a flow's frames into one write that the host takes as
+  // checksummed (CHECKSUM_PARTIAL). A corrupted frame must not be joined: its host's TCP then
+  // finds the bad checksum, drops the frame and has it sent again, and the job's own payload
+  // checksums and results never see it. (Before the fix: of 300 corrupted frames the hosts'
+  // TCP caught 3, the job counted 166 corrupt chunks and 10 wrong results.)
+  json add = labtest::control(sharedLab().switchControl(),
+                              {{"cmd", "add_packet_rule"},
+                               {"rule", {{"name", "bits"}, {"port", "n2"}, {"direction", "egress"}, {"protocol", "tcp"},
+                                         {"action", "corrupt"}, {"select", "every"}, {"every", 100},
+                                         {"max_actions", 200}, {"capture", false}}}});
+  REQUIRE(add["ok"] == true);
+  std::string out, err;
+  int rc = rctest::runCli(sharedLab().dir(),
+                          {"workload", "--inventory", sharedLab().inventory(), "--kind", "allreduce", "--size", "4MiB",
+                           "--for", "4s", "--node", "n1", "--node", "n2", "--json"},
+                          &out, &err);
+  json listed = rules();
+  REQUIRE(labtest::control(sharedLab().switchControl(), {{"cmd", "del_packet_rule"}, {"name", "bits"}})["ok"] == true);
+  INFO("stderr: " << err << "\nstdout: " << out.substr(0, 2000));
+  REQUIRE(rc == 0);
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0]["acted"].get<int64_t>() == 200);  // 4 s of a 1G job carry far more than 20,000 frames
+  json w = json::parse(out);
+  for (const auto& n : w["nodes"]) {
+    INFO("node " << n["node"] << ": " << n["counters"].dump());
+    CHECK(n["counters"]["corruptions"] == 0);
+    CHECK(n["counters"]["verify_failures"] == 0);
+    CHECK(n["counters"]["iterations"].get<int64_t>() > 0);
+  }
+}
+
 TEST_CASE("after a rule is deleted and its old expiry has passed, the switch's loop is idle") {
   json add = labtest::control(sharedLab().switchControl(),
                               {{"cmd", "add_packet_rule"},

@@ -218,6 +218,42 @@ TEST_CASE("wire frames of one flow, back to back and alike, are joined; the host
   CHECK(again == wire);
 }
 
+TEST_CASE("with verification on, a frame with a bad TCP checksum joins no run and goes alone, unflagged", "[offload]") {
+  const uint16_t mss = 1448;
+  Frame super = tcpFrame(8 * mss, 500, 0x08, true);
+  std::vector<Frame> wire;
+  REQUIRE(segmentFrame(super.data(), super.size(), tso(mss), wire).empty());
+  REQUIRE(wire.size() == 8);
+  for (const auto& f : wire) CHECK(tcpChecksumOk(f.data(), f.size()));
+  wire[4][kHdr + 100] ^= 0x01;  // what a packet rule's corrupt does: one payload bit
+  CHECK_FALSE(tcpChecksumOk(wire[4].data(), wire[4].size()));
+  const bool verify = GENERATE(false, true);
+  std::vector<Written> got;
+  TcpCoalescer c([&](const VnetHdr& h, const uint8_t* d, size_t n) { got.push_back({h, Frame(d, d + n)}); });
+  c.setVerify(verify);
+  for (const auto& f : wire) c.add(f.data(), f.size());
+  c.flush();
+  if (!verify) {
+    // Unchecked, the bad frame is joined and the host would take it as checksummed.
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].h.flags == kVnetNeedsCsum);
+    CHECK(c.badChecksums() == 0);
+    return;
+  }
+  // Checked: frames 0-3 as one run, frame 4 alone without the offload header (its host checks
+  // it), frames 5-7 as the next run; the flow's order kept.
+  REQUIRE(got.size() == 3);
+  CHECK(c.badChecksums() == 1);
+  CHECK(got[0].h.gsoType == kGsoTcpV4);
+  CHECK(got[0].f.size() == kHdr + 4 * mss);
+  CHECK(got[1].h.flags == 0);
+  CHECK(got[1].h.gsoType == kGsoNone);
+  CHECK(got[1].f == wire[4]);
+  CHECK(got[2].h.gsoType == kGsoTcpV4);
+  CHECK(got[2].f.size() == kHdr + 3 * mss);
+  CHECK(be32(got[2].f.data() + kL4 + 4) == 500 + 5 * mss);
+}
+
 TEST_CASE("what the model did to one frame ends a run: a CE mark, a gap, a SYN; another flow does not", "[offload]") {
   const uint16_t mss = 1448;
   Frame super = tcpFrame(6 * mss, 1, 0, true);
