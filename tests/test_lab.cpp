@@ -512,4 +512,28 @@ TEST_CASE("lab helper commands have a deadline") {
   CHECK(*ok == "hello\n");
 }
 
+
+TEST_CASE("lab up refuses a bad --ack-priority, or one where no lab switch classifies, before creating anything") {
+  const std::string dir = "/tmp/rc-ackprio-" + std::to_string(::getpid());
+  struct Case {
+    std::vector<std::string> args;
+    const char* says;
+  };
+  const Case cases[] = {
+      {{"--ack-priority", "8"}, "--ack-priority must be a priority 0-7, or 'dscp'"},
+      {{"--ack-priority", "high"}, "--ack-priority must be a priority 0-7, or 'dscp'"},
+      {{"--ack-priority", "3", "--fabric", "bridge"}, "--ack-priority sets the lab switch of a namespace lab"},
+      {{"--ack-priority", "dscp", "--soft-roce"}, "--ack-priority sets the lab switch of a namespace lab"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"lab", "up", "--nodes", "2", "--dir", dir};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    std::string out, err;
+    int rc = rctest::runCli(std::filesystem::temp_directory_path().string(), args, &out, &err);
+    INFO("args: " << c.args[0] << " " << c.args[1] << "; stderr: " << err);
+    CHECK(rc == 2);
+    CHECK_THAT(err, Catch::Contains(c.says));
+    CHECK_FALSE(std::filesystem::exists(dir));
+  }
+}
 }  // namespace test_lab

@@ -76,7 +76,7 @@ struct LabFabricOptions {
   int agentMetrics = 0;      // port where each agent serves Prometheus on its management address
   bool noOffload = false;    // the switch's TAPs without segmentation offload
   std::string deliveryHold = "500us";  // how long a TAP holds a TCP run for its host
-  std::string ackPriority = "6";       // the switch's priority for pure TCP ACKs, or "dscp"
+  std::string ackPriority;  // the switch's priority for pure TCP ACKs, or "dscp"; empty: 6
 };
 int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOptions& fabric = {});
 int cmdLabDown(const std::string& dir);

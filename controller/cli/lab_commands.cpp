@@ -89,7 +89,12 @@ int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOp
       return fail("lab up: --delivery-hold must be 0..10ms (e.g. 500us; 0 writes every pass at once)");
     opt.deliveryHoldNs = std::chrono::duration_cast<std::chrono::nanoseconds>(*hold).count();
   }
-  if (fabric.ackPriority == "dscp") {
+  if (!fabric.ackPriority.empty() && (softRoce || fabric.fabric == "bridge")) {
+    return fail("lab up: --ack-priority sets the lab switch of a namespace lab; the soft-RoCE guests' and the bridge "
+                "fabric's queues do not classify ACKs (leave it out)");
+  } else if (fabric.ackPriority.empty()) {
+    opt.tcpAckPriority = 6;
+  } else if (fabric.ackPriority == "dscp") {
     opt.tcpAckPriority = -1;
   } else if (fabric.ackPriority.size() == 1 && fabric.ackPriority[0] >= '0' && fabric.ackPriority[0] <= '7') {
     opt.tcpAckPriority = fabric.ackPriority[0] - '0';

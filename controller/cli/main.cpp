@@ -160,8 +160,7 @@ void addSetupCommands(CLI::App& app, Cli& cli) {
                      "how long the switch holds a TCP run for its host so that one write carries it (0-10ms; 0: every pass writes)")
       ->capture_default_str();
   cLabUp->add_option("--ack-priority", labFabric.ackPriority,
-                     "the switch's priority for pure TCP ACKs (0-7; 6 is strict, beside CNPs), or 'dscp' to leave them in their data's class")
-      ->capture_default_str();
+                     "the switch's priority for pure TCP ACKs (0-7, default 6: strict, beside CNPs), or 'dscp' to leave them in their data's class");
   cLabUp->add_option("--lease", labFabric.lease, "the agents' lease: a silent controller's faults are reverted after it")
       ->capture_default_str();
   cLabUp->add_option("--agent-metrics", labFabric.agentMetrics,
