@@ -193,7 +193,7 @@ Result<sp::DelPacketRuleReply> Fabric::delPacketRule(const sp::DelPacketRuleRequ
                             // What the rule still held goes on, as it would have at its time.
                             Port& p = ports_[size_t(pi)];
                             if (ingress) {
-                              int prio = classify(f.data(), f.size(), dscp_);
+                              int prio = classify(f.data(), f.size(), classes_);
                               if (portUp(pi)) forward(pi, std::move(f), prio, now);
                             } else if (p.io && !p.closed) {
                               p.io->write(f.data(), f.size());

@@ -81,7 +81,7 @@ void Fabric::fromHost(int pi, std::vector<uint8_t> data, int64_t now) {
     std::memcpy(src.data(), data.data() + 6, 6);
     macTable_[src] = pi;
   }
-  int prio = classify(data.data(), data.size(), dscp_);
+  int prio = classify(data.data(), data.size(), classes_);
   Queue& q = p.q[prio];
   if ((q.hostPausedUntil > now || !q.hold.empty()) && !pfc::parse(data.data(), data.size())) {
     q.hold.push_back(std::move(data));
@@ -104,7 +104,7 @@ void Fabric::receive(int pi, std::vector<uint8_t> data, int64_t now) {
     onPfc(pi, *f, now);
     return;
   }
-  int prio = classify(data.data(), data.size(), dscp_);
+  int prio = classify(data.data(), data.size(), classes_);
   if (p.isHost() && packetRules_.watches(pi)) {
     std::vector<std::vector<uint8_t>> pass;
     packetRules_.process(pi, true, std::move(data), prio, now, wallOf(now), pass);
@@ -225,7 +225,7 @@ void Fabric::deliver(int pi, std::vector<uint8_t> data, int64_t now) {
   if (p.io) {
     if (packetRules_.watches(pi)) {
       std::vector<std::vector<uint8_t>> pass;
-      int prio = classify(data.data(), data.size(), dscp_);
+      int prio = classify(data.data(), data.size(), classes_);
       packetRules_.process(pi, false, std::move(data), prio, now, wallOf(now), pass);
       for (auto& f : pass) p.io->write(f.data(), f.size());
       return;
@@ -571,7 +571,7 @@ void Fabric::releasePackets(int64_t now) {
     Port& p = ports_[size_t(pi)];
     if (ingress) {
       if (!portUp(pi)) return;
-      int prio = classify(f.data(), f.size(), dscp_);
+      int prio = classify(f.data(), f.size(), classes_);
       forward(pi, std::move(f), prio, now);
     } else if (p.io && !p.closed) {
       p.io->write(f.data(), f.size());

@@ -172,8 +172,8 @@ struct Switch {
 class Fabric {
  public:
   explicit Fabric(Config c) : cfg_(std::move(c)), rng_(cfg_.seed) {
-    if (cfg_.dscpMap.size() == 64) std::copy(cfg_.dscpMap.begin(), cfg_.dscpMap.end(), dscp_.dscp.begin());
-    dscp_.tcpAckPriority = cfg_.tcpAckPriority;
+    if (cfg_.dscpMap.size() == 64) std::copy(cfg_.dscpMap.begin(), cfg_.dscpMap.end(), classes_.dscp.begin());
+    classes_.tcpAckPriority = cfg_.tcpAckPriority;
     adaptive_ = cfg_.routing == "adaptive";
   }
 
@@ -339,7 +339,6 @@ class Fabric {
   int64_t pump(int64_t now);
   // Writes what each host port holds that is due; returns when the next held run is due.
   int64_t flushPorts(int64_t now);
-  // The transmit timer: wakes the loop at WAKE (INT64_MAX: never).
   // The loop's next wake-up: WAKE (CLOCK_MONOTONIC ns; INT64_MAX: none), or soon if past.
   void setWake(int64_t wake, int64_t now);
 
@@ -380,7 +379,7 @@ class Fabric {
 
   Config cfg_;
   std::mt19937 rng_;
-  Classes dscp_;  // priority classification: DSCP map and the pure-ACK rule
+  Classes classes_;  // priority classification: DSCP map and the pure-ACK rule
   bool adaptive_ = false;
   std::vector<Switch> switches_;
   std::vector<Port> ports_;

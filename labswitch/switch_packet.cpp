@@ -42,9 +42,9 @@ DscpMap defaultDscpMap() {
   return m;
 }
 
-bool isPureTcpAck(const uint8_t* f, size_t len) {
-  size_t ip = ipv4Offset(f, len);
-  if (ip == 0 || f[ip + 9] != 6) return false;
+// A pure TCP ACK in an IPv4 header at IP (ipv4Offset's, not 0).
+static bool pureTcpAckAt(const uint8_t* f, size_t len, size_t ip) {
+  if (f[ip + 9] != 6) return false;
   size_t ihl = size_t(f[ip] & 0xf) * 4;
   if (ihl < 20 || len < ip + ihl + 20) return false;
   const uint8_t* tcp = f + ip + ihl;
@@ -53,11 +53,16 @@ bool isPureTcpAck(const uint8_t* f, size_t len) {
   return doff >= 20 && be16(f + ip + 2) == ihl + doff && (tcp[13] & kFinSynRst) == 0 && (tcp[13] & 0x10);
 }
 
+bool isPureTcpAck(const uint8_t* f, size_t len) {
+  size_t ip = ipv4Offset(f, len);
+  return ip != 0 && pureTcpAckAt(f, len, ip);
+}
+
 int classify(const uint8_t* f, size_t len, const Classes& classes) {
   if (len >= 16 && be16(f + 12) == kVlan) return f[14] >> 5;
   size_t ip = ipv4Offset(f, len);
   if (ip == 0) return 0;
-  if (classes.tcpAckPriority >= 0 && isPureTcpAck(f, len)) return classes.tcpAckPriority & 7;
+  if (classes.tcpAckPriority >= 0 && pureTcpAckAt(f, len, ip)) return classes.tcpAckPriority & 7;
   return classes.dscp[f[ip + 1] >> 2] & 7;
 }
 
