@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "labswitch/switch_offload.hpp"
 #include "labswitch/switch_packet.hpp"
 
 namespace rc::labswitch {
@@ -280,7 +281,12 @@ bool corruptFrame(std::vector<uint8_t>& frame) {
   size_t end = std::min(frame.size(), fl->ipOffset + fl->ipTotalLength);
   size_t start = fl->l4Offset + hdr;
   if (start >= end) return false;
+  if (fl->protocol == 6) completeTcpChecksum(frame.data(), frame.size());  // wrong against a whole checksum
   frame[start + (end - start) / 2] ^= 0x01;
+  // A TCP checksum that now reads as partial (its complete value happened to be the pseudo-
+  // header's sum: 1 in 65,536) would have the host finish it and take the frame: break the
+  // checksum field too, by a change the payload's cannot cancel.
+  if (fl->protocol == 6 && tcpChecksumPartial(frame.data(), frame.size())) frame[fl->l4Offset + 16] ^= 0x80;
   return true;
 }
 
@@ -302,6 +308,9 @@ json toJson(const PacketEvent& e) {
 void PacketRules::process(int pi, bool ingress, std::vector<uint8_t> frame, int prio, int64_t now,
                           int64_t wallNow, std::vector<std::vector<uint8_t>>& out) {
   std::optional<roce::Bth> bth;
+  // What a rule sees, captures or corrupts is the wire frame with its checksum whole (a
+  // segment cut from a host's super-frame arrives partial: switch_offload.hpp).
+  completeTcpChecksum(frame.data(), frame.size());
   bool parsed = false;
   auto view = [&]() -> const std::optional<roce::Bth>& {
     if (!parsed) {

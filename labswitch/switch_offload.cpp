@@ -164,9 +164,11 @@ std::string segmentFrame(const uint8_t* frame, size_t len, const VnetHdr& h,
     if (i + 1 < count) fl &= uint8_t(~(kFin | kPsh));
     if (i > 0) fl &= uint8_t(~kCwr);
     f[l.l4 + 13] = fl;
-    put16(f + l.l4 + 16, 0);
-    const size_t tcpLen = seg.size() - l.l4;
-    put16(f + l.l4 + 16, uint16_t(~csumFold(csumAdd(f + l.l4, tcpLen, pseudoSum(f, l, tcpLen)))));
+    // Left partial, as the host left it: the field holds the pseudo-header's sum. Summing
+    // every payload byte here was 8 % of the switch's time, and wasted when the segment
+    // leaves joined again (the receiving host is told CHECKSUM_PARTIAL); the ports that need
+    // it whole complete it (completeTcpChecksum).
+    put16(f + l.l4 + 16, csumFold(pseudoSum(f, l, seg.size() - l.l4)));
     out.push_back(std::move(seg));
   }
   return {};
@@ -208,13 +210,37 @@ bool TcpCoalescer::joins(const Run& run, const uint8_t* f, size_t len) const {
          std::memcmp(t + 18, rt + 18, run.hdrLen - l4 - 18) == 0 && plen <= run.mss;
 }
 
+namespace {
+
+// The TCP segment's length by its IP header (0: the IP length does not fit the frame).
+size_t tcpLength(const uint8_t* f, size_t len, const TcpLayout& l) {
+  const size_t ipEnd = l.v6 ? l.l3 + 40 + get16(f + l.l3 + 4) : l.l3 + get16(f + l.l3 + 2);
+  if (ipEnd > len || ipEnd < l.hdr) return 0;
+  return ipEnd - l.l4;
+}
+
+}  // namespace
+
 bool tcpChecksumOk(const uint8_t* f, size_t len) {
   TcpLayout l;
   if (!tcpLayout(f, len, l).empty()) return true;
-  const size_t ipEnd = l.v6 ? l.l3 + 40 + get16(f + l.l3 + 4) : l.l3 + get16(f + l.l3 + 2);
-  if (ipEnd > len || ipEnd < l.hdr) return false;
-  const size_t tcpLen = ipEnd - l.l4;
+  const size_t tcpLen = tcpLength(f, len, l);
+  if (tcpLen == 0) return false;
   return csumFold(csumAdd(f + l.l4, tcpLen, pseudoSum(f, l, tcpLen))) == 0xffff;
+}
+
+bool tcpChecksumPartial(const uint8_t* f, size_t len) {
+  TcpLayout l;
+  if (!tcpLayout(f, len, l).empty()) return false;
+  const size_t tcpLen = tcpLength(f, len, l);
+  return tcpLen != 0 && get16(f + l.l4 + 16) == csumFold(pseudoSum(f, l, tcpLen));
+}
+
+bool completeTcpChecksum(uint8_t* f, size_t len) {
+  if (!tcpChecksumPartial(f, len)) return false;
+  TcpLayout l;
+  tcpLayout(f, len, l);
+  return completeChecksum(f, l.l4 + tcpLength(f, len, l), uint16_t(l.l4), 16);
 }
 
 void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
@@ -225,7 +251,8 @@ void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
       own = it;
       break;
     }
-  if (verify_ && !tcpChecksumOk(f, len)) {
+  const bool partial = tcpChecksumPartial(f, len);
+  if (verify_ && !partial && !tcpChecksumOk(f, len)) {
     // What its flow holds goes first (the flow's order), then this frame alone, unflagged.
     if (own != runs_.end()) {
       retire(*own);
@@ -258,7 +285,7 @@ void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
   const uint8_t flags = tcp ? f[l.l4 + 13] : 0;
   // A run starts at a data segment carrying ACK and nothing that must stay on its own frame.
   if (!tcp || len <= l.hdr || !(flags & kAck) || (flags & (kSyn | kRst | kUrg | kCwr))) {
-    emit_(VnetHdr{}, f, len);
+    emitOne(f, len, partial ? l.l4 : 0);
     return;
   }
   if (runs_.size() >= kMaxRuns) {
@@ -288,9 +315,20 @@ size_t TcpCoalescer::heldBytes() const {
   return n;
 }
 
+void TcpCoalescer::emitOne(const uint8_t* f, size_t len, size_t partialAt) {
+  VnetHdr h;
+  if (partialAt > 0) {
+    // Its checksum is the host's to finish, as a NIC would have (see segmentFrame).
+    h.flags = kVnetNeedsCsum;
+    h.csumStart = uint16_t(partialAt);
+    h.csumOffset = 16;
+  }
+  emit_(h, f, len);
+}
+
 void TcpCoalescer::retire(Run& r) {
   if (r.frames == 1) {
-    emit_(VnetHdr{}, r.bytes.data(), r.bytes.size());
+    emitOne(r.bytes.data(), r.bytes.size(), tcpChecksumPartial(r.bytes.data(), r.bytes.size()) ? r.l4 : 0);
   } else if (r.frames > 1) {
     TcpLayout l;
     l.l3 = r.l3;

@@ -2,8 +2,8 @@
 //
 // A host's TCP hands its TAP super-frames of up to 64 KiB (TSO) with their checksums left to
 // the NIC; the switch reads one with a virtio_net_hdr and cuts it here into the wire frames it
-// stands for, with every checksum complete, so the model (queues, pacing, ECN, PFC, drops,
-// meters, counters) only ever sees wire frames, exactly as before. On the way out, wire frames
+// stands for (their TCP checksums left partial, as the host left them), so the model (queues,
+// pacing, ECN, PFC, drops, meters, counters) only ever sees wire frames, exactly as before. On the way out, wire frames
 // of one TCP flow that the model sends to a host in one pass, back to back and alike, are
 // joined into one super-frame for the receiving host (its stack then takes them as one, as
 // after a NIC's GRO); a frame that differs (a CE mark, other flags, a gap in the sequence)
@@ -43,7 +43,8 @@ bool completeChecksum(uint8_t* frame, size_t len, uint16_t start, uint16_t offse
 // Turns one frame read with header H into wire frames appended to OUT: a TCP super-frame
 // (IPv4 or IPv6, gso_size H.gsoSize) cut into segments with their IP lengths, IPv4 ids and
 // header checksums, TCP sequence numbers and flags (FIN and PSH on the last only, CWR on the
-// first only) and complete TCP checksums; any other frame as it is, its checksum completed
+// first only) and partial TCP checksums (tcpChecksumPartial: summing each payload here is
+// wasted when the segments leave joined); any other frame as it is, its checksum completed
 // if H asks for that. An error names what the frame lacks (nothing is appended then).
 std::string segmentFrame(const uint8_t* frame, size_t len, const VnetHdr& h,
                          std::vector<std::vector<uint8_t>>& out);
@@ -95,6 +96,9 @@ class TcpCoalescer {
   bool joins(const Run& r, const uint8_t* frame, size_t len) const;
   // Emits R (a super-frame, or its one frame) and keeps its buffer in spare_; R is left empty.
   void retire(Run& r);
+  // Emits one frame; PARTIAL_AT > 0: a TCP frame whose checksum is partial, its TCP header
+  // there (the host is told to finish it).
+  void emitOne(const uint8_t* f, size_t len, size_t partialAt);
   Emit emit_;
   std::vector<Run> runs_;  // open runs, oldest first
   std::vector<Run> spare_;  // emptied runs kept for their buffers
@@ -105,5 +109,18 @@ class TcpCoalescer {
 // True when FRAME is a TCP segment (IPv4 or IPv6) whose checksum is right; true also for a
 // frame that is not TCP (nothing to check here).
 bool tcpChecksumOk(const uint8_t* frame, size_t len);
+
+// True when FRAME is a TCP segment whose checksum is partial: its field holds the folded sum
+// of its pseudo-header, as a sender's stack leaves it for the NIC and as segmentFrame leaves
+// the segments it cuts. A segment whose complete checksum happens to be that value (1 in
+// 65,536) passes for partial, harmlessly: completing it, or letting the host finish it,
+// gives the same bytes. Only a corrupted frame could be misjudged, and corruptFrame
+// (packet_rules.cpp) never leaves one that reads as partial.
+bool tcpChecksumPartial(const uint8_t* frame, size_t len);
+
+// Completes FRAME's TCP checksum if it is partial; true if it changed it. For ports whose
+// host does not take CHECKSUM_PARTIAL (a TAP without offload, a QEMU stream), for a capture
+// that must show checksums whole, and before a packet rule corrupts the frame.
+bool completeTcpChecksum(uint8_t* frame, size_t len);
 
 }  // namespace rc::labswitch

@@ -93,7 +93,15 @@ class TapIo final : public PortIo {
  private:
   // A TAP write is handed to the host's stack synchronously; it fails only when the device is
   // down (EIO) or gone.
-  bool sendPlain(const uint8_t* data, size_t len) { return ::write(fd_.get(), data, len) == ssize_t(len); }
+  bool sendPlain(const uint8_t* data, size_t len) {
+    if (tcpChecksumPartial(data, len)) {
+      // This host takes no CHECKSUM_PARTIAL: the checksum goes whole.
+      whole_.assign(data, data + len);
+      completeTcpChecksum(whole_.data(), len);
+      data = whole_.data();
+    }
+    return ::write(fd_.get(), data, len) == ssize_t(len);
+  }
   void send(const VnetHdr& h, const uint8_t* data, size_t len) {
     stats_.writes++;
     iovec iov[2] = {{const_cast<VnetHdr*>(&h), sizeof h}, {const_cast<uint8_t*>(data), len}};
@@ -108,6 +116,7 @@ class TapIo final : public PortIo {
   TcpCoalescer out_;
   bool ok_ = true;
   uint64_t badFrames_ = 0;
+  std::vector<uint8_t> whole_;  // a frame whose checksum sendPlain completed
   IoStats stats_;
   uint8_t buf_[kMaxFrame + sizeof(VnetHdr)];
 };
@@ -145,6 +154,12 @@ class StreamIo final : public PortIo {
   // Frames the socket cannot take wait in out_, flushed on later writes and on flush();
   // beyond kMaxPending the guest is not reading and frames to it are dropped.
   bool write(const uint8_t* data, size_t len) override {
+    if (tcpChecksumPartial(data, len)) {
+      // A guest's virtio NIC gets whole checksums from a stream (no offload header).
+      whole_.assign(data, data + len);
+      completeTcpChecksum(whole_.data(), len);
+      data = whole_.data();
+    }
     flush();
     if (out_.size() - outSent_ > kMaxPending) return false;
     uint8_t hdr[4] = {uint8_t(len >> 24), uint8_t(len >> 16), uint8_t(len >> 8), uint8_t(len)};
@@ -190,6 +205,7 @@ class StreamIo final : public PortIo {
   std::vector<uint8_t> in_;
   size_t have_ = 0;
   static constexpr size_t kMaxPending = 1 << 20;
+  std::vector<uint8_t> whole_;  // a frame whose checksum write() completed
   std::vector<uint8_t> out_;
   size_t outSent_ = 0;
 };

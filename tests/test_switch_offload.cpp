@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/unique_fd.hpp"
+#include "labswitch/packet_rules.hpp"
 #include "labswitch/switch_fabric.hpp"
 #include "labswitch/switch_offload.hpp"
 #include "labswitch/switch_packet.hpp"
@@ -148,7 +149,14 @@ TEST_CASE("a TCP super-frame becomes its wire frames: lengths, ids, sequence, fl
     CHECK(s[kL3 + 1] == 0x02);                                 // ECT kept on every segment
     CHECK(ipChecksumValid(s));
     CHECK(be32(s.data() + kL4 + 4) == 1000 + i * mss);         // sequence
-    CHECK(tcpChecksumValid(s));
+    // The TCP checksum left partial, as the host left it; completed, it is right.
+    CHECK(tcpChecksumPartial(s.data(), s.size()));
+    CHECK_FALSE(tcpChecksumValid(s));
+    Frame whole = s;
+    CHECK(completeTcpChecksum(whole.data(), whole.size()));
+    CHECK(tcpChecksumValid(whole));
+    CHECK(std::memcmp(whole.data(), s.data(), kL4 + 16) == 0);
+    CHECK(std::memcmp(whole.data() + kL4 + 18, s.data() + kL4 + 18, s.size() - kL4 - 18) == 0);
     const uint8_t fl = s[kL4 + 13];
     CHECK(bool(fl & 0x10));                                    // ACK on all
     CHECK(bool(fl & 0x08) == (i + 1 == out.size()));           // PSH on the last only
@@ -218,15 +226,81 @@ TEST_CASE("wire frames of one flow, back to back and alike, are joined; the host
   CHECK(again == wire);
 }
 
+TEST_CASE("a partial TCP checksum: told from a whole one, completed, flagged to the host, never left on a corrupted frame",
+          "[offload]") {
+  Frame partial = tcpFrame(700, 42, 0, true), whole = tcpFrame(700, 42);
+  CHECK(tcpChecksumPartial(partial.data(), partial.size()));
+  CHECK_FALSE(tcpChecksumPartial(whole.data(), whole.size()));
+  CHECK_FALSE(tcpChecksumOk(partial.data(), partial.size()));
+  // Completing: the partial one becomes the whole one; the whole one is left alone.
+  Frame done = partial;
+  CHECK(completeTcpChecksum(done.data(), done.size()));
+  CHECK(done == whole);
+  CHECK_FALSE(completeTcpChecksum(done.data(), done.size()));
+  CHECK(done == whole);
+  // Not TCP, or a TCP length beyond the frame: never partial.
+  Frame udp = whole;
+  udp[kL3 + 9] = 17;
+  CHECK_FALSE(tcpChecksumPartial(udp.data(), udp.size()));
+  CHECK_FALSE(tcpChecksumPartial(partial.data(), partial.size() - 1));
+  // A single frame to the host: a partial one with CHECKSUM_PARTIAL at its TCP header, a whole
+  // one unflagged (a pure ACK, which opens no run).
+  std::vector<Written> got;
+  TcpCoalescer c([&](const VnetHdr& h, const uint8_t* d, size_t n) { got.push_back({h, Frame(d, d + n)}); });
+  Frame ack = tcpFrame(0, 42, 0, true), ackWhole = tcpFrame(0, 42);
+  c.add(ack.data(), ack.size());
+  c.add(ackWhole.data(), ackWhole.size());
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].h.flags == kVnetNeedsCsum);
+  CHECK(got[0].h.csumStart == kL4);
+  CHECK(got[0].h.csumOffset == 16);
+  CHECK(got[1].h.flags == 0);
+
+  // A frame whose whole checksum happens to be its pseudo-header's sum (1 in 65,536; found by
+  // trying the values of one payload word) reads as partial, and completing it changes no byte.
+  // Corrupted, it must not: the host would finish its checksum and take it.
+  Frame odd = whole;
+  const uint16_t pseudo = be16(partial.data() + kL4 + 16);
+  bool found = false;
+  for (uint32_t w = 0; w <= 0xffff && !found; w++) {
+    odd[kHdr + 10] = uint8_t(w >> 8);
+    odd[kHdr + 11] = uint8_t(w);
+    odd[kL4 + 16] = odd[kL4 + 17] = 0;
+    const size_t tcpLen = odd.size() - kL4;
+    uint16_t sum = uint16_t(~refSum(odd.data() + kL4, tcpLen, refSum(odd.data() + kL3 + 12, 8) + 6 + uint32_t(tcpLen)));
+    odd[kL4 + 16] = uint8_t(sum >> 8);
+    odd[kL4 + 17] = uint8_t(sum);
+    found = sum == pseudo;
+  }
+  REQUIRE(found);
+  CHECK(tcpChecksumValid(odd));
+  CHECK(tcpChecksumPartial(odd.data(), odd.size()));
+  Frame same = odd;
+  completeTcpChecksum(same.data(), same.size());
+  CHECK(same == odd);
+  Frame bad = odd;
+  REQUIRE(corruptFrame(bad));
+  CHECK_FALSE(tcpChecksumPartial(bad.data(), bad.size()));
+  CHECK_FALSE(tcpChecksumValid(bad));
+  // An ordinary frame corrupted: its checksum completed first, then wrong.
+  Frame bad2 = partial;
+  REQUIRE(corruptFrame(bad2));
+  CHECK_FALSE(tcpChecksumPartial(bad2.data(), bad2.size()));
+  CHECK_FALSE(tcpChecksumValid(bad2));
+  CHECK(std::memcmp(bad2.data() + kL4 + 16, whole.data() + kL4 + 16, 2) == 0);
+}
+
 TEST_CASE("with verification on, a frame with a bad TCP checksum joins no run and goes alone, unflagged", "[offload]") {
   const uint16_t mss = 1448;
   Frame super = tcpFrame(8 * mss, 500, 0x08, true);
   std::vector<Frame> wire;
   REQUIRE(segmentFrame(super.data(), super.size(), tso(mss), wire).empty());
   REQUIRE(wire.size() == 8);
-  for (const auto& f : wire) CHECK(tcpChecksumOk(f.data(), f.size()));
-  wire[4][kHdr + 100] ^= 0x01;  // what a packet rule's corrupt does: one payload bit
+  for (const auto& f : wire) CHECK(tcpChecksumPartial(f.data(), f.size()));
+  // What a packet rule's corrupt does: completes the checksum, then flips one payload bit.
+  REQUIRE(corruptFrame(wire[4]));
   CHECK_FALSE(tcpChecksumOk(wire[4].data(), wire[4].size()));
+  CHECK_FALSE(tcpChecksumPartial(wire[4].data(), wire[4].size()));
   const bool verify = GENERATE(false, true);
   std::vector<Written> got;
   TcpCoalescer c([&](const VnetHdr& h, const uint8_t* d, size_t n) { got.push_back({h, Frame(d, d + n)}); });
@@ -276,7 +350,10 @@ TEST_CASE("what the model did to one frame ends a run: a CE mark, a gap, a SYN; 
     CHECK((got[1].f[kL3 + 1] & 3) == 3);   // CE, on that frame alone
     CHECK((got[0].f[kL3 + 1] & 3) == 2);
     CHECK((got[2].f[kL3 + 1] & 3) == 2);
-    CHECK(got[1].h.gsoType == kGsoNone);   // a single frame goes as it is
+    CHECK(got[1].h.gsoType == kGsoNone);   // a single frame goes as it is, its checksum
+    CHECK(got[1].h.flags == kVnetNeedsCsum);  // still partial: the host finishes it
+    CHECK(got[1].h.csumStart == kL4);
+    CHECK(got[1].h.csumOffset == 16);
     CHECK(got[1].f == w[2]);
   }
   SECTION("the fourth frame dropped by a queue: the gap in the sequence ends the run") {
