@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The figures a lab playbook's bounds are set from (issue 21): runs PLAYBOOK RUNS times on one
+# fresh namespace lab (3 nodes, one switch, 1G, as the playbooks suite's lab unless told
+# otherwise) and prints, for every expectation of the playbook, what each trial measured, with
+# the median, the spread and how many met the bound; then per trial the healthy job's own
+# band below its baseline and the lab switch's load in the fault window (busy and busiest
+# second). Printed figures, never test assertions (these machines are noisy).
+#
+#   sudo bench/playbook_figures.sh PLAYBOOK [RUNS] [-- extra `lab up` options]
+#   sudo bench/playbook_figures.sh playbooks/incast.toml 10 -- --rate 500M
+#   NODES=4 sudo bench/playbook_figures.sh playbooks/adaptive-routing.toml 10 -- --leaves 2 --spines 2 --routing adaptive
+#
+# Needs the controller, agent and switch built (build/ or BUILD_DIR). The lab is its own (a
+# temporary directory) and is taken down on exit, also on failure or Ctrl-C.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+usage() { echo "usage: sudo bench/playbook_figures.sh PLAYBOOK [RUNS] [-- lab up options]" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+playbook=$1
+shift
+runs=5
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then runs=$1; shift; fi
+[ "${1:-}" = "--" ] && shift
+build=${BUILD_DIR:-build}
+cli=$build/controller/rdmachaos
+nodes=${NODES:-3}
+[ "$(id -u)" = 0 ] || { echo "bench/playbook_figures.sh: the lab needs root (network namespaces)" >&2; exit 2; }
+[ -x "$cli" ] || { echo "bench/playbook_figures.sh: $cli not built (ninja -C $build)" >&2; exit 2; }
+[ -f "$playbook" ] || { echo "bench/playbook_figures.sh: no playbook '$playbook'" >&2; exit 2; }
+case $runs in '' | *[!0-9]* | 0) echo "bench/playbook_figures.sh: RUNS must be a number of at least 1, not '$runs'" >&2; exit 2 ;; esac
+work=$(mktemp -d /tmp/rdmachaos-figures.XXXXXX)
+cleanup() {
+  "$cli" lab down --dir "$work/lab" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+"$cli" lab up --nodes "$nodes" --dir "$work/lab" "$@" >"$work/lab-up.log" 2>&1 ||
+  { cat "$work/lab-up.log" >&2; exit 1; }
+echo "figures of $playbook on a $nodes-node lab (lab up $*), $runs run(s), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+for i in $(seq 1 "$runs"); do
+  out=$work/run$i
+  mkdir -p "$out"
+  start=$(date +%s)
+  # Exit 1 is a playbook whose expectations failed: its figures count all the same.
+  rc=0
+  "$cli" run "$playbook" --inventory "$work/lab/inventory.toml" --report-dir "$out/report" >"$out/log" 2>&1 || rc=$?
+  [ $rc = 0 ] || [ $rc = 1 ] || { echo "run $i failed (exit $rc):" >&2; tail -n 20 "$out/log" >&2; exit 1; }
+  echo "run $i: exit $rc after $(( $(date +%s) - start )) s"
+done
+python3 - "$work" "$runs" <<'EOF'
+import glob, json, statistics as st, sys
+work, runs = sys.argv[1], int(sys.argv[2])
+metrics = {}   # (line, metric, scope, op, bound_text) -> [(run, trial label, measured, text, passed)]
+trials, verdicts = [], []
+for i in range(1, runs + 1):
+    paths = glob.glob(f"{work}/run{i}/**/result.json", recursive=True)
+    if not paths:
+        print(f"run {i}: no result.json"); continue
+    j = json.load(open(paths[0]))
+    verdicts.append((i, j.get("outcome", {}).get("verdict"), j.get("outcome", {}).get("reason", "")))
+    for t in j["trials"]:
+        for v in t.get("verdicts", []):
+            key = (v.get("line", 0), v["metric"], v.get("scope", "job"), v.get("op", ""), v.get("bound_text", ""))
+            metrics.setdefault(key, []).append((i, t.get("label", ""), v.get("measured"), v.get("measured_text", ""), v.get("passed")))
+        job = t.get("job") or {}
+        band = job.get("baseline_band") or {}
+        b = job.get("baseline_Bps") or 0
+        own = 100 * (1 - band["lowest_Bps"] / b) if b and band.get("lowest_Bps") else float("nan")
+        busy = (t.get("fabric") or {}).get("switch_busy") or {}
+        trials.append((i, t.get("label", ""), b * 8 / 1e9, own, busy.get("pct", float("nan")), busy.get("peak_pct", float("nan"))))
+for i, v, why in verdicts:
+    print(f"run {i}: {v} ({why})")
+def fmt(x, metric):
+    if x is None: return "-"
+    if metric.endswith("_pct"): return f"{x:.2f}%"
+    if isinstance(x, (int, float)) and abs(x) >= 1e5: return f"{x / 1e6:.0f}ms"
+    return f"{x:g}"
+print()
+for key in sorted(metrics):
+    line, metric, scope, op, bound = key
+    rows = metrics[key]
+    vals = [r[2] for r in rows if isinstance(r[2], (int, float))]
+    met = sum(1 for r in rows if r[4])
+    head = f"line {line}: {metric} ({scope}) {op} {bound}: met in {met} of {len(rows)} trials"
+    if vals:
+        head += f"; median {fmt(st.median(vals), metric)}, min {fmt(min(vals), metric)}, max {fmt(max(vals), metric)}"
+    print(head)
+    print("   " + "  ".join(f"{fmt(r[2], metric)}{'' if r[4] else '!'}" for r in rows))
+print()
+print(f"{'run':>3} {'trial':<28} {'baseline':>10} {'own band':>9} {'switch busy':>11} {'busiest s':>9}")
+for r in trials:
+    print(f"{r[0]:>3} {r[1][:28]:<28} {r[2]:>8.3f}Gb {r[3]:>8.1f}% {r[4]:>10.0f}% {r[5]:>8.0f}%")
+def summary(name, vals):
+    vals = [v for v in vals if v == v]
+    if vals:
+        print(f"{name}: median {st.median(vals):.1f}%, worst {max(vals):.1f}% over {len(vals)} trials")
+summary("own band (below the trial's baseline)", [r[3] for r in trials])
+summary("switch busy in the fault window", [r[4] for r in trials])
+summary("switch busiest second", [r[5] for r in trials])
+EOF
