@@ -71,12 +71,18 @@ for i in range(1, runs + 1):
         trials.append((i, t.get("label", ""), b * 8 / 1e9, own, busy.get("pct", float("nan")), busy.get("peak_pct", float("nan"))))
 for i, v, why in verdicts:
     print(f"run {i}: {v} ({why})")
+UNITS = {}    # metric -> "ns" (a duration), "Bps" (a rate) or "" (a number), from the bound's text
 def fmt(x, metric):
     if x is None: return "-"
     if metric.endswith("_pct"): return f"{x:.2f}%"
-    if isinstance(x, (int, float)) and abs(x) >= 1e5: return f"{x / 1e6:.0f}ms"
-    return f"{x:g}"
+    u = UNITS.get(metric, "")
+    if u == "ns": return f"{x / 1e6:.0f}ms"
+    if u == "Bps": return f"{x * 8 / 1e6:.0f}Mb/s"
+    return f"{x:.3g}"
 print()
+for (line, metric, scope, op, bound) in metrics:
+    b = bound.strip()
+    UNITS[metric] = "Bps" if b.endswith("/s") else "ns" if b[-1:] == "s" or b.endswith("ms") else ""
 for key in sorted(metrics):
     line, metric, scope, op, bound = key
     rows = metrics[key]

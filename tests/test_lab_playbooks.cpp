@@ -47,7 +47,12 @@ const Topology kOneSwitch{"one switch, 3 nodes", 3, 0, 0, "ecmp"};
 // keeps up (~80 % of a core): PFC holds the senders ~1 s, ECN marks ~1,000 frames, and the
 // p99 read 6.0-7.0x in 4 of 4 runs (window maximum 130-163 ms), as the fabric's queues set it.
 const Topology kOneSwitchIncast{"one switch, 3 nodes, 500 Mb/s", 3, 0, 0, "ecmp", 500e6};
-// adaptive-routing: two paths between the leaves, so that one uplink can go down.
+// adaptive-routing and cluster-acceptance: two paths between the leaves, so that one uplink
+// can go down. At 1 Gb/s the one switch process, which models three switches on each frame's
+// way (leaf, spine, leaf), was 69 % busy in adaptive-routing's fault windows (busiest second
+// 74 %; 20 trials; issue 21 asks 50 %), and at 500 Mb/s still 51 % (56 %) with the job's own
+// band wider (19 % against 17 %): a lower rate does not buy a quieter lab here, so 1 Gb/s
+// (bench/README.md).
 const Topology kLeafSpine{"leaf-spine 2x2, 4 nodes, adaptive routing", 4, 2, 2, "adaptive"};
 
 rctest::Lab& labFor(const Topology& t) {
@@ -414,7 +419,7 @@ TEST_CASE("pfc-storm-watchdog: the watchdog shortens the victim's stall", "[play
   std::printf("[lab-playbooks] longest stall: %.0f ms with the watchdog, %.0f ms without\n", withWd / 1e6,
               without / 1e6);
   CHECK(without > 2 * withWd);
-  CHECK(failedMetrics(r.doc).count("longest_stall") == 1);  // 3 s of storm against a 600 ms bound
+  CHECK(failedMetrics(r.doc).count("longest_stall") == 1);  // 3 s of storm against a 400 ms bound
 }
 
 // How many trials of a noise-floor run read as the noise floor must: no impact, and a recovery of
@@ -495,8 +500,8 @@ TEST_CASE("ecn-threshold-sweep runs on the lab", "[playbooks][one-switch]") {
 
 TEST_CASE("ecn-shallow: a fault that costs the job 5-15 % is seen, and passes", "[playbooks][one-switch]") {
   // Issue 21's fault the old lab could not resolve: its trials' own bands were 12-29 % deep.
-  // One run, no retries: the playbook's bounds (loss 5-20 %, impact and recovery within
-  // 500 ms) hold on this lab, and the switch's ground truth agrees: n2's RoCE queue marked
+  // One run, no retries: the playbook's bounds (loss 5-20 %, recovery within 500 ms) hold on
+  // this lab, and the switch's ground truth agrees: n2's RoCE queue marked
   // many times more frames than any other port's.
   Run r = runs(kOneSwitch, "ecn-shallow", 66);
   REQUIRE(r.doc["trials"].size() == 3);
