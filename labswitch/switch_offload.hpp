@@ -3,11 +3,11 @@
 // A host's TCP hands its TAP super-frames of up to 64 KiB (TSO) with their checksums left to
 // the NIC; the switch reads one with a virtio_net_hdr and cuts it here into the wire frames it
 // stands for (their TCP checksums left partial, as the host left them), so the model (queues,
-// pacing, ECN, PFC, drops, meters, counters) only ever sees wire frames, exactly as before. On the way out, wire frames
-// of one TCP flow that the model sends to a host in one pass, back to back and alike, are
-// joined into one super-frame for the receiving host (its stack then takes them as one, as
-// after a NIC's GRO); a frame that differs (a CE mark, other flags, a gap in the sequence)
-// ends the run, so what a host receives is what the model sent, frame for frame.
+// pacing, ECN, PFC, drops, meters, counters) only ever sees wire frames, exactly as before. On
+// the way out, wire frames of one TCP flow that the model sends to a host in one pass, back to
+// back and alike, are joined into one super-frame for the receiving host (its stack then takes
+// them as one, as after a NIC's GRO); a frame that differs (a CE mark, other flags, a gap in
+// the sequence) ends the run, so what a host receives is what the model sent, frame for frame.
 #pragma once
 
 #include <cstddef>
