@@ -26,23 +26,10 @@ if [ "$(id -u)" != 0 ]; then
 fi
 [ -x "$cli" ] || { echo "bench/noise_band.sh: $cli not built (ninja -C $build)" >&2; exit 2; }
 case $runs in '' | *[!0-9]*) echo "bench/noise_band.sh: RUNS must be a number, not '$runs'" >&2; exit 2 ;; esac
-work=$(mktemp -d /tmp/rdmachaos-noise-band.XXXXXX)
-cleanup() {
-  "$cli" lab down --dir "$work/lab" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-"$cli" lab up --nodes "$nodes" --dir "$work/lab" "$@" >"$work/lab-up.log" 2>&1 ||
-  { cat "$work/lab-up.log" >&2; exit 1; }
+. bench/lab_runs.sh
+bench_lab_up noise-band "$nodes" "$@"
 echo "noise band of $playbook on a $nodes-node lab (lab up $*), $runs run(s), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-for i in $(seq 1 "$runs"); do
-  out=$work/run$i
-  mkdir -p "$out"
-  # Exit 1 is a playbook whose expectations failed: its figures still count here.
-  "$cli" run "$playbook" --inventory "$work/lab/inventory.toml" --report-dir "$out/report" >"$out/log" 2>&1 || [ $? = 1 ] ||
-    { echo "run $i failed:" >&2; tail -n 20 "$out/log" >&2; exit 1; }
-done
+bench_run_playbook "$playbook" "$runs"
 python3 - "$work" "$runs" <<'EOF'
 import glob, json, statistics as st, sys
 work, runs = sys.argv[1], int(sys.argv[2])

@@ -28,26 +28,10 @@ nodes=${NODES:-3}
 [ -x "$cli" ] || { echo "bench/playbook_figures.sh: $cli not built (ninja -C $build)" >&2; exit 2; }
 [ -f "$playbook" ] || { echo "bench/playbook_figures.sh: no playbook '$playbook'" >&2; exit 2; }
 case $runs in '' | *[!0-9]* | 0) echo "bench/playbook_figures.sh: RUNS must be a number of at least 1, not '$runs'" >&2; exit 2 ;; esac
-work=$(mktemp -d /tmp/rdmachaos-figures.XXXXXX)
-cleanup() {
-  "$cli" lab down --dir "$work/lab" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-"$cli" lab up --nodes "$nodes" --dir "$work/lab" "$@" >"$work/lab-up.log" 2>&1 ||
-  { cat "$work/lab-up.log" >&2; exit 1; }
+. bench/lab_runs.sh
+bench_lab_up figures "$nodes" "$@"
 echo "figures of $playbook on a $nodes-node lab (lab up $*), $runs run(s), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-for i in $(seq 1 "$runs"); do
-  out=$work/run$i
-  mkdir -p "$out"
-  start=$(date +%s)
-  # Exit 1 is a playbook whose expectations failed: its figures count all the same.
-  rc=0
-  "$cli" run "$playbook" --inventory "$work/lab/inventory.toml" --report-dir "$out/report" >"$out/log" 2>&1 || rc=$?
-  [ $rc = 0 ] || [ $rc = 1 ] || { echo "run $i failed (exit $rc):" >&2; tail -n 20 "$out/log" >&2; exit 1; }
-  echo "run $i: exit $rc after $(( $(date +%s) - start )) s"
-done
+bench_run_playbook "$playbook" "$runs"
 python3 - "$work" "$runs" <<'EOF'
 import glob, json, statistics as st, sys
 work, runs = sys.argv[1], int(sys.argv[2])
