@@ -52,7 +52,11 @@ for i in range(1, runs + 1):
         b = job.get("baseline_Bps") or 0
         own = 100 * (1 - band["lowest_Bps"] / b) if b and band.get("lowest_Bps") else float("nan")
         busy = (t.get("fabric") or {}).get("switch_busy") or {}
-        trials.append((i, t.get("label", ""), b * 8 / 1e9, own, busy.get("pct", float("nan")), busy.get("peak_pct", float("nan"))))
+        im = job.get("impact") or {}
+        impact = im.get("time_to_impact_ns")
+        rec = im.get("recovery_time_ns")
+        trials.append((i, t.get("label", ""), b * 8 / 1e9, own, busy.get("pct", float("nan")), busy.get("peak_pct", float("nan")),
+                       "none" if impact is None else f"{impact / 1e6:.0f}ms", "-" if rec is None else f"{rec / 1e6:.0f}ms"))
 for i, v, why in verdicts:
     print(f"run {i}: {v} ({why})")
 UNITS = {}    # metric -> "ns" (a duration), "Bps" (a rate) or "" (a number), from the bound's text
@@ -78,9 +82,10 @@ for key in sorted(metrics):
     print(head)
     print("   " + "  ".join(f"{fmt(r[2], metric)}{'' if r[4] else '!'}" for r in rows))
 print()
-print(f"{'run':>3} {'trial':<28} {'baseline':>10} {'own band':>9} {'switch busy':>11} {'busiest s':>9}")
+print(f"{'run':>3} {'trial':<28} {'baseline':>10} {'own band':>9} {'switch busy':>11} {'busiest s':>9} {'impact at':>9} {'recovery':>8}")
 for r in trials:
-    print(f"{r[0]:>3} {r[1][:28]:<28} {r[2]:>8.3f}Gb {r[3]:>8.1f}% {r[4]:>10.0f}% {r[5]:>8.0f}%")
+    print(f"{r[0]:>3} {r[1][:28]:<28} {r[2]:>8.3f}Gb {r[3]:>8.1f}% {r[4]:>10.0f}% {r[5]:>8.0f}% {r[6]:>9} {r[7]:>8}")
+print(f"trials with an impact: {sum(1 for r in trials if r[6] != 'none')} of {len(trials)}")
 def summary(name, vals):
     vals = [v for v in vals if v == v]
     if vals:
