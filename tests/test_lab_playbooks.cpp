@@ -415,10 +415,14 @@ TEST_CASE("pfc-storm-watchdog: the watchdog shortens the victim's stall", "[play
   CHECK(failedMetrics(r.doc).count("longest_stall") == 1);  // 3 s of storm against a 400 ms bound
 }
 
-// How many trials of a noise-floor run read as the noise floor must: no impact, and a recovery of
-// 0 within the stated uncertainty.
-int quietTrials(const json& doc) {
-  int quiet = 0;
+// What the trials of a noise-floor run read: how many saw no impact at all (the smoothed rate
+// never crossed the band's floor), and how many recovered at once (0 within the stated
+// uncertainty).
+struct NoiseReadings {
+  int noImpact = 0, atOnce = 0;
+};
+NoiseReadings noiseReadings(const json& doc) {
+  NoiseReadings out;
   for (auto& t : doc["trials"]) {
     const json& im = t["job"]["impact"];
     if (!im.is_object()) continue;
@@ -426,24 +430,35 @@ int quietTrials(const json& doc) {
                 t["label"].get<std::string>().c_str(), im["time_to_impact_ns"].dump().c_str(),
                 im["recovery_time_ns"].dump().c_str(), im["uncertainty_ns"].dump().c_str(),
                 im["loss_pct"].get<double>());
-    bool noImpact = im["time_to_impact_ns"].is_null();
-    bool atOnce = im["recovery_time_ns"].is_number() &&
+    out.noImpact += im["time_to_impact_ns"].is_null();
+    out.atOnce += im["recovery_time_ns"].is_number() &&
                   im["recovery_time_ns"].get<double>() <= im["uncertainty_ns"].get<double>();
-    quiet += noImpact && atOnce;
   }
   std::fflush(stdout);
-  return quiet;
+  return out;
 }
 
-TEST_CASE("noise-floor: a noop fault reads as no impact and recovery 0 within the stated uncertainty",
+TEST_CASE("noise-floor: a noop fault reads as no cost, no impact and recovery 0 within the stated uncertainty",
           "[playbooks][one-switch]") {
-  // One run, no retries (issue 21). "Nearly every trial": two of three read as quiet at
-  // least (the lab's own band is about 5 %, and a noop's trial that dips past it by chance
-  // is what the stated uncertainty is for), and the playbook passes its bounds.
-  Run r = runs(kOneSwitch, "noise-floor", 54, Expect::pass);
+  // One run, no retries (issue 21), so each check below is one whose chance of failing on a
+  // healthy lab is known from the figures and small (playbooks/noise-floor.toml; bench/README.md,
+  // "The noise-floor's false alarms", 2026-11-27):
+  // - the playbook passes: loss under 10 % and recovery within 400 ms in every trial (at most
+  //   4.2 % and 150 ms in 66 noop trials);
+  // - recovery 0 within the stated uncertainty, and no impact, in two trials of three at least.
+  //   The scorer's band is the baseline's own lowest dip pushed a quarter deeper, and with the
+  //   10 s baseline a 3 s window of the same noise dipped below it in 6 of 42 trials (14 %):
+  //   "no impact in two of three" would have failed one run in twenty. With the playbook's
+  //   20 s baseline: 0 of 24.
+  Run r = runs(kOneSwitch, "noise-floor", 84, Expect::pass);
   REQUIRE(r.doc["trials"].size() == 3);
   for (auto& t : r.doc["trials"]) REQUIRE(t["job"]["impact"].is_object());
-  CHECK(quietTrials(r.doc) >= 2);
+  NoiseReadings read = noiseReadings(r.doc);
+  std::printf("[lab-playbooks] noise-floor: %d of 3 trials without an impact, %d of 3 recovered at once\n",
+              read.noImpact, read.atOnce);
+  std::fflush(stdout);
+  CHECK(read.atOnce >= 2);
+  CHECK(read.noImpact >= 2);
   // With repeat, the trials are shown side by side with mean, stddev and CV.
   REQUIRE(r.doc["repeatability"].size() == 1);
   json& rep = r.doc["repeatability"][0];
@@ -487,9 +502,9 @@ TEST_CASE("ecn-threshold-sweep runs on the lab", "[playbooks][one-switch]") {
   CHECK(dom.find("<table class=\"fabric\">") != std::string::npos);
 }
 
-TEST_CASE("ecn-shallow: a fault that costs the job 5-15 % is seen, and passes", "[playbooks][one-switch]") {
+TEST_CASE("ecn-shallow: a mild fault (about a tenth of the job) is seen, and passes", "[playbooks][one-switch]") {
   // Issue 21's fault the old lab could not resolve: its trials' own bands were 12-29 % deep.
-  // One run, no retries: the playbook's bounds (loss 5-20 %, recovery within 500 ms) hold on
+  // One run, no retries: the playbook's bounds (loss 5-25 %, recovery within 1 s) hold on
   // this lab, and the switch's ground truth agrees: n2's RoCE queue marked
   // many times more frames than any other port's.
   Run r = runs(kOneSwitch, "ecn-shallow", 66, Expect::pass);
@@ -505,7 +520,7 @@ TEST_CASE("ecn-shallow: a fault that costs the job 5-15 % is seen, and passes", 
                 "the other ports' %.0f\n", loss, marksN2, marksOther);
     std::fflush(stdout);
     CHECK(loss > 5);
-    CHECK(loss < 20);
+    CHECK(loss < 25);
     CHECK(marksN2 >= 1000);
     CHECK(marksN2 > 5 * marksOther);
   }
