@@ -1507,7 +1507,7 @@ TEST_CASE("packet faults on rxe: a dropped WRITE is NAKed and resent from its PS
   }
 }
 
-// lossy-roce's sweep of the drop probability runs to a report whose curve falls: at 1 % the
+// lossy-roce's sweep of the drop probability runs to a report whose curve falls: at 5 % the
 // job moves less while the rule is on than at 0 (the control: a rule that takes nothing), and
 // the rule acts on more frames as the probability rises. (Against the control rather than each
 // trial's baseline: the TCG guests' throughput drifts from trial to trial.)
