@@ -1542,6 +1542,7 @@ TEST_CASE("lossy-roce: the loss sweep runs to a report; goodput falls as loss ri
   for (size_t i = 1; i < acted.size(); i++) CHECK(acted[i] >= acted[i - 1]);
   CHECK(acted[3] > 50);
   CHECK(goodputs[3] < goodputs[0]);
+  std::printf("lossy-roce's verdict: %s (exit %d)\n", r["outcome"].value("verdict", "?").c_str(), rc);
   CHECK_THAT(readFile(dir + "/report.html"), Catch::Contains("Sweep of probability"));
 }
 
