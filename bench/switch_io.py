@@ -9,27 +9,16 @@ follows (bench/README.md, "What sets the switch's time").
   sudo bench/switch_io.py /tmp/lab/switch.sock -- build/controller/rdmachaos run \\
       playbooks/ecn-threshold-sweep.toml --inventory /tmp/lab/inventory.toml --report-dir /tmp/rep
 """
-import json
-import socket
 import subprocess
 import sys
 import threading
 import time
 
+from labswitch_control import control
+
 
 def counters(path):
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(2)
-    s.connect(path)
-    s.sendall(b'{"cmd":"counters"}\n')
-    buf = b""
-    while not buf.endswith(b"\n"):
-        d = s.recv(1 << 20)
-        if not d:
-            break
-        buf += d
-    s.close()
-    r = json.loads(buf)
+    r = control(path, {"cmd": "counters"}, timeout=2)
     if not r.get("ok"):
         raise RuntimeError(r.get("error", "the switch refused 'counters'"))
     row = {"t": time.time(), "busy_ns": r.get("busy_ns", 0), "writes": 0, "write_frames": 0, "tx_bytes": 0, "marks": 0}

@@ -4,26 +4,14 @@
 # port spread to the victim's senders (n1 and n3 held in XOFF on priority 3) and the
 # watchdog fired. Prints one line per run and the tally; asserts nothing. Root (namespace lab).
 # Usage: bench/watchdog_condition.py [--runs 20] [--watchdog on|off]
-import argparse, json, os, socket, subprocess, sys, tempfile, time
+import argparse, json, os, subprocess, sys, tempfile, time
+
+from labswitch_control import control
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 build = os.environ.get("BUILD_DIR", "build")
 cli = os.path.join(root, build, "controller", "rdmachaos")
 os.environ.setdefault("RDMACHAOS_AGENT", os.path.join(root, build, "agent", "rdmachaos-agent"))
-
-
-def control(sock_path, req):
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(5)
-        s.connect(sock_path)
-        s.sendall((json.dumps(req) + "\n").encode())
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    return json.loads(buf)
 
 
 def queue(sock_path, port, prio, key):
