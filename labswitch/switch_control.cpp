@@ -284,6 +284,13 @@ Result<sp::CountersReply> Fabric::counters(const sp::CountersRequest& req, int64
       pc.io = sp::PortIoCounters{.reads = io.reads, .readFrames = io.readFrames, .writes = io.writes,
                                  .writeFrames = io.writeFrames, .superWrites = io.superWrites,
                                  .superWriteFrames = io.superWriteFrames};
+      if (io.runEnds) {
+        const RunEnds& e = *io.runEnds;
+        pc.io->runEnds = sp::RunEndCounters{.hold = e.hold, .push = e.push, .shortFrame = e.shortFrame,
+                                            .fin = e.fin, .full = e.full, .marked = e.marked,
+                                            .differs = e.differs, .evicted = e.evicted,
+                                            .flushed = e.flushed, .alone = e.alone};
+      }
     }
     out.ports.push_back(std::move(pc));
   }

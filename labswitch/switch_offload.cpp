@@ -243,6 +243,14 @@ bool completeTcpChecksum(uint8_t* f, size_t len) {
   return completeChecksum(f, l.l4 + tcpLength(f, len, l), uint16_t(l.l4), 16);
 }
 
+uint64_t RunEnds::*TcpCoalescer::whyNotJoined(const Run& r, const uint8_t* f, size_t len) const {
+  if (r.bytes.size() + (len - std::min(len, r.hdrLen)) > kMaxRunBytes) return &RunEnds::full;
+  // The ECN bits: IPv4's TOS byte's low two; IPv6's traffic class's, bits 4-5 of its second byte.
+  const uint8_t ecnMask = (r.bytes[r.l3] >> 4) == 6 ? 0x30 : 0x03;
+  if (len > r.l3 + 1 && ((f[r.l3 + 1] ^ r.bytes[r.l3 + 1]) & ecnMask)) return &RunEnds::marked;
+  return &RunEnds::differs;
+}
+
 void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
   // The open run of this frame's flow, if any (a frame that is not TCP has none).
   auto own = runs_.end();
@@ -255,10 +263,11 @@ void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
   if (verify_ && !partial && !tcpChecksumOk(f, len)) {
     // What its flow holds goes first (the flow's order), then this frame alone, unflagged.
     if (own != runs_.end()) {
-      retire(*own);
+      retire(*own, &RunEnds::differs);
       runs_.erase(own);
     }
     badChecksums_++;
+    ends_.alone++;
     emit_(VnetHdr{}, f, len);
     return;
   }
@@ -273,11 +282,12 @@ void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
       if (plen < r.mss || last) {
         r.bytes[r.l4 + 13] |= last;
         r.closed = true;
+        r.closedBy = (last & kFin) ? &RunEnds::fin : (last & kPsh) ? &RunEnds::push : &RunEnds::shortFrame;
       }
       return;
     }
     // The flow's next frame does not join: what it holds goes first, in the flow's order.
-    retire(r);
+    retire(r, whyNotJoined(r, f, len));
     runs_.erase(own);
   }
   TcpLayout l;
@@ -285,11 +295,12 @@ void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
   const uint8_t flags = tcp ? f[l.l4 + 13] : 0;
   // A run starts at a data segment carrying ACK and nothing that must stay on its own frame.
   if (!tcp || len <= l.hdr || !(flags & kAck) || (flags & (kSyn | kRst | kUrg | kCwr))) {
+    ends_.alone++;
     emitOne(f, len, partial ? l.l4 : 0);
     return;
   }
   if (runs_.size() >= kMaxRuns) {
-    retire(runs_.front());
+    retire(runs_.front(), &RunEnds::evicted);
     runs_.erase(runs_.begin());
   }
   Run r;
@@ -305,6 +316,7 @@ void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
   r.mss = uint16_t(len - l.hdr);
   r.nextSeq = get32(f + l.l4 + 4) + uint32_t(len - l.hdr);
   r.closed = (flags & (kPsh | kFin)) != 0;
+  r.closedBy = !r.closed ? nullptr : (flags & kFin) ? &RunEnds::fin : &RunEnds::push;
   r.since = now;
   runs_.push_back(std::move(r));
 }
@@ -326,7 +338,9 @@ void TcpCoalescer::emitOne(const uint8_t* f, size_t len, size_t partialAt) {
   emit_(h, f, len);
 }
 
-void TcpCoalescer::retire(Run& r) {
+void TcpCoalescer::retire(Run& r, uint64_t RunEnds::*why) {
+  if (r.closed && r.closedBy) why = r.closedBy;  // what closed it ended it
+  if (r.frames > 0 && why) ends_.*why += 1;
   if (r.frames == 1) {
     emitOne(r.bytes.data(), r.bytes.size(), tcpChecksumPartial(r.bytes.data(), r.bytes.size()) ? r.l4 : 0);
   } else if (r.frames > 1) {
@@ -353,6 +367,7 @@ void TcpCoalescer::retire(Run& r) {
   }
   r.frames = 0;
   r.closed = false;
+  r.closedBy = nullptr;
   r.bytes.clear();
   spare_.push_back(std::move(r));  // its buffer serves the next run
 }
@@ -363,7 +378,7 @@ int64_t TcpCoalescer::flushDue(int64_t now, int64_t hold) {
   for (size_t i = 0; i < runs_.size(); i++) {
     Run& r = runs_[i];
     if (r.since + hold <= now) {
-      retire(r);
+      retire(r, &RunEnds::hold);
       continue;
     }
     next = std::min(next, r.since + hold);
@@ -376,7 +391,7 @@ int64_t TcpCoalescer::flushDue(int64_t now, int64_t hold) {
 
 void TcpCoalescer::flush() {
   for (auto& r : runs_) {
-    retire(r);
+    retire(r, &RunEnds::flushed);
   }
   runs_.clear();
 }

@@ -49,6 +49,24 @@ bool completeChecksum(uint8_t* frame, size_t len, uint16_t start, uint16_t offse
 std::string segmentFrame(const uint8_t* frame, size_t len, const VnetHdr& h,
                          std::vector<std::vector<uint8_t>>& out);
 
+// Why each run of a TAP's writes ended (a run: the wire frames one write carries, one or
+// more), and the frames that joined none: together, every write to the host. What ends the
+// runs is what sets the switch's writes, and with them its time (bench/README.md, "What sets
+// the switch's time").
+struct RunEnds {
+  uint64_t hold = 0;        // its first frame waited the delivery hold
+  uint64_t push = 0;        // a frame with PSH closed it (the sender pushed)
+  uint64_t shortFrame = 0;  // a frame shorter than the run's segment size closed it
+  uint64_t fin = 0;         // a FIN closed it
+  uint64_t full = 0;        // the flow's next frame would have passed kMaxRunBytes
+  uint64_t marked = 0;      // the flow's next frame had other ECN bits (a CE mark, or none)
+  uint64_t differs = 0;     // the flow's next frame differed otherwise (a gap, ACK number, window, options, size)
+  uint64_t evicted = 0;     // a flow beyond kMaxRuns opened a run
+  uint64_t flushed = 0;     // flush() sent it at once
+  uint64_t alone = 0;       // frames that join no run (pure ACKs, SYN, CWR, UDP, RoCE, PFC)
+  friend bool operator==(const RunEnds&, const RunEnds&) = default;
+};
+
 // Joins runs of wire frames to one host into super-frames (see the top of this file), as a
 // NIC's GRO does: up to kMaxRuns flows are open at once, so the frames of two streams that a
 // queue interleaves still join, each flow in its own order (frames of different flows may
@@ -81,6 +99,7 @@ class TcpCoalescer {
   // turns it on while one exists).
   void setVerify(bool on) { verify_ = on; }
   uint64_t badChecksums() const { return badChecksums_; }  // frames sent alone for it
+  const RunEnds& runEnds() const { return ends_; }
 
  private:
   struct Run {
@@ -91,11 +110,15 @@ class TcpCoalescer {
     uint32_t nextSeq = 0;
     int64_t since = 0;  // when its first frame came
     bool closed = false;  // the last frame was short or carried PSH/FIN: nothing may follow
+    uint64_t RunEnds::*closedBy = nullptr;  // which of those (RunEnds::push, ...)
   };
   bool sameFlow(const Run& r, const uint8_t* frame, size_t len) const;
   bool joins(const Run& r, const uint8_t* frame, size_t len) const;
+  // What ended R when FRAME, its flow's next, could not join it (R not closed).
+  uint64_t RunEnds::*whyNotJoined(const Run& r, const uint8_t* frame, size_t len) const;
   // Emits R (a super-frame, or its one frame) and keeps its buffer in spare_; R is left empty.
-  void retire(Run& r);
+  // WHY: what ended it (a closed run counts as what closed it).
+  void retire(Run& r, uint64_t RunEnds::*why);
   // Emits one frame; PARTIAL_AT > 0: a TCP frame whose checksum is partial, its TCP header
   // there (the host is told to finish it).
   void emitOne(const uint8_t* f, size_t len, size_t partialAt);
@@ -103,6 +126,7 @@ class TcpCoalescer {
   std::vector<Run> runs_;  // open runs, oldest first
   std::vector<Run> spare_;  // emptied runs kept for their buffers
   uint64_t superFrames_ = 0, framesJoined_ = 0, badChecksums_ = 0;
+  RunEnds ends_;
   bool verify_ = false;
 };
 

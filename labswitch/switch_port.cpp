@@ -73,6 +73,7 @@ class TapIo final : public PortIo {
     IoStats s = stats_;
     s.superWrites = out_.superFrames();
     s.superWriteFrames = out_.framesJoined();
+    if (offload_) s.runEnds = out_.runEnds();
     return s;
   }
   void flush() override {

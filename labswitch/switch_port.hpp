@@ -7,11 +7,13 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/result.hpp"
 #include "common/unique_fd.hpp"
+#include "labswitch/switch_offload.hpp"
 
 namespace rc::labswitch {
 
@@ -43,6 +45,7 @@ class PortIo {
   struct IoStats {
     uint64_t reads = 0, readFrames = 0, writes = 0, writeFrames = 0;
     uint64_t superWrites = 0, superWriteFrames = 0;  // writes of joined runs, and their frames
+    std::optional<RunEnds> runEnds;  // why each write's run ended (a TAP with offload)
   };
   virtual IoStats ioStats() const { return {}; }
   // Checks each TCP frame's checksum before joining it with others into one write, so that a

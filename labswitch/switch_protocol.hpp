@@ -110,9 +110,16 @@ struct QueueCounters {
   bool wdStorm = false;
   friend bool operator==(const QueueCounters&, const QueueCounters&) = default;
 };
+// Why a TAP's writes ended their runs (labswitch/switch_offload.hpp, RunEnds): `run_ends`.
+struct RunEndCounters {
+  uint64_t hold = 0, push = 0, shortFrame = 0, fin = 0, full = 0, marked = 0, differs = 0, evicted = 0,
+           flushed = 0, alone = 0;
+  friend bool operator==(const RunEndCounters&, const RunEndCounters&) = default;
+};
 // What a host port's NIC end cost in system calls (with offload, a call carries several frames).
 struct PortIoCounters {
   uint64_t reads = 0, readFrames = 0, writes = 0, writeFrames = 0, superWrites = 0, superWriteFrames = 0;
+  std::optional<RunEndCounters> runEnds;  // a TAP with offload
   friend bool operator==(const PortIoCounters&, const PortIoCounters&) = default;
 };
 struct PortCounters {

@@ -111,6 +111,12 @@ json portJson(const PortCounters& p) {
     j["io"] = {{"reads", p.io->reads}, {"read_frames", p.io->readFrames}, {"writes", p.io->writes},
                {"write_frames", p.io->writeFrames}, {"super_writes", p.io->superWrites},
                {"super_write_frames", p.io->superWriteFrames}};
+  if (p.io && p.io->runEnds) {
+    const auto& e = *p.io->runEnds;
+    j["io"]["run_ends"] = {{"hold", e.hold}, {"push", e.push}, {"short", e.shortFrame}, {"fin", e.fin},
+                           {"full", e.full}, {"marked", e.marked}, {"differs", e.differs},
+                           {"evicted", e.evicted}, {"flushed", e.flushed}, {"alone", e.alone}};
+  }
   return j;
 }
 
@@ -136,6 +142,22 @@ void readPort(Reader& r, PortCounters& p) {
       e.field("write_frames", c.writeFrames);
       e.field("super_writes", c.superWrites);
       e.field("super_write_frames", c.superWriteFrames);
+      if (e.has("run_ends")) {
+        RunEndCounters ends;
+        e.object("run_ends", ends, [](Reader& x, RunEndCounters& n) {
+          x.field("hold", n.hold);
+          x.field("push", n.push);
+          x.field("short", n.shortFrame);
+          x.field("fin", n.fin);
+          x.field("full", n.full);
+          x.field("marked", n.marked);
+          x.field("differs", n.differs);
+          x.field("evicted", n.evicted);
+          x.field("flushed", n.flushed);
+          x.field("alone", n.alone);
+        });
+        c.runEnds = ends;
+      }
     });
     p.io = io;
   }

@@ -355,12 +355,15 @@ TEST_CASE("what the model did to one frame ends a run: a CE mark, a gap, a SYN; 
     CHECK(got[1].h.csumStart == kL4);
     CHECK(got[1].h.csumOffset == 16);
     CHECK(got[1].f == w[2]);
+    // Why each write's run ended: the mark, the mark's end, then flush().
+    CHECK(c.runEnds() == RunEnds{.marked = 2, .flushed = 1});
   }
   SECTION("the fourth frame dropped by a queue: the gap in the sequence ends the run") {
     for (size_t i = 0; i < wire.size(); i++)
       if (i != 3) c.add(wire[i].data(), wire[i].size());
     c.flush();
     CHECK(sent() == std::vector<size_t>{3, 2});
+    CHECK(c.runEnds() == RunEnds{.differs = 1, .flushed = 1});
   }
   SECTION("another flow in between joins its own run; a SYN of the flow ends the flow's run") {
     // flags 0x10 (ACK) so the other flow's frame may open a run of its own.
@@ -382,6 +385,7 @@ TEST_CASE("what the model did to one frame ends a run: a CE mark, a gap, a SYN; 
     CHECK(be16(got[2].f.data() + kL4) == 40001);
     CHECK(got[3].f == wire[3]);
     CHECK(c.superFrames() == 2);
+    CHECK(c.runEnds() == RunEnds{.differs = 1, .flushed = 2, .alone = 1});
   }
   SECTION("a ninth flow sends the oldest open run on its way") {
     for (uint16_t k = 0; k < TcpCoalescer::kMaxRuns + 1; k++) {
@@ -392,6 +396,7 @@ TEST_CASE("what the model did to one frame ends a run: a CE mark, a gap, a SYN; 
     CHECK(be16(got[0].f.data() + kL4) == 41000);
     c.flush();
     CHECK(got.size() == TcpCoalescer::kMaxRuns + 1);
+    CHECK(c.runEnds() == RunEnds{.evicted = 1, .flushed = TcpCoalescer::kMaxRuns});
   }
   SECTION("nothing follows a short frame or one with PSH") {
     Frame shortOne = tcpFrame(100, 1 + mss, 0, false);
@@ -402,6 +407,20 @@ TEST_CASE("what the model did to one frame ends a run: a CE mark, a gap, a SYN; 
     c.flush();
     CHECK(got.size() == 2);
     CHECK(c.framesJoined() == 2);
+    CHECK(c.runEnds() == RunEnds{.shortFrame = 1, .flushed = 1});
+    // A frame with PSH closes its run too; a FIN as well; a run that reaches kMaxRunBytes
+    // ends when the flow's next frame would pass it.
+    Frame p1 = tcpFrame(mss, 100000), p2 = tcpFrame(mss, 100000 + mss, 0x08), p3 = tcpFrame(mss, 100000 + 2 * mss);
+    for (const Frame* f : {&p1, &p2, &p3}) c.add(f->data(), f->size());
+    Frame f1 = tcpFrame(mss, 200000, 0x01, false, 40002), f2 = tcpFrame(mss, 200000 + mss, 0, false, 40002);
+    for (const Frame* f : {&f1, &f2}) c.add(f->data(), f->size());
+    uint32_t seq = 300000;
+    for (size_t i = 0; i * mss <= TcpCoalescer::kMaxRunBytes; i++, seq += mss) {
+      Frame f = tcpFrame(mss, seq, 0, false, 40003);
+      c.add(f.data(), f.size());
+    }
+    c.flush();
+    CHECK(c.runEnds() == RunEnds{.push = 1, .shortFrame = 1, .fin = 1, .full = 1, .flushed = 4});
   }
   CHECK(got.size() >= 2);
 }
@@ -433,6 +452,7 @@ TEST_CASE("the delivery hold: a run goes to its host when its first frame has wa
   REQUIRE(got.size() == 3);
   CHECK(got[2].f == b1);
   CHECK(c.empty());
+  CHECK(c.runEnds() == RunEnds{.hold = 2, .alone = 1});
 }
 
 namespace {

@@ -107,7 +107,11 @@ TEST_CASE("switch protocol: every request and reply round-trips through toJson a
                  .rxBytes = 2, .rxDrops = 3, .noRoute = 4, .txFrames = 5, .txBytes = 6,
                  .queues = {queue(0), queue(3)},
                  .io = PortIoCounters{.reads = 1, .readFrames = 2, .writes = 3, .writeFrames = 4, .superWrites = 5,
-                                      .superWriteFrames = 6}},
+                                      .superWriteFrames = 6,
+                                      .runEnds = RunEndCounters{.hold = 7, .push = 8, .shortFrame = 9, .fin = 10,
+                                                                .full = 11, .marked = 12, .differs = 13,
+                                                                .evicted = 14, .flushed = 15, .alone = 16}}},
+                {.name = "n2", .switchName = "leaf1", .io = PortIoCounters{.reads = 1}},
                 {.name = "leaf1:spine1", .switchName = "leaf1", .rateBps = 4e9, .queues = {queue(7)}}}});
   roundTrip(EventsReply{.lastSeq = 42,
                         .events = {{.seq = 41, .monoNs = 1, .wallNs = 2, .what = "pfc_rx_start", .port = "n1",
