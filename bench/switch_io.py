@@ -11,8 +11,10 @@ follows (bench/README.md, "What sets the switch's time").
   sudo bench/switch_io.py /tmp/lab/switch.sock -- build/controller/rdmachaos run \\
       playbooks/ecn-threshold-sweep.toml --inventory /tmp/lab/inventory.toml --report-dir /tmp/rep
 """
+import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -61,7 +63,8 @@ def main():
 
     th = threading.Thread(target=sample)
     th.start()
-    log = "/tmp/switch_io-command.log"
+    fd, log = tempfile.mkstemp(prefix="switch_io-", suffix=".log")  # kept: the command's own report
+    os.close(fd)
     print(f"running {' '.join(cmd)} (its output in {log}), sampling the switch once a second...", flush=True)
     with open(log, "w") as out:
         rc = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT)
