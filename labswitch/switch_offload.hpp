@@ -51,8 +51,8 @@ std::string segmentFrame(const uint8_t* frame, size_t len, const VnetHdr& h,
 
 // Why each run of a TAP's writes ended (a run: the wire frames one write carries, one or
 // more), and the frames that joined none: together, every write to the host. What ends the
-// runs is what sets the switch's writes, and with them its time (bench/README.md, "What sets
-// the switch's time").
+// runs is what sets the switch's writes, and with them its time (bench/README.md, "Why the
+// switch's writes end").
 struct RunEnds {
   uint64_t hold = 0;        // its first frame waited the delivery hold
   uint64_t push = 0;        // a frame with PSH closed it (the sender pushed)
