@@ -4,8 +4,8 @@ sampling the lab switch's counters once a second, then print per second the writ
 made to its ports, the wire frames per write (how long the runs it joined into super-frames
 were), what ended those writes' runs (`run_ends`: the sender's push, the delivery hold, an ECN
 mark, a full run, frames that join none such as pure ACKs, and the rest), the bytes it sent,
-the ECN marks, and its busy share. Shows what the switch's time
-follows (bench/README.md, "What sets the switch's time").
+the ECN marks, and its busy share. Shows what the switch's time follows (bench/README.md,
+"What sets the switch's time" and "Why the switch's writes end").
 
   sudo build/controller/rdmachaos lab up --dir /tmp/lab
   sudo bench/switch_io.py /tmp/lab/switch.sock -- build/controller/rdmachaos run \\

@@ -187,7 +187,7 @@ bool TcpCoalescer::sameFlow(const Run& r, const uint8_t* f, size_t len) const {
 }
 
 bool TcpCoalescer::joins(const Run& run, const uint8_t* f, size_t len) const {
-  if (run.closed || len <= run.hdrLen || run.bytes.size() + (len - run.hdrLen) > kMaxRunBytes) return false;
+  if (run.closedBy || len <= run.hdrLen || run.bytes.size() + (len - run.hdrLen) > kMaxRunBytes) return false;
   const uint8_t* r = run.bytes.data();
   TcpLayout l;
   if (!tcpLayout(f, len, l).empty() || l.hdr != run.hdrLen || l.l4 != run.l4 || l.l3 != run.l3) return false;
@@ -281,7 +281,6 @@ void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
       const uint8_t last = f[r.l4 + 13] & (kPsh | kFin);
       if (plen < r.mss || last) {
         r.bytes[r.l4 + 13] |= last;
-        r.closed = true;
         r.closedBy = (last & kFin) ? &RunEnds::fin : (last & kPsh) ? &RunEnds::push : &RunEnds::shortFrame;
       }
       return;
@@ -315,8 +314,7 @@ void TcpCoalescer::add(const uint8_t* f, size_t len, int64_t now) {
   r.hdrLen = l.hdr;
   r.mss = uint16_t(len - l.hdr);
   r.nextSeq = get32(f + l.l4 + 4) + uint32_t(len - l.hdr);
-  r.closed = (flags & (kPsh | kFin)) != 0;
-  r.closedBy = !r.closed ? nullptr : (flags & kFin) ? &RunEnds::fin : &RunEnds::push;
+  r.closedBy = (flags & kFin) ? &RunEnds::fin : (flags & kPsh) ? &RunEnds::push : nullptr;
   r.since = now;
   runs_.push_back(std::move(r));
 }
@@ -339,7 +337,7 @@ void TcpCoalescer::emitOne(const uint8_t* f, size_t len, size_t partialAt) {
 }
 
 void TcpCoalescer::retire(Run& r, uint64_t RunEnds::*why) {
-  if (r.closed && r.closedBy) why = r.closedBy;  // what closed it ended it
+  if (r.closedBy) why = r.closedBy;  // what closed it ended it
   if (r.frames > 0 && why) ends_.*why += 1;
   if (r.frames == 1) {
     emitOne(r.bytes.data(), r.bytes.size(), tcpChecksumPartial(r.bytes.data(), r.bytes.size()) ? r.l4 : 0);
@@ -366,7 +364,6 @@ void TcpCoalescer::retire(Run& r, uint64_t RunEnds::*why) {
     framesJoined_ += r.frames;
   }
   r.frames = 0;
-  r.closed = false;
   r.closedBy = nullptr;
   r.bytes.clear();
   spare_.push_back(std::move(r));  // its buffer serves the next run

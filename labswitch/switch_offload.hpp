@@ -109,8 +109,9 @@ class TcpCoalescer {
     uint16_t mss = 0;
     uint32_t nextSeq = 0;
     int64_t since = 0;  // when its first frame came
-    bool closed = false;  // the last frame was short or carried PSH/FIN: nothing may follow
-    uint64_t RunEnds::*closedBy = nullptr;  // which of those (RunEnds::push, ...)
+    // Set when the last frame was short or carried PSH/FIN, to which of those (RunEnds::push,
+    // shortFrame, fin): nothing may follow.
+    uint64_t RunEnds::*closedBy = nullptr;
   };
   bool sameFlow(const Run& r, const uint8_t* frame, size_t len) const;
   bool joins(const Run& r, const uint8_t* frame, size_t len) const;
