@@ -35,6 +35,10 @@ struct UpOptions {
   int64_t deliveryHoldNs = 500'000;  // the switch's delivery hold (labswitch Config::deliveryHoldNs)
   // The switch's priority for pure TCP ACKs (labswitch Config::tcpAckPriority); -1: by DSCP.
   int tcpAckPriority = 6;
+  // The switch pinned to core 0 and each host's receive work (RPS on its data0) on the other
+  // cores: a TAP write then hands the frame over instead of running the host's TCP stack in
+  // the switch's time (docs/lab.md, "The switch's own CPU"). Needs 2 cores or more.
+  bool splitCores = false;
 };
 
 // Brings the lab up and returns the path of DIR/inventory.toml. Refuses if DIR already holds

@@ -295,6 +295,25 @@ Result<void> buildSwitchFabric(const Names& names, int nodes) {
   return {};
 }
 
+// --split-cores: each host's receive work on every core but the switch's (core 0). A TAP write
+// then queues the frame for another core (RPS on the host's data0) and returns, instead of
+// running the host's TCP stack, its wake-up and the ACK it sends in the switch's time. The
+// write goes through `ip netns exec`, which mounts the namespace's own /sys.
+Result<void> steerHostReceive(const Names& names, int nodes) {
+  long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 2) return makeError("lab up: --split-cores needs 2 cores or more (this machine has " + std::to_string(cores) + ")");
+  char mask[32];
+  // Cores 1..N-1 (at most 64 here: rps_cpus takes a hex mask, comma-grouped past 32 bits).
+  uint64_t bits = cores >= 64 ? ~uint64_t(1) : ((uint64_t(1) << cores) - 1) & ~uint64_t(1);
+  std::snprintf(mask, sizeof mask, "%llx", static_cast<unsigned long long>(bits & 0xffffffffull));
+  for (int i = 1; i <= nodes; i++)
+    if (auto r = ip({"netns", "exec", names.nodeNs(i), "sh", "-c",
+                     std::string("echo ") + mask + " > /sys/class/net/data0/queues/rx-0/rps_cpus"});
+        !r)
+      return makeError("lab up: --split-cores: cannot steer " + names.nodeNs(i) + "'s receive work: " + r.error().message);
+  return {};
+}
+
 std::string switchConfig(const LabState& s, const UpOptions& o) {
   nlohmann::json hosts = nlohmann::json::array();
   for (const auto& n : s.nodes)
@@ -303,7 +322,7 @@ std::string switchConfig(const LabState& s, const UpOptions& o) {
                       {"leaves", o.leaves},      {"spines", o.spines},     {"routing", o.routing},
                       {"hosts", hosts}, {"offload", o.switchOffload},
                       {"delivery_hold_us", double(o.deliveryHoldNs) / 1e3},
-                      {"tcp_ack_priority", o.tcpAckPriority}};
+                      {"tcp_ack_priority", o.tcpAckPriority}, {"cpu", o.splitCores ? 0 : -1}};
   return j.dump(2) + "\n";
 }
 
@@ -599,6 +618,8 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
     if (auto r = buildFabric(names, options.nodes); !r) return r.error();
   } else {
     if (auto r = buildSwitchFabric(names, options.nodes); !r) return r.error();
+    if (options.splitCores)
+      if (auto r = steerHostReceive(names, options.nodes); !r) return r.error();
     if (auto r = writeFile(s.sw.config, switchConfig(s, options)); !r) return r.error();
   }
 
@@ -633,6 +654,12 @@ Result<std::string> netns::up(const UpOptions& options) {
       (options.leaves < 1 || options.nodes % options.leaves != 0))
     return makeError("lab up: " + std::to_string(options.nodes) + " node(s) do not divide into " +
                      std::to_string(options.leaves) + " leaves; pick --nodes as a multiple");
+  if (options.splitCores && options.fabric != "switch")
+    return makeError("lab up: --split-cores sets the lab switch's core and its hosts' receive work; the bridge fabric "
+                     "has no switch process (leave it out)");
+  if (options.splitCores && ::sysconf(_SC_NPROCESSORS_ONLN) < 2)
+    return makeError("lab up: --split-cores needs 2 cores or more (this machine has " +
+                     std::to_string(::sysconf(_SC_NPROCESSORS_ONLN)) + "; leave it out)");
   if (::geteuid() != 0)
     return makeError("lab up needs root (CAP_NET_ADMIN) to create namespaces; run with sudo");
   auto binary = resolveBinary(options.agentBinary);

@@ -3,6 +3,12 @@
 
 #include "labswitch/switch_fabric.hpp"
 
+#include <sched.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
 namespace rc::labswitch {
 namespace {
 
@@ -61,6 +67,8 @@ Result<Config> parseConfig(const json& j) {
       if (!a) return a.error();
       c.watchdog.action = *a;
     }
+    c.cpu = get<int>(j, "cpu", -1);
+    if (c.cpu < -1 || c.cpu >= CPU_SETSIZE) return makeError("cpu must be a core number, or -1 for none", EINVAL);
     c.tcpAckPriority = get<int>(j, "tcp_ack_priority", -1);
     if (c.tcpAckPriority < -1 || c.tcpAckPriority > 7)
       return makeError("tcp_ack_priority must be 0-7, or -1 for none (the priority of pure TCP ACKs)", EINVAL);
@@ -84,6 +92,15 @@ Result<Config> parseConfig(const json& j) {
 }
 
 Result<void> run(const Config& config) {
+  if (config.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(config.cpu, &set);
+    if (::sched_setaffinity(0, sizeof set, &set) != 0)
+      return makeError("cannot pin the switch to core " + std::to_string(config.cpu) + ": " + std::strerror(errno) +
+                           " (is the core online? `nproc`)",
+                       errno);
+  }
   Fabric f(config);
   if (auto r = f.build(); !r) return r;
   return f.serve();

@@ -76,6 +76,9 @@ struct Config {
   // (docs/lab.md, "ACKs in their own class").
   int tcpAckPriority = -1;
   uint32_t seed = 1;                       // ECN marking randomness
+  // The core the switch runs on (-1: wherever the scheduler puts it). The namespace lab's
+  // `--split-cores` pins it to core 0 and steers the hosts' receive work (RPS) to the others.
+  int cpu = -1;
   // TAP ports with segmentation offload (switch_offload.hpp): hosts hand over TCP super-frames,
   // cut into wire frames on the way in and joined again on the way out. false: one frame per
   // read and write, as before (for comparison: bench/labswitch_bench).

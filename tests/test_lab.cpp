@@ -524,6 +524,8 @@ TEST_CASE("lab up refuses a bad --ack-priority, or one where no lab switch class
       {{"--ack-priority", "high"}, "--ack-priority must be a priority 0-7, or 'dscp'"},
       {{"--ack-priority", "3", "--fabric", "bridge"}, "--ack-priority sets the lab switch of a namespace lab"},
       {{"--ack-priority", "dscp", "--soft-roce"}, "--ack-priority sets the lab switch of a namespace lab"},
+      {{"--split-cores", "--fabric", "bridge"}, "--split-cores sets the lab switch's core"},
+      {{"--split-cores", "--soft-roce"}, "--split-cores is for the namespace lab's switch"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = {"lab", "up", "--nodes", "2", "--dir", dir};

@@ -395,6 +395,65 @@ TEST_CASE("the supervisor restarts a killed lab switch, which re-attaches to the
   CHECK(json::parse(in)["switch"]["restarts"].get<int>() == 1);
 }
 
+TEST_CASE("lab up --split-cores: the switch on core 0, every host's receive work on the other cores, also after a "
+          "restart",
+          "[labswitch][split-cores]") {
+  rc::lab::UpOptions o;
+  o.nodes = 2;
+  o.splitCores = true;
+  if (::sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+    // One core: refused with the reason, and nothing left behind.
+    LabDir dir;
+    o.dir = dir.path + "/lab";
+    o.agentBinary = "/bin/true";
+    auto r = rc::lab::up(o);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("--split-cores needs 2 cores or more"));
+    return;
+  }
+  Lab lab(o);
+  auto switchPid = [&] {
+    std::ifstream in(lab.dir.path + "/lab.json");
+    return json::parse(in)["switch"]["proc"]["pid"].get<int>();
+  };
+  auto onCoreZeroOnly = [](int pid) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    REQUIRE(::sched_getaffinity(pid, sizeof set, &set) == 0);
+    return CPU_COUNT(&set) == 1 && CPU_ISSET(0, &set);
+  };
+  // Every core but 0, as rps_cpus writes it (a hex mask; 2 on a 2-core machine).
+  long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  uint64_t want = (cores >= 32 ? 0xffffffffull : ((uint64_t(1) << cores) - 1)) & ~uint64_t(1);
+  for (int n = 1; n <= 2; n++) {
+    auto mask = rc::lab::runCommand({"ip", "netns", "exec", lab.ns(n), "cat", "/sys/class/net/data0/queues/rx-0/rps_cpus"});
+    REQUIRE(mask.ok());
+    std::string hex = *mask;
+    hex.erase(std::remove(hex.begin(), hex.end(), ','), hex.end());
+    INFO(lab.ns(n) << " rps_cpus " << *mask);
+    CHECK((std::stoull(hex, nullptr, 16) & 0xffffffffull) == want);
+  }
+  int pid = switchPid();
+  REQUIRE(pid > 0);
+  CHECK(onCoreZeroOnly(pid));
+  // The supervisor's restart reads the same switch.json: pinned again.
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  int fresh = 0;
+  for (int i = 0; i < 100 && (fresh == 0 || fresh == pid); i++) {
+    sleepMs(50);
+    fresh = switchPid();
+  }
+  REQUIRE(fresh > 0);
+  REQUIRE(fresh != pid);
+  for (int i = 0; i < 100 && control(lab.control, {{"cmd", "ping"}})["ok"] != true; i++) sleepMs(50);
+  CHECK(onCoreZeroOnly(fresh));
+  // Traffic still flows through the pinned switch to the steered hosts.
+  Child flow = udpFlow(lab.ns(1), lab.addr(2), 9000, 1000, 200, 0);
+  sleepMs(500);
+  CHECK(port(lab.control, "n2")["tx_frames"].get<uint64_t>() > 100);
+  flow.stop();
+}
+
 TEST_CASE("a set_ecn or set_pfc refused on one port changes no port", "[labswitch][ecn]") {
   rc::lab::UpOptions o;
   o.nodes = 2;

@@ -128,6 +128,23 @@ TEST_CASE("switch.json: tcp_ack_priority is 0-7 or -1, and off when absent", "[s
   }
 }
 
+TEST_CASE("switch.json: cpu is a core or -1, and none when absent", "[switch]") {
+  nlohmann::json j = {{"control", "/tmp/x.sock"}, {"hosts", {{{"name", "n1"}, {"netns", "/run/netns/x"}}}}};
+  auto absent = parseConfig(j);
+  REQUIRE(absent.ok());
+  CHECK(absent->cpu == -1);
+  j["cpu"] = 0;
+  auto zero = parseConfig(j);
+  REQUIRE(zero.ok());
+  CHECK(zero->cpu == 0);
+  for (int bad : {-2, 1 << 20}) {
+    j["cpu"] = bad;
+    auto r = parseConfig(j);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("cpu must be a core number"));
+  }
+}
+
 TEST_CASE("ECT becomes CE with a valid IPv4 checksum; non-ECT and CE are left alone", "[switch]") {
   for (uint8_t ecn : {1, 2}) {
     auto f = udpFrame(uint8_t(26 << 2 | ecn), 1);

@@ -77,6 +77,7 @@ struct LabFabricOptions {
   bool noOffload = false;    // the switch's TAPs without segmentation offload
   std::string deliveryHold = "500us";  // how long a TAP holds a TCP run for its host
   std::string ackPriority;  // the switch's priority for pure TCP ACKs, or "dscp"; empty: 6
+  bool splitCores = false;  // the switch on core 0, the hosts' receive work (RPS) on the others
 };
 int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOptions& fabric = {});
 int cmdLabDown(const std::string& dir);

@@ -82,6 +82,13 @@ int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOp
   opt.spines = fabric.spines;
   opt.routing = fabric.routing;
   opt.switchOffload = !fabric.noOffload;
+  if (fabric.splitCores && fabric.fabric == "bridge")
+    return fail("lab up: --split-cores sets the lab switch's core and its hosts' receive work; the bridge fabric "
+                "has no switch process (leave it out)");
+  if (fabric.splitCores && softRoce)
+    return fail("lab up: --split-cores is for the namespace lab's switch; the soft-RoCE guests' cores are QEMU's "
+                "(leave it out)");
+  opt.splitCores = fabric.splitCores;
   {
     auto hold = parseDuration(fabric.deliveryHold);
     if (!hold) return fail("lab up: --delivery-hold: " + hold.error().message);

@@ -161,6 +161,8 @@ void addSetupCommands(CLI::App& app, Cli& cli) {
       ->capture_default_str();
   cLabUp->add_option("--ack-priority", labFabric.ackPriority,
                      "the switch's priority for pure TCP ACKs (0-7, default 6: strict, beside CNPs), or 'dscp' to leave them in their data's class");
+  cLabUp->add_flag("--split-cores", labFabric.splitCores,
+                   "the switch on core 0 and the hosts' receive work (RPS) on the other cores (namespace lab, 2 cores or more)");
   cLabUp->add_option("--lease", labFabric.lease, "the agents' lease: a silent controller's faults are reverted after it")
       ->capture_default_str();
   cLabUp->add_option("--agent-metrics", labFabric.agentMetrics,
