@@ -35,10 +35,19 @@ struct Topology {
   int nodes, leaves, spines;
   const char* routing;
   double rateBps = 1e9;
+  bool splitCores = false;  // lab up --split-cores
 };
 // link-flap-recovery, pfc-storm-watchdog, ecn-threshold-sweep, ecn-shallow, game-day and acceptance-suite:
 // one switch.
 const Topology kOneSwitch{"one switch, 3 nodes", 3, 0, 0, "ecmp"};
+// ecn-shallow and ecn-threshold-sweep: one switch at 1 Gb/s with `--split-cores`, the switch on
+// core 0 and the hosts' receive work on core 1. The switch pays for the marks more than for the
+// bytes (a sender whose window a mark cut pushes more often, and each push ends a write to its
+// host, which ran the host's TCP stack in the switch's time): on the shared lab their fault
+// windows' busiest second was 53-61 % (issue 21 asks 50 %), and a lower rate did not help
+// (700M: 57 % and 49-62 %). With the cores split, 45 % and 39 % (bench/README.md, "Why the
+// switch's writes end").
+const Topology kOneSwitchSplit{"one switch, 3 nodes, split cores", 3, 0, 0, "ecmp", 1e9, true};
 // incast: one switch at 500 Mb/s. At 1 Gb/s the lab switch spends a whole core during the
 // incast (9 flows into n1 beside the job), falls behind its line rate, and the congestion
 // moves out of its modelled queues into the hosts' TAP rings and the scheduler: PFC held the
@@ -73,6 +82,7 @@ rctest::Lab& labFor(const Topology& t) {
     o.spines = t.spines;
     o.routing = t.routing;
     o.rateBps = t.rateBps;
+    o.splitCores = t.splitCores;
     lab = std::make_unique<rctest::Lab>("rc-playbooks", o);
     current = &t;
   }
@@ -481,57 +491,6 @@ TEST_CASE("noise-floor: a noop fault reads as no cost, no impact and recovery 0 
   CHECK(baseline);
 }
 
-TEST_CASE("ecn-threshold-sweep runs on the lab", "[playbooks][one-switch]") {
-  Run r = runs(kOneSwitch, "ecn-threshold-sweep", 120, Expect::pass);
-  REQUIRE(r.doc["trials"].size() == 4);  // one scored trial per kmin value
-  // The sweep acts on the fabric: the higher kmin, the fewer frames the RoCE queue marks. The
-  // lowest kmin (100 KiB) must mark more than the highest (800 KiB), and no step up may mark
-  // many more than the step before (a quarter more, plus 50 frames, for this lab's swing).
-  std::vector<std::pair<std::string, double>> marks;
-  for (const auto& t : r.doc["trials"]) {
-    double m = 0;
-    for (const auto& d : t["fabric"]["deltas"])
-      if (d["queue"] == 3) m += d["ecn_marked"].get<double>();
-    marks.push_back({t["sweep"]["value"].dump(), m});
-    std::printf("[lab-playbooks] ecn-threshold-sweep: kmin %s, %.0f frames marked\n", t["sweep"]["value"].dump().c_str(), m);
-  }
-  std::fflush(stdout);
-  CHECK(marks.front().second > marks.back().second);
-  for (size_t i = 1; i < marks.size(); i++) {
-    INFO("kmin " << marks[i - 1].first << " marked " << marks[i - 1].second << ", then kmin " << marks[i].first
-                 << " marked " << marks[i].second);
-    CHECK(marks[i].second <= marks[i - 1].second * 1.25 + 50);
-  }
-  // The report draws the ECN marks of every trial beside the throughput, with the deltas.
-  std::string dom = renderedReport(r.reportDir);
-  CHECK(seriesDrawn(dom, "ecn"));
-  CHECK(dom.find("<table class=\"fabric\">") != std::string::npos);
-}
-
-TEST_CASE("ecn-shallow: a mild fault (about a tenth of the job) is seen, and passes", "[playbooks][one-switch]") {
-  // Issue 21's fault the old lab could not resolve: its trials' own bands were 12-29 % deep.
-  // One run, no retries: the playbook's bounds (loss 5-25 %, recovery within 1 s) hold on
-  // this lab, and the switch's ground truth agrees: n2's RoCE queue marked
-  // many times more frames than any other port's.
-  Run r = runs(kOneSwitch, "ecn-shallow", 66, Expect::pass);
-  REQUIRE(r.doc["trials"].size() == 3);
-  for (const auto& t : r.doc["trials"]) {
-    const json& im = t["job"]["impact"];
-    REQUIRE(im.is_object());
-    double marksN2 = 0, marksOther = 0;
-    for (const auto& d : t["fabric"]["deltas"])
-      if (d["queue"] == 3) (d["port"] == "n2" ? marksN2 : marksOther) += d["ecn_marked"].get<double>();
-    const double loss = im["loss_pct"].get<double>();
-    std::printf("[lab-playbooks] ecn-shallow: loss %.1f%% of the baseline; n2's queue marked %.0f frames, "
-                "the other ports' %.0f\n", loss, marksN2, marksOther);
-    std::fflush(stdout);
-    CHECK(loss > 5);
-    CHECK(loss < 25);
-    CHECK(marksN2 >= 1000);
-    CHECK(marksN2 > 5 * marksOther);
-  }
-}
-
 TEST_CASE("game-day runs on the lab", "[playbooks][one-switch]") {
   Run r = runs(kOneSwitch, "game-day", 195, Expect::pass);
   CHECK(maxImpact(r.doc, "loss_bytes") > 0);
@@ -571,6 +530,60 @@ TEST_CASE("acceptance-suite runs on the lab, and passes", "[playbooks][one-switc
   // The shipped acceptance playbook passes on the lab (issue 13), on its one run (issue 21).
   Run r = runs(kOneSwitch, "acceptance-suite", 96, Expect::pass);
   CHECK(r.doc["trials"].size() == 4);
+}
+
+TEST_CASE("ecn-shallow: a mild fault (about a tenth of the job) is seen, and passes", "[playbooks][one-switch]") {
+  // Issue 21's fault the old lab could not resolve: its trials' own bands were 12-29 % deep.
+  // One run, no retries: the playbook's bounds (loss 5-25 %, recovery within 500 ms) hold on
+  // this lab, and the switch's ground truth agrees: n2's RoCE queue marked
+  // many times more frames than any other port's.
+  // First on its fresh lab, as its figures were taken: right after ecn-threshold-sweep (whose
+  // lowest kmins mark the same hosts' flows for a minute) its loss read 17-27 % (one run,
+  // 2026-11-28) against 7-18 % in 30 trials and 12-18 % fresh.
+  Run r = runs(kOneSwitchSplit, "ecn-shallow", 66, Expect::pass);
+  REQUIRE(r.doc["trials"].size() == 3);
+  for (const auto& t : r.doc["trials"]) {
+    const json& im = t["job"]["impact"];
+    REQUIRE(im.is_object());
+    double marksN2 = 0, marksOther = 0;
+    for (const auto& d : t["fabric"]["deltas"])
+      if (d["queue"] == 3) (d["port"] == "n2" ? marksN2 : marksOther) += d["ecn_marked"].get<double>();
+    const double loss = im["loss_pct"].get<double>();
+    std::printf("[lab-playbooks] ecn-shallow: loss %.1f%% of the baseline; n2's queue marked %.0f frames, "
+                "the other ports' %.0f\n", loss, marksN2, marksOther);
+    std::fflush(stdout);
+    CHECK(loss > 5);
+    CHECK(loss < 25);
+    CHECK(marksN2 >= 1000);
+    CHECK(marksN2 > 5 * marksOther);
+  }
+}
+
+TEST_CASE("ecn-threshold-sweep runs on the lab", "[playbooks][one-switch]") {
+  Run r = runs(kOneSwitchSplit, "ecn-threshold-sweep", 120, Expect::pass);
+  REQUIRE(r.doc["trials"].size() == 4);  // one scored trial per kmin value
+  // The sweep acts on the fabric: the higher kmin, the fewer frames the RoCE queue marks. The
+  // lowest kmin (100 KiB) must mark more than the highest (800 KiB), and no step up may mark
+  // many more than the step before (a quarter more, plus 50 frames, for this lab's swing).
+  std::vector<std::pair<std::string, double>> marks;
+  for (const auto& t : r.doc["trials"]) {
+    double m = 0;
+    for (const auto& d : t["fabric"]["deltas"])
+      if (d["queue"] == 3) m += d["ecn_marked"].get<double>();
+    marks.push_back({t["sweep"]["value"].dump(), m});
+    std::printf("[lab-playbooks] ecn-threshold-sweep: kmin %s, %.0f frames marked\n", t["sweep"]["value"].dump().c_str(), m);
+  }
+  std::fflush(stdout);
+  CHECK(marks.front().second > marks.back().second);
+  for (size_t i = 1; i < marks.size(); i++) {
+    INFO("kmin " << marks[i - 1].first << " marked " << marks[i - 1].second << ", then kmin " << marks[i].first
+                 << " marked " << marks[i].second);
+    CHECK(marks[i].second <= marks[i - 1].second * 1.25 + 50);
+  }
+  // The report draws the ECN marks of every trial beside the throughput, with the deltas.
+  std::string dom = renderedReport(r.reportDir);
+  CHECK(seriesDrawn(dom, "ecn"));
+  CHECK(dom.find("<table class=\"fabric\">") != std::string::npos);
 }
 
 TEST_CASE("incast runs on the lab, and its recovery agrees with the switch's ground truth", "[playbooks][one-switch]") {
