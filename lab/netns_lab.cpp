@@ -303,7 +303,7 @@ Result<void> steerHostReceive(const Names& names, int nodes) {
   long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   if (cores < 2) return makeError("lab up: --split-cores needs 2 cores or more (this machine has " + std::to_string(cores) + ")");
   char mask[32];
-  // Cores 1..N-1 (at most 64 here: rps_cpus takes a hex mask, comma-grouped past 32 bits).
+  // Cores 1..N-1, of the first 32 (rps_cpus takes a hex mask; longer ones come in comma groups).
   uint64_t bits = cores >= 64 ? ~uint64_t(1) : ((uint64_t(1) << cores) - 1) & ~uint64_t(1);
   std::snprintf(mask, sizeof mask, "%llx", static_cast<unsigned long long>(bits & 0xffffffffull));
   for (int i = 1; i <= nodes; i++)
