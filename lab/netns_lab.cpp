@@ -609,6 +609,12 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
     // ignores ECN and drains its queue for 200 ms every 10 s (ProbeRTT), which shows in every
     // series as a dip at 10 s. A new namespace may only accept some (here: reno, not cubic).
     if (auto r = netnsSysctl(ns, "net/ipv4/tcp_ecn", "1"); !r) return r.error();
+    // No memory between connections: by default TCP caches each peer's ssthresh and RTT when a
+    // connection closes and starts the next one to that peer from them, so a trial after an
+    // ECN or flap fault would begin with the window that fault had cut, and a playbook's
+    // figures would depend on what ran before it on the same lab. Every trial's connections
+    // start alike.
+    if (auto r = netnsSysctl(ns, "net/ipv4/tcp_no_metrics_save", "1"); !r) return r.error();
     if (!netnsSysctl(ns, "net/ipv4/tcp_congestion_control", "cubic") &&
         !netnsSysctl(ns, "net/ipv4/tcp_congestion_control", "reno"))
       log::warn("lab: cannot choose cubic or reno in {}; TCP keeps the kernel's default", ns);

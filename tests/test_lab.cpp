@@ -272,6 +272,11 @@ TEST_CASE("lab up builds the namespace lab; agents are supervised; down removes 
     CHECK(cfg["interfaces"]["protected"][0].value_or(std::string()) == "mgmt0");
     CHECK(cfg["interfaces"]["allow_default_route"].value_or(true) == false);
     CHECK(fs::is_directory(nodeDir + "/state"));
+    // Hosts' TCP: ECN on, and no per-peer memory carried from one connection to the next.
+    for (auto [key, want] : {std::pair{"net.ipv4.tcp_ecn", "1"}, std::pair{"net.ipv4.tcp_no_metrics_save", "1"}}) {
+      INFO(name << " " << key);
+      CHECK(run({"ip", "netns", "exec", p + name, "sysctl", "-n", key}) == std::string(want) + "\n");
+    }
     // The stand-in listens on the management address: up() waited for it.
     CHECK(tcpAccepts(mgmt, 7470));
   }
