@@ -37,12 +37,18 @@ struct Topology {
   double rateBps = 1e9;
   bool splitCores = false;  // lab up --split-cores
 };
-// link-flap-recovery, pfc-storm-watchdog, noise-floor, game-day and acceptance-suite: one switch
-// at 1 Gb/s with `--split-cores`, as ecn-shallow's lab below. With the switch and the hosts'
-// receive work on one core between them, these fault windows' busiest second sat around 50 %
-// and over it in some suites (link-flap-recovery 53 %, game-day and acceptance-suite 55 %,
-// pfc-storm-watchdog 51 %; issue 21 asks 50 %); split, see bench/README.md's figures.
+// link-flap-recovery, pfc-storm-watchdog and noise-floor: one switch at 1 Gb/s with
+// `--split-cores`, as ecn-shallow's lab below. With the switch and the hosts' receive work on
+// one core between them, these fault windows' busiest second sat around 50 % and over it in
+// some suites (link-flap-recovery 53 %, pfc-storm-watchdog 51 %, noise-floor 52-53 %; issue 21
+// asks 50 %); split, 45.5 % (worst 49.7 %), 46.7 % (49.5 %) and 46 % (52 %), every bound met in
+// every trial (2026-11-28, bench/README.md).
 const Topology kOneSwitch{"one switch, 3 nodes, split cores", 3, 0, 0, "ecmp", 1e9, true};
+// game-day and acceptance-suite: one switch at 1 Gb/s, the cores shared. Split, their busiest
+// second barely moved (game-day 49 % against 48-51 %), and a recovery after a whole-second stall
+// (a flap, a pause) read 2.7-2.8 s against the 2 s bound in 1 of 9 trials of each (0.5-1.4 s
+// shared): they stay on the shared lab until that is understood.
+const Topology kOneSwitchShared{"one switch, 3 nodes", 3, 0, 0, "ecmp"};
 // ecn-shallow and ecn-threshold-sweep: one switch at 1 Gb/s with `--split-cores`, the switch on
 // core 0 and the hosts' receive work on core 1. The switch pays for the marks more than for the
 // bytes (a sender whose window a mark cut pushes more often, and each push ends a write to its
@@ -496,7 +502,7 @@ TEST_CASE("noise-floor: a noop fault reads as no cost, no impact and recovery 0 
 }
 
 TEST_CASE("game-day runs on the lab", "[playbooks][one-switch]") {
-  Run r = runs(kOneSwitch, "game-day", 195, Expect::pass);
+  Run r = runs(kOneSwitchShared, "game-day", 195, Expect::pass);
   CHECK(maxImpact(r.doc, "loss_bytes") > 0);
 }
 
@@ -532,7 +538,7 @@ std::string incastAgreement(json doc) {
 
 TEST_CASE("acceptance-suite runs on the lab, and passes", "[playbooks][one-switch]") {
   // The shipped acceptance playbook passes on the lab (issue 13), on its one run (issue 21).
-  Run r = runs(kOneSwitch, "acceptance-suite", 96, Expect::pass);
+  Run r = runs(kOneSwitchShared, "acceptance-suite", 96, Expect::pass);
   CHECK(r.doc["trials"].size() == 4);
 }
 
