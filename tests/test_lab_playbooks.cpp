@@ -7,6 +7,7 @@
 // (by the longest stall: the loss is within the lab's noise),
 // the PFC watchdog against none.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -212,11 +213,26 @@ Run runPlaybook(const rctest::Lab& lab, const std::string& name, const std::stri
   size_t plannedFaults = 0;
   for (auto& t : doc["plan"]["trials"]) plannedFaults += t["faults"].size();
   REQUIRE(doc["trials"].size() == doc["plan"]["trials"].size());
+  // Each trial judges the expectations without a stat; a stat = "median" or "cv" one is judged
+  // once over the scenario's repeated trials, under repeatability.
+  // A group is "scenario" or "scenario param=value".
+  for (auto& g : doc["repeatability"]) {
+    const std::string key = g["group"];
+    size_t overRepeats = 0;
+    for (auto& [scenarioName, sc] : scenarios)
+      if (key == scenarioName || key.rfind(scenarioName + " ", 0) == 0)
+        for (auto& e : sc["expectations"])
+          if (e.contains("stat")) overRepeats++;
+    INFO("repeatability group " << key);
+    CHECK(g["verdicts"].size() == overRepeats);
+  }
   for (auto& t : doc["trials"]) {
     INFO("trial " << t["label"]);
     CHECK(t["completed"] == true);
     CHECK(t["problems"].empty());
-    json& expected = scenarios[t["scenario"]]["expectations"];
+    json expected = json::array();
+    for (auto& e : scenarios[t["scenario"]]["expectations"])
+      if (!e.contains("stat")) expected.push_back(e);
     REQUIRE(t["verdicts"].size() == expected.size());
     for (size_t i = 0; i < expected.size(); i++) {
       json& v = t["verdicts"][i];
@@ -239,11 +255,15 @@ Run runPlaybook(const rctest::Lab& lab, const std::string& name, const std::stri
   return r;
 }
 
-// The metrics of the expectations that failed, in any trial.
+// The metrics of the expectations that failed, in any trial or over the repeated trials
+// ("median(throughput_loss_pct)").
 std::set<std::string> failedMetrics(json doc) {
   std::set<std::string> out;
   for (auto& t : doc["trials"])
     for (auto& v : t["verdicts"])
+      if (v["passed"] == false) out.insert(v.value("metric", "?"));
+  for (auto& g : doc["repeatability"])
+    for (auto& v : g["verdicts"])
       if (v["passed"] == false) out.insert(v.value("metric", "?"));
   return out;
 }
@@ -470,8 +490,9 @@ TEST_CASE("noise-floor: a noop fault reads as no cost, no impact and recovery 0 
   // One run, no retries (issue 21), so each check below is one whose chance of failing on a
   // healthy lab is known from the figures and small (playbooks/noise-floor.toml; bench/README.md,
   // "The noise-floor's false alarms", 2026-11-27):
-  // - the playbook passes: loss under 10 % and recovery within 400 ms in every trial (at most
-  //   4.2 % and 150 ms in 66 noop trials);
+  // - the playbook passes: loss under 10 % and recovery within 400 ms, each the median of the
+  //   3 trials (at most 4.2 % and 150 ms in 66 noop trials; one trial of a CI run read 13.5 %
+  //   on a host that took its cores away now and then, 2026-11-28);
   // - recovery 0 within the stated uncertainty, and no impact, in two trials of three at least.
   //   The scorer's band is the baseline's own lowest dip pushed a quarter deeper, and with the
   //   10 s baseline a 3 s window of the same noise dipped below it in 6 of 42 trials (14 %):
@@ -545,14 +566,18 @@ TEST_CASE("acceptance-suite runs on the lab, and passes", "[playbooks][one-switc
 
 TEST_CASE("ecn-shallow: a mild fault (about a tenth of the job) is seen, and passes", "[playbooks][one-switch]") {
   // Issue 21's fault the old lab could not resolve: its trials' own bands were 12-29 % deep.
-  // One run, no retries: the playbook's bounds (loss 5-25 %, recovery within 500 ms) hold on
+  // One run, no retries: the playbook's bounds (median loss 5-25 %, median recovery within 500 ms) hold on
   // this lab, and the switch's ground truth agrees: n2's RoCE queue marked
   // many times more frames than any other port's.
   // First on its fresh lab, as its figures were taken: right after ecn-threshold-sweep (whose
   // lowest kmins mark the same hosts' flows for a minute) its loss read 17-27 % (one run,
   // 2026-11-28) against 7-18 % in 30 trials and 12-18 % fresh.
+  // The loss is judged on the median of the 3 trials, as the playbook judges it (stat =
+  // "median"): one trial of three that catches a host hiccup does not decide it. The switch's
+  // ground truth is deterministic and holds in every trial.
   Run r = runs(kOneSwitchSplit, "ecn-shallow", 66, Expect::pass);
   REQUIRE(r.doc["trials"].size() == 3);
+  std::vector<double> losses;
   for (const auto& t : r.doc["trials"]) {
     const json& im = t["job"]["impact"];
     REQUIRE(im.is_object());
@@ -563,11 +588,15 @@ TEST_CASE("ecn-shallow: a mild fault (about a tenth of the job) is seen, and pas
     std::printf("[lab-playbooks] ecn-shallow: loss %.1f%% of the baseline; n2's queue marked %.0f frames, "
                 "the other ports' %.0f\n", loss, marksN2, marksOther);
     std::fflush(stdout);
-    CHECK(loss > 5);
-    CHECK(loss < 25);
+    losses.push_back(loss);
     CHECK(marksN2 >= 1000);
     CHECK(marksN2 > 5 * marksOther);
   }
+  std::sort(losses.begin(), losses.end());
+  const double median = losses[1];
+  std::printf("[lab-playbooks] ecn-shallow: median loss %.1f%%\n", median);
+  CHECK(median > 5);
+  CHECK(median < 25);
 }
 
 TEST_CASE("ecn-threshold-sweep runs on the lab", "[playbooks][one-switch]") {

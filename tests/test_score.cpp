@@ -662,6 +662,85 @@ TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may b
   CHECK(badStat.error().message.find("stat = \"cv\" needs a job metric shown over repeats") != std::string::npos);
 }
 
+// Three trials of the synthetic playbook, trial I in SHAPES[I], each with its flap from 10 s to 12 s.
+RunResult repeatedRun(const Playbook& pb, const std::vector<Shape>& shapes) {
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  REQUIRE(run.plan.trials.size() == shapes.size());
+  run.faults.clear();
+  run.iterations.clear();
+  run.counters.clear();
+  for (const auto& node : run.plan.workloadNodes) {
+    auto& bins = run.series[node];
+    bins.clear();
+    for (const auto& t : run.plan.trials)
+      for (int64_t i = 0; i < (t.endNs - t.startNs) / run.binNs; i++)
+        bins.push_back({t.startNs + i * run.binNs, rc::test::shapeBytes(shapes[size_t(t.index)], int(i))});
+  }
+  for (const auto& t : run.plan.trials)
+    for (const auto& f : t.faults)
+      run.faults.push_back({t.index, f.step, f.node, f.kind, f.params, f.atNs, t.startNs + 10 * kS,
+                            t.startNs + 12 * kS, ""});
+  run.endedNs = run.plan.durationNs;
+  return run;
+}
+
+TEST_CASE("repeated trials: an expectation may bound the median, where one disturbed trial of three does not decide") {
+  std::string text = "repeat = 3\n" + std::string(rc::test::kSyntheticPlaybook) +
+                     "[[expect]]\nmetric = \"recovery_time\"\nstat = \"median\"\nop = \"<=\"\nbound = \"1s\"\n"
+                     "[[expect]]\nmetric = \"recovery_time\"\nstat = \"median\"\nop = \"<=\"\nbound = \"400ms\"\n";
+  auto pb = parsePlaybook(text, "median.toml");
+  REQUIRE(pb);
+  {
+    // One trial of three never recovers: per trial it fails, the median (500 ms) meets 1 s.
+    Scores s = score(repeatedRun(*pb, {Shape::cleanStep, Shape::neverRecovers, Shape::cleanStep}), *pb);
+    REQUIRE(s.repeatability.size() == 1);
+    const RepeatGroup& g = s.repeatability[0];
+    REQUIRE(g.verdicts.size() == 2);
+    CHECK(g.verdicts[0].metric == "median(recovery_time)");
+    CHECK(g.verdicts[0].passed);
+    REQUIRE(g.verdicts[0].measured);
+    CHECK(*g.verdicts[0].measured == Approx(500e6).margin(20e6));
+    INFO(g.verdicts[0].measuredText);
+    CHECK(g.verdicts[0].measuredText.find("over 3 trials") != std::string::npos);
+    CHECK(g.verdicts[0].measuredText.find("none") != std::string::npos);  // the trial that never recovered
+    CHECK_FALSE(g.verdicts[1].passed);                                    // 500 ms is over 400 ms
+    // Per-trial verdicts leave the median expectations out, as the CV ones.
+    for (const auto& t : s.trials) CHECK(t.verdicts.size() == 3);
+    json doc = makeResultDocument(repeatedRun(*pb, {Shape::cleanStep, Shape::neverRecovers, Shape::cleanStep}), *pb, s);
+    CHECK(doc["playbook"]["scenarios"][0]["expectations"].back()["stat"] == "median");
+    CHECK(renderText(doc).find("FAIL median(recovery_time) <= 400ms (job)") != std::string::npos);
+  }
+  {
+    // Two of three never recover: a trial without a value counts against the bound, so the median fails.
+    Scores s = score(repeatedRun(*pb, {Shape::neverRecovers, Shape::cleanStep, Shape::neverRecovers}), *pb);
+    REQUIRE(s.repeatability.size() == 1);
+    const RepeatGroup& g = s.repeatability[0];
+    REQUIRE(g.verdicts.size() == 2);
+    CHECK_FALSE(g.verdicts[0].passed);
+    CHECK_FALSE(g.verdicts[0].measured);
+    CHECK(g.verdicts[0].measuredText.rfind("none over 3 trials", 0) == 0);
+    CHECK(s.outcome == Outcome::failed);
+  }
+  // A median needs three trials; it is judged on the job; an unknown stat names both.
+  auto two = parsePlaybook("repeat = 2\n" + std::string(rc::test::kSyntheticPlaybook) +
+                               "[[expect]]\nmetric = \"recovery_time\"\nstat = \"median\"\nop = \"<\"\nbound = \"1s\"\n",
+                           "two.toml");
+  REQUIRE_FALSE(two);
+  CHECK(two.error().message.find("stat = \"median\" on recovery_time needs repeated trials: set repeat = 3") !=
+        std::string::npos);
+  auto scoped = parsePlaybook("repeat = 3\n" + std::string(rc::test::kSyntheticPlaybook) +
+                                  "[[expect]]\nmetric = \"recovery_time\"\nstat = \"median\"\nscope = \"n1\"\n"
+                                  "op = \"<\"\nbound = \"1s\"\n",
+                              "scoped.toml");
+  REQUIRE_FALSE(scoped);
+  CHECK(scoped.error().message.find("stat = \"median\" is judged on the job: leave scope out") != std::string::npos);
+  auto unknown = parsePlaybook("repeat = 3\n" + std::string(rc::test::kSyntheticPlaybook) +
+                                   "[[expect]]\nmetric = \"recovery_time\"\nstat = \"p90\"\nop = \"<\"\nbound = \"1s\"\n",
+                               "unknown.toml");
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.error().message.find("use stat = \"median\"") != std::string::npos);
+}
+
 TEST_CASE("live figures stop at the slowest node's newest bin", "[score][live]") {
   WorkloadSeries s;
   s.binNs = 10'000'000;

@@ -76,8 +76,9 @@ const char* toString(Comparison c);
 
 struct Expectation {
   std::string metric;
-  std::string stat;  // "" = the metric in each trial; "cv" = its coefficient of variation (%) over
-                     // the repeated trials of the scenario (and sweep value)
+  std::string stat;  // "" = the metric in each trial; over the repeated trials of the scenario (and
+                     // sweep value): "median" = their median (a trial without a value counts as
+                     // failing the bound), "cv" = their coefficient of variation (%)
   std::string scope = "job";  // "job" or a node name
   Comparison op = Comparison::lessEqual;
   double bound = 0;          // in the metric's base unit: ns, bytes, bytes/s, percent, count

@@ -296,9 +296,10 @@ void Parser::checkTimeline(const Playbook& pb) {
   int64_t total = 0;
   for (const auto& sc : pb.scenarios) {
     for (const auto& e : sc.expectations)
-      if (e.stat == "cv" && pb.repeat < 2)
+      if (!e.stat.empty() && pb.repeat < (e.stat == "median" ? 3 : 2))
         part([&] {
-          fail(e.pos, "stat = \"cv\" on " + e.metric + " needs repeated trials: set repeat = 3 (or more) at the top");
+          fail(e.pos, "stat = \"" + e.stat + "\" on " + e.metric +
+                          " needs repeated trials: set repeat = 3 (or more) at the top");
         });
     if (sc.phases.empty()) continue;  // its error is recorded
     part([&] {

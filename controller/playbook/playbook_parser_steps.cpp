@@ -170,22 +170,29 @@ Expectation Parser::expectation(const toml::node& n, const std::string& what) co
   const std::string boundOf = "bound of " + e.metric;
   if (auto* st = t.get("stat")) {
     e.stat = str(*st, "expect stat", 8);
-    if (e.stat != "cv") fail(*st, "stat '" + e.stat + "' is not known: use stat = \"cv\" (coefficient of variation over repeated trials)");
+    if (e.stat != "cv" && e.stat != "median")
+      fail(*st, "stat '" + e.stat +
+                    "' is not known: use stat = \"median\" (the median over repeated trials) or stat = \"cv\" "
+                    "(their coefficient of variation)");
     bool repeatable = false;
     std::vector<std::string> names;
     for (const auto& r : repeatableMetrics()) {
       repeatable |= e.metric == r.metric;
       names.push_back(r.metric);
     }
-    if (!repeatable) fail(*m, "stat = \"cv\" needs a job metric shown over repeats (" + joinNames(names) + ")");
-    // A CV is a percentage of the mean, whatever the metric's unit.
-    e.bound = number(*b, "bound of the CV of " + e.metric + " (percent)", 0, 1000);
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g%%", e.bound);
-    e.boundText = buf;
+    if (!repeatable)
+      fail(*m, "stat = \"" + e.stat + "\" needs a job metric shown over repeats (" + joinNames(names) + ")");
     if (auto* s = t.get("scope")) e.scope = name(*s, what + " scope");
-    if (e.scope != "job") fail(*t.get("scope"), "stat = \"cv\" is judged on the job: leave scope out");
-    return e;
+    if (e.scope != "job") fail(*t.get("scope"), "stat = \"" + e.stat + "\" is judged on the job: leave scope out");
+    if (e.stat == "cv") {
+      // A CV is a percentage of the mean, whatever the metric's unit.
+      e.bound = number(*b, "bound of the CV of " + e.metric + " (percent)", 0, 1000);
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g%%", e.bound);
+      e.boundText = buf;
+      return e;
+    }
+    // median: the bound is in the metric's own unit, as for one trial (below).
   }
   switch (info->unit) {
     case MetricUnit::duration:

@@ -28,9 +28,12 @@ namespace {
 
 json expectationsJson(const std::vector<Expectation>& es) {
   json ex = json::array();
-  for (const auto& e : es)
+  for (const auto& e : es) {
     ex.push_back({{"metric", e.metric}, {"scope", e.scope}, {"op", toString(e.op)}, {"bound", e.bound},
                   {"bound_text", e.boundText}});
+    // Judged once over the repeated trials (under repeatability), not in each trial.
+    if (!e.stat.empty()) ex.back()["stat"] = e.stat;
+  }
   return ex;
 }
 
@@ -243,7 +246,7 @@ json trialJson(const RunResult& run, const json& plannedTrials, const TrialScore
 }
 
 // Repeatability (computed by the scorer): trials of one scenario side by side, per job metric
-// mean, sample standard deviation and CV, and the stat = "cv" expectations' verdicts.
+// mean, sample standard deviation and CV, and the stat = "median" and "cv" expectations' verdicts.
 json repeatabilityJson(const Scores& scores) {
   json rep = json::array();
   for (const auto& g : scores.repeatability) {

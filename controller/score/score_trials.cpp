@@ -3,6 +3,7 @@
 // (grids, baseline band, impact, switch load, fabric deltas) are in score.cpp.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -426,6 +427,41 @@ RepeatGroup repeatGroup(const RunResult& run, const std::string& key, const std:
   return rg;
 }
 
+// A stat = "median" expectation judged on the median of the group's trials that reached their
+// condition. A trial without a value (not recovered, no impact) counts as failing the bound: it
+// sorts past every value on the side the bound forbids, so it can never help the median pass.
+Verdict medianVerdict(const Expectation& e, const std::vector<const TrialScore*>& g) {
+  Verdict v = verdictOf(e);
+  v.metric = "median(" + e.metric + ")";
+  const bool upper = e.op == Comparison::less || e.op == Comparison::lessEqual;
+  std::vector<double> xs;
+  for (const auto* ts : g) {
+    if (!ts->conditionReached) continue;
+    if (auto x = metricValue(ts->job, e.metric)) {
+      xs.push_back(*x);
+    } else {
+      xs.push_back(upper ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity());
+    }
+  }
+  if (xs.size() < 3) {
+    v.measuredText = std::to_string(xs.size()) + " trial(s) reached their condition: a median needs 3";
+    return v;
+  }
+  std::sort(xs.begin(), xs.end());
+  const size_t n = xs.size();
+  // Of an even count, the middle value on the side the bound forbids (never a mean with an infinity).
+  const double med = n % 2 ? xs[n / 2] : (upper ? xs[n / 2] : xs[n / 2 - 1]);
+  const auto* info = findMetric(e.metric);
+  std::string values;
+  for (double x : xs)
+    values += (values.empty() ? "" : ", ") + (std::isinf(x) ? std::string("none") : formatMetric(info->unit, x));
+  v.measuredText = (std::isinf(med) ? std::string("none") : formatMetric(info->unit, med)) + " over " +
+                   std::to_string(n) + " trials (" + values + ")";
+  if (!std::isinf(med)) v.measured = med;
+  v.passed = !std::isinf(med) && compare(med, e.op, e.bound);
+  return v;
+}
+
 void scoreRepeats(const RunResult& run, const Playbook& pb, Scores& out) {
   std::map<std::string, std::vector<const TrialScore*>> groups;
   std::vector<std::string> order;
@@ -443,6 +479,11 @@ void scoreRepeats(const RunResult& run, const Playbook& pb, Scores& out) {
     for (const auto& s : pb.scenarios)
       if (s.name == rg.scenario)
         for (const auto& e : s.expectations) {
+          if (e.stat == "median") {
+            rg.verdicts.push_back(medianVerdict(e, g));
+            (rg.verdicts.back().passed ? out.verdictsPassed : out.verdictsFailed)++;
+            continue;
+          }
           if (e.stat != "cv") continue;
           Verdict v = verdictOf(e);
           v.metric = "cv(" + e.metric + ")";
