@@ -709,6 +709,16 @@ TEST_CASE("repeated trials: an expectation may bound the median, where one distu
     json doc = makeResultDocument(repeatedRun(*pb, {Shape::cleanStep, Shape::neverRecovers, Shape::cleanStep}), *pb, s);
     CHECK(doc["playbook"]["scenarios"][0]["expectations"].back()["stat"] == "median");
     CHECK(renderText(doc).find("FAIL median(recovery_time) <= 400ms (job)") != std::string::npos);
+    // The table shows each metric's median of the values present (the two that recovered).
+    bool shown = false;
+    for (auto& m : doc["repeatability"][0]["metrics"])
+      if (m["metric"] == "recovery_time") {
+        shown = true;
+        CHECK(m["n"] == 2);
+        CHECK(m["median"].get<double>() == Approx(500e6).margin(20e6));
+      }
+    CHECK(shown);
+    CHECK(renderText(doc).find(", median 5") != std::string::npos);
   }
   {
     // Two of three never recover: a trial without a value counts against the bound, so the median fails.

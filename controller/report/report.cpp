@@ -251,9 +251,16 @@ json repeatabilityJson(const Scores& scores) {
   json rep = json::array();
   for (const auto& g : scores.repeatability) {
     json metrics = json::array();
-    for (const auto& m : g.metrics)
-      metrics.push_back({{"metric", m.metric}, {"bmwg_name", m.bmwg}, {"n", m.values.size()}, {"values", m.values},
-                         {"mean", m.mean}, {"stddev", m.stddev}, {"cv_pct", m.cvPct ? json(*m.cvPct) : json()}});
+    for (const auto& m : g.metrics) {
+      // The median of the values present (a stat = "median" verdict also counts trials without one).
+      std::vector<double> sorted = m.values;
+      std::sort(sorted.begin(), sorted.end());
+      const size_t n = sorted.size();
+      const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+      metrics.push_back({{"metric", m.metric}, {"bmwg_name", m.bmwg}, {"n", n}, {"values", m.values},
+                         {"mean", m.mean}, {"median", median}, {"stddev", m.stddev},
+                         {"cv_pct", m.cvPct ? json(*m.cvPct) : json()}});
+    }
     rep.push_back({{"group", g.key}, {"trials", g.trials}, {"metrics", metrics}, {"verdicts", verdictsJson(g.verdicts)}});
   }
   return rep;

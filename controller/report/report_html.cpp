@@ -461,7 +461,7 @@ void repeatabilityHtml(std::ostream& h, const json& doc) {
   for (const auto& g : doc.value("repeatability", json::array())) {
     h << "<h2>Repeatability: " << esc(str(g, "group")) << " over " << g.value("trials", 0)
       << " trials</h2>\n<table class=\"repeatability\"><tr><th>metric</th><th>per trial</th><th>mean</th>"
-         "<th>stddev</th><th>CV</th><th>BMWG name</th></tr>\n";
+         "<th>median</th><th>stddev</th><th>CV</th><th>BMWG name</th></tr>\n";
     for (const auto& m : g["metrics"]) {
       auto info = findMetric(str(m, "metric"));
       MetricUnit unit = info ? info->unit : MetricUnit::number;
@@ -470,6 +470,7 @@ void repeatabilityHtml(std::ostream& h, const json& doc) {
       double cv = m["cv_pct"].is_number() ? m["cv_pct"].get<double>() : -1;
       h << "<tr><td>" << esc(str(m, "metric")) << "</td><td>" << esc(values) << "</td><td class=\"num\">"
         << esc(formatMetric(unit, m["mean"].get<double>())) << "</td><td class=\"num\">"
+        << (m.contains("median") ? esc(formatMetric(unit, m["median"].get<double>())) : "-") << "</td><td class=\"num\">"
         << esc(formatMetric(unit, m["stddev"].get<double>())) << "</td><td class=\"num" << (cv >= 5 ? " bad" : "")
         << "\">" << (cv >= 0 ? esc(fmt("%.1f%%", cv)) : "-") << "</td><td>" << esc(str(m, "bmwg_name")) << "</td></tr>\n";
     }

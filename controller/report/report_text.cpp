@@ -239,8 +239,8 @@ void repeatabilityText(std::ostream& o, const json& doc) {
       if (m["cv_pct"].is_number()) std::snprintf(cv, sizeof cv, "%.1f%%", m["cv_pct"].get<double>());
       std::string name = str(m, "metric");
       name.resize(std::max<size_t>(name.size(), 20), ' ');
-      o << "  " << name << " " << values << "  mean "
-        << formatMetric(unit, m["mean"].get<double>()) << ", sd " << formatMetric(unit, m["stddev"].get<double>())
+      o << "  " << name << " " << values << "  mean " << formatMetric(unit, m["mean"].get<double>())
+        << (m.contains("median") ? ", median " + formatMetric(unit, m["median"].get<double>()) : "") << ", sd " << formatMetric(unit, m["stddev"].get<double>())
         << ", CV " << cv << (str(m, "bmwg_name").empty() ? "" : "  [BMWG: " + str(m, "bmwg_name") + "]") << "\n";
     }
     for (const auto& v : g.value("verdicts", json::array())) verdictLine(o, v);
