@@ -5,6 +5,7 @@
 # per playbook (and per mechanism-off variant) what every run's test printed (bench/suite_figures.py):
 # each expectation's median, range and met count over every trial, and each trial's own band
 # below its baseline and the lab switch's busy share and busiest second in the fault window.
+# Before each run, what the host took from each core (build/bench/host_hiccups, 5 s).
 # Each run's log is kept in BUILD_DIR/meson-logs/playbooks-suite-runI.txt. Needs root (the namespace lab), ~16 min a run.
 set -euo pipefail
 runs=${1:-5}
@@ -17,6 +18,11 @@ case $runs in '' | *[!0-9]*) echo "playbooks_suite.sh: RUNS must be a whole numb
 logs=()
 passed=0
 for i in $(seq 1 "$runs"); do
+  # What the host took from each core just before (build/bench/host_hiccups, 5 s, idle lab): a
+  # run whose trials missed on a host losing several percent in millisecond gaps is the host's.
+  if [ -x "$build/bench/host_hiccups" ]; then
+    "$build/bench/host_hiccups" 5 | grep -v "per second" | sed "s/^/run $i: before: /"
+  fi
   start=$(date +%s)
   rc=0
   meson test -C "$build" --suite playbooks --num-processes 1 --logbase "playbooks-suite-run$i" >/dev/null 2>&1 || rc=$?
