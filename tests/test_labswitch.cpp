@@ -106,7 +106,7 @@ uint64_t deltaBetween(const std::vector<Sample>& s, int64_t from, int64_t to) {
 
 }  // namespace
 
-TEST_CASE("a port carries its configured line rate within 2%", "[labswitch][rate]") {
+TEST_CASE("a port carries its configured line rate: never 2% over it, at most 5% under it", "[labswitch][rate]") {
   rc::lab::UpOptions o;
   o.nodes = 2;
   o.rateBps = 100e6;
@@ -130,7 +130,12 @@ TEST_CASE("a port carries its configured line rate within 2%", "[labswitch][rate
   INFO("measured " << rate / 1e6 << " Mb/s on a 100 Mb/s port over " << secs << " s; queue 0 drops "
                    << pb["queues"][0]["drops"]);
   CHECK(pb["queues"][0]["drops"].get<uint64_t>() > 0);  // it really was backlogged
-  CHECK(std::abs(rate - 100e6) / 100e6 < 0.02);
+  // Over the line rate is the pacer's error, and 2 % is its bound. Under it is also the host's:
+  // the port sends nothing while the host keeps the switch off its core, and this VM's host
+  // takes 2-5 % of an idle core in gaps of up to 18 ms (build/bench/host_hiccups, 2026-11-28;
+  // an ASan CI run read 97.83 Mb/s here, 2.2 % under).
+  CHECK(rate < 100e6 * 1.02);
+  CHECK(rate > 100e6 * 0.95);
   // The switch's own load over the same window: its loop ran the whole time (loop_ns follows
   // its clock), and was busy for part of it, never more than all of it.
   int64_t loop = b["loop_ns"].get<int64_t>() - a["loop_ns"].get<int64_t>();
