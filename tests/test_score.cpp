@@ -601,16 +601,11 @@ TEST_CASE("the wire span of metered traffic: first frame, end of the last burst,
   CHECK_FALSE(open->lastNs);  // still on the wire when the evidence ended
 }
 
-TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may bound the CV") {
-  std::string text = "repeat = 3\n" + std::string(rc::test::kSyntheticPlaybook) +
-                     "[[expect]]\nmetric = \"baseline\"\nstat = \"cv\"\nop = \"<\"\nbound = 5\n"
-                     "[[expect]]\nmetric = \"baseline\"\nstat = \"cv\"\nop = \"<\"\nbound = 1\n";
-  auto pb = parsePlaybook(text, "repeat.toml");
-  REQUIRE(pb);
-  RunResult run = rc::test::syntheticRun(*pb, Shape::cleanStep);
-  REQUIRE(run.plan.trials.size() == 3);
-  // Three trials of the clean step at 100 %, 102 % and 98 % of the rate: baseline CV 2 %.
-  const double scale[] = {1.0, 1.02, 0.98};
+// The synthetic playbook's repeated trials, trial I in SHAPES[I] at SCALES[I] of its rate (1 when
+// not given), each with its flap from 10 s to 12 s.
+RunResult repeatedRun(const Playbook& pb, const std::vector<Shape>& shapes, const std::vector<double>& scales = {}) {
+  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
+  REQUIRE(run.plan.trials.size() == shapes.size());
   run.faults.clear();
   run.iterations.clear();
   run.counters.clear();
@@ -619,13 +614,25 @@ TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may b
     bins.clear();
     for (const auto& t : run.plan.trials)
       for (int64_t i = 0; i < (t.endNs - t.startNs) / run.binNs; i++)
-        bins.push_back({t.startNs + i * run.binNs, rc::test::shapeBytes(Shape::cleanStep, int(i)) * scale[t.index]});
+        bins.push_back({t.startNs + i * run.binNs, rc::test::shapeBytes(shapes[size_t(t.index)], int(i)) *
+                                                      (scales.empty() ? 1.0 : scales[size_t(t.index)])});
   }
   for (const auto& t : run.plan.trials)
     for (const auto& f : t.faults)
       run.faults.push_back({t.index, f.step, f.node, f.kind, f.params, f.atNs, t.startNs + 10 * kS,
                             t.startNs + 12 * kS, ""});
   run.endedNs = run.plan.durationNs;
+  return run;
+}
+
+TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may bound the CV") {
+  std::string text = "repeat = 3\n" + std::string(rc::test::kSyntheticPlaybook) +
+                     "[[expect]]\nmetric = \"baseline\"\nstat = \"cv\"\nop = \"<\"\nbound = 5\n"
+                     "[[expect]]\nmetric = \"baseline\"\nstat = \"cv\"\nop = \"<\"\nbound = 1\n";
+  auto pb = parsePlaybook(text, "repeat.toml");
+  REQUIRE(pb);
+  // Three trials of the clean step at 100 %, 102 % and 98 % of the rate: baseline CV 2 %.
+  RunResult run = repeatedRun(*pb, {Shape::cleanStep, Shape::cleanStep, Shape::cleanStep}, {1.0, 1.02, 0.98});
   Scores s = score(run, *pb);
   REQUIRE(s.trials.size() == 3);
   REQUIRE(s.repeatability.size() == 1);
@@ -660,28 +667,6 @@ TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may b
                                "bad.toml");
   REQUIRE_FALSE(badStat);
   CHECK(badStat.error().message.find("stat = \"cv\" needs a job metric shown over repeats") != std::string::npos);
-}
-
-// Three trials of the synthetic playbook, trial I in SHAPES[I], each with its flap from 10 s to 12 s.
-RunResult repeatedRun(const Playbook& pb, const std::vector<Shape>& shapes) {
-  RunResult run = rc::test::syntheticRun(pb, Shape::cleanStep);
-  REQUIRE(run.plan.trials.size() == shapes.size());
-  run.faults.clear();
-  run.iterations.clear();
-  run.counters.clear();
-  for (const auto& node : run.plan.workloadNodes) {
-    auto& bins = run.series[node];
-    bins.clear();
-    for (const auto& t : run.plan.trials)
-      for (int64_t i = 0; i < (t.endNs - t.startNs) / run.binNs; i++)
-        bins.push_back({t.startNs + i * run.binNs, rc::test::shapeBytes(shapes[size_t(t.index)], int(i))});
-  }
-  for (const auto& t : run.plan.trials)
-    for (const auto& f : t.faults)
-      run.faults.push_back({t.index, f.step, f.node, f.kind, f.params, f.atNs, t.startNs + 10 * kS,
-                            t.startNs + 12 * kS, ""});
-  run.endedNs = run.plan.durationNs;
-  return run;
 }
 
 TEST_CASE("repeated trials: an expectation may bound the median, where one disturbed trial of three does not decide") {
