@@ -142,6 +142,21 @@ Result<void> VerbsTransport::findGid() {
                    o_.world[size_t(o_.rank)].address + " (is its port active?)");
 }
 
+std::optional<std::string> VerbsTransport::portLoss() const {
+  ibv_context* ctx = bound_->verbs;
+  const uint8_t port = bound_->port_num;
+  const std::string where = deviceName() + " port " + std::to_string(port);
+  ibv_port_attr pa{};
+  if (ibv_query_port(ctx, port, &pa) != 0) return std::nullopt;  // cannot tell: judge by completions
+  if (pa.state != IBV_PORT_ACTIVE)
+    return where + " is down at " + utcNow() + " (port state " + ibv_port_state_str(pa.state) + ")";
+  ibv_gid g{};
+  if (ibv_query_gid(ctx, port, gidIndex_, &g) != 0 || std::memcmp(&g, &gid_, sizeof g) != 0)
+    return where + " is down at " + utcNow() + " (its RoCEv2 GID for " +
+           o_.world[size_t(o_.rank)].address + " at index " + std::to_string(gidIndex_) + " is gone)";
+  return std::nullopt;
+}
+
 Result<void> VerbsTransport::registerBuffer(std::span<std::byte> b) {
   buf_ = b;
   mr_.reset(ibv_reg_mr(pd_.get(), b.data(), std::max<size_t>(b.size(), 1),
@@ -194,7 +209,7 @@ struct VerbsStepRun {
   StepResult res;
   std::vector<VerbsTransport::Qp*> involved;      // the QPs this step's ops use
   std::map<uint32_t, VerbsTransport::Qp*> byNum;  // the connection's QPs by QP number
-  int64_t lastProgress = 0, lastProbe = 0;
+  int64_t lastProgress = 0, lastProbe = 0, lastPortCheck = 0;
 };
 
 // The step is lost with PEER (RES says why); returns RES.
@@ -459,6 +474,15 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
           return run.res;
         }
     if (stepPeerGone(run)) return run.res;
+    // A silent step looks at its own port once a second: a node whose NIC went down may have
+    // nothing posted that could fail (it waits to receive, or rxe keeps retrying its sends),
+    // and would otherwise learn of it only from its progress timeout.
+    if (int64_t now = monoNs();
+        now - run.lastProgress > 1'000'000'000 && now - run.lastPortCheck > 500'000'000) {
+      run.lastPortCheck = now;
+      if (auto why = portLoss())
+        return loseStep(run.res, run.involved.empty() ? -1 : run.involved[0]->peer, *why);
+    }
     if (!probeSilentPeers(run, o_.sendDepth)) return run.res;
     if (monoNs() - run.lastProgress > progressNs)
       return loseStep(run.res, run.involved.empty() ? -1 : run.involved[0]->peer,

@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,9 @@ class VerbsTransport : public Transport {
   Result<void> createCq();
   // This node's RoCEv2 GID for its data address (its index changes when the NIC flaps).
   Result<void> findGid();
+  // Why this node's port can carry no RoCE now (its state is not ACTIVE, or its RoCEv2 GID
+  // is gone, as during a flap of its NIC), with when; nullopt while it can.
+  std::optional<std::string> portLoss() const;
   Result<void> createQp(Qp& q);
   Result<void> toRts(Qp& q);
   Result<void> postRecv(Qp& q, uint32_t slot);
