@@ -7,10 +7,37 @@ bench_lab_up() {
   local name=$1 nodes=$2
   shift 2
   work=$(mktemp -d "/tmp/rdmachaos-$name.XXXXXX")
-  trap '"$cli" lab down --dir "$work/lab" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+  trap 'bench_stall_stop; "$cli" lab down --dir "$work/lab" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
   trap 'exit 130' INT TERM
   "$cli" lab up --nodes "$nodes" --dir "$work/lab" "$@" >"$work/lab-up.log" 2>&1 ||
     { cat "$work/lab-up.log" >&2; exit 1; }
+}
+
+# STALL=MS/PERIOD (e.g. STALL=15/1): while each run goes on, the lab switch is stopped
+# (SIGSTOP) for MS milliseconds every PERIOD seconds, then continued: the host's own
+# hiccups, made on purpose and at known times, to see what a stall of the switch costs a
+# job's band and its scores. The switch is continued on every way out.
+stall_pid=""
+bench_stall_start() {
+  [ -n "${STALL:-}" ] || return 0
+  local ms=${STALL%/*} period=${STALL#*/} sw
+  case $ms$period in *[!0-9.]* | '') echo "STALL must be MS/PERIOD (e.g. 15/1), not '$STALL'" >&2; exit 2 ;; esac
+  sw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["switch"]["proc"]["pid"])' "$work/lab/lab.json")
+  [ "$sw" -gt 1 ] 2>/dev/null || { echo "bench: no lab switch pid in $work/lab/lab.json" >&2; exit 1; }
+  (
+    trap 'kill -CONT '"$sw"' 2>/dev/null; exit 0' TERM INT EXIT
+    while kill -0 "$sw" 2>/dev/null; do
+      sleep "$period"
+      kill -STOP "$sw"; sleep "$(awk -v m="$ms" 'BEGIN { printf "%.3f", m / 1000 }')"; kill -CONT "$sw"
+    done
+  ) &
+  stall_pid=$!
+}
+bench_stall_stop() {
+  [ -n "$stall_pid" ] || return 0
+  kill "$stall_pid" 2>/dev/null || true
+  wait "$stall_pid" 2>/dev/null || true
+  stall_pid=""
 }
 
 # bench_run_playbook PLAYBOOK RUNS: runs it RUNS times on the lab, each report in
@@ -23,7 +50,9 @@ bench_run_playbook() {
     mkdir -p "$out"
     start=$(date +%s)
     rc=0
+    bench_stall_start
     "$cli" run "$playbook" --inventory "$work/lab/inventory.toml" --report-dir "$out/report" >"$out/log" 2>&1 || rc=$?
+    bench_stall_stop
     [ $rc = 0 ] || [ $rc = 1 ] || { echo "run $i failed (exit $rc):" >&2; tail -n 20 "$out/log" >&2; exit 1; }
     echo "run $i: exit $rc after $(( $(date +%s) - start )) s"
   done

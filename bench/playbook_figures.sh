@@ -9,6 +9,8 @@
 #   sudo bench/playbook_figures.sh PLAYBOOK [RUNS] [-- extra `lab up` options]
 #   sudo bench/playbook_figures.sh playbooks/incast.toml 10 -- --rate 500M
 #   NODES=4 sudo bench/playbook_figures.sh playbooks/adaptive-routing.toml 10 -- --leaves 2 --spines 2 --routing adaptive
+#   STALL=15/1 sudo bench/playbook_figures.sh playbooks/noise-floor.toml 3 -- --split-cores
+#     (the switch stopped 15 ms every second during each run: what a host hiccup costs)
 #
 # Needs the controller, agent and switch built (build/ or BUILD_DIR). The lab is its own (a
 # temporary directory) and is taken down on exit, also on failure or Ctrl-C.
@@ -30,7 +32,7 @@ nodes=${NODES:-3}
 case $runs in '' | *[!0-9]* | 0) echo "bench/playbook_figures.sh: RUNS must be a number of at least 1, not '$runs'" >&2; exit 2 ;; esac
 . bench/lab_runs.sh
 bench_lab_up figures "$nodes" "$@"
-echo "figures of $playbook on a $nodes-node lab (lab up $*), $runs run(s), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "figures of $playbook on a $nodes-node lab (lab up $*)${STALL:+, the switch stopped ${STALL%/*} ms every ${STALL#*/} s}, $runs run(s), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 bench_run_playbook "$playbook" "$runs"
 python3 - "$work" "$runs" <<'EOF'
 import glob, json, statistics as st, sys
