@@ -16,14 +16,24 @@ bench_lab_up() {
 # STALL=MS/PERIOD (e.g. STALL=15/1): while each run goes on, the lab switch is stopped
 # (SIGSTOP) for MS milliseconds every PERIOD seconds, then continued: the host's own
 # hiccups, made on purpose and at known times, to see what a stall of the switch costs a
-# job's band and its scores. The switch is continued on every way out.
+# job's band and its scores. STALL_TARGET=NODE (e.g. n2) stops that node's agent instead (the
+# job's rank on it). What was stopped is continued on every way out.
 stall_pid=""
 bench_stall_start() {
   [ -n "${STALL:-}" ] || return 0
   local ms=${STALL%/*} period=${STALL#*/} sw
   case $ms$period in *[!0-9.]* | '') echo "STALL must be MS/PERIOD (e.g. 15/1), not '$STALL'" >&2; exit 2 ;; esac
-  sw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["switch"]["proc"]["pid"])' "$work/lab/lab.json")
-  [ "$sw" -gt 1 ] 2>/dev/null || { echo "bench: no lab switch pid in $work/lab/lab.json" >&2; exit 1; }
+  sw=$(python3 -c '
+import json, sys
+lab = json.load(open(sys.argv[1]))
+target = sys.argv[2]
+if target == "switch":
+    print(lab["switch"]["proc"]["pid"])
+else:
+    print(next((n["agent"]["pid"] for n in lab["nodes"] if n["name"] == target), 0))
+' "$work/lab/lab.json" "${STALL_TARGET:-switch}")
+  [ "$sw" -gt 1 ] 2>/dev/null ||
+    { echo "bench: no pid for STALL_TARGET '${STALL_TARGET:-switch}' in $work/lab/lab.json (the switch, or a node: n1, n2, ...)" >&2; exit 2; }
   (
     trap 'kill -CONT '"$sw"' 2>/dev/null; exit 0' TERM INT EXIT
     while kill -0 "$sw" 2>/dev/null; do

@@ -32,7 +32,7 @@ nodes=${NODES:-3}
 case $runs in '' | *[!0-9]* | 0) echo "bench/playbook_figures.sh: RUNS must be a number of at least 1, not '$runs'" >&2; exit 2 ;; esac
 . bench/lab_runs.sh
 bench_lab_up figures "$nodes" "$@"
-echo "figures of $playbook on a $nodes-node lab (lab up $*)${STALL:+, the switch stopped ${STALL%/*} ms every ${STALL#*/} s}, $runs run(s), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "figures of $playbook on a $nodes-node lab (lab up $*)${STALL:+, ${STALL_TARGET:-the switch} stopped ${STALL%/*} ms every ${STALL#*/} s}, $runs run(s), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 bench_run_playbook "$playbook" "$runs"
 python3 - "$work" "$runs" <<'EOF'
 import glob, json, statistics as st, sys
