@@ -284,7 +284,11 @@ bool takeStepCompletion(const ibv_wc& wc, VerbsStepRun& run, VerbsQps& qps, uint
              "QP " + std::to_string(q.index) + " (qpn " + std::to_string(wc.qp_num) +
                  ") in error at " + utcNow() + ": " + ibv_wc_status_str(wc.status) + " (status " +
                  std::to_string(int(wc.status)) + ", vendor error " +
-                 std::to_string(wc.vendor_err) + ", on a " + (isSend ? "send" : "receive") + ")");
+                 std::to_string(wc.vendor_err) + ", on a " +
+                 (!isSend                    ? "receive"
+                  : (wc.wr_id & kWrProbe)    ? "send: a zero-length probe write"
+                  : (wc.wr_id & kWrCtrl)     ? "send: a grant or bye"
+                  : "send: a data write of " + std::to_string(wc.wr_id & ~kWrData) + " bytes") + ")");
     return false;
   }
   // A probe's ACK shows the peer's QP alive, not that the job moves.
