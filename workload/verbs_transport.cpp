@@ -478,9 +478,9 @@ StepResult VerbsTransport::runStep(std::span<const Op> ops) {
           return run.res;
         }
     if (stepPeerGone(run)) return run.res;
-    // A silent step looks at its own port once a second: a node whose NIC went down may have
-    // nothing posted that could fail (it waits to receive, or rxe keeps retrying its sends),
-    // and would otherwise learn of it only from its progress timeout.
+    // A step silent for over a second looks at its own port every half second: a node whose
+    // NIC went down may have nothing posted that could fail (it waits to receive, or rxe keeps
+    // retrying its sends), and would otherwise learn of it only from its progress timeout.
     if (int64_t now = monoNs();
         now - run.lastProgress > 1'000'000'000 && now - run.lastPortCheck > 500'000'000) {
       run.lastPortCheck = now;
