@@ -150,15 +150,37 @@ TEST_CASE("quickstart: reported impact and recovery agree with the link's real d
   // The stall covers the down time: at least the 2 s minus a bin, and the job recovers.
   CHECK(impact["stall_ns"].get<int64_t>() >= (up - down) - bin - uncertainty);
   REQUIRE(impact["recovered"] == true);
-  // Recovery against the link's own up instant, from both sides: not before it (within the
-  // smoothing and a bin), and not later than TCP's retransmission timer allows. Linux retries
-  // a lost segment after 200 ms and then at doubling intervals, so the job's first retry after
-  // the link is back comes at most the outage + 200 ms later (docs/acceptance.md, "TCP's
-  // retransmission timer").
+  // Recovery against the link's own up instant, from both sides. First when the job moved data
+  // again: the first bin after the link's return from which the next 100 ms carry at least half
+  // the baseline's bytes. The TCP workload caps each flow's retransmission timer at 1 s
+  // (TCP_RTO_MAX_MS, docs/workloads.md), so a flow's first retry after the link is back comes
+  // within 1 s; the rest of what the outage lost can wait one more capped timer (`ss -ti` on a
+  // lab run: a flow's head retransmission acked 0.4 s after the link was up, its backoff reset
+  // but its timer still at the backed-off 1 s, the job stalled 0.64 s more). So the job
+  // resumes within two capped timers of the link's return.
+  const json& jobBins = doc["series"]["job"];
+  const double perBin = trial["job"]["baseline_Bps"].get<double>() * double(bin) / 1e9;
+  const size_t window = size_t(100'000'000 / bin);
+  int64_t resumedAt = -1;
+  for (size_t i = size_t(up / bin); resumedAt < 0 && i + window <= jobBins.size(); i++) {
+    double moved = 0;
+    for (size_t k = i; k < i + window; k++) moved += jobBins[k].get<double>();
+    if (moved >= 0.5 * perBin * double(window)) resumedAt = int64_t(i) * bin;
+  }
   const int64_t recoveredAt = impact["recovered_at_ns"].get<int64_t>();
-  std::printf("[run-e2e] recovered %.1f ms after the link came back up\n", (recoveredAt - up) / 1e6);
+  std::printf("[run-e2e] the job moved again %.1f ms after the link came back up; recovered (the scorer's: back in "
+              "its band for the 1 s hold) %.1f ms after it\n",
+              (resumedAt - up) / 1e6, (recoveredAt - up) / 1e6);
+  REQUIRE(resumedAt >= 0);
+  CHECK(resumedAt <= up + 2 * 1'000'000'000 + bin + uncertainty);
+  // The scorer's recovery: not before the link's return (within the smoothing and a bin), not
+  // before the job moved again (its smoothing is centred: half a window early at most), and
+  // within one hold after it: a host hiccup in the job's first second back restarts the hold
+  // once (a CI run read recovery about 2.7 s after the link's return), a second restart within
+  // that one second would be a job still unsteady, not a hiccup.
   CHECK(recoveredAt >= up - smoothHalf - bin - uncertainty);
-  CHECK(recoveredAt <= up + (up - down) + 200'000'000 + smoothHalf + bin + uncertainty);
+  CHECK(recoveredAt >= resumedAt - smoothHalf - bin - uncertainty);
+  CHECK(recoveredAt <= resumedAt + 1'000'000'000 + smoothHalf + bin + uncertainty);
   // The agents' NIC counters of their data interface (the lab's TAP: sysfs statistics only):
   // per trial, the wire bytes received cover at least the workload's payload.
   REQUIRE(doc["counters"].size() >= 2);
