@@ -50,6 +50,7 @@ for i in range(1, runs + 1):
             key = (v.get("line", 0), v["metric"], v.get("scope", "job"), v.get("op", ""), v.get("bound_text", ""))
             metrics.setdefault(key, []).append((i, t.get("label", ""), v.get("measured"), v.get("measured_text", ""), v.get("passed")))
         job = t.get("job") or {}
+        loss = (job.get("impact") or {}).get("loss_pct")
         band = job.get("baseline_band") or {}
         b = job.get("baseline_Bps") or 0
         own = 100 * (1 - band["lowest_Bps"] / b) if b and band.get("lowest_Bps") else float("nan")
@@ -58,12 +59,19 @@ for i in range(1, runs + 1):
         impact = im.get("time_to_impact_ns")
         rec = im.get("recovery_time_ns")
         trials.append((i, t.get("label", ""), b * 8 / 1e9, own, busy.get("pct", float("nan")), busy.get("peak_pct", float("nan")),
-                       "none" if impact is None else f"{impact / 1e6:.0f}ms", "-" if rec is None else f"{rec / 1e6:.0f}ms"))
+                       "none" if impact is None else f"{impact / 1e6:.0f}ms", "-" if rec is None else f"{rec / 1e6:.0f}ms",
+                       "-" if loss is None else f"{loss:.1f}%"))
+    # stat = "median" expectations are judged once per group of repeats, not per trial
+    for g in j.get("repeatability", []):
+        for v in g.get("verdicts", []):
+            key = (v.get("line", 0), v["metric"], v.get("scope", "job"), v.get("op", ""), v.get("bound_text", ""))
+            metrics.setdefault(key, []).append((i, g.get("group", ""), v.get("measured"), v.get("measured_text", ""), v.get("passed")))
 for i, v, why in verdicts:
     print(f"run {i}: {v} ({why})")
 UNITS = {}    # metric -> "ns" (a duration), "Bps" (a rate) or "" (a number), from the bound's text
 def fmt(x, metric):
     if x is None: return "-"
+    if metric.startswith("median(") and metric.endswith(")"): metric = metric[7:-1]
     if metric.endswith("_pct"): return f"{x:.2f}%"
     u = UNITS.get(metric, "")
     if u == "ns": return f"{x / 1e6:.0f}ms"
@@ -72,6 +80,7 @@ def fmt(x, metric):
 print()
 for (line, metric, scope, op, bound) in metrics:
     b = bound.strip()
+    if metric.startswith("median(") and metric.endswith(")"): metric = metric[7:-1]
     UNITS[metric] = "Bps" if b.endswith("/s") else "ns" if b[-1:] == "s" or b.endswith("ms") else ""
 for key in sorted(metrics):
     line, metric, scope, op, bound = key
@@ -84,9 +93,9 @@ for key in sorted(metrics):
     print(head)
     print("   " + "  ".join(f"{fmt(r[2], metric)}{'' if r[4] else '!'}" for r in rows))
 print()
-print(f"{'run':>3} {'trial':<28} {'baseline':>10} {'own band':>9} {'switch busy':>11} {'busiest s':>9} {'impact at':>9} {'recovery':>8}")
+print(f"{'run':>3} {'trial':<28} {'baseline':>10} {'own band':>9} {'switch busy':>11} {'busiest s':>9} {'impact at':>9} {'recovery':>8} {'loss':>7}")
 for r in trials:
-    print(f"{r[0]:>3} {r[1][:28]:<28} {r[2]:>8.3f}Gb {r[3]:>8.1f}% {r[4]:>10.0f}% {r[5]:>8.0f}% {r[6]:>9} {r[7]:>8}")
+    print(f"{r[0]:>3} {r[1][:28]:<28} {r[2]:>8.3f}Gb {r[3]:>8.1f}% {r[4]:>10.0f}% {r[5]:>8.0f}% {r[6]:>9} {r[7]:>8} {r[8]:>7}")
 print(f"trials with an impact: {sum(1 for r in trials if r[6] != 'none')} of {len(trials)}")
 def summary(name, vals):
     vals = [v for v in vals if v == v]
