@@ -572,7 +572,7 @@ TEST_CASE("acceptance-suite runs on the lab, and passes", "[playbooks][one-switc
   CHECK(r.doc["trials"].size() == 4);
 }
 
-TEST_CASE("ecn-shallow: a mild fault (about a tenth of the job) is seen, and passes", "[playbooks][one-switch]") {
+TEST_CASE("ecn-shallow: a mild fault is seen, and passes", "[playbooks][one-switch]") {
   // Issue 21's fault the old lab could not resolve: its trials' own bands were 12-29 % deep.
   // One run, no retries: the playbook's bounds (median loss 5-40 %, median recovery within 500 ms) hold on
   // this lab, and the switch's ground truth agrees: n2's RoCE queue marked

@@ -4,6 +4,9 @@
 // workload on nodes without an RDMA device is refused, naming one, before anything starts.
 #include <fcntl.h>
 #include <signal.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,6 +109,20 @@ std::string shortRun(const std::string& name, const std::string& extra, const st
   return writePlaybook(name, s);
 }
 
+// Whether this kernel caps a socket's retransmission timer as the TCP workload asks it to
+// (TCP_RTO_MAX_MS = 1 s, Linux 6.15+; workload/tcp_transport.cpp sets it best effort).
+bool kernelCapsRetransmissionTimer() {
+#ifndef TCP_RTO_MAX_MS
+  constexpr int TCP_RTO_MAX_MS = 44;
+#endif
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  const int ms = 1000;
+  const bool ok = ::setsockopt(fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &ms, sizeof ms) == 0;
+  ::close(fd);
+  return ok;
+}
+
 }  // namespace
 
 TEST_CASE("quickstart: reported impact and recovery agree with the link's real down time") {
@@ -157,7 +174,10 @@ TEST_CASE("quickstart: reported impact and recovery agree with the link's real d
   // within 1 s; the rest of what the outage lost can wait one more capped timer (`ss -ti` on a
   // lab run: a flow's head retransmission acked 0.4 s after the link was up, its backoff reset
   // but its timer still at the backed-off 1 s, the job stalled 0.64 s more). So the job
-  // resumes within two capped timers of the link's return.
+  // resumes within two capped timers of the link's return. A kernel without the cap doubles
+  // the timer while the link is down: past the outage, the pending one is at most twice the
+  // outage plus Linux's first 200 ms.
+  const int64_t timerCap = kernelCapsRetransmissionTimer() ? 1'000'000'000 : 2 * (up - down) + 200'000'000;
   const json& jobBins = doc["series"]["job"];
   const double perBin = trial["job"]["baseline_Bps"].get<double>() * double(bin) / 1e9;
   const size_t window = size_t(100'000'000 / bin);
@@ -172,15 +192,35 @@ TEST_CASE("quickstart: reported impact and recovery agree with the link's real d
               "its band for the 1 s hold) %.1f ms after it\n",
               (resumedAt - up) / 1e6, (recoveredAt - up) / 1e6);
   REQUIRE(resumedAt >= 0);
-  CHECK(resumedAt <= up + 2 * 1'000'000'000 + bin + uncertainty);
-  // The scorer's recovery: not before the link's return (within the smoothing and a bin), not
-  // before the job moved again (its smoothing is centred: half a window early at most), and
-  // within one hold after it: a host hiccup in the job's first second back restarts the hold
-  // once (a CI run read recovery about 2.7 s after the link's return), a second restart within
-  // that one second would be a job still unsteady, not a hiccup.
+  CHECK(resumedAt <= up + 2 * timerCap + bin + uncertainty);
+  // The scorer's recovery: not before the link's return (within the smoothing and a bin), and
+  // not before the job moved again (its smoothing is centred: half a window early at most).
   CHECK(recoveredAt >= up - smoothHalf - bin - uncertainty);
   CHECK(recoveredAt >= resumedAt - smoothHalf - bin - uncertainty);
-  CHECK(recoveredAt <= resumedAt + 1'000'000'000 + smoothHalf + bin + uncertainty);
+  // How late after that is the job's doing, not the clock's: a rehearsal on a noisy day read the
+  // job moving again 1.16 s after the link's return and then running at 1.5-2.0 Gb/s against its
+  // 2.03 Gb/s floor for 5 s (recovery 6.47 s after the return). So it is checked against the
+  // job's own bytes: from the recovery on, the hold's 1 s moved at least the floor it was judged
+  // against (10 % allowed for the smoothing at the edges), and a recovery later than one hold
+  // after the job moved again had a quarter second in between below that floor.
+  // (the scorer's two floors: one for a bin of the smoothed rate, one for the hold's mean)
+  const double floorBps = std::max(impact["threshold_Bps"].get<double>(), impact["hold_threshold_Bps"].get<double>());
+  auto meanBps = [&](int64_t from, int64_t to) {
+    double bytes = 0;
+    const size_t i1 = std::min(jobBins.size(), size_t(to / bin));
+    for (size_t i = size_t(from / bin); i < i1; i++) bytes += jobBins[i].get<double>();
+    return bytes / (double(to - from) / 1e9);
+  };
+  const int64_t hold = 1'000'000'000;
+  REQUIRE(recoveredAt + hold <= int64_t(jobBins.size()) * bin);
+  CHECK(meanBps(recoveredAt, recoveredAt + hold) >= 0.9 * floorBps);
+  if (recoveredAt > resumedAt + hold + smoothHalf + bin + uncertainty) {
+    double lowest = floorBps * 10;
+    for (int64_t t = resumedAt; t + 2 * smoothHalf <= recoveredAt; t += bin) lowest = std::min(lowest, meanBps(t, t + 2 * smoothHalf));
+    INFO("recovered " << (recoveredAt - resumedAt) / 1e6 << " ms after the job moved again; its lowest 250 ms in between "
+         << lowest * 8 / 1e9 << " Gb/s against the " << floorBps * 8 / 1e9 << " Gb/s floor");
+    CHECK(lowest < floorBps);
+  }
   // The agents' NIC counters of their data interface (the lab's TAP: sysfs statistics only):
   // per trial, the wire bytes received cover at least the workload's payload.
   REQUIRE(doc["counters"].size() >= 2);
