@@ -85,11 +85,26 @@ void judge(Episode& e) {
                                     ", after the taken PSN " + psnText(e.firstPsn) + acked +
                                     " (go-back-N violated: a timeout goes back to the oldest unacknowledged PSN)"};
   } else if (e.nakPsn && e.retransmitPsn) {
-    restart = *e.retransmitPsn == *e.nakPsn
-                  ? RuleVerdict{restart.rule, Outcome::pass, "went back to PSN " + psnText(*e.retransmitPsn)}
-                  : RuleVerdict{restart.rule, Outcome::fail,
-                                "retransmission started at PSN " + psnText(*e.retransmitPsn) + ", the NAK named " +
-                                    psnText(*e.nakPsn) + " (go-back-N violated)"};
+    int32_t before = psnDiff(*e.nakPsn, *e.retransmitPsn);
+    if (before == 0) {
+      restart = {restart.rule, Outcome::pass, "went back to PSN " + psnText(*e.retransmitPsn)};
+    } else if (before > 0) {
+      // Further back than the NAK asked: duplicates, nothing skipped. A requester whose retry
+      // timer fires while the NAK is still on its way goes back to its oldest unacknowledged
+      // PSN (rxe: the completer's PSN, which only the NAK would have moved on), and the NAK then
+      // arrives at the switch first. Allowed like the timer's own path; the count says how far.
+      std::string acked = e.ackedPsn ? ", acknowledged at the switch up to PSN " + psnText(*e.ackedPsn) : "";
+      restart = {restart.rule, Outcome::pass,
+                 "went back to PSN " + psnText(*e.retransmitPsn) + ", " + std::to_string(before) +
+                     " before the NAK's PSN " + psnText(*e.nakPsn) + " (" + ms(e.nakReactionNs) + " after the NAK, " +
+                     ms(e.retransmitTimeNs - e.timeNs) + " after the taken frame" + acked +
+                     "): its oldest unacknowledged PSN, as a retry timer that fired before the NAK reached the "
+                     "requester goes back; duplicates, nothing skipped"};
+    } else {
+      restart = {restart.rule, Outcome::fail,
+                 "retransmission started at PSN " + psnText(*e.retransmitPsn) + ", after the NAK's PSN " +
+                     psnText(*e.nakPsn) + " (go-back-N violated: the NAK'd PSN was skipped)"};
+    }
   } else if (e.nakPsn && (e.action == "drop" || e.action == "corrupt")) {
     restart = {restart.rule, Outcome::fail, "a NAK but no retransmission in the capture"};
   }

@@ -10,9 +10,11 @@
 //   one_nak_outstanding            one sequence-error NAK per missing PSN, until an ACK passes it
 //                                  (a NAK naming a later PSN is a new gap, counted apart)
 //   nak_names_first_missing_psn    the NAK names the first PSN the rule took away
-//   retransmission_restarts_at_nak the requester's retransmission starts at the NAK's PSN; when
-//                                  its timer fired first (no NAK at the switch yet), at the taken
-//                                  PSN or before it (its oldest unacknowledged PSN)
+//   retransmission_restarts_at_nak the requester's retransmission starts at the NAK's PSN or
+//                                  before it (its oldest unacknowledged PSN, where a retry timer
+//                                  that fired while the NAK was on its way goes back: duplicates);
+//                                  when its timer fired first (no NAK at the switch yet), at the
+//                                  taken PSN or before it. Resuming after it skips a PSN: violated
 //   acted_frames_delivered         every taken PSN is sent again, released, or acknowledged (a
 //                                  resend the switch took may have reached the responder before)
 // A request flow (requester -> responder, by addresses and destination QP) is paired with the

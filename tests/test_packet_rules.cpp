@@ -530,6 +530,57 @@ TEST_CASE("oracle: the timer fires before a slow responder's NAK: going back to 
   }
 }
 
+TEST_CASE("oracle: a retransmission from before the NAK's PSN (the timer fired as the NAK was on its way) sends "
+          "duplicates, skips nothing",
+          "[oracle]") {
+  // Seen once in 11 vm runs (2026-11-28): "retransmission started at PSN 11385071, the NAK named
+  // 11385124". rxe's retry timer rewinds to the completer's PSN, which only the NAK would have
+  // moved on: when the timer fires while the NAK is still on its way, the NAK passes the switch
+  // before the resend, and the resend starts at the oldest unacknowledged PSN.
+  auto capture = [](uint32_t resumeAt) {
+    std::vector<pcapng::Record> c;
+    int64_t t = 0;
+    for (uint32_t p = 100; p <= 109; p++)
+      c.push_back(rctest::record(t += 10'000, req(p), p == 105 ? "rdmachaos rule g: drop" : ""));
+    int64_t lost = t - 4 * 10'000;
+    c.push_back(rctest::record(t += 10'000, resp(101, kAck)));
+    c.push_back(rctest::record(t = lost + 16 * kMs, resp(105, kNakSeq)));
+    c.push_back(rctest::record(t += 200'000, req(resumeAt)));
+    for (uint32_t p = resumeAt + 1; p <= 109; p++) c.push_back(rctest::record(t += 10'000, req(p)));
+    c.push_back(rctest::record(t += 20'000, resp(109, kAck)));
+    return oracle::analyse(c);
+  };
+  SECTION("back to the PSN after the last ACK: passes, counting the duplicates") {
+    auto rep = capture(102);
+    CHECK(rep.pass());
+    const auto& e = rep.flows.at(0).episodes.at(0);
+    CHECK_FALSE(e.byTimeout);
+    REQUIRE(e.nakPsn);
+    CHECK(*e.nakPsn == 105);
+    CHECK(*e.retransmitPsn == 102);
+    CHECK(e.nakReactionNs == 200'000);
+    CHECK(e.duplicates == 3);
+    const auto& v = verdict(e, "retransmission_restarts_at_nak");
+    CHECK(v.outcome == oracle::Outcome::pass);
+    CHECK_THAT(v.detail, Catch::Contains("3 before the NAK's PSN 105") && Catch::Contains("up to PSN 101") &&
+                             Catch::Contains("nothing skipped"));
+  }
+  SECTION("at the NAK's PSN: passes, no duplicates") {
+    auto rep = capture(105);
+    CHECK(rep.pass());
+    const auto& e = rep.flows.at(0).episodes.at(0);
+    CHECK(e.duplicates == 0);
+    CHECK(verdict(e, "retransmission_restarts_at_nak").detail == "went back to PSN 105");
+  }
+  SECTION("after the NAK's PSN: the NAK'd PSN skipped, a violation") {
+    auto rep = capture(106);
+    CHECK_FALSE(rep.pass());
+    const auto& v = verdict(rep.flows.at(0).episodes.at(0), "retransmission_restarts_at_nak");
+    CHECK(v.outcome == oracle::Outcome::fail);
+    CHECK_THAT(v.detail, Catch::Contains("after the NAK's PSN 105") && Catch::Contains("skipped"));
+  }
+}
+
 TEST_CASE("oracle: a delayed frame released by the switch is not a retransmission", "[oracle]") {
   std::vector<pcapng::Record> c;
   int64_t t = 0;
