@@ -384,6 +384,29 @@ const oracle::RuleVerdict& verdict(const oracle::Episode& e, const std::string& 
   return e.verdicts.front();
 }
 
+// PSNs 100-109 with 105 dropped and 101 acknowledged, then the requester's resend from
+// resumeAt and the responder's NAK of 105. nakFirst: the NAK at the switch 16 ms after the drop
+// and the resend 200 us after it (the timer fired while the NAK was on its way); otherwise the
+// resend 16 ms after the drop (the timer) and the NAK 7 ms later (a slow responder).
+std::vector<pcapng::Record> dropThenResume(uint32_t resumeAt, bool nakFirst) {
+  std::vector<pcapng::Record> c;
+  int64_t t = 0;
+  for (uint32_t p = 100; p <= 109; p++)
+    c.push_back(rctest::record(t += 10'000, req(p), p == 105 ? "rdmachaos rule g: drop" : ""));
+  int64_t lost = t - 4 * 10'000;
+  c.push_back(rctest::record(t += 10'000, resp(101, kAck)));
+  if (nakFirst) {
+    c.push_back(rctest::record(t = lost + 16 * kMs, resp(105, kNakSeq)));
+    c.push_back(rctest::record(t += 200'000, req(resumeAt)));
+  } else {
+    c.push_back(rctest::record(t = lost + 16 * kMs, req(resumeAt)));
+    c.push_back(rctest::record(t = lost + 23 * kMs, resp(105, kNakSeq)));
+  }
+  for (uint32_t p = resumeAt + 1; p <= 109; p++) c.push_back(rctest::record(t += 10'000, req(p)));
+  c.push_back(rctest::record(t += 20'000, resp(109, kAck)));
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("oracle: a drop answered by NAK and go-back-N", "[oracle]") {
@@ -492,19 +515,7 @@ TEST_CASE("oracle: the timer fires before a slow responder's NAK: going back to 
           "[oracle]") {
   // Seen in CI on a loaded host: rxe NAKed a dropped WRITE 23 ms late, after the requester's
   // 16 ms retransmission timer had sent again from the PSN after its last ACK (before the taken one).
-  auto capture = [](uint32_t resumeAt) {
-    std::vector<pcapng::Record> c;
-    int64_t t = 0;
-    for (uint32_t p = 100; p <= 109; p++)
-      c.push_back(rctest::record(t += 10'000, req(p), p == 105 ? "rdmachaos rule g: drop" : ""));
-    int64_t lost = t - 4 * 10'000;
-    c.push_back(rctest::record(t += 10'000, resp(101, kAck)));
-    c.push_back(rctest::record(t = lost + 16 * kMs, req(resumeAt)));  // the timer, no NAK yet
-    c.push_back(rctest::record(t = lost + 23 * kMs, resp(105, kNakSeq)));
-    for (uint32_t p = resumeAt + 1; p <= 109; p++) c.push_back(rctest::record(t += 10'000, req(p)));
-    c.push_back(rctest::record(t += 20'000, resp(109, kAck)));
-    return oracle::analyse(c);
-  };
+  auto capture = [](uint32_t resumeAt) { return oracle::analyse(dropThenResume(resumeAt, false)); };
   SECTION("back to the PSN after the last ACK: passes, saying the timer went first") {
     auto rep = capture(102);
     CHECK(rep.pass());
@@ -537,19 +548,7 @@ TEST_CASE("oracle: a retransmission from before the NAK's PSN (the timer fired a
   // 11385124". rxe's retry timer rewinds to the completer's PSN, which only the NAK would have
   // moved on: when the timer fires while the NAK is still on its way, the NAK passes the switch
   // before the resend, and the resend starts at the oldest unacknowledged PSN.
-  auto capture = [](uint32_t resumeAt) {
-    std::vector<pcapng::Record> c;
-    int64_t t = 0;
-    for (uint32_t p = 100; p <= 109; p++)
-      c.push_back(rctest::record(t += 10'000, req(p), p == 105 ? "rdmachaos rule g: drop" : ""));
-    int64_t lost = t - 4 * 10'000;
-    c.push_back(rctest::record(t += 10'000, resp(101, kAck)));
-    c.push_back(rctest::record(t = lost + 16 * kMs, resp(105, kNakSeq)));
-    c.push_back(rctest::record(t += 200'000, req(resumeAt)));
-    for (uint32_t p = resumeAt + 1; p <= 109; p++) c.push_back(rctest::record(t += 10'000, req(p)));
-    c.push_back(rctest::record(t += 20'000, resp(109, kAck)));
-    return oracle::analyse(c);
-  };
+  auto capture = [](uint32_t resumeAt) { return oracle::analyse(dropThenResume(resumeAt, true)); };
   SECTION("back to the PSN after the last ACK: passes, counting the duplicates") {
     auto rep = capture(102);
     CHECK(rep.pass());
