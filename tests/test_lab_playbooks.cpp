@@ -407,7 +407,14 @@ std::string watchdogAgreement(json doc) {
               "%.1f ms (data plane)\n",
               sw / 1e6, dp / 1e6, swr / 1e6, dpr / 1e6);
   std::fflush(stdout);
-  if (std::abs(sw - dp) > 10e6) return "detection: data plane " + std::to_string((dp - sw) / 1e6) + " ms from the switch";
+  // The data plane's detection is where the job's stall ends in its series, a bin boundary:
+  // known to one bin, so it agrees within a bin and 10 ms more (the job's threads on a host
+  // that took gaps of up to 20 ms from a core on 2026-11-29: 11.4 ms in one of 5 suite runs).
+  // Its restoration is a frame's instant at the switch, like the switch's own: 10 ms.
+  double bin = doc["series"]["bin_ns"].get<double>();
+  if (std::abs(sw - dp) > bin + 10e6)
+    return "detection: data plane " + std::to_string((dp - sw) / 1e6) + " ms from the switch (allowed: one " +
+           std::to_string(bin / 1e6) + " ms bin + 10 ms)";
   if (std::abs(swr - dpr) > 10e6)
     return "restoration: data plane " + std::to_string((dpr - swr) / 1e6) + " ms from the switch";
   return "";
@@ -421,10 +428,11 @@ TEST_CASE("pfc-storm-watchdog: the watchdog shortens the victim's stall", "[play
   CHECK(withWdSpread.xoffN1Ms + withWdSpread.xoffN3Ms > 0);
   CHECK(withWdSpread.wdStorms >= 1);
   // The result carries the fabric's evidence: the storm on the wire and the watchdog's own
-  // instants; the data plane's views of detection (the victim's traffic moving again) and of
-  // restoration (the first frame delivered to the stuck host after the storm) agree with the
-  // switch's within 10 ms, on the one run (issue 21: no retries; a job thread the 2-core
-  // machine schedules late was seen once in ten runs at load 12, never on a quiet lab).
+  // instants; the data plane's views of detection (the victim's traffic moving again, known to
+  // one bin of its series) and of restoration (the first frame delivered to the stuck host after
+  // the storm) agree with the switch's within 10 ms (detection: plus that bin), on the one run
+  // (issue 21: no retries; a job thread the 2-core machine schedules late was seen once in ten
+  // runs at load 12, never on a quiet lab).
   std::string why = watchdogAgreement(on.doc);
   INFO(why);
   CHECK(why.empty());
