@@ -1,6 +1,7 @@
 // The link_flap fault: takes an interface administratively down and up again, N times.
 #include <net/if.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -30,6 +31,48 @@ struct FlapParams {
   int64_t count = 0;
   uint64_t seed = 0;
 };
+
+// Sleeps until the instant or until stop is requested; true if stopped.
+bool sleepUntil(std::stop_token& stop, Clock::time_point until) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock lock(m);
+  cv.wait_until(lock, stop, until, [] { return false; });
+  return stop.stop_requested();
+}
+
+// The steady-clock instant of a CLOCK_REALTIME time recorded a moment ago.
+Clock::time_point steadyOf(int64_t wallAt) {
+  return Clock::now() - std::chrono::nanoseconds(std::max<int64_t>(0, wallNs() - wallAt));
+}
+
+// A flap train, for an interface and for a lab switch port alike. set(up) changes the link and
+// returns the CLOCK_REALTIME instant the change took effect (as its event records it). Each step
+// is planned from the previous step's planned instant, so scheduling delays do not add up over a
+// long train, but never from before the change took effect: a down that took effect late (the
+// thread woke late, the kernel's notification came late) still stays down as long as asked, so
+// the recorded down and up are never closer than the parameter (an ASan run on a loaded machine
+// recorded a 2 s down 30 ms short when the hold was planned from before the change).
+template <class Set>
+Result<void> runTrain(std::stop_token& stop, const FlapParams& p, Set set) {
+  std::mt19937_64 rng(p.seed);
+  std::uniform_int_distribution<int64_t> extra(0, p.jitterNs);
+  auto planned = Clock::now();
+  for (int64_t i = 0; i < p.count; ++i) {
+    if (stop.stop_requested()) return {};
+    auto down = set(false);
+    if (!down) return down.error();
+    planned = std::max(planned, steadyOf(*down)) + std::chrono::nanoseconds(p.downNs + extra(rng));
+    if (sleepUntil(stop, planned)) return {};
+    auto up = set(true);
+    if (!up) return up.error();
+    if (i + 1 < p.count) {
+      planned = std::max(planned, steadyOf(*up)) + std::chrono::nanoseconds(p.upNs + extra(rng));
+      if (sleepUntil(stop, planned)) return {};
+    }
+  }
+  return {};
+}
 
 // What revert needs, also as stored in the journal.
 struct AdminSnapshot {
@@ -218,23 +261,7 @@ class LinkFlap final : public Fault {
       return makeError("link_flap on '" + snap->name + "': " + monitor.error().message,
                        monitor.error().code);
 
-    std::mt19937_64 rng(p_.seed);
-    std::uniform_int_distribution<int64_t> extra(0, p_.jitterNs);
-    // Each step is planned from the previous step's planned instant, not from when it
-    // actually happened, so scheduling delays do not add up over a long train.
-    auto planned = Clock::now();
-    for (int64_t i = 0; i < p_.count; ++i) {
-      if (stop.stop_requested()) return {};
-      if (auto r = flip(*monitor, *snap, false, events); !r) return r;
-      planned += std::chrono::nanoseconds(p_.downNs + extra(rng));
-      if (sleepUntil(stop, planned)) return {};
-      if (auto r = flip(*monitor, *snap, true, events); !r) return r;
-      if (i + 1 < p_.count) {
-        planned += std::chrono::nanoseconds(p_.upNs + extra(rng));
-        if (sleepUntil(stop, planned)) return {};
-      }
-    }
-    return {};
+    return runTrain(stop, p_, [&](bool up) { return flip(*monitor, *snap, up, events); });
   }
 
   Result<void> revert(EventLog& events) override {
@@ -263,16 +290,18 @@ class LinkFlap final : public Fault {
   std::vector<std::string> targets() const override { return {"interface '" + p_.interface + "'"}; }
 
  private:
-  // Sets the admin state and waits for the kernel to announce it, recording when it did.
-  Result<void> flip(nl::LinkMonitor& monitor, const AdminSnapshot& s, bool up, EventLog& events) {
+  // Sets the admin state and waits for the kernel to announce it, recording when it did;
+  // returns that instant.
+  Result<int64_t> flip(nl::LinkMonitor& monitor, const AdminSnapshot& s, bool up, EventLog& events) {
     const char* what = up ? "up" : "down";
     auto link = sameInterface(s);
     if (!link) return makeError("link_flap: " + link.error().message, link.error().code);
     if (link->adminUp == up) {
       // The kernel sends no notification for a change that changes nothing (e.g. the link
       // was admin-down before the fault); record the step at the time it was due.
-      events.add(Event{wallNs(), what, s.name + " (already admin-" + what + ")", false});
-      return {};
+      const int64_t now = wallNs();
+      events.add(Event{now, what, s.name + " (already admin-" + what + ")", false});
+      return now;
     }
     auto set = nl::setAdminState(s.ifindex, up);
     if (!set) return makeError("link_flap: " + set.error().message, set.error().code);
@@ -285,16 +314,7 @@ class LinkFlap final : public Fault {
                            seen.error().message + ")",
                        seen.error().code);
     events.add(Event{seen->timeNs, what, s.name, seen->kernelTime});
-    return {};
-  }
-
-  // Sleeps until the instant or until stop is requested; true if stopped.
-  static bool sleepUntil(std::stop_token& stop, Clock::time_point until) {
-    std::mutex m;
-    std::condition_variable_any cv;
-    std::unique_lock lock(m);
-    cv.wait_until(lock, stop, until, [] { return false; });
-    return stop.stop_requested();
+    return seen->timeNs;
   }
 
   json params_;
@@ -347,21 +367,7 @@ class SwitchPortFlap final : public Fault {
       std::lock_guard lock(m_);
       if (!snap_) return makeError("link_flap: run without a snapshot");
     }
-    std::mt19937_64 rng(p_.seed);
-    std::uniform_int_distribution<int64_t> extra(0, p_.jitterNs);
-    auto planned = Clock::now();
-    for (int64_t i = 0; i < p_.count; ++i) {
-      if (stop.stop_requested()) return {};
-      if (auto r = set(false, events); !r) return r;
-      planned += std::chrono::nanoseconds(p_.downNs + extra(rng));
-      if (sleepUntil(stop, planned)) return {};
-      if (auto r = set(true, events); !r) return r;
-      if (i + 1 < p_.count) {
-        planned += std::chrono::nanoseconds(p_.upNs + extra(rng));
-        if (sleepUntil(stop, planned)) return {};
-      }
-    }
-    return {};
+    return runTrain(stop, p_, [&](bool up) { return set(up, events); });
   }
 
   Result<void> revert(EventLog& events) override {
@@ -387,21 +393,15 @@ class SwitchPortFlap final : public Fault {
   }
 
  private:
-  Result<void> set(bool up, EventLog& events) {
+  // Returns the instant the change took effect.
+  Result<int64_t> set(bool up, EventLog& events) {
     swproto::GetLinkRequest where = switchSelector(target_);
     auto r = labswitchCall(socket_, swproto::SetLinkRequest{.port = where.port, .link = where.link, .up = up});
     if (!r) return makeError("link_flap: " + r.error().message, r.error().code);
     // The switch applies the change before it answers, so this is when it took effect.
-    events.add(Event{wallNs(), up ? "up" : "down", target_, false});
-    return {};
-  }
-
-  static bool sleepUntil(std::stop_token& stop, Clock::time_point until) {
-    std::mutex m;
-    std::condition_variable_any cv;
-    std::unique_lock lock(m);
-    cv.wait_until(lock, stop, until, [] { return false; });
-    return stop.stop_requested();
+    const int64_t now = wallNs();
+    events.add(Event{now, up ? "up" : "down", target_, false});
+    return now;
   }
 
   json params_;

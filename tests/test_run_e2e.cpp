@@ -139,16 +139,19 @@ TEST_CASE("quickstart: reported impact and recovery agree with the link's real d
   int64_t bin = doc["series"]["bin_ns"];
   int64_t uncertainty = 0;
   for (const auto& c : doc["clocks"]) uncertainty = std::max<int64_t>(uncertainty, c["uncertainty_ns"]);
-  // Never early and never shorter than asked (beyond the clocks' uncertainty), and late by
-  // tens of milliseconds at most: the agent's fault thread woke 20-37 ms late under load and
-  // ASan on this shared machine; a clock offset applied the wrong way or a schedule that
-  // waits on something else is far beyond.
+  // Never early (beyond the clocks' uncertainty), and late by tens of milliseconds at most:
+  // the agent's fault thread woke 20-37 ms late under load and ASan on this shared machine; a
+  // clock offset applied the wrong way or a schedule that waits on something else is far
+  // beyond. Never shorter than asked: both instants are the agent's own (one clock, one
+  // offset), and the up is planned from the instant the down took effect (an ASan CI run held
+  // 1969.8 ms when it was planned from before the change; 1 ms for the fault's reading of
+  // its wall and steady clocks one after the other).
   const int64_t late = down - f["scheduled_ns"].get<int64_t>();
   std::printf("[run-e2e] link down %.1f ms after its scheduled instant, held %.1f ms (asked 2000 ms; clock "
               "uncertainty %.1f ms)\n", late / 1e6, (up - down) / 1e6, uncertainty / 1e6);
   CHECK(late >= -uncertainty);
   CHECK(late < 100'000'000);
-  CHECK(up - down >= 2'000'000'000 - 20'000'000);
+  CHECK(up - down >= 2'000'000'000 - 1'000'000);
   CHECK(up - down < 3'000'000'000);
   // What the agent recorded rides along: the link's down and up, at the times above.
   bool sawDown = false;
