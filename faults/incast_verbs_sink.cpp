@@ -30,6 +30,7 @@ namespace {
 
 constexpr size_t kMaxRegion = 4 << 20;   // the sink's region; every flow writes over it
 constexpr auto kHelloPatience = std::chrono::seconds(2);   // a set-up connection that says nothing
+constexpr auto kLinger = std::chrono::milliseconds(500);   // for the senders' close after the farewell
 
 struct SinkFlow {
   UniqueFD ctl;
@@ -70,19 +71,18 @@ void retireSinkFlow(SinkFlow& f, SinkTally& t) {
   f.ctl.reset();
 }
 
-// The sink's end on a flow: the sender's unread reports are taken first (a close with unread
-// input is a reset), then the farewell, so the sender tells this end from a failed flow.
+// The sink's end on a flow: the farewell, so the sender tells this end from a failed flow,
+// and the sending side shut; the connection stays open for the linger (see sink()). A flow
+// not yet set up goes at once.
 void sayFarewell(SinkFlow& f, SinkTally& t) {
   if (!f.ctl.isValid()) return;
-  if (f.established) {
-    uint8_t scratch[256];
-    while (::recv(f.ctl.get(), scratch, sizeof scratch, MSG_DONTWAIT) > 0) {
-    }
-    Bye b{kByeMagic, 0, f.last.bytes};
-    (void)sendRecord(f.ctl.get(), &b, sizeof b);
-    ::shutdown(f.ctl.get(), SHUT_WR);
+  if (!f.established) {
+    retireSinkFlow(f, t);
+    return;
   }
-  retireSinkFlow(f, t);
+  Bye b{kByeMagic, 0, f.last.bytes};
+  (void)sendRecord(f.ctl.get(), &b, sizeof b);
+  ::shutdown(f.ctl.get(), SHUT_WR);
 }
 
 // The set-up listener on the receiver's data address, and the "listening" record.
@@ -303,7 +303,23 @@ Result<uint64_t> sink(const Options& o, std::stop_token& stop, int wakeFd, Clock
     }
     flows.erase(std::remove_if(flows.begin(), flows.end(), [](auto& f) { return !f->ctl.isValid(); }), flows.end());
   }
+  // The farewells, then a linger: each flow's connection stays open, its QP too, and its
+  // sender's last reports are read until the sender closes (it does on the farewell) or
+  // kLinger passes. Closing at once reset any connection whose reports were still on their
+  // way (a close with unread input is a reset), and a reset destroys the farewell if the
+  // sender has not read it yet: the sender took the end for a failed flow ("qp_error").
   for (auto& f : flows) sayFarewell(*f, t);
+  const auto lingerUntil = Clock::now() + kLinger;
+  for (;;) {
+    pfds.clear();
+    for (auto& f : flows)
+      if (f->ctl.isValid()) pfds.push_back({f->ctl.get(), POLLIN, 0});
+    if (pfds.empty() || Clock::now() >= lingerUntil) break;
+    if (::poll(pfds.data(), pfds.size(), msUntil(lingerUntil)) < 0 && errno != EINTR) break;
+    for (auto& f : flows)
+      if (f->ctl.isValid()) serveSinkFlow(*f, o, s, flows, t, events);  // to EOF: retired
+  }
+  for (auto& f : flows) retireSinkFlow(*f, t);
   flows.clear();
   return recordSinkEnd(t, events);
 }
