@@ -663,7 +663,7 @@ TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may b
   REQUIRE_FALSE(single);
   CHECK(single.error().message.find("needs repeated trials: set repeat = 3") != std::string::npos);
   auto badStat = parsePlaybook(std::string(rc::test::kSyntheticPlaybook) +
-                                   "[[expect]]\nmetric = \"stall_time\"\nstat = \"cv\"\nop = \"<\"\nbound = 5\n",
+                                   "[[expect]]\nmetric = \"min_throughput\"\nstat = \"cv\"\nop = \"<\"\nbound = 5\n",
                                "bad.toml");
   REQUIRE_FALSE(badStat);
   CHECK(badStat.error().message.find("stat = \"cv\" needs a job metric shown over repeats") != std::string::npos);
@@ -734,6 +734,40 @@ TEST_CASE("repeated trials: an expectation may bound the median, where one distu
                                "unknown.toml");
   REQUIRE_FALSE(unknown);
   CHECK(unknown.error().message.find("use stat = \"median\"") != std::string::npos);
+}
+
+TEST_CASE("repeated trials: stall time and GPU-hours may be judged on their median (game-day)") {
+  // game-day bounds both on the median of its 3 rounds: a trial whose job stays below its band
+  // long after the last flap prices that tail into its lost bytes (GPU-hours) and its stall.
+  std::string text = "repeat = 3\n" + std::string(rc::test::kSyntheticPlaybook) +
+                     "[[expect]]\nmetric = \"stall_time\"\nstat = \"median\"\nop = \"<\"\nbound = \"1h\"\n"
+                     "[[expect]]\nmetric = \"gpu_hours\"\nstat = \"median\"\nop = \"<\"\nbound = 1e9\n";
+  auto pb = parsePlaybook(text, "median-cost.toml");
+  REQUIRE(pb);
+  Scores s = score(repeatedRun(*pb, {Shape::cleanStep, Shape::neverRecovers, Shape::spreadThenBusy}), *pb);
+  REQUIRE(s.repeatability.size() == 1);
+  const RepeatGroup& g = s.repeatability[0];
+  REQUIRE(g.verdicts.size() == 2);
+  const char* names[] = {"stall_time", "gpu_hours"};
+  for (int k = 0; k < 2; k++) {
+    INFO(names[k]);
+    std::vector<double> perTrial;
+    for (const auto& t : s.trials) {
+      auto x = metricValue(t.job, names[k]);
+      REQUIRE(x);
+      perTrial.push_back(*x);
+    }
+    REQUIRE(perTrial.size() == 3);
+    // Three different costs: the median is the middle one, below the costliest trial, which
+    // judged per trial would decide a bound between the two alone.
+    std::sort(perTrial.begin(), perTrial.end());
+    CHECK(perTrial[0] < perTrial[1]);
+    CHECK(g.verdicts[size_t(k)].metric == "median(" + std::string(names[k]) + ")");
+    REQUIRE(g.verdicts[size_t(k)].measured);
+    CHECK(*g.verdicts[size_t(k)].measured == Approx(perTrial[1]));
+    CHECK(*g.verdicts[size_t(k)].measured < perTrial[2]);
+    CHECK(g.verdicts[size_t(k)].passed);
+  }
 }
 
 TEST_CASE("live figures stop at the slowest node's newest bin", "[score][live]") {

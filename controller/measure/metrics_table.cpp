@@ -83,7 +83,7 @@ const std::vector<MetricRow>& rows() {
        [](const ScopeScore& s, std::string_view) {
          return impact(s, [](const Impact& i) { return Value(double(i.stallNs)); });
        },
-       noFault},
+       noFault, 11, ""},
       {"longest_stall", U::duration, "longest contiguous stall",
        [](const ScopeScore& s, std::string_view) {
          return impact(s, [](const Impact& i) { return Value(double(i.longestStallNs)); });
@@ -117,7 +117,7 @@ const std::vector<MetricRow>& rows() {
        [](const ScopeScore& s, std::string_view) { return s.busbw; }, noIterations, 2, "bus bandwidth"},
       {"gpu_hours", U::number, "GPU-hours lost per incident at [cost] gpus, job only",
        [](const ScopeScore& s, std::string_view) { return s.gpuHours; },
-       [](const ScopeScore& s) { return noBaselineOr(s, "no [cost] gpus"); }},
+       [](const ScopeScore& s) { return noBaselineOr(s, "no [cost] gpus"); }, 12, ""},
       {"cost", U::number, "money lost per incident at [cost] price, job only",
        [](const ScopeScore& s, std::string_view) { return s.cost; },
        [](const ScopeScore& s) { return noBaselineOr(s, "no [cost] gpus"); }},
