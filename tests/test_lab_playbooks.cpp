@@ -44,13 +44,19 @@ struct Topology {
 // (link-flap-recovery 53 %, pfc-storm-watchdog 51 %; issue 21 asks 50 %); split, 45.5 % (worst
 // 49.7 %) and 46.7 % (49.5 %), every bound met in every trial (2026-11-28, bench/README.md).
 const Topology kOneSwitch{"one switch, 3 nodes, split cores", 3, 0, 0, "ecmp", 1e9, true};
-// noise-floor, game-day and acceptance-suite: one switch at 1 Gb/s, the cores shared. Split,
-// game-day's busiest second barely moved (49 % against 48-51 %), and a recovery after a
-// whole-second stall (a flap, a pause) read 2.7-2.8 s against the 2 s bound in 1 of 9 trials of
-// game-day and of acceptance-suite (0.5-1.4 s shared); noise-floor's busiest second fell from
-// 52 % to 46 %, but a CI rehearsal's noop trial then read a loss of 13.5 % against its 10 %
-// bound (at most 3.9 % in 12 trials before): they stay on the shared lab until that is understood.
+// acceptance-suite: one switch at 1 Gb/s, the cores shared (busiest second 31 %, worst 61 %, in
+// 16 trials of 4 whole suite runs on 2026-11-29). Split, a recovery after a whole-second stall
+// (a flap, a pause) read 2.7-2.8 s against the 2 s bound in 1 of 9 trials (0.5-1.4 s shared).
 const Topology kOneSwitchShared{"one switch, 3 nodes", 3, 0, 0, "ecmp"};
+// noise-floor and game-day: one switch at 600 Mb/s, the cores shared. At 1 Gb/s their fault
+// windows' busiest second was 55 % and 58 % (medians of 12 trials each, 4 whole suite runs on
+// 2026-11-29; issue 21 asks 50 %): the switch's time follows its writes to the hosts more than
+// the bytes, so 800 Mb/s barely helped (49 % and 52 %, worst 56 %). At 600 Mb/s, 40 % and 43 %
+// (worst 52 % and 48 %, 9 and 6 trials; bench/README.md, "noise-floor and game-day at 600M"),
+// every bound met. Split cores moved game-day's busiest second little (49 % against 48-51 %)
+// and gave one recovery of 2.7-2.8 s in 9 trials; noise-floor split read a noop loss of 13.5 %
+// in a CI rehearsal (2026-11-28).
+const Topology kOneSwitchSlow{"one switch, 3 nodes, 600 Mb/s", 3, 0, 0, "ecmp", 600e6};
 // ecn-shallow and ecn-threshold-sweep: one switch at 1 Gb/s with `--split-cores`, the switch on
 // core 0 and the hosts' receive work on core 1. The switch pays for the marks more than for the
 // bytes (a sender whose window a mark cut pushes more often, and each push ends a write to its
@@ -514,7 +520,7 @@ TEST_CASE("noise-floor: a noop fault reads as no cost, no impact and recovery 0 
   //   10 s baseline a 3 s window of the same noise dipped below it in 6 of 42 trials (14 %):
   //   "no impact in two of three" would have failed one run in twenty. With the playbook's
   //   20 s baseline: 0 of 24.
-  Run r = runs(kOneSwitchShared, "noise-floor", 84, Expect::pass);
+  Run r = runs(kOneSwitchSlow, "noise-floor", 84, Expect::pass);
   REQUIRE(r.doc["trials"].size() == 3);
   for (auto& t : r.doc["trials"]) REQUIRE(t["job"]["impact"].is_object());
   NoiseReadings read = noiseReadings(r.doc);
@@ -540,7 +546,7 @@ TEST_CASE("noise-floor: a noop fault reads as no cost, no impact and recovery 0 
 }
 
 TEST_CASE("game-day runs on the lab", "[playbooks][one-switch]") {
-  Run r = runs(kOneSwitchShared, "game-day", 195, Expect::pass);
+  Run r = runs(kOneSwitchSlow, "game-day", 195, Expect::pass);
   CHECK(maxImpact(r.doc, "loss_bytes") > 0);
 }
 
