@@ -18,7 +18,7 @@ UNITS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3}
 
 def value(text):
     """A measured value as printed ("190ms", "2.990s", "7.70%", "4.2x", "0ns") in ms, % or plain."""
-    m = re.match(r"(-?[\d.]+)\s*([a-zµ%]*)", text.strip())
+    m = re.match(r"(-?[\d.]+)([a-zµ%]*)", text.strip())
     if not m:
         return None
     v, unit = float(m.group(1)), m.group(2)
@@ -26,7 +26,7 @@ def value(text):
 
 
 def unit_of(text):
-    m = re.match(r"-?[\d.]+\s*([a-zµ%]*)", text.strip())
+    m = re.match(r"-?[\d.]+([a-zµ%]*)", text.strip())
     unit = m.group(1) if m else ""
     return "ms" if unit in UNITS else unit
 
