@@ -625,18 +625,29 @@ RunResult repeatedRun(const Playbook& pb, const std::vector<Shape>& shapes, cons
   return run;
 }
 
-TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may bound the CV") {
-  std::string text = "repeat = 3\n" + std::string(rc::test::kSyntheticPlaybook) +
-                     "[[expect]]\nmetric = \"baseline\"\nstat = \"cv\"\nop = \"<\"\nbound = 5\n"
-                     "[[expect]]\nmetric = \"baseline\"\nstat = \"cv\"\nop = \"<\"\nbound = 1\n";
-  auto pb = parsePlaybook(text, "repeat.toml");
+// The synthetic playbook with repeat = 3 and EXPECTS appended.
+Playbook repeatedPlaybook(const std::string& expects, const char* name) {
+  auto pb = parsePlaybook("repeat = 3\n" + std::string(rc::test::kSyntheticPlaybook) + expects, name);
   REQUIRE(pb);
-  // Three trials of the clean step at 100 %, 102 % and 98 % of the rate: baseline CV 2 %.
-  RunResult run = repeatedRun(*pb, {Shape::cleanStep, Shape::cleanStep, Shape::cleanStep}, {1.0, 1.02, 0.98});
-  Scores s = score(run, *pb);
-  REQUIRE(s.trials.size() == 3);
+  return *pb;
+}
+
+// The one group of repeated trials in S.
+const RepeatGroup& onlyGroup(const Scores& s) {
   REQUIRE(s.repeatability.size() == 1);
-  const RepeatGroup& g = s.repeatability[0];
+  return s.repeatability[0];
+}
+
+TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may bound the CV") {
+  const Playbook pb = repeatedPlaybook(
+    "[[expect]]\nmetric = \"baseline\"\nstat = \"cv\"\nop = \"<\"\nbound = 5\n"
+    "[[expect]]\nmetric = \"baseline\"\nstat = \"cv\"\nop = \"<\"\nbound = 1\n",
+    "repeat.toml");
+  // Three trials of the clean step at 100 %, 102 % and 98 % of the rate: baseline CV 2 %.
+  RunResult run = repeatedRun(pb, {Shape::cleanStep, Shape::cleanStep, Shape::cleanStep}, {1.0, 1.02, 0.98});
+  Scores s = score(run, pb);
+  REQUIRE(s.trials.size() == 3);
+  const RepeatGroup& g = onlyGroup(s);
   CHECK(g.trials == 3);
   auto base = std::find_if(g.metrics.begin(), g.metrics.end(), [](const RepeatMetric& m) { return m.metric == "baseline"; });
   REQUIRE(base != g.metrics.end());
@@ -651,7 +662,7 @@ TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may b
   CHECK(s.outcome == Outcome::failed);
   // Per-trial verdicts leave the CV expectations out: 3 per trial, as the playbook's others.
   for (const auto& t : s.trials) CHECK(t.verdicts.size() == 3);
-  json doc = makeResultDocument(run, *pb, s);
+  json doc = makeResultDocument(run, pb, s);
   CHECK(doc["repeatability"][0]["verdicts"].size() == 2);
   CHECK(renderText(doc).find("FAIL cv(baseline) < 1% (job): 2.00% over 3 trials") != std::string::npos);
   CHECK(renderJunit(doc).find("repeatability of synthetic") != std::string::npos);
@@ -670,16 +681,14 @@ TEST_CASE("repeated trials: mean, sd and CV per metric, and an expectation may b
 }
 
 TEST_CASE("repeated trials: an expectation may bound the median, where one disturbed trial of three does not decide") {
-  std::string text = "repeat = 3\n" + std::string(rc::test::kSyntheticPlaybook) +
-                     "[[expect]]\nmetric = \"recovery_time\"\nstat = \"median\"\nop = \"<=\"\nbound = \"1s\"\n"
-                     "[[expect]]\nmetric = \"recovery_time\"\nstat = \"median\"\nop = \"<=\"\nbound = \"400ms\"\n";
-  auto pb = parsePlaybook(text, "median.toml");
-  REQUIRE(pb);
+  const Playbook pb = repeatedPlaybook(
+    "[[expect]]\nmetric = \"recovery_time\"\nstat = \"median\"\nop = \"<=\"\nbound = \"1s\"\n"
+    "[[expect]]\nmetric = \"recovery_time\"\nstat = \"median\"\nop = \"<=\"\nbound = \"400ms\"\n",
+    "median.toml");
   {
     // One trial of three never recovers: per trial it fails, the median (500 ms) meets 1 s.
-    Scores s = score(repeatedRun(*pb, {Shape::cleanStep, Shape::neverRecovers, Shape::cleanStep}), *pb);
-    REQUIRE(s.repeatability.size() == 1);
-    const RepeatGroup& g = s.repeatability[0];
+    Scores s = score(repeatedRun(pb, {Shape::cleanStep, Shape::neverRecovers, Shape::cleanStep}), pb);
+    const RepeatGroup& g = onlyGroup(s);
     REQUIRE(g.verdicts.size() == 2);
     CHECK(g.verdicts[0].metric == "median(recovery_time)");
     CHECK(g.verdicts[0].passed);
@@ -691,7 +700,7 @@ TEST_CASE("repeated trials: an expectation may bound the median, where one distu
     CHECK_FALSE(g.verdicts[1].passed);                                    // 500 ms is over 400 ms
     // Per-trial verdicts leave the median expectations out, as the CV ones.
     for (const auto& t : s.trials) CHECK(t.verdicts.size() == 3);
-    json doc = makeResultDocument(repeatedRun(*pb, {Shape::cleanStep, Shape::neverRecovers, Shape::cleanStep}), *pb, s);
+    json doc = makeResultDocument(repeatedRun(pb, {Shape::cleanStep, Shape::neverRecovers, Shape::cleanStep}), pb, s);
     CHECK(doc["playbook"]["scenarios"][0]["expectations"].back()["stat"] == "median");
     CHECK(renderText(doc).find("FAIL median(recovery_time) <= 400ms (job)") != std::string::npos);
     // The table shows each metric's median of the values present (the two that recovered).
@@ -707,9 +716,8 @@ TEST_CASE("repeated trials: an expectation may bound the median, where one distu
   }
   {
     // Two of three never recover: a trial without a value counts against the bound, so the median fails.
-    Scores s = score(repeatedRun(*pb, {Shape::neverRecovers, Shape::cleanStep, Shape::neverRecovers}), *pb);
-    REQUIRE(s.repeatability.size() == 1);
-    const RepeatGroup& g = s.repeatability[0];
+    Scores s = score(repeatedRun(pb, {Shape::neverRecovers, Shape::cleanStep, Shape::neverRecovers}), pb);
+    const RepeatGroup& g = onlyGroup(s);
     REQUIRE(g.verdicts.size() == 2);
     CHECK_FALSE(g.verdicts[0].passed);
     CHECK_FALSE(g.verdicts[0].measured);
@@ -739,14 +747,12 @@ TEST_CASE("repeated trials: an expectation may bound the median, where one distu
 TEST_CASE("repeated trials: stall time and GPU-hours may be judged on their median (game-day)") {
   // game-day bounds both on the median of its 3 rounds: a trial whose job stays below its band
   // long after the last flap prices that tail into its lost bytes (GPU-hours) and its stall.
-  std::string text = "repeat = 3\n" + std::string(rc::test::kSyntheticPlaybook) +
-                     "[[expect]]\nmetric = \"stall_time\"\nstat = \"median\"\nop = \"<\"\nbound = \"1h\"\n"
-                     "[[expect]]\nmetric = \"gpu_hours\"\nstat = \"median\"\nop = \"<\"\nbound = 1e9\n";
-  auto pb = parsePlaybook(text, "median-cost.toml");
-  REQUIRE(pb);
-  Scores s = score(repeatedRun(*pb, {Shape::cleanStep, Shape::neverRecovers, Shape::spreadThenBusy}), *pb);
-  REQUIRE(s.repeatability.size() == 1);
-  const RepeatGroup& g = s.repeatability[0];
+  const Playbook pb = repeatedPlaybook(
+    "[[expect]]\nmetric = \"stall_time\"\nstat = \"median\"\nop = \"<\"\nbound = \"1h\"\n"
+    "[[expect]]\nmetric = \"gpu_hours\"\nstat = \"median\"\nop = \"<\"\nbound = 1e9\n",
+    "median-cost.toml");
+  Scores s = score(repeatedRun(pb, {Shape::cleanStep, Shape::neverRecovers, Shape::spreadThenBusy}), pb);
+  const RepeatGroup& g = onlyGroup(s);
   REQUIRE(g.verdicts.size() == 2);
   const char* names[] = {"stall_time", "gpu_hours"};
   for (int k = 0; k < 2; k++) {
