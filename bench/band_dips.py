@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""What sets a healthy job's own band (issue 21): reads result.json documents of a playbook
+run (e.g. noise-floor, `rdmachaos run ... --report-dir DIR`) and prints, per trial and over
+its baseline window:
+
+- the band (how far the lowest smoothed window fell below the median window) at several
+  smoothing lengths, so aliasing between the window and the job's iterations would show as a
+  length that is special;
+- the 250 ms windows (every 50 ms) grouped by how many of the job's iteration ends they hold,
+  with their mean and lowest throughput against the median window;
+- the iterations around the lowest 250 ms window (how long each took);
+- the 10 ms bins in which some rank received nothing, and how many of them lie within 20 ms
+  of an iteration end (the ring draining there).
+
+    python3 bench/band_dips.py DIR_OR_RESULT_JSON...
+
+Printed figures, never a test assertion.
+"""
+import glob
+import json
+import os
+import statistics as st
+import sys
+
+WINDOWS_MS = (250, 320, 400, 500)
+
+
+def load(path):
+    if os.path.isdir(path):
+        found = glob.glob(os.path.join(path, "**", "result.json"), recursive=True)
+        if not found:
+            sys.exit(f"band_dips: no result.json under {path}")
+        path = found[0]
+    with open(path) as f:
+        return path, json.load(f)
+
+
+def smoothed(job, lo, hi, width, step=1):
+    return [sum(job[i:i + width]) / width for i in range(lo, hi - width, step)]
+
+
+def main(args):
+    if not args:
+        sys.exit("usage: python3 bench/band_dips.py DIR_OR_RESULT_JSON...")
+    for arg in args:
+        path, doc = load(arg)
+        series = doc["series"]
+        bin_ns, job, nodes = series["bin_ns"], series["job"], series["nodes"]
+        print(path)
+        for trial in doc["plan"]["trials"]:
+            lo, hi = trial["baseline_from_ns"] // bin_ns, trial["baseline_to_ns"] // bin_ns
+            # The job's iteration ends: the last rank's end of each iteration in the baseline.
+            ends = {}
+            for it in doc.get("iterations", []):
+                if lo * bin_ns <= it["end_ns"] < hi * bin_ns:
+                    ends[it["iteration"]] = max(ends.get(it["iteration"], 0), it["end_ns"])
+            end_bins = sorted(e // bin_ns for e in ends.values())
+            end_ns = sorted(ends.values())
+            lengths = sorted((b - a) / 1e6 for a, b in zip(end_ns, end_ns[1:]))
+            bands = []
+            for ms in WINDOWS_MS:
+                w = max(1, ms * 1_000_000 // bin_ns)
+                xs = smoothed(job, lo, hi, w)
+                if xs:
+                    bands.append(f"{ms} ms {100 * (1 - min(xs) / st.median(xs)):.1f} %")
+            print(f"  {trial['label']}: band at " + ", ".join(bands))
+            if lengths:
+                print(f"    iterations {len(lengths)}: {lengths[0]:.0f}-{lengths[-1]:.0f} ms, median {st.median(lengths):.0f} ms")
+            w = max(1, 250_000_000 // bin_ns)
+            groups = {}
+            for i in range(lo, hi - w, max(1, 50_000_000 // bin_ns)):
+                k = sum(1 for e in end_bins if i <= e < i + w)
+                groups.setdefault(k, []).append(sum(job[i:i + w]) / w)
+            if groups:
+                med = st.median(x for g in groups.values() for x in g)
+                for k, xs in sorted(groups.items()):
+                    print(f"    250 ms windows holding {k} iteration end(s): {len(xs):4d}, mean {100 * (st.mean(xs) / med - 1):+5.1f} %, "
+                          f"lowest {100 * (min(xs) / med - 1):+5.1f} % against the median window")
+            xs = smoothed(job, lo, hi, w)
+            if xs and len(end_ns) > 1:
+                at = lo + min(range(len(xs)), key=xs.__getitem__)
+                a_ns, b_ns = at * bin_ns, (at + w) * bin_ns
+                around = [e for e in end_ns if a_ns - 100_000_000 <= e <= b_ns + 100_000_000]
+                gaps = ", ".join(f"{(b - a) / 1e6:.0f}" for a, b in zip(around, around[1:]))
+                print(f"    the lowest 250 ms window ({100 * (1 - xs[at - lo] / st.median(xs)):.1f} % below) at "
+                      f"{a_ns / 1e9:.2f} s: the iterations around it took {gaps} ms")
+            idle = [i for i in range(lo, hi) if min(nodes[n][i] for n in nodes) == 0]
+            near = sum(1 for i in idle if any(abs(i - e) * bin_ns <= 20_000_000 for e in end_bins))
+            print(f"    10 ms bins with a rank receiving nothing: {len(idle)}, {near} within 20 ms of an iteration end")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
