@@ -26,17 +26,71 @@ WINDOWS_MS = (250, 320, 400, 500)
 
 
 def load(path):
+    if not os.path.exists(path):
+        sys.exit(f"band_dips: {path}: no such file or directory (a run's --report-dir, or its result.json)")
     if os.path.isdir(path):
         found = glob.glob(os.path.join(path, "**", "result.json"), recursive=True)
         if not found:
             sys.exit(f"band_dips: no result.json under {path}")
         path = found[0]
-    with open(path) as f:
-        return path, json.load(f)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        doc["series"], doc["plan"]["trials"]
+    except (ValueError, KeyError, TypeError) as e:
+        sys.exit(f"band_dips: {path} is not a run's result.json (rdmachaos-result/1): {e}")
+    return path, doc
 
 
 def smoothed(job, lo, hi, width, step=1):
     return [sum(job[i:i + width]) / width for i in range(lo, hi - width, step)]
+
+
+def iteration_ends(doc, lo_ns, hi_ns):
+    """The job's iteration ends in [lo_ns, hi_ns): the last rank's end of each iteration."""
+    ends = {}
+    for it in doc.get("iterations", []):
+        if lo_ns <= it["end_ns"] < hi_ns:
+            ends[it["iteration"]] = max(ends.get(it["iteration"], 0), it["end_ns"])
+    return sorted(ends.values())
+
+
+def print_trial(doc, trial):
+    series = doc["series"]
+    bin_ns, job, nodes = series["bin_ns"], series["job"], series["nodes"]
+    lo, hi = trial["baseline_from_ns"] // bin_ns, trial["baseline_to_ns"] // bin_ns
+    end_ns = iteration_ends(doc, lo * bin_ns, hi * bin_ns)
+    end_bins = [e // bin_ns for e in end_ns]
+    bands = []
+    for ms in WINDOWS_MS:
+        xs = smoothed(job, lo, hi, max(1, ms * 1_000_000 // bin_ns))
+        if xs:
+            bands.append(f"{ms} ms {100 * (1 - min(xs) / st.median(xs)):.1f} %")
+    print(f"  {trial['label']}: band at " + ", ".join(bands))
+    lengths = sorted((b - a) / 1e6 for a, b in zip(end_ns, end_ns[1:]))
+    if lengths:
+        print(f"    iterations {len(lengths)}: {lengths[0]:.0f}-{lengths[-1]:.0f} ms, median {st.median(lengths):.0f} ms")
+    w = max(1, 250_000_000 // bin_ns)
+    groups = {}
+    for i in range(lo, hi - w, max(1, 50_000_000 // bin_ns)):
+        k = sum(1 for e in end_bins if i <= e < i + w)
+        groups.setdefault(k, []).append(sum(job[i:i + w]) / w)
+    if groups:
+        med = st.median(x for g in groups.values() for x in g)
+        for k, xs in sorted(groups.items()):
+            print(f"    250 ms windows holding {k} iteration end(s): {len(xs):4d}, mean {100 * (st.mean(xs) / med - 1):+5.1f} %, "
+                  f"lowest {100 * (min(xs) / med - 1):+5.1f} % against the median window")
+    xs = smoothed(job, lo, hi, w)
+    if xs and len(end_ns) > 1:
+        at = min(range(len(xs)), key=xs.__getitem__)
+        a_ns, b_ns = (lo + at) * bin_ns, (lo + at + w) * bin_ns
+        around = [e for e in end_ns if a_ns - 100_000_000 <= e <= b_ns + 100_000_000]
+        gaps = ", ".join(f"{(b - a) / 1e6:.0f}" for a, b in zip(around, around[1:]))
+        print(f"    the lowest 250 ms window ({100 * (1 - xs[at] / st.median(xs)):.1f} % below) at "
+              f"{a_ns / 1e9:.2f} s: the iterations around it took {gaps} ms")
+    idle = [i for i in range(lo, hi) if min(nodes[n][i] for n in nodes) == 0]
+    near = sum(1 for i in idle if any(abs(i - e) * bin_ns <= 20_000_000 for e in end_bins))
+    print(f"    10 ms bins with a rank receiving nothing: {len(idle)}, {near} within 20 ms of an iteration end")
 
 
 def main(args):
@@ -44,49 +98,9 @@ def main(args):
         sys.exit("usage: python3 bench/band_dips.py DIR_OR_RESULT_JSON...")
     for arg in args:
         path, doc = load(arg)
-        series = doc["series"]
-        bin_ns, job, nodes = series["bin_ns"], series["job"], series["nodes"]
         print(path)
         for trial in doc["plan"]["trials"]:
-            lo, hi = trial["baseline_from_ns"] // bin_ns, trial["baseline_to_ns"] // bin_ns
-            # The job's iteration ends: the last rank's end of each iteration in the baseline.
-            ends = {}
-            for it in doc.get("iterations", []):
-                if lo * bin_ns <= it["end_ns"] < hi * bin_ns:
-                    ends[it["iteration"]] = max(ends.get(it["iteration"], 0), it["end_ns"])
-            end_bins = sorted(e // bin_ns for e in ends.values())
-            end_ns = sorted(ends.values())
-            lengths = sorted((b - a) / 1e6 for a, b in zip(end_ns, end_ns[1:]))
-            bands = []
-            for ms in WINDOWS_MS:
-                w = max(1, ms * 1_000_000 // bin_ns)
-                xs = smoothed(job, lo, hi, w)
-                if xs:
-                    bands.append(f"{ms} ms {100 * (1 - min(xs) / st.median(xs)):.1f} %")
-            print(f"  {trial['label']}: band at " + ", ".join(bands))
-            if lengths:
-                print(f"    iterations {len(lengths)}: {lengths[0]:.0f}-{lengths[-1]:.0f} ms, median {st.median(lengths):.0f} ms")
-            w = max(1, 250_000_000 // bin_ns)
-            groups = {}
-            for i in range(lo, hi - w, max(1, 50_000_000 // bin_ns)):
-                k = sum(1 for e in end_bins if i <= e < i + w)
-                groups.setdefault(k, []).append(sum(job[i:i + w]) / w)
-            if groups:
-                med = st.median(x for g in groups.values() for x in g)
-                for k, xs in sorted(groups.items()):
-                    print(f"    250 ms windows holding {k} iteration end(s): {len(xs):4d}, mean {100 * (st.mean(xs) / med - 1):+5.1f} %, "
-                          f"lowest {100 * (min(xs) / med - 1):+5.1f} % against the median window")
-            xs = smoothed(job, lo, hi, w)
-            if xs and len(end_ns) > 1:
-                at = lo + min(range(len(xs)), key=xs.__getitem__)
-                a_ns, b_ns = at * bin_ns, (at + w) * bin_ns
-                around = [e for e in end_ns if a_ns - 100_000_000 <= e <= b_ns + 100_000_000]
-                gaps = ", ".join(f"{(b - a) / 1e6:.0f}" for a, b in zip(around, around[1:]))
-                print(f"    the lowest 250 ms window ({100 * (1 - xs[at - lo] / st.median(xs)):.1f} % below) at "
-                      f"{a_ns / 1e9:.2f} s: the iterations around it took {gaps} ms")
-            idle = [i for i in range(lo, hi) if min(nodes[n][i] for n in nodes) == 0]
-            near = sum(1 for i in idle if any(abs(i - e) * bin_ns <= 20_000_000 for e in end_bins))
-            print(f"    10 ms bins with a rank receiving nothing: {len(idle)}, {near} within 20 ms of an iteration end")
+            print_trial(doc, trial)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,10 @@ class PortIo {
   // Readable when frames wait (epoll, level-triggered).
   virtual int fd() const = 0;
   // Reads up to `max` frames without blocking, appending them to out. Returns how many were
-  // read; 0 when none waits. Draining a batch per wake-up is what keeps a TAP's ring (its
-  // txqueuelen) from overflowing while the switch serves other ports.
+  // read; 0 when none waits. Reading a batch per wake-up is what keeps a TAP's ring (its
+  // txqueuelen) from overflowing while the switch serves other ports. A batch may end before
+  // the port is drained (a TAP stops at the count its last drained batch found): what is left
+  // keeps fd() readable, so the next epoll wait returns at once.
   virtual Result<size_t> readBatch(std::vector<std::vector<uint8_t>>& out, size_t max) = 0;
   // Hands one frame to the host. False if it could not (the host side is gone or full).
   virtual bool write(const uint8_t* data, size_t len) = 0;
