@@ -588,7 +588,7 @@ TEST_CASE("acceptance-suite runs on the lab, and passes", "[playbooks][one-switc
 
 TEST_CASE("ecn-shallow: a mild fault is seen, and passes", "[playbooks][one-switch]") {
   // Issue 21's fault the old lab could not resolve: its trials' own bands were 12-29 % deep.
-  // One run, no retries: the playbook's bounds (median loss 5-40 %, median recovery within 500 ms) hold on
+  // One run, no retries: the playbook's bounds (median loss 2-40 %, median recovery within 500 ms) hold on
   // this lab, and the switch's ground truth agrees: n2's RoCE queue marked
   // many times more frames than any other port's.
   // First on its fresh lab, as its figures were taken: right after ecn-threshold-sweep (whose
@@ -616,7 +616,7 @@ TEST_CASE("ecn-shallow: a mild fault is seen, and passes", "[playbooks][one-swit
   }
   const double median = medianOf(losses);
   std::printf("[lab-playbooks] ecn-shallow: median loss %.1f%%\n", median);
-  CHECK(median > 5);
+  CHECK(median > 2);  // above a noop's median (0-1.8 % in noise-floor's runs on a quiet host)
   CHECK(median < 40);
 }
 
