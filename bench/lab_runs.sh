@@ -2,15 +2,34 @@
 # playbook_figures.sh). Needs $cli (the controller) set by the caller.
 
 # bench_lab_up NAME NODES [lab up options]: a fresh lab in a temporary directory ($work/lab),
-# taken down and removed on exit, also on failure or Ctrl-C.
+# taken down and removed on exit, also on failure or Ctrl-C. KEEP=DIR copies each run's
+# report and log there first (for bench/band_dips.py).
 bench_lab_up() {
   local name=$1 nodes=$2
   shift 2
   work=$(mktemp -d "/tmp/rdmachaos-$name.XXXXXX")
-  trap 'bench_stall_stop; "$cli" lab down --dir "$work/lab" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+  trap 'bench_stall_stop; bench_keep; "$cli" lab down --dir "$work/lab" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
   trap 'exit 130' INT TERM
   "$cli" lab up --nodes "$nodes" --dir "$work/lab" "$@" >"$work/lab-up.log" 2>&1 ||
     { cat "$work/lab-up.log" >&2; exit 1; }
+  bench_rt
+}
+
+# RT_PRIO=N (experiment): every thread of the lab switch and of the agents at SCHED_FIFO N.
+bench_rt() {
+  [ -n "${RT_PRIO:-}" ] || return 0
+  local pid
+  for pid in $(python3 -c '
+import json, sys
+lab = json.load(open(sys.argv[1]))
+print(lab["switch"]["proc"]["pid"], *[n["agent"]["pid"] for n in lab["nodes"]])' "$work/lab/lab.json"); do
+    chrt -f -a -p "$RT_PRIO" "$pid" >/dev/null
+  done
+}
+
+bench_keep() {
+  [ -n "${KEEP:-}" ] || return 0
+  mkdir -p "$KEEP" && cp -r "$work"/run* "$KEEP"/ 2>/dev/null || true
 }
 
 # STALL=MS/PERIOD (e.g. STALL=15/1): while each run goes on, the lab switch is stopped

@@ -186,6 +186,49 @@ TEST_CASE("every built-in kind verifies its results") {
   }
 }
 
+// fillBlock and checkBlock work from one period's table (kPatternPeriod): the bytes must be
+// blockPattern's at every position, past the first period too, and a single byte off anywhere
+// (the last byte of a partial period included) must fail the check.
+TEST_CASE("block patterns from the period's table are blockPattern's bytes, and one wrong byte fails") {
+  size_t block = GENERATE(0, 1, 7, 255, 256, 1000);
+  const size_t len = 3 * kPatternPeriod + 17;
+  std::vector<std::byte> b(len);
+  fillBlock(b.data(), block, len);
+  size_t mismatches = 0;
+  for (size_t i = 0; i < len; i++) mismatches += b[i] != blockPattern(block, i);
+  CHECK(mismatches == 0);
+  CHECK(checkBlock(b.data(), block, len));
+  CHECK_FALSE(checkBlock(b.data(), block + 1, len));
+  for (size_t at : {size_t(0), kPatternPeriod - 1, kPatternPeriod, len - 1}) {
+    INFO("block " << block << ", byte " << at << " flipped");
+    b[at] ^= std::byte{0x10};
+    CHECK_FALSE(checkBlock(b.data(), block, len));
+    b[at] ^= std::byte{0x10};
+  }
+}
+
+// The all-reduce's check compares against one period of the expected sums: an element wrong
+// in the first period, in a later one, or in the last partial one must fail it.
+TEST_CASE("the all-reduce's check finds one wrong element anywhere in the buffer") {
+  const int world = 4;
+  const uint64_t size = 4 * (3 * kAllreduceInputPeriod + 5);  // three periods and part of one
+  Shape shape{findKind("allreduce"), 0, world, size};
+  auto coll = makeCollective(shape);
+  REQUIRE(coll);
+  std::vector<std::byte> buf(coll->bufferBytes());
+  auto* d = reinterpret_cast<float*>(buf.data());
+  const size_t count = size / 4;
+  for (size_t i = 0; i < count; i++) d[i] = allreduceInput(0, i) * float(world * (world + 1) / 2);
+  CHECK(coll->verify(buf));
+  for (size_t at : {size_t(0), kAllreduceInputPeriod + 3, count - 1}) {
+    INFO("element " << at << " off by one");
+    d[at] += 1;
+    CHECK_FALSE(coll->verify(buf));
+    d[at] -= 1;
+  }
+  CHECK(coll->verify(buf));
+}
+
 TEST_CASE("invalid shapes are refused with the fix named") {
   Shape s;
   CHECK_THAT(validateShape(s).error().message, Catch::Contains("known: " + rc::workload::kindNames()));
