@@ -10,9 +10,14 @@ its baseline window:
   with their mean and lowest throughput against the median window;
 - the iterations around the lowest 250 ms window (how long each took);
 - the 10 ms bins in which some rank received nothing, and how many of them lie within 20 ms
-  of an iteration end (the ring draining there).
+  of an iteration end (the ring draining there);
+- with --stalls LOG (build/bench/core_stalls run beside the playbook): the time the cores were
+  taken (late real-time wake-ups) over the baseline and around its lowest window, so that a
+  dip the host made reads apart from one the lab made;
+- how long the ranks spent between two iterations (their own checks and inputs, when no rank
+  sends).
 
-    python3 bench/band_dips.py DIR_OR_RESULT_JSON...
+    python3 bench/band_dips.py [--stalls LOG] DIR_OR_RESULT_JSON...
 
 Printed figures, never a test assertion.
 """
@@ -55,7 +60,32 @@ def iteration_ends(doc, lo_ns, hi_ns):
     return sorted(ends.values())
 
 
-def print_trial(doc, trial):
+def load_stalls(path):
+    """core_stalls' log: (due_unix_ns, late_ns) per late wake-up, both cores."""
+    try:
+        with open(path) as f:
+            return [(int(p[1]), int(p[2])) for p in (l.split() for l in f if not l.startswith("#")) if len(p) == 3]
+    except (OSError, ValueError) as e:
+        sys.exit(f"band_dips: {path} is not a core_stalls log (cpu due_unix_ns late_ns): {e}")
+
+
+def stalled_ms(stalls, t0_unix, a_ns, b_ns):
+    return sum(late for due, late in stalls if a_ns <= due - t0_unix < b_ns) / 1e6
+
+
+def print_gaps(doc, lo_ns, hi_ns):
+    by = {}
+    for it in doc.get("iterations", []):
+        if lo_ns <= it["start_ns"] < hi_ns:
+            by.setdefault(it["node"], {})[it["iteration"]] = it
+    gaps = sorted((its[k]["start_ns"] - its[k - 1]["end_ns"]) / 1e6
+                  for its in by.values() for k in its if k - 1 in its)
+    if gaps:
+        print(f"    between iterations (a rank's end to its next start): median {st.median(gaps):.2f} ms, "
+              f"p90 {gaps[int(0.9 * (len(gaps) - 1))]:.2f} ms, max {gaps[-1]:.2f} ms")
+
+
+def print_trial(doc, trial, stalls=None):
     series = doc["series"]
     bin_ns, job, nodes = series["bin_ns"], series["job"], series["nodes"]
     lo, hi = trial["baseline_from_ns"] // bin_ns, trial["baseline_to_ns"] // bin_ns
@@ -88,19 +118,31 @@ def print_trial(doc, trial):
         gaps = ", ".join(f"{(b - a) / 1e6:.0f}" for a, b in zip(around, around[1:]))
         print(f"    the lowest 250 ms window ({100 * (1 - xs[at] / st.median(xs)):.1f} % below) at "
               f"{a_ns / 1e9:.2f} s: the iterations around it took {gaps} ms")
+        if stalls is not None:
+            t0 = doc["run"]["started_unix_ns"]
+            whole = stalled_ms(stalls, t0, lo * bin_ns, hi * bin_ns)
+            per = whole / max(1e-9, (hi - lo) * bin_ns / 250e6)
+            print(f"    cores taken (core_stalls): {whole:.1f} ms over the baseline ({per:.2f} ms per 250 ms), "
+                  f"{stalled_ms(stalls, t0, a_ns - 100_000_000, b_ns):.1f} ms from 100 ms before the lowest window to its end")
     idle = [i for i in range(lo, hi) if min(nodes[n][i] for n in nodes) == 0]
     near = sum(1 for i in idle if any(abs(i - e) * bin_ns <= 20_000_000 for e in end_bins))
     print(f"    10 ms bins with a rank receiving nothing: {len(idle)}, {near} within 20 ms of an iteration end")
+    print_gaps(doc, lo * bin_ns, hi * bin_ns)
 
 
 def main(args):
+    stalls = None
+    if args[:1] == ["--stalls"]:
+        if len(args) < 2:
+            sys.exit("band_dips: --stalls needs a core_stalls log")
+        stalls, args = load_stalls(args[1]), args[2:]
     if not args:
-        sys.exit("usage: python3 bench/band_dips.py DIR_OR_RESULT_JSON...")
+        sys.exit("usage: python3 bench/band_dips.py [--stalls LOG] DIR_OR_RESULT_JSON...")
     for arg in args:
         path, doc = load(arg)
         print(path)
         for trial in doc["plan"]["trials"]:
-            print_trial(doc, trial)
+            print_trial(doc, trial, stalls)
 
 
 if __name__ == "__main__":
