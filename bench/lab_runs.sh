@@ -13,6 +13,24 @@ bench_lab_up() {
   "$cli" lab up --nodes "$nodes" --dir "$work/lab" "$@" >"$work/lab-up.log" 2>&1 ||
     { cat "$work/lab-up.log" >&2; exit 1; }
   bench_rt
+  bench_ecn
+}
+
+# ECN_PROFILE="KMIN KMAX PMAX" (experiment): every node port's lossless queue (3) marks with
+# this profile instead of the lab's default, e.g. ECN_PROFILE="4194304 8388608 0.1".
+bench_ecn() {
+  [ -n "${ECN_PROFILE:-}" ] || return 0
+  local sw sock node
+  read -r sw sock < <(python3 -c '
+import json, sys
+lab = json.load(open(sys.argv[1]))
+print(lab["switch"]["binary"], lab["switch"]["control"])' "$work/lab/lab.json")
+  for node in $(python3 -c '
+import json, sys
+print(*[n["name"] for n in json.load(open(sys.argv[1]))["nodes"]])' "$work/lab/lab.json"); do
+    # shellcheck disable=SC2086
+    "$sw" --ecn-profile "$sock" set "$node" 3 $ECN_PROFILE >/dev/null
+  done
 }
 
 # RT_PRIO=N (experiment): every thread of the lab switch and of the agents at SCHED_FIFO N.

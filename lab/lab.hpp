@@ -39,6 +39,16 @@ struct UpOptions {
   // cores: a TAP write then hands the frame over instead of running the host's TCP stack in
   // the switch's time (docs/lab.md, "The switch's own CPU"). Needs 2 cores or more.
   bool splitCores = false;
+  // The ECN profile of every queue of the namespace lab's switch (labswitch EcnProfile). Not
+  // the switch's own default (HPCC's 100G kmin 400 KiB, kmax 1.6 MiB): at the lab's 0.2-1 Gb/s a
+  // 400 KiB queue is 3-16 ms deep, so a healthy job's flows were marked a few times a second,
+  // each mark a 30 % cut of one TCP flow's window (RFC 3168, CUBIC) and a slow iteration of the
+  // ring: those isolated cuts set the lab's noise band (4.7-5.8 % median in noise-floor, worst
+  // 7.5-13 %). At HPCC's 25G values (100 KiB, 400 KiB, 0.2) marks come ten times as often and
+  // each cut is small and steady: 2.3 % (worst 2.6 %; bench/README.md, "What sets the band").
+  uint64_t ecnKminBytes = 100 * 1024, ecnKmaxBytes = 400 * 1024;
+  double ecnPmax = 0.2;
+  bool ecnEnabled = true;
 };
 
 // Brings the lab up and returns the path of DIR/inventory.toml. Refuses if DIR already holds

@@ -321,7 +321,9 @@ std::string switchConfig(const LabState& s, const UpOptions& o) {
                       {"leaves", o.leaves},      {"spines", o.spines},     {"routing", o.routing},
                       {"hosts", hosts}, {"offload", o.switchOffload},
                       {"delivery_hold_us", double(o.deliveryHoldNs) / 1e3},
-                      {"tcp_ack_priority", o.tcpAckPriority}, {"cpu", o.splitCores ? 0 : -1}};
+                      {"tcp_ack_priority", o.tcpAckPriority}, {"cpu", o.splitCores ? 0 : -1},
+                      {"ecn", {{"enabled", o.ecnEnabled}, {"kmin", o.ecnKminBytes}, {"kmax", o.ecnKmaxBytes},
+                               {"pmax", o.ecnPmax}}}};
   return j.dump(2) + "\n";
 }
 

@@ -461,4 +461,22 @@ TEST_CASE("a packet fault's capture is read only where the lab switch writes cap
   CHECK_THAT(none.error().message, Catch::Contains("names no lab switch"));
 }
 
+// `lab up --ecn`: three values with sizes as the playbooks write them; anything else is refused
+// with the form to give.
+TEST_CASE("lab up --ecn takes KMIN,KMAX,PMAX and refuses anything else, naming the form") {
+  auto ok = parseEcnProfileArg("100KiB,400KiB,0.2");
+  REQUIRE(ok);
+  CHECK(ok->kmin == 100 * 1024);
+  CHECK(ok->kmax == 400 * 1024);
+  CHECK(ok->pmax == Approx(0.2));
+  for (const char* bad : {"", "100KiB,400KiB", "100KiB,400KiB,0.2,1", "x,400KiB,0.2", "100KiB,400KiB,0",
+                          "100KiB,400KiB,1.5", "100KiB,400KiB,0.2x", "400KiB,100KiB,0.2", "0,100KiB,0.2",
+                          "1KiB,128MiB,0.2"}) {
+    INFO("--ecn '" << bad << "'");
+    auto r = parseEcnProfileArg(bad);
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("KMIN,KMAX,PMAX"));
+  }
+}
+
 }  // namespace test_report

@@ -78,7 +78,14 @@ struct LabFabricOptions {
   std::string deliveryHold = "500us";  // how long a TAP holds a TCP run for its host
   std::string ackPriority;  // the switch's priority for pure TCP ACKs, or "dscp"; empty: 6
   bool splitCores = false;  // the switch on core 0, the hosts' receive work (RPS) on the others
+  std::string ecn;          // "KMIN,KMAX,PMAX" or "off" for every queue; empty: the lab's default
 };
+struct EcnProfileArg {
+  uint64_t kmin = 0, kmax = 0;
+  double pmax = 0;
+};
+// `lab up --ecn KMIN,KMAX,PMAX` (sizes as "100KiB"), or an error naming the fix.
+Result<EcnProfileArg> parseEcnProfileArg(const std::string& text);
 int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOptions& fabric = {});
 int cmdLabDown(const std::string& dir);
 int cmdLabStatus(const std::string& dir);

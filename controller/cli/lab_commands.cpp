@@ -71,6 +71,25 @@ int cmdCertsInit(const std::string& dir, std::vector<std::string> agents, bool o
 }
 
 // ---------------------------------------------------------------- lab
+Result<EcnProfileArg> parseEcnProfileArg(const std::string& text) {
+  const std::string fix = " (give KMIN,KMAX,PMAX, e.g. 100KiB,400KiB,0.2, or 'off')";
+  const auto c1 = text.find(','), c2 = c1 == std::string::npos ? c1 : text.find(',', c1 + 1);
+  if (c2 == std::string::npos || text.find(',', c2 + 1) != std::string::npos)
+    return makeError("'" + text + "' is not three values" + fix);
+  auto kmin = parseSize(text.substr(0, c1));
+  if (!kmin) return makeError("kmin '" + text.substr(0, c1) + "': " + kmin.error().message + fix);
+  auto kmax = parseSize(text.substr(c1 + 1, c2 - c1 - 1));
+  if (!kmax) return makeError("kmax '" + text.substr(c1 + 1, c2 - c1 - 1) + "': " + kmax.error().message + fix);
+  const std::string ptext = text.substr(c2 + 1);
+  char* end = nullptr;
+  const double pmax = std::strtod(ptext.c_str(), &end);
+  if (ptext.empty() || end != ptext.c_str() + ptext.size() || !(pmax > 0 && pmax <= 1))
+    return makeError("pmax '" + ptext + "' must be a probability in (0, 1]" + fix);
+  if (*kmin == 0 || *kmax < *kmin || *kmax > (64ull << 20))
+    return makeError("kmin must be above 0 and at most kmax, kmax at most 64MiB (got '" + text + "')" + fix);
+  return EcnProfileArg{*kmin, *kmax, pmax};
+}
+
 int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOptions& fabric) {
   lab::UpOptions opt;
   opt.nodes = nodes;
@@ -108,6 +127,20 @@ int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOp
   } else {
     return fail("lab up: --ack-priority must be a priority 0-7, or 'dscp' to classify pure TCP ACKs by their DSCP (got '" +
                 fabric.ackPriority + "')");
+  }
+  if (!fabric.ecn.empty()) {
+    if (softRoce || fabric.fabric == "bridge")
+      return fail("lab up: --ecn sets the namespace lab's switch; the soft-RoCE guests' switch keeps its own profile and "
+                  "the bridge fabric marks nothing (leave it out)");
+    if (fabric.ecn == "off") {
+      opt.ecnEnabled = false;
+    } else {
+      auto p = parseEcnProfileArg(fabric.ecn);
+      if (!p) return fail("lab up: --ecn: " + p.error().message);
+      opt.ecnKminBytes = p->kmin;
+      opt.ecnKmaxBytes = p->kmax;
+      opt.ecnPmax = p->pmax;
+    }
   }
   if (fabric.agentMetrics < 0 || fabric.agentMetrics > 65535 || fabric.agentMetrics == 7470)
     return fail("lab up: --agent-metrics must be a port in 1-65535 other than the agents' 7470");

@@ -163,6 +163,9 @@ void addSetupCommands(CLI::App& app, Cli& cli) {
                      "the switch's priority for pure TCP ACKs (0-7, default 6: strict, beside CNPs), or 'dscp' to leave them in their data's class");
   cLabUp->add_flag("--split-cores", labFabric.splitCores,
                    "the switch on core 0 and the hosts' receive work (RPS) on the other cores (namespace lab, 2 cores or more)");
+  cLabUp->add_option("--ecn", labFabric.ecn,
+                     "the switch's ECN profile for every queue, KMIN,KMAX,PMAX (default 100KiB,400KiB,0.2: HPCC's 25G "
+                     "values; 400KiB,1600KiB,0.2 is its 100G default), or 'off' (namespace lab)");
   cLabUp->add_option("--lease", labFabric.lease, "the agents' lease: a silent controller's faults are reverted after it")
       ->capture_default_str();
   cLabUp->add_option("--agent-metrics", labFabric.agentMetrics,
