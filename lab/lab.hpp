@@ -45,7 +45,8 @@ struct UpOptions {
   // each mark a 30 % cut of one TCP flow's window (RFC 3168, CUBIC) and a slow iteration of the
   // ring: those isolated cuts set the lab's noise band (4.7-5.8 % median in noise-floor, worst
   // 7.5-13 %). At HPCC's 25G values (100 KiB, 400 KiB, 0.2) marks come ten times as often and
-  // each cut is small and steady: 2.3 % (worst 2.6 %; bench/README.md, "What sets the band").
+  // each cut is small and steady: 2.3 % (worst 2.6 %; bench/README.md, "What set the band:
+  // isolated ECN marks").
   uint64_t ecnKminBytes = 100 * 1024, ecnKmaxBytes = 400 * 1024;
   double ecnPmax = 0.2;
   bool ecnEnabled = true;

@@ -32,7 +32,7 @@ class RingAllReduce : public Collective {
     }
     // sum over r of (r+1)*v = v*n(n+1)/2: exact in float for the sizes allowed.
     const float ranks = float(s_.world * (s_.world + 1) / 2);
-    for (size_t i = 0; i < kInputPeriod; i++) expected_[i] = allreduceInput(0, i) * ranks;
+    for (size_t i = 0; i < kAllreduceInputPeriod; i++) expected_[i] = allreduceInput(0, i) * ranks;
   }
   size_t bufferBytes() const override { return 2 * s_.size + maxChunk_ * 4; }
   std::vector<int> peers() const override {
@@ -77,13 +77,13 @@ class RingAllReduce : public Collective {
     const auto* src = reinterpret_cast<const float*>(buf.data() + scratchOff()) + (x.off - chunkBegin(count_, n_, c));
     for (size_t i = 0; i < x.len; i++) dst[i] += src[i];
   }
-  // Against one period of the expected sums (the input repeats every kInputPeriod elements),
+  // Against one period of the expected sums (the input repeats every kAllreduceInputPeriod elements),
   // compared bytewise: a pass at memory speed, where an element at a time with its modulo took
   // a rank ~1.2 ms of CPU per 4 MiB between two iterations, time the whole ring waits.
   bool verify(std::span<const std::byte> buf) const override {
     const auto* d = reinterpret_cast<const float*>(buf.data());
-    for (size_t i = 0; i < count_; i += kInputPeriod)
-      if (std::memcmp(d + i, expected_.data(), std::min(kInputPeriod, count_ - i) * 4) != 0) return false;
+    for (size_t i = 0; i < count_; i += kAllreduceInputPeriod)
+      if (std::memcmp(d + i, expected_.data(), std::min(kAllreduceInputPeriod, count_ - i) * 4) != 0) return false;
     return true;
   }
 
@@ -110,9 +110,8 @@ class RingAllReduce : public Collective {
   }
   size_t chunkLen(size_t c) const { return chunkBegin(count_, n_, c + 1) - chunkBegin(count_, n_, c); }
   size_t scratchOff() const { return 2 * s_.size; }
-  static constexpr size_t kInputPeriod = kAllreduceInputPeriod;
   Shape s_;
-  std::array<float, kInputPeriod> expected_{};
+  std::array<float, kAllreduceInputPeriod> expected_{};
   size_t n_, count_, maxChunk_ = 0;
   size_t slices_ = 1, ahead_ = 0;
   mutable bool filled_ = false;
