@@ -52,7 +52,7 @@ struct Lab {
   std::string control;
   int switchPid = 0;
   bool ok = false;
-  Lab(int nodes, const std::string& fabric, double rate, bool offload = true) {
+  Lab(int nodes, const std::string& fabric, double rate, bool offload = true, const std::string& ports = "tap") {
     char tmpl[] = "/tmp/rc-bench-lab-XXXXXX";
     if (!::mkdtemp(tmpl)) return;
     dir = tmpl;
@@ -66,6 +66,7 @@ struct Lab {
     o.fabric = fabric;
     o.rateBps = rate;
     o.switchOffload = offload;
+    o.switchPorts = ports;
     auto r = rc::lab::up(o);
     if (!r) {
       std::fprintf(stderr, "lab up failed: %s\n", r.error().message.c_str());
@@ -166,8 +167,9 @@ uint64_t rxPackets(const std::string& ns) {
 
 // Two 1500-byte floods (n1 -> n2, n3 -> n4) through the fabric for `secs`: frames/s and
 // Gb/s delivered to the receivers' NICs.
-std::pair<double, double> forwarding(const std::string& fabric, double secs, bool offload = true) {
-  Lab lab(4, fabric, 100e9, offload);  // ports fast enough that the line rate is not the limit
+std::pair<double, double> forwarding(const std::string& fabric, double secs, bool offload = true,
+                                     const std::string& ports = "tap") {
+  Lab lab(4, fabric, 100e9, offload, ports);  // ports fast enough that the line rate is not the limit
   if (!lab.ok) return {0, 0};
   // Resolve ARP first, so the floods are unicast from the start.
   for (int i : {1, 3}) {
@@ -223,9 +225,9 @@ struct TcpRun {
 };
 
 // iperf3 -P 4 from n1 to n2 through the fabric for SECS: what arrived, and what it cost the switch.
-TcpRun tcp(const std::string& fabric, double rate, bool offload, double secs) {
+TcpRun tcp(const std::string& fabric, double rate, bool offload, double secs, const std::string& ports = "tap") {
   TcpRun r;
-  Lab lab(2, fabric, rate, offload);
+  Lab lab(2, fabric, rate, offload, ports);
   if (!lab.ok) return r;
   (void)!std::system(("ip netns exec " + lab.ns(2) + " iperf3 -s -1 -D >/dev/null 2>&1").c_str());
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -335,27 +337,36 @@ int main(int argc, char** argv) {
   double secs = argc > 1 ? std::atof(argv[1]) : 3.0;
   std::printf("== forwarding capacity, 1514-byte frames, 2 flows on 4 hosts, %.1f s each ==\n", secs);
   auto sw = forwarding("switch", secs);
+  auto veth = forwarding("switch", secs, true, "veth");
   auto plain = forwarding("switch", secs, false);
   auto br = forwarding("bridge", secs);
   std::printf("  lab switch:   %9.0f frames/s  %6.3f Gb/s\n", sw.first, sw.second);
+  std::printf("  veth ports:   %9.0f frames/s  %6.3f Gb/s  (AF_PACKET, --ports veth)\n", veth.first, veth.second);
   std::printf("  no offload:   %9.0f frames/s  %6.3f Gb/s\n", plain.first, plain.second);
   std::printf("  linux bridge: %9.0f frames/s  %6.3f Gb/s\n", br.first, br.second);
-  std::printf("  ratio switch/bridge: %.3f\n", br.first > 0 ? sw.first / br.first : 0.0);
+  std::printf("  ratio switch/bridge: %.3f (TAPs), %.3f (veth ports)\n", br.first > 0 ? sw.first / br.first : 0.0,
+              br.first > 0 ? veth.first / br.first : 0.0);
   const int tsecs = std::max(3, int(secs * 2));
   std::printf("== TCP through the fabric, iperf3 -P 4, 2 hosts, %d s each ==\n", tsecs);
   std::printf("  unshaped ports (100G: the switch's CPU is the limit)\n");
-  auto on = tcp("switch", 100e9, true, tsecs), off = tcp("switch", 100e9, false, tsecs), bridge = tcp("bridge", 100e9, true, tsecs);
+  auto on = tcp("switch", 100e9, true, tsecs), vethOn = tcp("switch", 100e9, true, tsecs, "veth"),
+       off = tcp("switch", 100e9, false, tsecs), bridge = tcp("bridge", 100e9, true, tsecs);
   std::printf("    switch, offload:     %7.2f Gb/s  switch CPU %.2f s/s  %.3f CPU-s per Gb\n", on.gbps, on.cpu,
               on.gbps > 0 ? on.cpu / on.gbps : 0.0);
+  std::printf("    switch, veth ports:  %7.2f Gb/s  switch CPU %.2f s/s  %.3f CPU-s per Gb\n", vethOn.gbps, vethOn.cpu,
+              vethOn.gbps > 0 ? vethOn.cpu / vethOn.gbps : 0.0);
   std::printf("    switch, no offload:  %7.2f Gb/s  switch CPU %.2f s/s  %.3f CPU-s per Gb\n", off.gbps, off.cpu,
               off.gbps > 0 ? off.cpu / off.gbps : 0.0);
   std::printf("    linux bridge:        %7.2f Gb/s\n", bridge.gbps);
-  std::printf("    ratio switch/bridge: %.3f (offload), %.3f (no offload); offload/no offload: %.2f\n",
-              bridge.gbps > 0 ? on.gbps / bridge.gbps : 0.0, bridge.gbps > 0 ? off.gbps / bridge.gbps : 0.0,
-              off.gbps > 0 ? on.gbps / off.gbps : 0.0);
+  std::printf("    ratio switch/bridge: %.3f (offload), %.3f (veth ports), %.3f (no offload); offload/no offload: %.2f\n",
+              bridge.gbps > 0 ? on.gbps / bridge.gbps : 0.0, bridge.gbps > 0 ? vethOn.gbps / bridge.gbps : 0.0,
+              bridge.gbps > 0 ? off.gbps / bridge.gbps : 0.0, off.gbps > 0 ? on.gbps / off.gbps : 0.0);
   std::printf("  the shipped rate (1G: the line rate is the limit)\n");
-  auto on1 = tcp("switch", 1e9, true, tsecs), off1 = tcp("switch", 1e9, false, tsecs);
+  auto on1 = tcp("switch", 1e9, true, tsecs), veth1 = tcp("switch", 1e9, true, tsecs, "veth"),
+       off1 = tcp("switch", 1e9, false, tsecs);
   std::printf("    switch, offload:     %7.3f Gb/s  loop busy %3.0f%%  switch CPU %.2f s/s\n", on1.gbps, on1.busy * 100, on1.cpu);
+  std::printf("    switch, veth ports:  %7.3f Gb/s  loop busy %3.0f%%  switch CPU %.2f s/s\n", veth1.gbps, veth1.busy * 100,
+              veth1.cpu);
   std::printf("    switch, no offload:  %7.3f Gb/s  loop busy %3.0f%%  switch CPU %.2f s/s\n", off1.gbps, off1.busy * 100, off1.cpu);
   std::printf("== pfc_storm generation on a TAP (AF_PACKET + sendmmsg) ==\n");
   stormRate(10'000, 20'000);

@@ -32,6 +32,11 @@ struct UpOptions {
   // The switch's TAPs with segmentation offload (labswitch/switch_offload.hpp); false: one
   // system call per wire frame each way, as before (for comparison).
   bool switchOffload = true;
+  // How the switch reaches each host (namespace lab): "tap", a TAP that is the host's data0 (one
+  // system call per frame each way), or "veth", a veth pair whose switch end lives in the lab's
+  // fabric namespace, read and written with AF_PACKET in batches (recvmmsg, sendmmsg): 2-3x less
+  // of the switch's time per frame (bench/port_io_probe, bench/README.md). Always with offload.
+  std::string switchPorts = "tap";
   int64_t deliveryHoldNs = 500'000;  // the switch's delivery hold (labswitch Config::deliveryHoldNs)
   // The switch's priority for pure TCP ACKs (labswitch Config::tcpAckPriority); -1: by DSCP.
   int tcpAckPriority = 6;

@@ -273,20 +273,38 @@ Result<void> buildFabric(const Names& names, int nodes) {
 }
 
 // The data fabric through rdmachaos-labswitch: each node's data0 is a persistent TAP (made
-// by `ip tuntap`, so it lives and dies with the node's namespace), and the switch process
-// attaches to all of them. A restarted switch re-attaches; the hosts keep addresses and ARP.
-Result<void> buildSwitchFabric(const Names& names, int nodes) {
+// by `ip tuntap`, so it lives and dies with the node's namespace), or with VETH one end of a
+// veth pair whose other end lives in the fabric namespace; the switch process attaches to all
+// of them. A restarted switch re-attaches; the hosts keep addresses and ARP.
+Result<void> buildSwitchFabric(const Names& names, int nodes, bool veth) {
+  if (veth) {
+    // The switch's ends live in the fabric namespace, which has no address on them: nothing of
+    // its own (no IPv6 router solicitations, no neighbour discovery) goes to the hosts.
+    for (const char* key : {"net/ipv6/conf/all/disable_ipv6", "net/ipv6/conf/default/disable_ipv6"})
+      if (auto r = netnsSysctl(names.fabricNs(), key, "1"); !r) return r;
+  }
   for (int i = 1; i <= nodes; i++) {
     std::string ns = names.nodeNs(i);
-    if (auto r = ip({"-n", ns, "tuntap", "add", "dev", "data0", "mode", "tap"}); !r) return r;
-    if (auto r = ip({"-n", ns, "link", "set", "data0", "mtu", "1500"}); !r) return r;
-    // The host NIC's transmit ring. A TAP drops what its ring cannot take (it never stops the
-    // host's queue), so a burst the switch reads late is lost there, lossless class or not:
-    // with the default 1,000 frames an incast run lost 1,300-8,500 frames per host at the
-    // TAP, and the victim job's retransmission timeouts set its iteration p99. 10,000 frames
-    // (15 MB) absorb the switch's scheduling gaps on a busy 2-core machine, as a RoCE NIC's
-    // queues hold a paused priority's frames instead of dropping them.
-    if (auto r = ip({"-n", ns, "link", "set", "data0", "txqueuelen", std::to_string(kHostTxRing)}); !r) return r;
+    if (veth) {
+      // data0 is a veth whose other end (dI) the switch reads with AF_PACKET. A veth has no
+      // transmit ring: what the switch reads late waits in its socket's receive queue.
+      std::string fab = names.fabricNs(), port = names.fabricPort(i);
+      if (auto r = ip({"-n", fab, "link", "add", port, "mtu", "1500", "type", "veth", "peer", "name", "data0", "mtu",
+                       "1500", "netns", ns});
+          !r)
+        return r;
+      if (auto r = ip({"-n", fab, "link", "set", port, "up"}); !r) return r;
+    } else {
+      if (auto r = ip({"-n", ns, "tuntap", "add", "dev", "data0", "mode", "tap"}); !r) return r;
+      if (auto r = ip({"-n", ns, "link", "set", "data0", "mtu", "1500"}); !r) return r;
+      // The host NIC's transmit ring. A TAP drops what its ring cannot take (it never stops the
+      // host's queue), so a burst the switch reads late is lost there, lossless class or not:
+      // with the default 1,000 frames an incast run lost 1,300-8,500 frames per host at the
+      // TAP, and the victim job's retransmission timeouts set its iteration p99. 10,000 frames
+      // (15 MB) absorb the switch's scheduling gaps on a busy 2-core machine, as a RoCE NIC's
+      // queues hold a paused priority's frames instead of dropping them.
+      if (auto r = ip({"-n", ns, "link", "set", "data0", "txqueuelen", std::to_string(kHostTxRing)}); !r) return r;
+    }
     if (auto r = ip({"-n", ns, "addr", "add", names.dataAddress(i) + "/24", "dev", "data0"}); !r)
       return r;
     if (auto r = ip({"-n", ns, "link", "set", "data0", "up"}); !r) return r;
@@ -315,8 +333,16 @@ Result<void> steerHostReceive(const Names& names, int nodes) {
 
 std::string switchConfig(const LabState& s, const UpOptions& o) {
   nlohmann::json hosts = nlohmann::json::array();
-  for (const auto& n : s.nodes)
-    hosts.push_back({{"name", n.name}, {"netns", "/run/netns/" + n.netns}, {"ifname", "data0"}});
+  Names names{s.slot};
+  for (size_t i = 0; i < s.nodes.size(); i++) {
+    const auto& n = s.nodes[i];
+    if (o.switchPorts == "veth")
+      hosts.push_back({{"name", n.name}, {"netns", "/run/netns/" + names.fabricNs()},
+                       {"ifname", names.fabricPort(int(i) + 1)}, {"io", "packet"},
+                       {"host_netns", "/run/netns/" + n.netns}});
+    else
+      hosts.push_back({{"name", n.name}, {"netns", "/run/netns/" + n.netns}, {"ifname", "data0"}});
+  }
   nlohmann::json j = {{"control", s.sw.control}, {"rate_bps", o.rateBps}, {"mtu", 1500},
                       {"leaves", o.leaves},      {"spines", o.spines},     {"routing", o.routing},
                       {"hosts", hosts}, {"offload", o.switchOffload},
@@ -592,7 +618,7 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
     s.nodes.push_back(n);
     s.namespaces.push_back(n.netns);
   }
-  if (s.fabric == "bridge") s.namespaces.push_back(names.fabricNs());
+  if (s.fabric == "bridge" || options.switchPorts == "veth") s.namespaces.push_back(names.fabricNs());
   s.rootLinks.push_back(names.mgmtBridge());
   for (int i = 1; i <= options.nodes; i++) s.rootLinks.push_back(names.mgmtVeth(i));
   // Everything is listed before the first object exists.
@@ -624,7 +650,7 @@ Result<std::string> build(const UpOptions& options, LabState& s, const std::stri
   if (s.fabric == "bridge") {
     if (auto r = buildFabric(names, options.nodes); !r) return r.error();
   } else {
-    if (auto r = buildSwitchFabric(names, options.nodes); !r) return r.error();
+    if (auto r = buildSwitchFabric(names, options.nodes, options.switchPorts == "veth"); !r) return r.error();
     if (options.splitCores)
       if (auto r = steerHostReceive(names, options.nodes); !r) return r.error();
     if (auto r = writeFile(s.sw.config, switchConfig(s, options)); !r) return r.error();
@@ -661,6 +687,13 @@ Result<std::string> netns::up(const UpOptions& options) {
       (options.leaves < 1 || options.nodes % options.leaves != 0))
     return makeError("lab up: " + std::to_string(options.nodes) + " node(s) do not divide into " +
                      std::to_string(options.leaves) + " leaves; pick --nodes as a multiple");
+  if (options.switchPorts != "tap" && options.switchPorts != "veth")
+    return makeError("lab up: --ports '" + options.switchPorts + "' is not 'tap' or 'veth'");
+  if (options.switchPorts == "veth" && options.fabric != "switch")
+    return makeError("lab up: --ports veth sets how the lab switch reaches its hosts; the bridge fabric has no switch "
+                     "process (leave it out)");
+  if (options.switchPorts == "veth" && !options.switchOffload)
+    return makeError("lab up: --ports veth always carries segmentation offload; leave out --no-offload, or use --ports tap");
   if (options.splitCores && options.fabric != "switch")
     return makeError("lab up: --split-cores sets the lab switch's core and its hosts' receive work; the bridge fabric "
                      "has no switch process (leave it out)");
@@ -722,7 +755,11 @@ Result<std::string> netns::status(const LabState& s) {
     << (linkExists(names.mgmtBridge()) ? "" : " (missing)") << "\n";
   if (s.fabric == "switch")
     o << "data: lab switch " << (stillRunning(s.sw.proc, s.sw.config) ? "pid " + std::to_string(s.sw.proc.pid) + " (running)" : "not running")
-      << ", restarts " << s.sw.restarts << ", control " << s.sw.control << ", 198.19." << s.slot << ".0/24\n";
+      << ", restarts " << s.sw.restarts << ", control " << s.sw.control << ", ports "
+      << (std::find(s.namespaces.begin(), s.namespaces.end(), names.fabricNs()) != s.namespaces.end()
+              ? "veth pairs from namespace " + names.fabricNs()
+              : std::string("TAPs"))
+      << ", 198.19." << s.slot << ".0/24\n";
   else
     o << "data: bridge br0 in namespace " << names.fabricNs()
       << (netnsExists(names.fabricNs()) ? "" : " (missing)") << ", 198.19." << s.slot << ".0/24\n";

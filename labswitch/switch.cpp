@@ -73,9 +73,16 @@ Result<Config> parseConfig(const json& j) {
     if (c.tcpAckPriority < -1 || c.tcpAckPriority > 7)
       return makeError("tcp_ack_priority must be 0-7, or -1 for none (the priority of pure TCP ACKs)", EINVAL);
     if (j.contains("dscp_map")) c.dscpMap = j["dscp_map"].get<std::vector<uint8_t>>();
-    for (const auto& h : j.value("hosts", json::array()))
+    for (const auto& h : j.value("hosts", json::array())) {
       c.hosts.push_back(HostPort{h.at("name"), h.value("netns", ""), h.value("ifname", "data0"),
-                                 h.value("stream", "")});
+                                 h.value("stream", ""), h.value("io", "tap"), h.value("host_netns", "")});
+      const HostPort& hp = c.hosts.back();
+      if (hp.io != "tap" && hp.io != "packet")
+        return makeError("host '" + hp.name + "': io '" + hp.io + "' is not 'tap' or 'packet'", EINVAL);
+      if (hp.io == "packet" && !c.offload)
+        return makeError("host '" + hp.name + "': io 'packet' always carries offload; set offload true or use io 'tap'",
+                         EINVAL);
+    }
     if (c.control.empty()) return makeError("switch configuration lacks 'control' (socket path)");
     if (c.hosts.empty() || c.hosts.size() > 256) return makeError("switch configuration needs 1..256 hosts");
     if (!(c.rateBps >= 1e6 && c.rateBps <= 400e9)) return makeError("rate_bps must be within [1e6, 4e11]");

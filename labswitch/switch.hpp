@@ -50,6 +50,11 @@ struct HostPort {
   // Instead of a TAP: a QEMU guest's NIC, a unix stream socket QEMU listens on
   // (`-netdev stream,server=on`); the switch connects to it.
   std::string stream;
+  // "tap" (default), or "packet": IFNAME is the switch's end of a veth pair in NETNS (the lab's
+  // fabric namespace), read and written with AF_PACKET; HOST_NETNS is the host's namespace,
+  // whose data0 is the other end (its MAC address is read from there).
+  std::string io = "tap";
+  std::string hostNetns;
 };
 
 struct Config {

@@ -533,7 +533,9 @@ void Fabric::event(int64_t at, const char* what, const std::string& port, int pr
 }
 
 Result<void> Fabric::addHost(int sw, const HostPort& h) {
-  auto io = h.stream.empty() ? attachTap(h.netns, h.ifname, cfg_.offload, cfg_.deliveryHoldNs) : connectStream(h.stream, h.name);
+  auto io = !h.stream.empty()  ? connectStream(h.stream, h.name)
+            : h.io == "packet" ? attachPacket(h.netns, h.ifname, h.hostNetns, cfg_.deliveryHoldNs)
+                               : attachTap(h.netns, h.ifname, cfg_.offload, cfg_.deliveryHoldNs);
   if (!io) return makeError("host port " + h.name + ": " + io.error().message, io.error().code);
   int pi = addPort(sw, h.name, cfg_.rateBps);
   Port& p = ports_[size_t(pi)];

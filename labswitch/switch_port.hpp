@@ -1,6 +1,7 @@
 // Where a lab switch port's frames come from and go to. A port is either the switch's end of
-// a host NIC (a TAP device inside the host's namespace, or — for QEMU guests — a stream
-// socket carrying frames each prefixed by a 4-byte big-endian length), or an internal link
+// a host NIC (a TAP device inside the host's namespace, the switch's end of a veth pair read
+// with AF_PACKET, or — for QEMU guests — a stream socket carrying frames each prefixed by a
+// 4-byte big-endian length), or an internal link
 // to a port of another switch of the same process (no PortIo at all).
 #pragma once
 
@@ -67,6 +68,14 @@ class PortIo {
 // its first frame until flushDue() or flush().
 Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname,
                                           bool offload = true, int64_t holdNs = 0);
+
+// Attaches to the switch's end `ifname` of a veth pair inside the namespace at `netnsPath`
+// (the lab's fabric namespace; `lab up --ports veth`), whose other end is a host's data0, with
+// an AF_PACKET socket: frames in and out in batches (recvmmsg, sendmmsg), super-frames with a
+// virtio_net_hdr as through a TAP with offload, runs joined and held up to HOLD_NS alike. The
+// host's MAC address is read from data0 in `hostNetnsPath` (none given: learnt from its frames).
+Result<std::unique_ptr<PortIo>> attachPacket(const std::string& netnsPath, const std::string& ifname,
+                                             const std::string& hostNetnsPath, int64_t holdNs = 0);
 
 // A QEMU `-netdev stream`/`socket` peer: frames with a 4-byte big-endian length prefix on a
 // connected stream socket (the switch listens, QEMU connects). The descriptor is adopted.

@@ -407,6 +407,104 @@ TEST_CASE("the supervisor restarts a killed lab switch, which re-attaches to the
   CHECK(json::parse(in)["switch"]["restarts"].get<int>() == 1);
 }
 
+TEST_CASE("lab up --ports veth: hosts reach each other through the switch over AF_PACKET, super-frames counted as "
+          "wire frames, a killed switch re-attaches, lab down removes the fabric namespace",
+          "[labswitch][veth]") {
+  std::string fabricNs;
+  {
+    rc::lab::UpOptions o;
+    o.nodes = 2;
+    o.switchPorts = "veth";
+    Lab lab(o);
+    fabricNs = "/run/netns/rc" + std::to_string(lab.slot) + "-fab";
+    REQUIRE(std::filesystem::exists(fabricNs));
+    {
+      std::ifstream in(lab.dir.path + "/switch.json");
+      json cfg = json::parse(in);
+      CHECK(cfg["hosts"][0]["io"] == "packet");
+      CHECK(cfg["hosts"][0]["ifname"] == "d1");
+    }
+    // TCP from n1 to n2 at the port's 1G: the host hands over super-frames with offload, and the
+    // model counts what it forwards as wire frames of at most the MTU.
+    json a1 = port(lab.control, "n1"), a2 = port(lab.control, "n2");
+    {
+      Child sink = tcpSink(lab.ns(2), 5201);
+      sleepMs(200);
+      Child source = tcpSource(lab.ns(1), lab.addr(2), 5201, 0);
+      sleepMs(1500);
+    }
+    json b1 = port(lab.control, "n1"), b2 = port(lab.control, "n2");
+    const uint64_t rxFrames = b1["rx_frames"].get<uint64_t>() - a1["rx_frames"].get<uint64_t>();
+    const uint64_t rxBytes = b1["rx_bytes"].get<uint64_t>() - a1["rx_bytes"].get<uint64_t>();
+    const uint64_t txFrames = b2["tx_frames"].get<uint64_t>() - a2["tx_frames"].get<uint64_t>();
+    const uint64_t txBytes = b2["tx_bytes"].get<uint64_t>() - a2["tx_bytes"].get<uint64_t>();
+    const uint64_t reads = b1["io"]["reads"].get<uint64_t>() - a1["io"]["reads"].get<uint64_t>();
+    const uint64_t writes = b2["io"]["writes"].get<uint64_t>() - a2["io"]["writes"].get<uint64_t>();
+    const uint64_t writeFrames = b2["io"]["write_frames"].get<uint64_t>() - a2["io"]["write_frames"].get<uint64_t>();
+    INFO("n1 received " << rxFrames << " frames, " << rxBytes << " bytes in " << reads << " reads; n2 sent " << txFrames
+                        << " frames, " << txBytes << " bytes in " << writes << " writes");
+    CHECK(txBytes > 50'000'000);  // > 0.26 Gb/s over 1.5 s: the flow ran
+    CHECK(rxBytes <= rxFrames * 1514);  // every frame the model took is a wire frame
+    CHECK(txBytes <= txFrames * 1514);
+    CHECK(writeFrames == txFrames);
+    CHECK(rxFrames > reads * 4);  // several wire frames a system call (super-frames, batches)
+    CHECK(txFrames > writes * 4);
+
+    // The supervisor restarts a killed switch, which binds to the same veth ends.
+    auto switchPid = [&] {
+      std::ifstream in(lab.dir.path + "/lab.json");
+      return json::parse(in)["switch"]["proc"]["pid"].get<int>();
+    };
+    int old = switchPid();
+    REQUIRE(old > 0);
+    REQUIRE(::kill(old, SIGKILL) == 0);
+    int fresh = 0;
+    for (int i = 0; i < 100 && (fresh == 0 || fresh == old); i++) {
+      sleepMs(50);
+      fresh = switchPid();
+    }
+    REQUIRE(fresh != old);
+    json ping;
+    for (int i = 0; i < 100; i++) {
+      ping = control(lab.control, {{"cmd", "ping"}});
+      if (ping["ok"] == true) break;
+      sleepMs(50);
+    }
+    REQUIRE(ping["ok"] == true);
+    Child flow = udpFlow(lab.ns(1), lab.addr(2), 9000, 1000, 200, 0);
+    sleepMs(500);
+    CHECK(port(lab.control, "n2")["tx_frames"].get<uint64_t>() > 100);
+  }
+  // Lab down (the Lab's end) took the fabric namespace, with the switch's veth ends, away.
+  CHECK_FALSE(std::filesystem::exists(fabricNs));
+}
+
+TEST_CASE("lab up --ports: tap or veth, veth only with the switch and its offload; refused before anything is made",
+          "[labswitch][veth]") {
+  LabDir dir;
+  rc::lab::UpOptions o;
+  o.nodes = 2;
+  o.dir = dir.path + "/lab";
+  o.agentBinary = "/bin/true";
+  struct Bad {
+    std::string ports, fabric;
+    bool offload;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{"xdp", "switch", true, "--ports 'xdp' is not 'tap' or 'veth'"},
+                       Bad{"veth", "bridge", true, "the bridge fabric has no switch process"},
+                       Bad{"veth", "switch", false, "leave out --no-offload"}}) {
+    o.switchPorts = b.ports;
+    o.fabric = b.fabric;
+    o.switchOffload = b.offload;
+    auto r = rc::lab::up(o);
+    INFO(b.ports << " / " << b.fabric);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains(b.says));
+    CHECK_FALSE(std::filesystem::exists(o.dir + "/lab.json"));
+  }
+}
+
 TEST_CASE("lab up --split-cores: the switch on core 0, every host's receive work on the other cores, also after a "
           "restart",
           "[labswitch][split-cores]") {

@@ -128,6 +128,30 @@ TEST_CASE("switch.json: tcp_ack_priority is 0-7 or -1, and off when absent", "[s
   }
 }
 
+TEST_CASE("switch.json: a host's io is tap (default) or packet, and packet always with offload", "[switch]") {
+  nlohmann::json j = {{"control", "/tmp/x.sock"}, {"hosts", {{{"name", "n1"}, {"netns", "/run/netns/x"}}}}};
+  auto absent = parseConfig(j);
+  REQUIRE(absent.ok());
+  CHECK(absent->hosts[0].io == "tap");
+  j["hosts"][0]["io"] = "packet";
+  j["hosts"][0]["ifname"] = "d1";
+  j["hosts"][0]["host_netns"] = "/run/netns/y";
+  auto packet = parseConfig(j);
+  REQUIRE(packet.ok());
+  CHECK(packet->hosts[0].io == "packet");
+  CHECK(packet->hosts[0].ifname == "d1");
+  CHECK(packet->hosts[0].hostNetns == "/run/netns/y");
+  j["offload"] = false;
+  auto noOffload = parseConfig(j);
+  REQUIRE_FALSE(noOffload.ok());
+  CHECK_THAT(noOffload.error().message, Catch::Contains("host 'n1'") && Catch::Contains("offload"));
+  j["offload"] = true;
+  j["hosts"][0]["io"] = "xdp";
+  auto bad = parseConfig(j);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::Contains("io 'xdp' is not 'tap' or 'packet'"));
+}
+
 TEST_CASE("switch.json: cpu is a core or -1, and none when absent", "[switch]") {
   nlohmann::json j = {{"control", "/tmp/x.sock"}, {"hosts", {{{"name", "n1"}, {"netns", "/run/netns/x"}}}}};
   auto absent = parseConfig(j);

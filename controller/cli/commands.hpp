@@ -75,6 +75,7 @@ struct LabFabricOptions {
   std::string lease = "5s";  // the agents' lease_timeout
   int agentMetrics = 0;      // port where each agent serves Prometheus on its management address
   bool noOffload = false;    // the switch's TAPs without segmentation offload
+  std::string ports = "tap";  // how the switch reaches its hosts: tap or veth (AF_PACKET)
   std::string deliveryHold = "500us";  // how long a TAP holds a TCP run for its host
   std::string ackPriority;  // the switch's priority for pure TCP ACKs, or "dscp"; empty: 6
   bool splitCores = false;  // the switch on core 0, the hosts' receive work (RPS) on the others

@@ -101,6 +101,10 @@ int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOp
   opt.spines = fabric.spines;
   opt.routing = fabric.routing;
   opt.switchOffload = !fabric.noOffload;
+  if (fabric.ports != "tap" && softRoce)
+    return fail("lab up: --ports is for the namespace lab's switch; the soft-RoCE guests reach it through QEMU's "
+                "stream sockets (leave it out)");
+  opt.switchPorts = fabric.ports;
   if (fabric.splitCores && fabric.fabric == "bridge")
     return fail("lab up: --split-cores sets the lab switch's core and its hosts' receive work; the bridge fabric "
                 "has no switch process (leave it out)");

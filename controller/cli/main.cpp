@@ -156,6 +156,10 @@ void addSetupCommands(CLI::App& app, Cli& cli) {
   cLabUp->add_option("--routing", labFabric.routing, "ecmp or adaptive")->capture_default_str();
   cLabUp->add_flag("--no-offload", labFabric.noOffload,
                    "switch TAPs without segmentation offload: one system call per wire frame (for comparison)");
+  cLabUp->add_option("--ports", labFabric.ports,
+                     "how the switch reaches its hosts: tap (a TAP per host) or veth (veth pairs read with AF_PACKET in "
+                     "batches; namespace lab)")
+      ->capture_default_str();
   cLabUp->add_option("--delivery-hold", labFabric.deliveryHold,
                      "how long the switch holds a TCP run for its host so that one write carries it (0-10ms; 0: every pass writes)")
       ->capture_default_str();
