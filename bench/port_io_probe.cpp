@@ -104,6 +104,18 @@ double machineCpu() {
   return double(user + nice + system + irq + softirq) / double(::sysconf(_SC_CLK_TCK));
 }
 
+// An epoll set over the two ports' descriptors, tagged 0 and 1.
+UniqueFD watchBoth(int a, int b) {
+  UniqueFD ep(::epoll_create1(EPOLL_CLOEXEC));
+  for (uint32_t i : {0u, 1u}) {
+    epoll_event e{};
+    e.events = EPOLLIN;
+    e.data.u32 = i;
+    ::epoll_ctl(ep.get(), EPOLL_CTL_ADD, i == 0 ? a : b, &e);
+  }
+  return ep;
+}
+
 // A forwarder between two ports, run on its own thread until stopped; its CPU is its thread's.
 struct Forwarder {
   std::atomic<double> cpu{0};
@@ -136,13 +148,7 @@ struct TapForwarder final : Forwarder {
       error = "cannot attach to the TAPs";
       return;
     }
-    UniqueFD ep(::epoll_create1(EPOLL_CLOEXEC));
-    for (int i = 0; i < 2; i++) {
-      epoll_event e{};
-      e.events = EPOLLIN;
-      e.data.u32 = uint32_t(i);
-      ::epoll_ctl(ep.get(), EPOLL_CTL_ADD, port[i].get(), &e);
-    }
+    UniqueFD ep = watchBoth(port[0].get(), port[1].get());
     std::vector<uint8_t> buf(65536 + kVnet);
     const double c0 = threadCpu();
     while (!stop.stop_requested()) {
@@ -245,13 +251,7 @@ struct RingForwarder final : Forwarder {
       error = port[0].error.empty() ? port[1].error : port[0].error;
       return;
     }
-    UniqueFD ep(::epoll_create1(EPOLL_CLOEXEC));
-    for (int i = 0; i < 2; i++) {
-      epoll_event e{};
-      e.events = EPOLLIN;
-      e.data.u32 = uint32_t(i);
-      ::epoll_ctl(ep.get(), EPOLL_CTL_ADD, port[i].fd.get(), &e);
-    }
+    UniqueFD ep = watchBoth(port[0].fd.get(), port[1].fd.get());
     const double c0 = threadCpu();
     mmsghdr msgs[kBatch];
     iovec iov[kBatch];
@@ -349,13 +349,7 @@ struct MmsgForwarder final : Forwarder {
     }
     UniqueFD port[2] = {open("pa", error), open("pb", error)};
     if (!port[0].isValid() || !port[1].isValid()) return;
-    UniqueFD ep(::epoll_create1(EPOLL_CLOEXEC));
-    for (int i = 0; i < 2; i++) {
-      epoll_event e{};
-      e.events = EPOLLIN;
-      e.data.u32 = uint32_t(i);
-      ::epoll_ctl(ep.get(), EPOLL_CTL_ADD, port[i].get(), &e);
-    }
+    UniqueFD ep = watchBoth(port[0].get(), port[1].get());
     std::vector<uint8_t> bufs(kBatch * (65536 + 4096));
     mmsghdr in[kBatch], out[kBatch];
     iovec inIov[kBatch], outIov[kBatch];

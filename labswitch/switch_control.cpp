@@ -485,11 +485,9 @@ void Fabric::setAdmin(int pi, bool up, int64_t now) {
   if (p.adminUp == up) return;
   p.adminUp = up;
   log::info("port {} admin {}", p.name, up ? "up" : "down");
-  if (p.io) {
-    // The host sees its NIC lose carrier, as with a real cable pull (TUNSETCARRIER, 5.0+).
-    int carrier = up ? 1 : 0;
-    ::ioctl(p.io->fd(), TUNSETCARRIER, &carrier);
-  }
+  // The host sees its NIC lose carrier, as with a real cable pull.
+  if (p.io && !p.io->setCarrier(up))
+    log::warn("port {}: the host's NIC did not {} carrier: {}", p.name, up ? "regain" : "lose", std::strerror(errno));
   if (!up) {
     // A down port drops what it queued; frames of its peer end are dropped the same way.
     for (int end : {pi, p.peer}) {

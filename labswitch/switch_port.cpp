@@ -112,6 +112,10 @@ class TapIo final : public PortIo {
     return out_.flushDue(now, holdNs_);
   }
   Mac hostMac() const override { return mac_; }
+  bool setCarrier(bool up) override {
+    int carrier = up ? 1 : 0;  // TUNSETCARRIER: Linux 5.0 and later
+    return ::ioctl(fd_.get(), TUNSETCARRIER, &carrier) == 0;
+  }
   std::string describe() const override { return "tap " + name_ + (offload_ ? " (offload)" : ""); }
 
  private:
@@ -159,8 +163,9 @@ class PacketIo final : public PortIo {
   static constexpr size_t kPacketBatch = 64;
   static constexpr size_t kSlot = kMaxFrame + sizeof(VnetHdr);
   static constexpr int kHostQueueBytes = 16 << 20;  // as a TAP's 10,000 frames of 1.5 KB
-  PacketIo(UniqueFD fd, std::string name, Mac mac, int64_t holdNs)
-      : fd_(std::move(fd)), name_(std::move(name)), mac_(mac), holdNs_(holdNs),
+  // CTL: a datagram socket made in the veth's namespace, for its flags (setCarrier).
+  PacketIo(UniqueFD fd, UniqueFD ctl, std::string name, Mac mac, int64_t holdNs)
+      : fd_(std::move(fd)), ctl_(std::move(ctl)), name_(std::move(name)), mac_(mac), holdNs_(holdNs),
         out_([this](const VnetHdr& h, const uint8_t* data, size_t len) { stage(h, data, len); }),
         in_(kPacketBatch * kSlot) {
     for (size_t k = 0; k < kPacketBatch; k++) {
@@ -178,7 +183,9 @@ class PacketIo final : public PortIo {
     if (want == 0) return size_t(0);
     int n = ::recvmmsg(fd_.get(), inMsg_, want, MSG_DONTWAIT, nullptr);
     if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) return size_t(0);
+      // ENETDOWN: the veth went down (an admin down port, setCarrier); the socket takes frames
+      // again once it is up.
+      if (errno == EAGAIN || errno == EINTR || errno == ENETDOWN) return size_t(0);
       return makeError("reading port " + name_ + " (AF_PACKET): " + std::strerror(errno), errno);
     }
     stats_.reads++;
@@ -221,6 +228,15 @@ class PacketIo final : public PortIo {
   }
   void setVerifyChecksums(bool on) override { out_.setVerify(on); }
   Mac hostMac() const override { return mac_; }
+  // The switch's end of the veth goes down or up; its peer, the host's data0, loses or regains
+  // carrier with it.
+  bool setCarrier(bool up) override {
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, name_.c_str(), IFNAMSIZ - 1);
+    if (::ioctl(ctl_.get(), SIOCGIFFLAGS, &ifr) != 0) return false;
+    ifr.ifr_flags = short(up ? (ifr.ifr_flags | IFF_UP) : (ifr.ifr_flags & ~IFF_UP));
+    return ::ioctl(ctl_.get(), SIOCSIFFLAGS, &ifr) == 0;
+  }
   std::string describe() const override { return "veth " + name_ + " (AF_PACKET)"; }
 
  private:
@@ -251,6 +267,9 @@ class PacketIo final : public PortIo {
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) {
         ok_ = false;
+        // ENETDOWN: the port was set down with frames of the pass still to go (a flap): they
+        // are lost on the cable, as the model's queued ones are.
+        if (r < 0 && errno == ENETDOWN) break;
         if (sendFailures_++ % 1000 == 0)
           log::warn("port {}: the host's end took no frame ({}; {} such sends)", name_,
                     r < 0 ? std::strerror(errno) : "none sent", sendFailures_);
@@ -263,7 +282,7 @@ class PacketIo final : public PortIo {
     spans_.clear();
   }
 
-  UniqueFD fd_;
+  UniqueFD fd_, ctl_;
   std::string name_;
   Mac mac_;
   int64_t holdNs_;
@@ -371,117 +390,120 @@ class StreamIo final : public PortIo {
 
 }  // namespace
 
-Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname, bool offload,
-                                          int64_t holdNs) {
-  std::string what = "TAP '" + ifname + "' in " + netnsPath;
+namespace {
+
+// Runs BODY with the calling thread in the network namespace at NETNS_PATH (a device is looked
+// up, and a TAP or packet socket bound, in the namespace of the caller), then returns it to the
+// switch's own namespace. WHAT names the device in errors.
+Result<void> inNetns(const std::string& netnsPath, const std::string& what, const std::function<void()>& body) {
   UniqueFD home(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
   UniqueFD target(::open(netnsPath.c_str(), O_RDONLY | O_CLOEXEC));
   if (!home.isValid() || !target.isValid())
     return makeError("cannot open the namespace of " + what + ": " + std::strerror(errno), errno);
   if (::setns(target.get(), CLONE_NEWNET) != 0)
     return makeError("cannot enter the namespace of " + what + ": " + std::strerror(errno), errno);
-  // TUNSETIFF looks the device up in the namespace of the opener, hence the setns dance.
-  UniqueFD fd(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
-  int err = fd.isValid() ? 0 : errno;
-  ifreq ifr{};
-  Mac mac{};
-  if (err == 0) {
-    std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
-    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (offload ? IFF_VNET_HDR : 0);
-    if (::ioctl(fd.get(), TUNSETIFF, &ifr) != 0) err = errno;
-  }
-  // The host's TCP may hand over super-frames (TSO, with ECN's CWR) and leave checksums to us.
-  // Without offload, none: a TAP attached with offload before keeps its features otherwise.
-  if (err == 0) {
-    unsigned features = offload ? (TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN) : 0;
-    if (::ioctl(fd.get(), TUNSETOFFLOAD, features) != 0) err = errno;
-  }
-  if (err == 0) {
-    ifreq hw{};
-    std::strncpy(hw.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
-    UniqueFD s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    if (s.isValid() && ::ioctl(s.get(), SIOCGIFHWADDR, &hw) == 0)
-      std::memcpy(mac.data(), hw.ifr_hwaddr.sa_data, 6);
-  }
+  body();
   if (::setns(home.get(), CLONE_NEWNET) != 0)
     return makeError("cannot return to the switch's own namespace: " + std::string(std::strerror(errno)), errno);
+  return {};
+}
+
+// The MAC address of IFNAME in the caller's namespace (zeros when it cannot be read).
+Mac macOf(const std::string& ifname) {
+  Mac mac{};
+  ifreq hw{};
+  std::strncpy(hw.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+  UniqueFD s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (s.isValid() && ::ioctl(s.get(), SIOCGIFHWADDR, &hw) == 0) std::memcpy(mac.data(), hw.ifr_hwaddr.sa_data, 6);
+  return mac;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname, bool offload,
+                                          int64_t holdNs) {
+  std::string what = "TAP '" + ifname + "' in " + netnsPath;
+  UniqueFD fd;
+  int err = 0;
+  Mac mac{};
+  auto in = inNetns(netnsPath, what, [&] {
+    // TUNSETIFF looks the device up in the namespace of the opener.
+    fd.reset(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
+    err = fd.isValid() ? 0 : errno;
+    if (err == 0) {
+      ifreq ifr{};
+      std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+      ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (offload ? IFF_VNET_HDR : 0);
+      if (::ioctl(fd.get(), TUNSETIFF, &ifr) != 0) err = errno;
+    }
+    // The host's TCP may hand over super-frames (TSO, with ECN's CWR) and leave checksums to
+    // us. Without offload, none: a TAP attached with offload before keeps its features otherwise.
+    if (err == 0) {
+      unsigned features = offload ? (TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN) : 0;
+      if (::ioctl(fd.get(), TUNSETOFFLOAD, features) != 0) err = errno;
+    }
+    if (err == 0) mac = macOf(ifname);
+  });
+  if (!in) return in.error();
   if (err != 0)
     return makeError("cannot attach to " + what + ": " + std::strerror(err) +
                      " (it must exist: `ip tuntap add dev " + ifname + " mode tap`)", err);
   return std::unique_ptr<PortIo>(std::make_unique<TapIo>(std::move(fd), ifname, mac, offload, holdNs));
 }
 
-namespace {
-
-// The MAC address of IFNAME in the namespace at NETNS_PATH (zeros when it cannot be read).
-Mac macIn(const std::string& netnsPath, const std::string& ifname) {
-  Mac mac{};
-  UniqueFD home(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
-  UniqueFD target(::open(netnsPath.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!home.isValid() || !target.isValid() || ::setns(target.get(), CLONE_NEWNET) != 0) return mac;
-  ifreq hw{};
-  std::strncpy(hw.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
-  UniqueFD s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (s.isValid() && ::ioctl(s.get(), SIOCGIFHWADDR, &hw) == 0) std::memcpy(mac.data(), hw.ifr_hwaddr.sa_data, 6);
-  (void)::setns(home.get(), CLONE_NEWNET);
-  return mac;
-}
-
-}  // namespace
-
 Result<std::unique_ptr<PortIo>> attachPacket(const std::string& netnsPath, const std::string& ifname,
                                              const std::string& hostNetnsPath, int64_t holdNs) {
   std::string what = "veth '" + ifname + "' in " + netnsPath;
-  UniqueFD home(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
-  UniqueFD target(::open(netnsPath.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!home.isValid() || !target.isValid())
-    return makeError("cannot open the namespace of " + what + ": " + std::strerror(errno), errno);
-  if (::setns(target.get(), CLONE_NEWNET) != 0)
-    return makeError("cannot enter the namespace of " + what + ": " + std::strerror(errno), errno);
-  // The socket stays on the device it is bound to; the device's index is the namespace's own.
+  UniqueFD fd, ctl;
   int err = 0;
   std::string step;
-  UniqueFD fd(::socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, htons(ETH_P_ALL)));
-  auto option = [&](int level, int name, int value, const char* label) {
-    if (err == 0 && ::setsockopt(fd.get(), level, name, &value, sizeof value) != 0) {
+  auto in = inNetns(netnsPath, what, [&] {
+    // The socket stays on the device it is bound to; the device's index is the namespace's own.
+    fd.reset(::socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, htons(ETH_P_ALL)));
+    ctl.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));  // keeps this namespace for setCarrier
+    if (!fd.isValid() || !ctl.isValid()) {
       err = errno;
-      step = label;
+      step = "socket(AF_PACKET)";
     }
-  };
-  if (!fd.isValid()) {
-    err = errno;
-    step = "socket(AF_PACKET)";
-  }
-  option(SOL_PACKET, PACKET_VNET_HDR, 1, "PACKET_VNET_HDR");
-  // Not the frames the switch itself sends to the host, which a packet socket sees too.
-  option(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING");
-  option(SOL_PACKET, PACKET_QDISC_BYPASS, 1, "PACKET_QDISC_BYPASS");
-  option(SOL_SOCKET, SO_RCVBUFFORCE, PacketIo::kHostQueueBytes, "SO_RCVBUFFORCE");
-  option(SOL_SOCKET, SO_SNDBUFFORCE, PacketIo::kHostQueueBytes, "SO_SNDBUFFORCE");
-  ifreq ifr{};
-  std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
-  if (err == 0 && ::ioctl(fd.get(), SIOCGIFINDEX, &ifr) != 0) {
-    err = errno;
-    step = "no such device";
-  }
-  if (err == 0) {
-    sockaddr_ll sll{};
-    sll.sll_family = AF_PACKET;
-    sll.sll_protocol = htons(ETH_P_ALL);
-    sll.sll_ifindex = ifr.ifr_ifindex;
-    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sll), sizeof sll) != 0) {
+    auto option = [&](int level, int name, int value, const char* label) {
+      if (err == 0 && ::setsockopt(fd.get(), level, name, &value, sizeof value) != 0) {
+        err = errno;
+        step = label;
+      }
+    };
+    option(SOL_PACKET, PACKET_VNET_HDR, 1, "PACKET_VNET_HDR");
+    // Not the frames the switch itself sends to the host, which a packet socket sees too.
+    option(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING");
+    option(SOL_PACKET, PACKET_QDISC_BYPASS, 1, "PACKET_QDISC_BYPASS");
+    option(SOL_SOCKET, SO_RCVBUFFORCE, PacketIo::kHostQueueBytes, "SO_RCVBUFFORCE");
+    option(SOL_SOCKET, SO_SNDBUFFORCE, PacketIo::kHostQueueBytes, "SO_SNDBUFFORCE");
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+    if (err == 0 && ::ioctl(fd.get(), SIOCGIFINDEX, &ifr) != 0) {
       err = errno;
-      step = "bind";
+      step = "no such device";
     }
-  }
-  if (::setns(home.get(), CLONE_NEWNET) != 0)
-    return makeError("cannot return to the switch's own namespace: " + std::string(std::strerror(errno)), errno);
+    if (err == 0) {
+      sockaddr_ll sll{};
+      sll.sll_family = AF_PACKET;
+      sll.sll_protocol = htons(ETH_P_ALL);
+      sll.sll_ifindex = ifr.ifr_ifindex;
+      if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sll), sizeof sll) != 0) {
+        err = errno;
+        step = "bind";
+      }
+    }
+  });
+  if (!in) return in.error();
   if (err != 0)
     return makeError("cannot attach to " + what + ": " + step + ": " + std::strerror(err) +
                          " (it must exist: `lab up --ports veth` makes it)",
                      err);
-  Mac mac = hostNetnsPath.empty() ? Mac{} : macIn(hostNetnsPath, "data0");
-  return std::unique_ptr<PortIo>(std::make_unique<PacketIo>(std::move(fd), ifname, mac, holdNs));
+  // The host's own address, from its data0 (the veth's other end); none known: learnt from its frames.
+  Mac mac{};
+  if (!hostNetnsPath.empty())
+    (void)inNetns(hostNetnsPath, "the host of " + what, [&] { mac = macOf("data0"); });
+  return std::unique_ptr<PortIo>(std::make_unique<PacketIo>(std::move(fd), std::move(ctl), ifname, mac, holdNs));
 }
 
 std::unique_ptr<PortIo> streamPort(UniqueFD connected, std::string name) {

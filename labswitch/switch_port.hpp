@@ -54,6 +54,13 @@ class PortIo {
   // Checks each TCP frame's checksum before joining it with others into one write, so that a
   // corrupted one reaches the host unjoined and is dropped there (TcpCoalescer::setVerify).
   virtual void setVerifyChecksums(bool on) { (void)on; }
+  // The host sees its NIC gain or lose carrier, as with a cable plugged or pulled (an admin
+  // down port); false (errno set) if that failed. A port that cannot show it does nothing (a
+  // guest's stream: QEMU keeps the guest's carrier up).
+  virtual bool setCarrier(bool up) {
+    (void)up;
+    return true;
+  }
   // The host NIC's MAC address when it is known up front (a TAP's own address).
   virtual Mac hostMac() const { return {}; }
   virtual std::string describe() const = 0;

@@ -104,6 +104,31 @@ uint64_t deltaBetween(const std::vector<Sample>& s, int64_t from, int64_t to) {
   return haveA && b > a ? b - a : 0;
 }
 
+// Kills the lab's switch and waits until the supervisor's restart answers on the control socket.
+void killSwitchAndAwaitRestart(const Lab& lab) {
+  auto switchPid = [&] {
+    std::ifstream in(lab.dir.path + "/lab.json");
+    return json::parse(in)["switch"]["proc"]["pid"].get<int>();
+  };
+  int old = switchPid();
+  REQUIRE(old > 0);
+  REQUIRE(::kill(old, SIGKILL) == 0);
+  int fresh = 0;
+  for (int i = 0; i < 100 && (fresh == 0 || fresh == old); i++) {
+    sleepMs(50);
+    fresh = switchPid();
+  }
+  REQUIRE(fresh != old);
+  REQUIRE(fresh > 0);
+  json ping;
+  for (int i = 0; i < 100; i++) {
+    ping = control(lab.control, {{"cmd", "ping"}});
+    if (ping["ok"] == true) break;
+    sleepMs(50);
+  }
+  REQUIRE(ping["ok"] == true);
+}
+
 }  // namespace
 
 TEST_CASE("a port carries its configured line rate: never 2% over it, at most 5% under it", "[labswitch][rate]") {
@@ -338,6 +363,8 @@ TEST_CASE("link_flap on a lab switch port: down for its time, host sees no carri
           "[labswitch][link_flap]") {
   rc::lab::UpOptions o;
   o.nodes = 2;
+  o.switchPorts = GENERATE(as<std::string>{}, "tap", "veth");
+  INFO("ports " << o.switchPorts);
   Lab lab(o);
   auto adminUp = [&] {
     json r = control(lab.control, {{"cmd", "get_link"}, {"port", "n2"}});
@@ -377,27 +404,7 @@ TEST_CASE("the supervisor restarts a killed lab switch, which re-attaches to the
   rc::lab::UpOptions o;
   o.nodes = 2;
   Lab lab(o);
-  auto switchPid = [&] {
-    std::ifstream in(lab.dir.path + "/lab.json");
-    return json::parse(in)["switch"]["proc"]["pid"].get<int>();
-  };
-  int old = switchPid();
-  REQUIRE(old > 0);
-  REQUIRE(::kill(old, SIGKILL) == 0);
-  int fresh = 0;
-  for (int i = 0; i < 100 && (fresh == 0 || fresh == old); i++) {
-    sleepMs(50);
-    fresh = switchPid();
-  }
-  REQUIRE(fresh != old);
-  REQUIRE(fresh > 0);
-  json ping;
-  for (int i = 0; i < 100; i++) {
-    ping = control(lab.control, {{"cmd", "ping"}});
-    if (ping["ok"] == true) break;
-    sleepMs(50);
-  }
-  CHECK(ping["ok"] == true);
+  killSwitchAndAwaitRestart(lab);
   // Traffic flows again through the new process (the hosts kept addresses and neighbours).
   Child flow = udpFlow(lab.ns(1), lab.addr(2), 9000, 1000, 200, 0);
   sleepMs(500);
@@ -451,26 +458,7 @@ TEST_CASE("lab up --ports veth: hosts reach each other through the switch over A
     CHECK(txFrames > writes * 4);
 
     // The supervisor restarts a killed switch, which binds to the same veth ends.
-    auto switchPid = [&] {
-      std::ifstream in(lab.dir.path + "/lab.json");
-      return json::parse(in)["switch"]["proc"]["pid"].get<int>();
-    };
-    int old = switchPid();
-    REQUIRE(old > 0);
-    REQUIRE(::kill(old, SIGKILL) == 0);
-    int fresh = 0;
-    for (int i = 0; i < 100 && (fresh == 0 || fresh == old); i++) {
-      sleepMs(50);
-      fresh = switchPid();
-    }
-    REQUIRE(fresh != old);
-    json ping;
-    for (int i = 0; i < 100; i++) {
-      ping = control(lab.control, {{"cmd", "ping"}});
-      if (ping["ok"] == true) break;
-      sleepMs(50);
-    }
-    REQUIRE(ping["ok"] == true);
+    killSwitchAndAwaitRestart(lab);
     Child flow = udpFlow(lab.ns(1), lab.addr(2), 9000, 1000, 200, 0);
     sleepMs(500);
     CHECK(port(lab.control, "n2")["tx_frames"].get<uint64_t>() > 100);
