@@ -1,4 +1,4 @@
-// TAP and QEMU stream-socket ports of the lab switch (see switch_port.hpp).
+// TAP, AF_PACKET (veth) and QEMU stream-socket ports of the lab switch (see switch_port.hpp).
 #include "labswitch/switch_port.hpp"
 
 #include <arpa/inet.h>
@@ -388,10 +388,6 @@ class StreamIo final : public PortIo {
   size_t outSent_ = 0;
 };
 
-}  // namespace
-
-namespace {
-
 // Runs BODY with the calling thread in the network namespace at NETNS_PATH (a device is looked
 // up, and a TAP or packet socket bound, in the namespace of the caller), then returns it to the
 // switch's own namespace. WHAT names the device in errors.
@@ -502,7 +498,7 @@ Result<std::unique_ptr<PortIo>> attachPacket(const std::string& netnsPath, const
   // The host's own address, from its data0 (the veth's other end); none known: learnt from its frames.
   Mac mac{};
   if (!hostNetnsPath.empty())
-    (void)inNetns(hostNetnsPath, "the host of " + what, [&] { mac = macOf("data0"); });
+    if (auto r = inNetns(hostNetnsPath, "the host of " + what, [&] { mac = macOf("data0"); }); !r) return r.error();
   return std::unique_ptr<PortIo>(std::make_unique<PacketIo>(std::move(fd), std::move(ctl), ifname, mac, holdNs));
 }
 
