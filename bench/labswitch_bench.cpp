@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.hpp"
 #include "common/clock.hpp"
 #include "common/unique_fd.hpp"
 #include "faults/fault.hpp"
@@ -110,29 +111,7 @@ json request(const std::string& path, const json& req) {
 }
 
 void enter(const std::string& ns) {
-  int fd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) ::_exit(3);
-}
-
-// Floods dst with 1472-byte UDP payloads (1514-byte frames) using sendmmsg, until killed.
-pid_t flood(const std::string& ns, const std::string& dst) {
-  pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  enter(ns);
-  int s = ::socket(AF_INET, SOCK_DGRAM, 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(9);
-  ::inet_pton(AF_INET, dst.c_str(), &to.sin_addr);
-  ::connect(s, reinterpret_cast<sockaddr*>(&to), sizeof to);
-  static char payload[1472];
-  iovec iov{payload, sizeof payload};
-  mmsghdr m[32]{};
-  for (auto& x : m) {
-    x.msg_hdr.msg_iov = &iov;
-    x.msg_hdr.msg_iovlen = 1;
-  }
-  for (;;) (void)!::sendmmsg(s, m, 32, 0);
+  if (!bench::enterNetns(ns)) ::_exit(3);
 }
 
 // Frames the receiving host's NIC took in (/proc/net/dev of its namespace): what the fabric
@@ -178,7 +157,7 @@ std::pair<double, double> forwarding(const std::string& fabric, double secs, boo
                       " cat /sys/class/net/data0/address) dev data0 nud permanent";
     (void)!std::system(("bash -c '" + cmd + "' 2>/dev/null").c_str());
   }
-  pid_t a = flood(lab.ns(1), lab.addr(2)), b = flood(lab.ns(3), lab.addr(4));
+  pid_t a = bench::udpFlood(lab.ns(1), lab.addr(2)), b = bench::udpFlood(lab.ns(3), lab.addr(4));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   uint64_t r0 = rxPackets(lab.ns(2)) + rxPackets(lab.ns(4));
   int64_t t0 = rc::monoNs();
@@ -207,17 +186,6 @@ double cpuSeconds(int pid) {
   return (utime + stime) / double(::sysconf(_SC_CLK_TCK));
 }
 
-std::string capture(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    ::pclose(p);
-  }
-  return out;
-}
-
 struct TcpRun {
   double gbps = 0;      // received by iperf3's server
   double cpu = 0;       // the switch's CPU seconds per second (0 for the bridge: the kernel's)
@@ -233,7 +201,7 @@ TcpRun tcp(const std::string& fabric, double rate, bool offload, double secs, co
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   json c0 = fabric == "switch" ? request(lab.control, {{"cmd", "counters"}, {"port", "*"}}) : json::object();
   double cpu0 = lab.switchPid ? cpuSeconds(lab.switchPid) : 0;
-  std::string out = capture("ip netns exec " + lab.ns(1) + " iperf3 -J -P 4 -t " + std::to_string(int(secs)) + " -c " +
+  std::string out = bench::capture("ip netns exec " + lab.ns(1) + " iperf3 -J -P 4 -t " + std::to_string(int(secs)) + " -c " +
                             lab.addr(2) + " 2>/dev/null");
   double cpu1 = lab.switchPid ? cpuSeconds(lab.switchPid) : 0;
   json c1 = fabric == "switch" ? request(lab.control, {{"cmd", "counters"}, {"port", "*"}}) : json::object();

@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.hpp"
 #include "common/unique_fd.hpp"
 
 using nlohmann::json;
@@ -52,17 +53,6 @@ constexpr unsigned kRingFrames = 64;
 constexpr size_t kBatch = 64;
 
 int sh(const std::string& cmd) { return std::system(cmd.c_str()); }
-
-std::string capture(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    ::pclose(p);
-  }
-  return out;
-}
 
 // Two hosts (A, B) and a fabric namespace (F), removed with everything in them whatever happens.
 struct Hosts {
@@ -83,11 +73,8 @@ struct Hosts {
   }
 };
 
-// Enters namespace NS on the calling thread (setns is per thread).
-bool enter(const std::string& ns) {
-  UniqueFD fd(::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC));
-  return fd.isValid() && ::setns(fd.get(), CLONE_NEWNET) == 0;
-}
+using bench::capture;
+bool enter(const std::string& ns) { return bench::enterNetns(ns); }
 
 double threadCpu() {
   timespec t{};
@@ -397,27 +384,6 @@ struct Run {
   std::string error;
 };
 
-// Floods B with 1472-byte UDP payloads (1514-byte frames) from A using sendmmsg, until killed.
-pid_t flood(const std::string& ns) {
-  pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  if (!enter(ns)) ::_exit(3);
-  int s = ::socket(AF_INET, SOCK_DGRAM, 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(9);
-  ::inet_pton(AF_INET, "198.19.250.2", &to.sin_addr);
-  ::connect(s, reinterpret_cast<sockaddr*>(&to), sizeof to);
-  static char payload[1472];
-  iovec iov{payload, sizeof payload};
-  mmsghdr m[32]{};
-  for (auto& x : m) {
-    x.msg_hdr.msg_iov = &iov;
-    x.msg_hdr.msg_iovlen = 1;
-  }
-  for (;;) (void)!::sendmmsg(s, m, 32, 0);
-}
-
 uint64_t rxPackets(const std::string& ns) {
   std::string out = capture("ip netns exec " + ns + " cat /sys/class/net/eth0/statistics/rx_packets");
   return std::strtoull(out.c_str(), nullptr, 10);
@@ -430,7 +396,7 @@ Run frames(Hosts& h, Forwarder* fwd, int secs) {
   if (fwd) t = std::jthread([fwd](std::stop_token s) { fwd->run(s); });
   sh("ip -n " + h.a + " neigh replace 198.19.250.2 lladdr $(ip netns exec " + h.b +
      " cat /sys/class/net/eth0/address) dev eth0 nud permanent");
-  pid_t p = flood(h.a);
+  pid_t p = bench::udpFlood(h.a, "198.19.250.2");
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const uint64_t r0 = rxPackets(h.b);
   const double m0 = machineCpu(), f0 = fwd ? fwd->cpu.load() : 0;
