@@ -103,6 +103,17 @@ UniqueFD watchBoth(int a, int b) {
   return ep;
 }
 
+// Sends N messages with as few sendmmsg calls as the socket allows; returns how many went.
+size_t sendAll(int fd, mmsghdr* msgs, size_t n) {
+  size_t sent = 0;
+  while (sent < n) {
+    int r = ::sendmmsg(fd, msgs + sent, unsigned(n - sent), MSG_DONTWAIT);
+    if (r <= 0) break;
+    sent += size_t(r);
+  }
+  return sent;
+}
+
 // A forwarder between two ports, run on its own thread until stopped; its CPU is its thread's.
 struct Forwarder {
   std::atomic<double> cpu{0};
@@ -287,15 +298,7 @@ struct RingForwarder final : Forwarder {
           if (txRing) {
             (void)::send(out.fd.get(), nullptr, 0, MSG_DONTWAIT);
           } else {
-            size_t sent = 0;
-            while (sent < n) {
-              int r = ::sendmmsg(out.fd.get(), msgs + sent, unsigned(n - sent), MSG_DONTWAIT);
-              if (r <= 0) {
-                dropped += n - sent;
-                break;
-              }
-              sent += size_t(r);
-            }
+            dropped += n - sendAll(out.fd.get(), msgs, n);
           }
           for (size_t k = 0; k < n; k++) in.release();
         }
@@ -362,13 +365,7 @@ struct MmsgForwarder final : Forwarder {
             out[k].msg_hdr.msg_iov = &outIov[k];
             out[k].msg_hdr.msg_iovlen = 1;
           }
-          int sent = 0;
-          while (sent < n) {
-            int r = ::sendmmsg(port[1 - i].get(), out + sent, unsigned(n - sent), MSG_DONTWAIT);
-            if (r <= 0) break;
-            sent += r;
-          }
-          dropped += uint64_t(n - sent);
+          dropped += size_t(n) - sendAll(port[1 - i].get(), out, size_t(n));
           if ((frames += uint64_t(n)) % 256 < uint64_t(n)) cpu = threadCpu() - c0;
         }
       }
