@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <linux/if_tun.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
@@ -533,9 +534,20 @@ void Fabric::event(int64_t at, const char* what, const std::string& port, int pr
 }
 
 Result<void> Fabric::addHost(int sw, const HostPort& h) {
+  const bool tap = h.stream.empty() && h.io != "packet";
+  if (tap && cfg_.cpu >= 0 && !delivery_) {
+    // The hosts' cores: every online core but the switch's (where `lab up --split-cores`
+    // steers their receive work).
+    cpu_set_t cores;
+    CPU_ZERO(&cores);
+    const long n = std::min<long>(::sysconf(_SC_NPROCESSORS_ONLN), CPU_SETSIZE);
+    for (long c = 0; c < n; c++)
+      if (c != cfg_.cpu) CPU_SET(int(c), &cores);
+    delivery_ = std::make_shared<HostDelivery>(cores);
+  }
   auto io = !h.stream.empty()  ? connectStream(h.stream, h.name)
             : h.io == "packet" ? attachPacket(h.netns, h.ifname, h.hostNetns, cfg_.deliveryHoldNs)
-                               : attachTap(h.netns, h.ifname, cfg_.offload, cfg_.deliveryHoldNs);
+                               : attachTap(h.netns, h.ifname, cfg_.offload, cfg_.deliveryHoldNs, delivery_);
   if (!io) return makeError("host port " + h.name + ": " + io.error().message, io.error().code);
   int pi = addPort(sw, h.name, cfg_.rateBps);
   Port& p = ports_[size_t(pi)];

@@ -382,6 +382,9 @@ class Fabric {
   Classes classes_;  // priority classification: DSCP map and the pure-ACK rule
   bool adaptive_ = false;
   std::vector<Switch> switches_;
+  // With the switch on its own core (Config::cpu), the thread that writes to the hosts' TAPs
+  // on the others (host_delivery.hpp); null otherwise.
+  std::shared_ptr<HostDelivery> delivery_;
   std::vector<Port> ports_;
   std::vector<Link> links_;
   std::unordered_map<Mac, int, MacHash> macTable_;

@@ -125,6 +125,7 @@ Result<void> Fabric::serve() {
     // What the pass sent to each host goes out (a TAP with offload joins it first, and holds a
     // TCP run up to Config::deliveryHoldNs so that one write carries it).
     due = std::min(due, flushPorts(now));
+    if (delivery_) delivery_->kick();  // the pass's writes to the hosts, one wake-up at most
     setWake(std::min({wake, due, packetRules_.nextDue()}), now);
     updateReading();
   }

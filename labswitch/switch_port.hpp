@@ -14,6 +14,7 @@
 
 #include "common/result.hpp"
 #include "common/unique_fd.hpp"
+#include "labswitch/host_delivery.hpp"
 #include "labswitch/switch_offload.hpp"
 
 namespace rc::labswitch {
@@ -72,9 +73,11 @@ class PortIo {
 // OFFLOAD: with a virtio_net_hdr on every frame and TSO/checksum offload on the TAP, so the
 // host hands over TCP super-frames (switch_offload.hpp); reads still return wire frames, and
 // writes are joined into super-frames, each held up to HOLD_NS (Config::deliveryHoldNs) from
-// its first frame until flushDue() or flush().
+// its first frame until flushDue() or flush(). DELIVERY: the TAP's writes go through that
+// thread (host_delivery.hpp) instead of the caller's.
 Result<std::unique_ptr<PortIo>> attachTap(const std::string& netnsPath, const std::string& ifname,
-                                          bool offload = true, int64_t holdNs = 0);
+                                          bool offload = true, int64_t holdNs = 0,
+                                          std::shared_ptr<HostDelivery> delivery = nullptr);
 
 // Attaches to the switch's end `ifname` of a veth pair inside the namespace at `netnsPath`
 // (the lab's fabric namespace; `lab up --ports veth`), whose other end is a host's data0, with

@@ -523,6 +523,26 @@ TEST_CASE("lab up --split-cores: the switch on core 0, every host's receive work
   // Every core but 0, as rps_cpus writes it (a hex mask; 2 on a 2-core machine).
   long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   uint64_t want = (cores >= 32 ? 0xffffffffull : ((uint64_t(1) << cores) - 1)) & ~uint64_t(1);
+  // The thread that writes to the hosts' TAPs (labswitch/host_delivery.hpp) runs on the hosts'
+  // cores, every one but 0: its frames then join their receive work there without an interrupt.
+  auto deliveryOnHostCores = [&](int pid) {
+    std::string tid;
+    for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+      std::ifstream comm(t.path() / "comm");
+      std::string name;
+      std::getline(comm, name);
+      if (name == "host-delivery") tid = t.path().filename();
+    }
+    INFO("switch " << pid << ": its host-delivery thread " << (tid.empty() ? "missing" : tid));
+    REQUIRE(!tid.empty());
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    REQUIRE(::sched_getaffinity(std::stoi(tid), sizeof set, &set) == 0);
+    uint64_t got = 0;
+    for (int c = 0; c < 32 && c < cores; c++)
+      if (CPU_ISSET(c, &set)) got |= uint64_t(1) << c;
+    return got == want;
+  };
   for (int n = 1; n <= 2; n++) {
     auto mask = rc::lab::runCommand({"ip", "netns", "exec", lab.ns(n), "cat", "/sys/class/net/data0/queues/rx-0/rps_cpus"});
     REQUIRE(mask.ok());
@@ -534,6 +554,7 @@ TEST_CASE("lab up --split-cores: the switch on core 0, every host's receive work
   int pid = switchPid();
   REQUIRE(pid > 0);
   CHECK(onCoreZeroOnly(pid));
+  CHECK(deliveryOnHostCores(pid));
   // The supervisor's restart reads the same switch.json: pinned again.
   REQUIRE(::kill(pid, SIGKILL) == 0);
   int fresh = 0;
@@ -545,11 +566,23 @@ TEST_CASE("lab up --split-cores: the switch on core 0, every host's receive work
   REQUIRE(fresh != pid);
   for (int i = 0; i < 100 && control(lab.control, {{"cmd", "ping"}})["ok"] != true; i++) sleepMs(50);
   CHECK(onCoreZeroOnly(fresh));
-  // Traffic still flows through the pinned switch to the steered hosts.
+  CHECK(deliveryOnHostCores(fresh));
+  // Traffic still flows through the pinned switch to the steered hosts, and reaches them: the
+  // frames the switch sent n2 are received by n2's data0 (written by the delivery thread).
+  auto received = [&] {
+    auto r = rc::lab::runCommand({"ip", "netns", "exec", lab.ns(2), "cat", "/sys/class/net/data0/statistics/rx_packets"});
+    REQUIRE(r.ok());
+    return std::stoull(*r);
+  };
+  auto sentToN2 = [&] { return port(lab.control, "n2")["tx_frames"].get<uint64_t>(); };
+  const uint64_t received0 = received(), sent0 = sentToN2();
   Child flow = udpFlow(lab.ns(1), lab.addr(2), 9000, 1000, 200, 0);
   sleepMs(500);
-  CHECK(port(lab.control, "n2")["tx_frames"].get<uint64_t>() > 100);
   flow.stop();
+  sleepMs(100);
+  const uint64_t sent = sentToN2() - sent0;
+  CHECK(sent > 100);
+  CHECK(received() - received0 >= sent);
 }
 
 TEST_CASE("a set_ecn or set_pfc refused on one port changes no port", "[labswitch][ecn]") {
