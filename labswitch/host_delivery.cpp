@@ -19,6 +19,11 @@ HostDelivery::HostDelivery(const cpu_set_t& cores) {
   thread_ = std::thread([this] { loop(); });
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (CPU_COUNT(&cores) > 0) (void)::pthread_setaffinity_np(thread_.native_handle(), sizeof cores, &cores);
+  // A frame for a host is due now, as the hosts' softirq work it replaces ran at once: the
+  // thread takes its core ahead of the hosts' own processes (best effort: unprivileged, it
+  // keeps the switch's priority).
+  sched_param prio{.sched_priority = 1};
+  realtime_ = ::pthread_setschedparam(thread_.native_handle(), SCHED_FIFO, &prio) == 0;
   ::pthread_setname_np(thread_.native_handle(), "host-delivery");
 }
 

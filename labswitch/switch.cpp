@@ -69,6 +69,7 @@ Result<Config> parseConfig(const json& j) {
     }
     c.cpu = get<int>(j, "cpu", -1);
     if (c.cpu < -1 || c.cpu >= CPU_SETSIZE) return makeError("cpu must be a core number, or -1 for none", EINVAL);
+    c.deliveryThread = get<bool>(j, "delivery_thread", true);
     c.tcpAckPriority = get<int>(j, "tcp_ack_priority", -1);
     if (c.tcpAckPriority < -1 || c.tcpAckPriority > 7)
       return makeError("tcp_ack_priority must be 0-7, or -1 for none (the priority of pure TCP ACKs)", EINVAL);

@@ -535,9 +535,11 @@ void Fabric::event(int64_t at, const char* what, const std::string& port, int pr
 
 Result<void> Fabric::addHost(int sw, const HostPort& h) {
   const bool tap = h.stream.empty() && h.io != "packet";
-  if (tap && cfg_.cpu >= 0 && !delivery_) {
+  if (tap && cfg_.cpu >= 0 && cfg_.deliveryThread && !delivery_) {
     // The hosts' cores: every online core but the switch's (where `lab up --split-cores`
-    // steers their receive work).
+    // steers their receive work). On shared cores the switch writes itself: there the thread
+    // cost the job 9 % of its frames for a loop 40 % less busy, and left free to run on the
+    // switch's core too it made the loop busier (bench/delivery_thread.sh, bench/README.md).
     cpu_set_t cores;
     CPU_ZERO(&cores);
     const long n = std::min<long>(::sysconf(_SC_NPROCESSORS_ONLN), CPU_SETSIZE);

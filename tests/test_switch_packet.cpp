@@ -157,10 +157,18 @@ TEST_CASE("switch.json: cpu is a core or -1, and none when absent", "[switch]") 
   auto absent = parseConfig(j);
   REQUIRE(absent.ok());
   CHECK(absent->cpu == -1);
+  CHECK(absent->deliveryThread);  // used only with a core set
   j["cpu"] = 0;
   auto zero = parseConfig(j);
   REQUIRE(zero.ok());
   CHECK(zero->cpu == 0);
+  j["delivery_thread"] = false;
+  auto inlineWrites = parseConfig(j);
+  REQUIRE(inlineWrites.ok());
+  CHECK_FALSE(inlineWrites->deliveryThread);
+  j["delivery_thread"] = "no";
+  CHECK_FALSE(parseConfig(j).ok());
+  j.erase("delivery_thread");
   for (int bad : {-2, 1 << 20}) {
     j["cpu"] = bad;
     auto r = parseConfig(j);
