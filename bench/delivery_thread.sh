@@ -26,22 +26,10 @@ lab=$work/lab
 field() { python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$lab/lab.json" "$1"; }
 sock=$(field 'd["switch"]["control"]')
 
-# One request to the switch's control socket; prints the reply line.
+# One request to the switch's control socket (bench/labswitch_control.py); prints the reply.
 request() {
-  python3 - "$sock" "$1" <<'EOF'
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.settimeout(5)
-s.connect(sys.argv[1])
-s.sendall(sys.argv[2].encode() + b"\n")
-buf = b""
-while not buf.endswith(b"\n"):
-    chunk = s.recv(1 << 20)
-    if not chunk:
-        break
-    buf += chunk
-print(buf.decode().strip())
-EOF
+  PYTHONPATH=bench python3 -c 'import json, sys; from labswitch_control import control
+print(json.dumps(control(sys.argv[1], json.loads(sys.argv[2])), separators=(",", ":")))' "$sock" "$1"
 }
 
 # Restarts the switch with delivery_thread set to $1 (true/false); waits for its answer.

@@ -23,7 +23,7 @@ HostDelivery::HostDelivery(const cpu_set_t& cores) {
   // thread takes its core ahead of the hosts' own processes (best effort: unprivileged, it
   // keeps the switch's priority).
   sched_param prio{.sched_priority = 1};
-  realtime_ = ::pthread_setschedparam(thread_.native_handle(), SCHED_FIFO, &prio) == 0;
+  (void)::pthread_setschedparam(thread_.native_handle(), SCHED_FIFO, &prio);
   ::pthread_setname_np(thread_.native_handle(), "host-delivery");
 }
 

@@ -48,7 +48,6 @@ class HostDelivery {
     uint64_t failed = 0;    // writes the host refused (a TAP down: a frame lost on the cable)
   };
   Stats stats();
-  bool realtime() const { return realtime_; }  // runs SCHED_FIFO (needs CAP_SYS_NICE)
 
  private:
   struct Item {
@@ -70,7 +69,6 @@ class HostDelivery {
   std::condition_variable work_, done_;
   Batch shared_;  // handed over, not yet taken by the thread (under m_)
   bool writing_ = false, stop_ = false;
-  bool realtime_ = false;
   Stats stats_;  // under m_
   std::thread thread_;
 };

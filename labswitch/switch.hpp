@@ -85,7 +85,7 @@ struct Config {
   // `--split-cores` pins it to core 0 and steers the hosts' receive work (RPS) to the others.
   int cpu = -1;
   // With `cpu` set, a thread on the other cores writes to the hosts' TAPs (host_delivery.hpp);
-  // false: the switch's loop writes them itself (bench/split_cores_cpu.sh compares the two).
+  // false: the switch's loop writes them itself (bench/delivery_thread.sh compares the two).
   bool deliveryThread = true;
   // TAP ports with segmentation offload (switch_offload.hpp): hosts hand over TCP super-frames,
   // cut into wire frames on the way in and joined again on the way out. false: one frame per
