@@ -283,7 +283,7 @@ Result<sp::CountersReply> Fabric::counters(const sp::CountersRequest& req, int64
       auto io = p.io->ioStats();
       pc.io = sp::PortIoCounters{.reads = io.reads, .readFrames = io.readFrames, .writes = io.writes,
                                  .writeFrames = io.writeFrames, .superWrites = io.superWrites,
-                                 .superWriteFrames = io.superWriteFrames};
+                                 .superWriteFrames = io.superWriteFrames, .ringDrops = io.ringDrops};
       if (io.runEnds) {
         const RunEnds& e = *io.runEnds;
         pc.io->runEnds = sp::RunEndCounters{.hold = e.hold, .push = e.push, .shortFrame = e.shortFrame,

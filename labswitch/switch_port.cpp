@@ -97,7 +97,7 @@ class TapIo final : public PortIo {
     out_.add(data, len, holdNs_ > 0 ? monoNs() : 0);
     return ok_;
   }
-  IoStats ioStats() const override {
+  IoStats ioStats() override {
     IoStats s = stats_;
     s.superWrites = out_.superFrames();
     s.superWriteFrames = out_.framesJoined();
@@ -233,11 +233,17 @@ class PacketIo final : public PortIo {
     sendStaged();
     return next;
   }
-  IoStats ioStats() const override {
+  IoStats ioStats() override {
     IoStats s = stats_;
     s.superWrites = out_.superFrames();
     s.superWriteFrames = out_.framesJoined();
     s.runEnds = out_.runEnds();
+    // The kernel counts the frames its socket queue refused since the last ask, and starts
+    // again from zero: the port keeps the sum.
+    tpacket_stats ps{};
+    socklen_t len = sizeof ps;
+    if (::getsockopt(fd_.get(), SOL_PACKET, PACKET_STATISTICS, &ps, &len) == 0) ringDrops_ += ps.tp_drops;
+    s.ringDrops = ringDrops_;
     return s;
   }
   void setVerifyChecksums(bool on) override { out_.setVerify(on); }
@@ -303,6 +309,7 @@ class PacketIo final : public PortIo {
   TcpCoalescer out_;
   bool ok_ = true;
   uint64_t badFrames_ = 0, sendFailures_ = 0;
+  uint64_t ringDrops_ = 0;   // PACKET_STATISTICS' tp_drops, summed over every ask
   std::vector<uint8_t> in_;  // kPacketBatch slots of kSlot bytes
   iovec inIov_[kPacketBatch];
   mmsghdr inMsg_[kPacketBatch];

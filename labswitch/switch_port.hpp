@@ -50,8 +50,14 @@ class PortIo {
     uint64_t reads = 0, readFrames = 0, writes = 0, writeFrames = 0;
     uint64_t superWrites = 0, superWriteFrames = 0;  // writes of joined runs, and their frames
     std::optional<RunEnds> runEnds;  // why each write's run ended (a TAP with offload)
+    // Frames the host sent that found the switch's socket queue full (a veth port: the host's
+    // NIC ring overflowed while the switch read late). A TAP's such drops are the host's own
+    // data0 `tx_dropped`; a veth hands every frame on, so only the switch can count them.
+    std::optional<uint64_t> ringDrops;
   };
-  virtual IoStats ioStats() const { return {}; }
+  // Not const: a port may have to ask the kernel (a veth port's socket statistics).
+
+  virtual IoStats ioStats() { return {}; }
   // Checks each TCP frame's checksum before joining it with others into one write, so that a
   // corrupted one reaches the host unjoined and is dropped there (TcpCoalescer::setVerify).
   virtual void setVerifyChecksums(bool on) { (void)on; }

@@ -120,6 +120,7 @@ struct RunEndCounters {
 struct PortIoCounters {
   uint64_t reads = 0, readFrames = 0, writes = 0, writeFrames = 0, superWrites = 0, superWriteFrames = 0;
   std::optional<RunEndCounters> runEnds;  // a TAP with offload
+  std::optional<uint64_t> ringDrops;      // a veth port: frames its socket queue had no room for
   friend bool operator==(const PortIoCounters&, const PortIoCounters&) = default;
 };
 struct PortCounters {

@@ -111,6 +111,7 @@ json portJson(const PortCounters& p) {
     j["io"] = {{"reads", p.io->reads}, {"read_frames", p.io->readFrames}, {"writes", p.io->writes},
                {"write_frames", p.io->writeFrames}, {"super_writes", p.io->superWrites},
                {"super_write_frames", p.io->superWriteFrames}};
+  if (p.io && p.io->ringDrops) j["io"]["ring_drops"] = *p.io->ringDrops;
   if (p.io && p.io->runEnds) {
     const auto& e = *p.io->runEnds;
     j["io"]["run_ends"] = {{"hold", e.hold}, {"push", e.push}, {"short", e.shortFrame}, {"fin", e.fin},
@@ -142,6 +143,11 @@ void readPort(Reader& r, PortCounters& p) {
       e.field("write_frames", c.writeFrames);
       e.field("super_writes", c.superWrites);
       e.field("super_write_frames", c.superWriteFrames);
+      if (e.has("ring_drops")) {
+        uint64_t n = 0;
+        e.field("ring_drops", n);
+        c.ringDrops = n;
+      }
       if (e.has("run_ends")) {
         RunEndCounters ends;
         e.object("run_ends", ends, [](Reader& x, RunEndCounters& n) {

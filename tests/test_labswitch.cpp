@@ -414,8 +414,23 @@ TEST_CASE("the supervisor restarts a killed lab switch, which re-attaches to the
   CHECK(json::parse(in)["switch"]["restarts"].get<int>() == 1);
 }
 
+// A counter of data0 in namespace NS, read by iproute2 (not by our code).
+uint64_t hostCounter(const std::string& ns, const std::string& which) {
+  std::string cmd = "ip -n " + ns + " -s -j link show dev data0";
+  FILE* f = popen(cmd.c_str(), "r");
+  REQUIRE(f);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+  pclose(f);
+  json j = json::parse(out);
+  const std::string dir = which.substr(0, 2);  // "tx" or "rx"
+  return j.at(0).at("stats64").at(dir).at(which.substr(3)).get<uint64_t>();
+}
+
 TEST_CASE("lab up --ports veth: hosts reach each other through the switch over AF_PACKET, super-frames counted as "
-          "wire frames, a killed switch re-attaches, lab down removes the fabric namespace",
+          "wire frames, a killed switch re-attaches, what a late switch's socket refused is counted, lab down removes the "
+          "fabric namespace",
           "[labswitch][veth]") {
   std::string fabricNs;
   {
@@ -459,9 +474,46 @@ TEST_CASE("lab up --ports veth: hosts reach each other through the switch over A
 
     // The supervisor restarts a killed switch, which binds to the same veth ends.
     killSwitchAndAwaitRestart(lab);
-    Child flow = udpFlow(lab.ns(1), lab.addr(2), 9000, 1000, 200, 0);
-    sleepMs(500);
-    CHECK(port(lab.control, "n2")["tx_frames"].get<uint64_t>() > 100);
+    {
+      Child flow = udpFlow(lab.ns(1), lab.addr(2), 9000, 1000, 200, 0);
+      sleepMs(500);
+      CHECK(port(lab.control, "n2")["tx_frames"].get<uint64_t>() > 100);
+    }
+
+    // A switch that reads late: what overflows its socket queue (the host's NIC ring) is
+    // counted in the port's io.ring_drops, and every frame n1's data0 sent is either taken by
+    // the model or counted there. The veth itself drops nothing (its tx_dropped stays).
+    json c1 = port(lab.control, "n1");
+    REQUIRE(c1["io"].contains("ring_drops"));
+    const uint64_t sent0 = hostCounter(lab.ns(1), "tx_packets"), dropped0 = hostCounter(lab.ns(1), "tx_dropped");
+    int pid = 0;
+    {
+      std::ifstream in(lab.dir.path + "/lab.json");
+      pid = json::parse(in)["switch"]["proc"]["pid"].get<int>();
+    }
+    REQUIRE(pid > 0);
+    struct Resume {  // the switch runs again whatever happens below
+      int pid;
+      ~Resume() { ::kill(pid, SIGCONT); }
+    } resume{pid};
+    REQUIRE(::kill(pid, SIGSTOP) == 0);
+    {
+      // ~30,000 frames of 1.4 KB in 1.5 s: far more than the 16 MiB the socket may hold.
+      Child flood = udpFlow(lab.ns(1), lab.addr(2), 9001, 20000, 1400, 0);
+      sleepMs(1500);
+    }
+    REQUIRE(::kill(pid, SIGCONT) == 0);
+    sleepMs(500);  // the switch drains what its queue held
+    json d1 = port(lab.control, "n1");
+    const uint64_t sent = hostCounter(lab.ns(1), "tx_packets") - sent0;
+    const uint64_t taken = d1["rx_frames"].get<uint64_t>() - c1["rx_frames"].get<uint64_t>();
+    const uint64_t ringDrops = d1["io"]["ring_drops"].get<uint64_t>() - c1["io"]["ring_drops"].get<uint64_t>();
+    INFO("n1's data0 sent " << sent << " frames; the switch took " << taken << ", its socket queue refused "
+                            << ringDrops);
+    CHECK(sent > 10'000);
+    CHECK(ringDrops > 1'000);
+    CHECK(taken + ringDrops == sent);
+    CHECK(hostCounter(lab.ns(1), "tx_dropped") == dropped0);
   }
   // Lab down (the Lab's end) took the fabric namespace, with the switch's veth ends, away.
   CHECK_FALSE(std::filesystem::exists(fabricNs));

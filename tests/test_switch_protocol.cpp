@@ -111,7 +111,7 @@ TEST_CASE("switch protocol: every request and reply round-trips through toJson a
                                       .runEnds = RunEndCounters{.hold = 7, .push = 8, .shortFrame = 9, .fin = 10,
                                                                 .full = 11, .marked = 12, .differs = 13,
                                                                 .evicted = 14, .flushed = 15, .alone = 16}}},
-                {.name = "n2", .switchName = "leaf1", .io = PortIoCounters{.reads = 1}},
+                {.name = "n2", .switchName = "leaf1", .io = PortIoCounters{.reads = 1, .ringDrops = 17}},
                 {.name = "leaf1:spine1", .switchName = "leaf1", .rateBps = 4e9, .queues = {queue(7)}}}});
   roundTrip(EventsReply{.lastSeq = 42,
                         .events = {{.seq = 41, .monoNs = 1, .wallNs = 2, .what = "pfc_rx_start", .port = "n1",
