@@ -56,7 +56,6 @@ class PortIo {
     std::optional<uint64_t> ringDrops;
   };
   // Not const: a port may have to ask the kernel (a veth port's socket statistics).
-
   virtual IoStats ioStats() { return {}; }
   // Checks each TCP frame's checksum before joining it with others into one write, so that a
   // corrupted one reaches the host unjoined and is dropped there (TcpCoalescer::setVerify).

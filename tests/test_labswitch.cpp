@@ -512,7 +512,10 @@ TEST_CASE("lab up --ports veth: hosts reach each other through the switch over A
                             << ringDrops);
     CHECK(sent > 10'000);
     CHECK(ringDrops > 1'000);
-    CHECK(taken + ringDrops == sent);
+    // Within a few frames: the two sides' counters are read one after the other, and the host
+    // may send a frame of its own (ARP, neighbour discovery) in between.
+    CHECK(taken + ringDrops + 5 >= sent);
+    CHECK(taken + ringDrops <= sent + 5);
     CHECK(hostCounter(lab.ns(1), "tx_dropped") == dropped0);
   }
   // Lab down (the Lab's end) took the fabric namespace, with the switch's veth ends, away.
