@@ -104,19 +104,21 @@ uint64_t deltaBetween(const std::vector<Sample>& s, int64_t from, int64_t to) {
   return haveA && b > a ? b - a : 0;
 }
 
+// The lab switch's PID, as the lab's supervisor last recorded it.
+int switchPid(const Lab& lab) {
+  std::ifstream in(lab.dir.path + "/lab.json");
+  return json::parse(in)["switch"]["proc"]["pid"].get<int>();
+}
+
 // Kills the lab's switch and waits until the supervisor's restart answers on the control socket.
 void killSwitchAndAwaitRestart(const Lab& lab) {
-  auto switchPid = [&] {
-    std::ifstream in(lab.dir.path + "/lab.json");
-    return json::parse(in)["switch"]["proc"]["pid"].get<int>();
-  };
-  int old = switchPid();
+  int old = switchPid(lab);
   REQUIRE(old > 0);
   REQUIRE(::kill(old, SIGKILL) == 0);
   int fresh = 0;
   for (int i = 0; i < 100 && (fresh == 0 || fresh == old); i++) {
     sleepMs(50);
-    fresh = switchPid();
+    fresh = switchPid(lab);
   }
   REQUIRE(fresh != old);
   REQUIRE(fresh > 0);
@@ -416,14 +418,9 @@ TEST_CASE("the supervisor restarts a killed lab switch, which re-attaches to the
 
 // A counter of data0 in namespace NS, read by iproute2 (not by our code).
 uint64_t hostCounter(const std::string& ns, const std::string& which) {
-  std::string cmd = "ip -n " + ns + " -s -j link show dev data0";
-  FILE* f = popen(cmd.c_str(), "r");
-  REQUIRE(f);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
-  pclose(f);
-  json j = json::parse(out);
+  auto out = rc::lab::runCommand({"ip", "-n", ns, "-s", "-j", "link", "show", "dev", "data0"});
+  REQUIRE(out.ok());
+  json j = json::parse(*out);
   const std::string dir = which.substr(0, 2);  // "tx" or "rx"
   return j.at(0).at("stats64").at(dir).at(which.substr(3)).get<uint64_t>();
 }
@@ -486,11 +483,7 @@ TEST_CASE("lab up --ports veth: hosts reach each other through the switch over A
     json c1 = port(lab.control, "n1");
     REQUIRE(c1["io"].contains("ring_drops"));
     const uint64_t sent0 = hostCounter(lab.ns(1), "tx_packets"), dropped0 = hostCounter(lab.ns(1), "tx_dropped");
-    int pid = 0;
-    {
-      std::ifstream in(lab.dir.path + "/lab.json");
-      pid = json::parse(in)["switch"]["proc"]["pid"].get<int>();
-    }
+    const int pid = switchPid(lab);
     REQUIRE(pid > 0);
     struct Resume {  // the switch runs again whatever happens below
       int pid;
@@ -565,10 +558,6 @@ TEST_CASE("lab up --split-cores: the switch on core 0, every host's receive work
     return;
   }
   Lab lab(o);
-  auto switchPid = [&] {
-    std::ifstream in(lab.dir.path + "/lab.json");
-    return json::parse(in)["switch"]["proc"]["pid"].get<int>();
-  };
   auto onCoreZeroOnly = [](int pid) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -608,7 +597,7 @@ TEST_CASE("lab up --split-cores: the switch on core 0, every host's receive work
     INFO(lab.ns(n) << " rps_cpus " << *mask);
     CHECK((std::stoull(hex, nullptr, 16) & 0xffffffffull) == want);
   }
-  int pid = switchPid();
+  int pid = switchPid(lab);
   REQUIRE(pid > 0);
   CHECK(onCoreZeroOnly(pid));
   CHECK(deliveryOnHostCores(pid));
@@ -617,7 +606,7 @@ TEST_CASE("lab up --split-cores: the switch on core 0, every host's receive work
   int fresh = 0;
   for (int i = 0; i < 100 && (fresh == 0 || fresh == pid); i++) {
     sleepMs(50);
-    fresh = switchPid();
+    fresh = switchPid(lab);
   }
   REQUIRE(fresh > 0);
   REQUIRE(fresh != pid);
