@@ -9,4 +9,12 @@
 #include "failure_recap.hpp"
 #include "skip.hpp"
 
-int rctest::runCatch(int argc, char* argv[]) { return exitStatus(Catch::Session().run(argc, argv)); }
+int rctest::runCatch(int argc, char* argv[]) {
+  Catch::Session session;
+  if (int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
+  // A test spec that selects no case fails (exit 2), whatever else -w asked for: Catch2 2.13
+  // takes a single -w, and without NoTests such a run exits 0, a test that ran nothing passing.
+  auto& data = session.configData();
+  data.warnings = static_cast<Catch::WarnAbout::What>(data.warnings | Catch::WarnAbout::NoTests);
+  return exitStatus(session.run());
+}
