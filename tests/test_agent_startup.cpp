@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "skip.hpp"
 #include "support.hpp"
 
 // This source in a namespace of its own: the netns sources build one program from unity
@@ -240,10 +241,8 @@ TEST_CASE("--replay-only: exit 0 with everything reverted; exit 1 naming what is
 }
 
 TEST_CASE("not root but with capabilities: refused when someone else can change its orders") {
-  if (shStatus("command -v setpriv >/dev/null && command -v setcap >/dev/null") != 0) {
-    std::printf("SKIP: setpriv (util-linux) or setcap (libcap2-bin) is missing\n");
-    return;
-  }
+  if (shStatus("command -v setpriv >/dev/null && command -v setcap >/dev/null") != 0)
+    RC_SKIP("setpriv (util-linux) or setcap (libcap2-bin) is missing (scripts/install-deps)");
   Node node;
   node.addLink("d0");
   node.journalLinkDown("f1", "d0", node.ifindex("d0"));

@@ -437,7 +437,7 @@ def test_kubernetes():
         r = subprocess.run([kubectl, "kustomize", d], capture_output=True, text=True, timeout=60)
         check(r.returncode == 0 and "kind: DaemonSet" in r.stdout, "kubectl kustomize builds it (%s)" % r.stderr.strip())
     else:
-        not_checked("kubectl is not installed: `kubectl kustomize` not tried (scripts/install-deps)")
+        not_checked("kubectl is not installed: `kubectl kustomize` not tried (Debian's kubernetes-client; scripts/install-deps)")
 
 
 def test_slurm_script():
