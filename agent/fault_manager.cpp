@@ -473,7 +473,7 @@ void FaultManager::runFault(std::shared_ptr<Entry> e, std::stop_token stop) {
 // Reverts E, retrying with backoff while it fails (an interface renamed or moved away for a
 // while, a switch that does not answer): the fault keeps its journal entry and its targets
 // meanwhile. Gives up only when the agent stops; the entry is then replayed at the next start.
-// Returns whether the revert succeeded.
+// Returns whether the entry is done with (reverted, or given up as a conflict).
 bool FaultManager::revertUntilDone(const std::shared_ptr<Entry>& e) {
   auto delay = retry_.first;
   for (;;) {
@@ -500,6 +500,16 @@ bool FaultManager::revertUntilDone(const std::shared_ptr<Entry>& e) {
     }
     e->revertError = rv.error().message;
     if (e->revertAttempts == 1) e->revertFailingSinceNs = wallNs();
+    if (rv.error().code == faults::kRevertConflict && e->revertAttempts >= kConflictAttempts) {
+      // Another owner holds the target now: restoring over it would turn this revert into a
+      // fault. The entry ends with the conflict as its error (the run reports it), and leaves
+      // the journal: a replay would find the same conflict.
+      e->error += (e->error.empty() ? "" : "; ") + std::string("not restored: ") + e->revertError;
+      log::error("fault '{}': its target was changed by another owner and is left as it is after {} attempt(s): {}",
+                 e->id, e->revertAttempts, e->revertError);
+      generation_++;
+      return true;
+    }
     if (last) {
       e->error += (e->error.empty() ? "" : "; ") + std::string("revert failed: ") + e->revertError;
       unrevertable_.push_back(e->id);

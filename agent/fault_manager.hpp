@@ -28,6 +28,11 @@ struct RetryBackoff {
   std::chrono::milliseconds first{250}, max{30'000};
 };
 
+// A revert that found its target in a third owner's hands (faults::kRevertConflict) is tried
+// this many times in all (the other owner may restore its change meanwhile, after which this
+// one's own restore applies), then given up as a conflict: the fault ends with it as its error.
+inline constexpr int kConflictAttempts = 4;
+
 class FaultManager {
  public:
   using Done = std::function<void(json record)>;

@@ -141,6 +141,18 @@ void FaultManager::retryLeftovers(std::stop_token stop) {
         continue;
       }
       l.entry.error = r.error().message;
+      if (r.error().code == faults::kRevertConflict && l.attempts >= kConflictAttempts) {
+        log::error("journaled fault '{}' ({}): its target was changed by another owner and is left as it is after {} "
+                   "attempt(s): {}",
+                   p.id, p.kind->name, l.attempts, l.entry.error);
+        lock.unlock();
+        if (auto rm = journal_.remove(p.id); !rm)
+          log::error("journaled fault '{}': its entry remains: {}", p.id, rm.error().message);
+        lock.lock();
+        leftovers_.erase(leftovers_.begin() + ptrdiff_t(i));
+        generation_++;
+        continue;
+      }
       log::error("journaled fault '{}' ({}): revert attempt {} failed, retrying in {} ms: {}", p.id,
                  p.kind->name, l.attempts, l.delay.count(), l.entry.error);
       l.next = Clock::now() + l.delay;

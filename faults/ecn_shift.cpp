@@ -9,6 +9,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -129,8 +130,11 @@ std::string showArgv(const std::vector<std::string>& argv) {
   return out;
 }
 
-// Runs ARGV (argv[0] an absolute path, no shell, no PATH search), returning its stdout
-// (bounded); a non-zero exit is an error quoting the command's stderr.
+// Runs ARGV (argv[0] an absolute path, no shell, no PATH search), returning its stdout; a
+// non-zero exit is an error quoting the command's stderr. The command runs in a process group
+// of its own, and the whole group is killed when it returns or times out: nothing it started (an
+// ssh to the switch) outlives it to land a late change after the revert. Output over 64 KiB is
+// refused, not cut: a cut snapshot would be "restored" as something that was never there.
 Result<std::string> runArgv(const std::vector<std::string>& argv) {
   const std::string command = showArgv(argv);
   if (argv.empty() || argv.front().empty() || argv.front().front() != '/')
@@ -146,6 +150,7 @@ Result<std::string> runArgv(const std::vector<std::string>& argv) {
   pid_t pid = ::fork();
   if (pid < 0) return makeError("ecn_shift: fork: " + std::string(std::strerror(errno)), errno);
   if (pid == 0) {
+    ::setsid();
     ::dup2(outW.get(), 1);
     ::dup2(errW.get(), 2);
     closeDescriptorsAbove2();
@@ -156,7 +161,7 @@ Result<std::string> runArgv(const std::vector<std::string>& argv) {
   errW.reset();
   std::string o, e;
   int64_t deadline = monoNs() + int64_t(kCommandTimeoutMs) * 1'000'000;
-  bool outOpen = true, errOpen = true, timedOut = false;
+  bool outOpen = true, errOpen = true, timedOut = false, tooLong = false;
   while (outOpen || errOpen) {
     pollfd p[2] = {{outOpen ? outR.get() : -1, POLLIN, 0}, {errOpen ? errR.get() : -1, POLLIN, 0}};
     int left = int((deadline - monoNs()) / 1'000'000);
@@ -173,14 +178,27 @@ Result<std::string> runArgv(const std::vector<std::string>& argv) {
         continue;
       }
       std::string& s = i == 0 ? o : e;
-      if (s.size() < kMaxOutput) s.append(buf, size_t(n));
+      if (s.size() + size_t(n) > kMaxOutput) {
+        if (i == 0) tooLong = true;
+        s.append(buf, kMaxOutput - std::min(kMaxOutput, s.size()));
+        continue;
+      }
+      s.append(buf, size_t(n));
     }
+    if (tooLong) break;
   }
-  if (timedOut) ::kill(pid, SIGKILL);
+  if (timedOut || tooLong) ::kill(-pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (timedOut) return makeError("ecn_shift: command timed out after 30 s: " + command, ETIMEDOUT);
+  // Whatever of its group is left (a child it put in the background) goes with it; the group's
+  // id cannot be reused while any member lives.
+  ::kill(-pid, SIGKILL);
+  if (timedOut) return makeError("ecn_shift: command timed out after 30 s (its process group was killed): " + command, ETIMEDOUT);
+  if (tooLong)
+    return makeError("ecn_shift: command '" + command + "' printed more than 64 KiB; a snapshot must be " +
+                         "the profile alone (make the template print less)",
+                     EMSGSIZE);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return makeError("ecn_shift: command '" + command + "' failed (status " +
                      std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
@@ -205,16 +223,54 @@ Result<const CommandTemplate*> findTemplate(const Policy& policy, const std::str
   return &it->second;
 }
 
-// The exact previous state, as journaled.
-Result<void> restore(const json& snap, const Policy& policy) {
+// What an ecn_shift with normalised PARAMS sets on the lab switch.
+swproto::EcnSettings appliedProfile(const json& params) {
+  return {.enabled = true, .kmin = params.value("kmin", uint64_t(0)), .kmax = params.value("kmax", uint64_t(0)),
+          .pmax = params.value("pmax", 0.2)};
+}
+
+bool sameProfile(const swproto::EcnSettings& a, const swproto::EcnSettings& b) {
+  return a.enabled == b.enabled && a.kmin == b.kmin && a.kmax == b.kmax && std::fabs(a.pmax - b.pmax) < 1e-9;
+}
+
+std::string showProfile(const swproto::EcnSettings& p) {
+  char buf[120];
+  std::snprintf(buf, sizeof buf, "%s kmin %llu kmax %llu pmax %g", p.enabled ? "on" : "off",
+                (unsigned long long)p.kmin, (unsigned long long)p.kmax, p.pmax);
+  return buf;
+}
+
+// The exact previous state, as journaled, restored only where the target still holds what this
+// fault set (APPLIED: the profile, or the command backend's snapshot output after the apply;
+// null = not known, after a crash for the command backend). Where it already holds the
+// snapshot, nothing is left to do; where it holds a third value, another owner changed it since
+// (another node's fault on the same switch port, an operator): touched nothing, a conflict.
+Result<void> restore(const json& snap, const Policy& policy, const json& applied) {
   std::string backend = str(snap, "backend");
   if (backend == "labswitch") {
     auto prof = swproto::parse<swproto::EcnSettings>(snap.at("profile"));
     if (!prof) return makeError("ecn_shift journal snapshot: " + prof.error().message);
+    const std::string port = str(snap, "port");
+    const int queue = snap.at("queue").get<int>();
+    if (applied.is_object()) {
+      auto now = labswitchCall(str(snap, "socket"), swproto::GetEcnRequest{.port = port, .queue = queue});
+      if (!now) return makeError("ecn_shift revert: " + now.error().message, now.error().code);
+      if (now->profiles.size() != 1)
+        return makeError("ecn_shift revert: the lab switch names " + std::to_string(now->profiles.size()) +
+                         " queues for port '" + port + "' queue " + std::to_string(queue) + ", not one");
+      const swproto::EcnSettings& cur = now->profiles[0].profile;
+      if (sameProfile(cur, *prof)) return {};  // already restored
+      const swproto::EcnSettings mine = appliedProfile(applied);
+      if (!sameProfile(cur, mine))
+        return makeError("ecn_shift revert conflict on lab switch port '" + port + "' queue " + std::to_string(queue) +
+                             ": it now holds (" + showProfile(cur) + "), neither what this fault set (" +
+                             showProfile(mine) + ") nor what it found (" + showProfile(*prof) +
+                             "); another fault or an operator changed it since: left as it is",
+                         kRevertConflict);
+    }
     auto r = labswitchCall(str(snap, "socket"),
-                           swproto::SetEcnRequest{.port = str(snap, "port"), .queue = snap.at("queue").get<int>(),
-                                                  .enabled = prof->enabled, .kmin = prof->kmin, .kmax = prof->kmax,
-                                                  .pmax = prof->pmax});
+                           swproto::SetEcnRequest{.port = port, .queue = queue, .enabled = prof->enabled,
+                                                  .kmin = prof->kmin, .kmax = prof->kmax, .pmax = prof->pmax});
     if (!r) return makeError("ecn_shift revert: " + r.error().message, r.error().code);
     return {};
   }
@@ -245,7 +301,20 @@ Result<void> restore(const json& snap, const Policy& policy) {
     const json& values = snap.at("values");
     if (!safePort(values.at("port").get<std::string>()))
       return makeError("ecn_shift journal snapshot has an invalid port");
-    auto r = runArgv(expand((*t)->revert, values, snap.at("output").get<std::string>()));
+    const std::string found = snap.at("output").get<std::string>();
+    if (applied.is_string()) {
+      auto now = runArgv(expand((*t)->snapshot, values, ""));
+      if (!now) return now.error();
+      if (*now == found) return {};  // already restored
+      if (*now != applied.get<std::string>())
+        return makeError("ecn_shift revert conflict on '" + values.at("port").get<std::string>() + "' queue " +
+                             values.value("queue", std::string("?")) + ": the snapshot command now prints '" +
+                             now->substr(0, 200) + "', neither what it printed after this fault's apply ('" +
+                             applied.get<std::string>().substr(0, 200) + "') nor before it ('" + found.substr(0, 200) +
+                             "'); another fault or an operator changed it since: left as it is",
+                         kRevertConflict);
+    }
+    auto r = runArgv(expand((*t)->revert, values, found));
     if (!r) return r.error();
     return {};
   }
@@ -316,6 +385,12 @@ class EcnShift final : public Fault {
     } else {
       auto r = runArgv(expand(p_.tmpl.apply, commandValues(p_), ""));
       if (!r) applied = r.error();
+      // What the target reads as while this fault holds it: the revert restores only over this.
+      if (applied) {
+        auto now = runArgv(expand(p_.tmpl.snapshot, commandValues(p_), ""));
+        std::lock_guard lock(m_);
+        if (now) appliedOutput_ = *now;
+      }
     }
     if (!applied) return applied;
     events.add(Event{wallNs(), "applied", describe(), false});
@@ -329,12 +404,15 @@ class EcnShift final : public Fault {
 
   Result<void> revert(EventLog& events) override {
     std::optional<json> s;
+    json applied;
     {
       std::lock_guard lock(m_);
       s = snap_;
+      if (p_.backend == "labswitch") applied = params_;
+      else if (appliedOutput_) applied = *appliedOutput_;
     }
     if (!s) return {};
-    auto r = restore(*s, policy_);
+    auto r = restore(*s, policy_, applied);
     if (!r) return r;
     events.add(Event{wallNs(), "reverted", p_.backend + " " + (p_.port.empty() ? p_.interface : p_.port), false});
     return {};
@@ -361,6 +439,7 @@ class EcnShift final : public Fault {
   Policy policy_;
   std::mutex m_;
   std::optional<json> snap_;
+  std::optional<std::string> appliedOutput_;  // command backend: the snapshot command's output after the apply
 };
 
 }  // namespace
@@ -448,9 +527,11 @@ const FaultKind kind_ecn_shift{
       return std::unique_ptr<Fault>(
           std::make_unique<EcnShift>(std::move(resolved), std::move(p), policy));
     },
-    .revertRecord = [](const json& /*params*/, const json& snapshot, const Policy& policy) -> Result<void> {
+    .revertRecord = [](const json& params, const json& snapshot, const Policy& policy) -> Result<void> {
       try {
-        return restore(snapshot, policy);
+        // The lab switch's profile this fault set follows from its parameters; the command
+        // backend's after-apply output was never journaled, so that revert restores as before.
+        return restore(snapshot, policy, str(snapshot, "backend") == "labswitch" ? params : json());
       } catch (const std::exception& e) {
         return makeError(std::string("ecn_shift journal snapshot is incomplete: ") + e.what());
       }
@@ -468,6 +549,18 @@ const FaultKind kind_ecn_shift{
       std::string port = stringParam(params, "port");
       return "the ECN profile of " + (port.empty() ? std::string("its switch port") : "port '" + port + "'") +
              " queue " + queue;
+    },
+    // A port named in the parameters is the same switch port whichever node's agent shifts it
+    // (with the command backend too: a switch port name, not this host's).
+    .fabricTargets = [](const json& params) {
+      std::vector<std::string> out;
+      const std::string port = stringParam(params, "port"), backend = stringParam(params, "backend");
+      if (port.empty() || backend == "tc-red") return out;
+      auto q = params.find("queue");
+      std::string queue = q != params.end() && q->is_number_integer() ? std::to_string(q->get<int>()) : "3";
+      out.push_back("the ECN profile of " + std::string(backend == "command" ? "switch" : "lab switch") + " port '" +
+                    port + "' queue " + queue);
+      return out;
     },
 };
 

@@ -14,6 +14,7 @@
 // entry that holds a snapshot.
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -189,6 +190,11 @@ struct FaultKind {
   // interface is "the default interface"). The planner refuses two steps that hold the same
   // target on one node at once. Empty (or "") = changes nothing another fault could restore over.
   std::function<std::string(const json& normalisedParams)> planTarget;
+  // Optional: what a fault with these parameters changes outside its node, named the same
+  // whichever node runs it (a switch port the parameters name; a link as both its end ports),
+  // so the planner can refuse two faults of different nodes that would hold one of them at
+  // once: each agent's one-owner rule sees only its own faults. Empty = nothing outside.
+  std::function<std::vector<std::string>(const json& normalisedParams)> fabricTargets;
   // Optional: settles, for one step once its agents are connected, parameters that depend on
   // what those agents reported (incast's transport = "auto": verbs only where every node of the
   // step has an ACTIVE RDMA port). params[i] is the bound node's normalised parameters and
@@ -200,6 +206,12 @@ struct FaultKind {
   // stopped on the wire (the ground truth of its recovery). Empty or nullopt = no meter.
   std::function<std::optional<int>(const std::string& role, const json& params)> wireMeter;
 };
+
+// The error code of a revert that found its target changed by someone else since the fault
+// set it (neither what it set nor what it found): it touches nothing and says so. The manager
+// retries it a few times (the other owner may restore its own change meanwhile), then ends the
+// fault with the conflict as its error, so the run says the target was not restored cleanly.
+inline constexpr int kRevertConflict = EXDEV;
 
 // Whether an agent's `capabilities` (from its hello) list an RDMA device with an ACTIVE port.
 bool hasActiveRdmaPort(const json& capabilities);

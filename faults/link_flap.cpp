@@ -331,14 +331,35 @@ swproto::GetLinkRequest switchSelector(const std::string& target) {
   return {.port = target};
 }
 
-Result<void> restoreSwitch(const json& snap, EventLog* events) {
+// Restores the ports' admin state as the snapshot found it (always up: a flap refuses a port that
+// is down). With CHECK (a live fault; not after a crash, where what it set last is unknown), a
+// port that reads neither as found nor as LAST_SET (what this fault set last; none: it set
+// nothing) was changed by another owner since (another node flapping the same port, an
+// operator) and is left as it is, a conflict.
+Result<void> restoreSwitch(const json& snap, EventLog* events, bool check = false,
+                           std::optional<bool> lastSet = std::nullopt) {
   std::string sock = snap.value("socket", "");
+  const std::string target = snap.value("switch_port", "");
+  if (check) {
+    auto now = labswitchCall(sock, switchSelector(target));
+    if (!now) return makeError("reverting link_flap: " + now.error().message, now.error().code);
+    for (const auto& p : snap.at("ports")) {
+      const std::string port = p.at("port").get<std::string>();
+      const bool found = p.at("admin_up").get<bool>();
+      for (const auto& cur : now->ports)
+        if (cur.port == port && cur.adminUp != found && (!lastSet || cur.adminUp != *lastSet))
+          return makeError("link_flap revert conflict on lab switch port '" + port + "': it is admin " +
+                               (cur.adminUp ? "up" : "down") + ", which this fault neither set last nor found; " +
+                               "another fault or an operator changed it since: left as it is",
+                           kRevertConflict);
+    }
+  }
   for (const auto& p : snap.at("ports")) {
     auto r = labswitchCall(
         sock, swproto::SetLinkRequest{.port = p.at("port").get<std::string>(), .up = p.at("admin_up").get<bool>()});
     if (!r) return makeError("reverting link_flap: " + r.error().message, r.error().code);
   }
-  if (events) events->add(Event{wallNs(), "reverted", snap.value("switch_port", ""), false});
+  if (events) events->add(Event{wallNs(), "reverted", target, false});
   return {};
 }
 
@@ -356,6 +377,15 @@ class SwitchPortFlap final : public Fault {
   Result<json> snapshot() override {
     auto r = labswitchCall(socket_, switchSelector(target_));
     if (!r) return makeError("link_flap snapshot: " + r.error().message, r.error().code);
+    // A port already down is held by someone (another node's flap of the same port, an
+    // operator): flapping it would bring it up, and this fault's revert would then restore
+    // "down" over the other owner's restore. Refused, touching nothing.
+    for (const auto& port : r->ports)
+      if (!port.adminUp)
+        return makeError("link_flap: lab switch port '" + port.port + "' is administratively down already " +
+                             "(another fault holds it, or an operator): a flap would bring it up; refused, nothing "
+                             "changed. Flap it once it is up again",
+                         EBUSY);
     json s = {{"switch_port", target_}, {"socket", socket_}, {"ports", swproto::toJson(*r)["ports"]}};
     std::lock_guard lock(m_);
     snap_ = s;
@@ -376,8 +406,13 @@ class SwitchPortFlap final : public Fault {
       std::lock_guard lock(m_);
       s = snap_;
     }
+    std::optional<bool> last;
+    {
+      std::lock_guard lock(m_);
+      last = lastSet_;
+    }
     if (!s) return {};
-    return restoreSwitch(*s, &events);
+    return restoreSwitch(*s, &events, true, last);
   }
 
   std::string describe() const override {
@@ -396,6 +431,10 @@ class SwitchPortFlap final : public Fault {
   // Returns the instant the change took effect.
   Result<int64_t> set(bool up, EventLog& events) {
     swproto::GetLinkRequest where = switchSelector(target_);
+    {
+      std::lock_guard lock(m_);
+      lastSet_ = up;  // before the call: a set whose answer was lost may still have landed
+    }
     auto r = labswitchCall(socket_, swproto::SetLinkRequest{.port = where.port, .link = where.link, .up = up});
     if (!r) return makeError("link_flap: " + r.error().message, r.error().code);
     // The switch applies the change before it answers, so this is when it took effect.
@@ -410,6 +449,7 @@ class SwitchPortFlap final : public Fault {
   std::vector<std::string> ports_;
   std::mutex m_;
   std::optional<json> snap_;
+  std::optional<bool> lastSet_;  // the admin state this fault set last
 };
 
 }  // namespace
@@ -483,6 +523,21 @@ const FaultKind kind_link_flap{
     .planTarget = [](const json& params) {
       std::string port = stringParam(params, "switch_port");
       return port.empty() ? planInterface(params) : "lab switch port '" + port + "'";
+    },
+    // A switch port or link is the same whichever node's agent flaps it; a link (leaf1-spine1)
+    // is both its end ports, so that it meets a flap of either end.
+    .fabricTargets = [](const json& params) {
+      std::vector<std::string> out;
+      const std::string port = stringParam(params, "switch_port");
+      if (port.empty()) return out;
+      if (auto dash = port.find('-'); dash != std::string::npos && port.find(':') == std::string::npos) {
+        const std::string a = port.substr(0, dash), b = port.substr(dash + 1);
+        out.push_back("the admin state of lab switch port '" + a + ":" + b + "'");
+        out.push_back("the admin state of lab switch port '" + b + ":" + a + "'");
+      } else {
+        out.push_back("the admin state of lab switch port '" + port + "'");
+      }
+      return out;
     },
 };
 

@@ -218,7 +218,10 @@ struct FaultCase {
   std::vector<std::string> args;  // after `inject`, without --inventory and --for
   // True once the fault shows from outside.
   std::function<bool(const Fabric& before)> applied;
-  bool overlap = false;  // a second fault on the same target is tried while the first holds it
+  // A second fault on the same target, tried while the first holds it (after `inject`, without
+  // --inventory), and what its refusal must say; empty: none.
+  std::vector<std::string> second = {};
+  std::string refusal = {};
 };
 
 uint64_t pfcRxOf(const std::string& port) {
@@ -296,7 +299,19 @@ std::vector<FaultCase> faultCases() {
       {"two faults on one target",
        {"link_flap", "--node", "n1", "--set", "down=10m"},
        hostDown,
-       true},
+       {"link_flap", "--node", "n1", "--set", "down=500ms", "--set", "up=500ms", "--set", "count=6", "--for", "8s"},
+       "is held by fault"},
+      // One switch port from two nodes: n2's agent cannot see n1's fault, so its own flap of the
+      // port must refuse at its snapshot (the port is down already) and change nothing; before,
+      // it snapshotted "down" and restored it after n1's revert.
+      {"two nodes on one switch port",
+       {"link_flap", "--node", "n1", "--set", "switch_port=n2", "--set", "down=10m"},
+       [](const Fabric&) {
+         json l = switchCmd({{"cmd", "get_link"}, {"port", "n2"}});
+         return l.value("ok", false) && l["ports"][0]["admin_up"] == false;
+       },
+       {"link_flap", "--node", "n2", "--set", "switch_port=n2", "--set", "down=500ms", "--for", "8s"},
+       "is administratively down already"},
   };
 }
 
@@ -357,15 +372,14 @@ Row runCell(Crash crash, const std::string& crashName, const FaultCase& fc) {
   };
   if (!eventually([&] { return fc.applied(before); }, 20s, 20ms))
     return fail("never applied: " + readFile(ctl.err));
-  if (fc.overlap) {
-    std::string err;
-    int rc = rctest::runCli(
-        sharedLab().dir(),
-        {"inject", "link_flap", "--inventory", sharedLab().inventory(), "--node", "n1", "--set",
-         "down=500ms", "--set", "up=500ms", "--set", "count=6", "--for", "8s"},
-        nullptr, &err);
-    if (rc != 2 || err.find("is held by fault") == std::string::npos)
-      return fail("the second fault was not refused (exit " + std::to_string(rc) + "): " + err);
+  if (!fc.second.empty()) {
+    std::string out, err;
+    std::vector<std::string> second = {"inject"};
+    second.insert(second.end(), fc.second.begin(), fc.second.end());
+    second.insert(second.end(), {"--inventory", sharedLab().inventory()});
+    int rc = rctest::runCli(sharedLab().dir(), second, &out, &err);
+    if (rc != 2 || (err + out).find(fc.refusal) == std::string::npos)
+      return fail("the second fault was not refused (exit " + std::to_string(rc) + "): " + err + out);
   }
 
   pid_t agent = sharedLab().node("n1").agent.pid;

@@ -166,6 +166,119 @@ TEST_CASE("the command backend snapshots, applies and restores exactly", "[ecn_s
   std::filesystem::remove_all(dir);
 }
 
+// Two nodes' agents shifting one switch port through the command backend at overlapping times
+// (the plan refuses it; an ad-hoc inject from two controllers does not): each snapshots what the
+// other set. A revert restores only over what its own fault set; otherwise it is a conflict.
+TEST_CASE("two agents on one switch port: the port ends as it started, or the conflict is named", "[ecn_shift]") {
+  char tmpl[] = "/tmp/rc-test-ecn-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::string dir = tmpl, state = dir + "/profile";
+  const std::string original = "kmin=1048576 kmax=2097152 pmax=0.05";
+  Policy policy = commandPolicy(state);
+  auto shift = [&](const char* kmin) {
+    auto f = makeWith({{"backend", "command"}, {"command", "lossless"}, {"port", "Ethernet0"}, {"kmin", kmin},
+                       {"kmax", "400KiB"}, {"pmax", 0.2}},
+                      policy);
+    REQUIRE(f.ok());
+    return std::move(*f);
+  };
+  struct Holder {
+    std::unique_ptr<Fault> f;
+    EventLog events;
+    std::stop_source stop;
+    std::thread t;
+    void start() {
+      REQUIRE(f->snapshot().ok());
+      t = std::thread([this] { (void)f->run(stop.get_token(), events); });
+    }
+    void stopRun() {
+      stop.request_stop();
+      t.join();
+    }
+  };
+  auto awaitState = [&](const std::string& part) {
+    for (int i = 0; i < 300 && slurp(state).find(part) == std::string::npos; i++) usleep(10'000);
+    REQUIRE(slurp(state).find(part) != std::string::npos);
+  };
+  SECTION("the same shift from both: A restores the original, B finds a third value and touches nothing") {
+    std::ofstream(state) << original;
+    Holder a{shift("100KiB")}, b{shift("100KiB")};
+    a.start();
+    awaitState("kmin=102400");
+    b.start();  // B's snapshot is A's shifted profile
+    usleep(100'000);
+    a.stopRun();
+    REQUIRE(a.f->revert(a.events).ok());
+    CHECK(slurp(state) == original);
+    b.stopRun();
+    auto rb = b.f->revert(b.events);
+    REQUIRE_FALSE(rb.ok());
+    CHECK(rb.error().code == kRevertConflict);
+    CHECK_THAT(rb.error().message, Catch::Contains("revert conflict on 'Ethernet0'") && Catch::Contains("left as it is"));
+    CHECK(slurp(state) == original);  // before the fix: A's shifted profile, "restored" by B
+  }
+  SECTION("two shifts: A's revert waits for B's, then restores the original") {
+    std::ofstream(state) << original;
+    Holder a{shift("100KiB")}, b{shift("200KiB")};
+    a.start();
+    awaitState("kmin=102400");
+    b.start();
+    awaitState("kmin=204800");
+    a.stopRun();
+    auto first = a.f->revert(a.events);  // the port holds B's profile: not A's to restore
+    REQUIRE_FALSE(first.ok());
+    CHECK(first.error().code == kRevertConflict);
+    CHECK(slurp(state).find("kmin=204800") != std::string::npos);
+    b.stopRun();
+    REQUIRE(b.f->revert(b.events).ok());  // back to A's profile, as B found it
+    CHECK(slurp(state).find("kmin=102400") != std::string::npos);
+    REQUIRE(a.f->revert(a.events).ok());  // the retry: A's own profile, restored
+    CHECK(slurp(state) == original);
+    REQUIRE(a.f->revert(a.events).ok());  // idempotent
+    CHECK(slurp(state) == original);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A command that leaves a child behind (an ssh in the background) loses it when it returns; a
+// snapshot printing more than 64 KiB is refused, not cut.
+TEST_CASE("the command backend kills what its command left behind and refuses a long snapshot", "[ecn_shift]") {
+  char tmpl[] = "/tmp/rc-test-ecn-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::string dir = tmpl, state = dir + "/profile", late = dir + "/late";
+  std::ofstream(state) << "before";
+  Policy policy{{"data0"}, {"mgmt0"}, "data0"};
+  // apply: writes at once, and puts a child in the background that would write 1 s later.
+  policy.ecnCommands["slow"] = {
+      {"/bin/cat", state},
+      {"/bin/sh", "-c", "echo applied > \"$1\"; (sleep 1; echo late > \"$2\") </dev/null >/dev/null 2>&1 &", "sh", state,
+       late},
+      {"/bin/sh", "-c", "printf %s \"$1\" > \"$2\"", "sh", "{snapshot}", state}};
+  policy.ecnCommands["long"] = {{"/usr/bin/head", "-c", "70000", "/dev/zero"}, {"/bin/true"}, {"/bin/true"}};
+  auto f = makeWith({{"backend", "command"}, {"command", "slow"}, {"port", "Ethernet0"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}},
+                    policy);
+  REQUIRE(f.ok());
+  REQUIRE((*f)->snapshot().ok());
+  EventLog events;
+  std::stop_source stop;
+  std::thread t([&] { (void)(*f)->run(stop.get_token(), events); });
+  for (int i = 0; i < 300 && slurp(state) != "applied\n"; i++) usleep(10'000);
+  CHECK(slurp(state) == "applied\n");
+  stop.request_stop();
+  t.join();
+  REQUIRE((*f)->revert(events).ok());
+  usleep(1'500'000);  // past the background child's second
+  CHECK_FALSE(std::filesystem::exists(late));
+  CHECK(slurp(state) == "before");
+  auto g = makeWith({{"backend", "command"}, {"command", "long"}, {"port", "Ethernet0"}, {"kmin", "1KiB"}, {"kmax", "2KiB"}},
+                    policy);
+  REQUIRE(g.ok());
+  auto snap = (*g)->snapshot();
+  REQUIRE_FALSE(snap.ok());
+  CHECK_THAT(snap.error().message, Catch::Contains("more than 64 KiB"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("the command backend runs only the agent's own templates", "[ecn_shift]") {
   char tmpl[] = "/tmp/rc-test-ecn-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);

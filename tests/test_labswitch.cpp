@@ -54,7 +54,11 @@ struct FaultRun {
         done = true;
         return;
       }
-      (void)(*f)->snapshot();
+      if (auto snap = (*f)->snapshot(); !snap) {  // refused before anything changed
+        error = snap.error().message;
+        done = true;
+        return;
+      }
       auto r = (*f)->run(stop.get_token(), events);
       if (!r) error = r.error().message;
       auto rv = (*f)->revert(events);
@@ -399,6 +403,57 @@ TEST_CASE("link_flap on a lab switch port: down for its time, host sees no carri
   }
   CHECK(downs == 1);
   CHECK(ups == 1);
+}
+
+// Two nodes' agents on one switch port at overlapping times (the plan refuses it; two ad-hoc
+// injects do not): before, B snapshotted A's change and "restored" it after A's revert, leaving the
+// port down or shifted with no journal entry. Now a flap refuses a port already down, and a revert
+// restores only over what its own fault set.
+TEST_CASE("one lab switch port from two nodes: the port ends as it started", "[labswitch][link_flap][ecn]") {
+  rc::lab::UpOptions o;
+  o.nodes = 2;
+  Lab lab(o);
+  auto adminUp = [&] {
+    json r = control(lab.control, {{"cmd", "get_link"}, {"port", "n2"}});
+    return r["ports"][0]["admin_up"].get<bool>();
+  };
+  SECTION("link_flap") {
+    REQUIRE(adminUp());
+    FaultRun a(lab.ns(1), "link_flap", {{"switch_port", "n2"}, {"down", "1500ms"}, {"count", 1}, {"socket", lab.control}});
+    for (int i = 0; i < 200 && adminUp(); i++) sleepMs(10);
+    REQUIRE_FALSE(adminUp());
+    FaultRun b(lab.ns(2), "link_flap", {{"switch_port", "n2"}, {"down", "1500ms"}, {"count", 1}, {"socket", lab.control}});
+    while (!a.done || !b.done) sleepMs(10);
+    INFO("a: " << a.error << "; b: " << b.error);
+    CHECK(a.error.empty());
+    CHECK_THAT(b.error, Catch::Contains("lab switch port 'n2' is administratively down already"));
+    CHECK(adminUp());
+    sleepMs(300);
+    CHECK(adminUp());
+  }
+  SECTION("ecn_shift labswitch, the same profile from both") {
+    json before = control(lab.control, {{"cmd", "get_ecn"}, {"port", "n2"}, {"queue", 3}});
+    REQUIRE(before["ok"] == true);
+    json shift = {{"backend", "labswitch"}, {"port", "n2"}, {"queue", 3}, {"kmin", "10KiB"},
+                  {"kmax", "20KiB"}, {"pmax", 0.5}, {"socket", lab.control}};
+    auto kminNow = [&] {
+      return control(lab.control, {{"cmd", "get_ecn"}, {"port", "n2"}, {"queue", 3}})["profiles"][0]["profile"]["kmin"];
+    };
+    auto a = std::make_unique<FaultRun>(lab.ns(1), "ecn_shift", shift);
+    for (int i = 0; i < 200 && kminNow() != 10 * 1024; i++) sleepMs(10);
+    REQUIRE(kminNow() == 10 * 1024);
+    auto b = std::make_unique<FaultRun>(lab.ns(2), "ecn_shift", shift);  // snapshots A's profile
+    sleepMs(300);
+    a.reset();  // A stops and restores the original
+    json mid = control(lab.control, {{"cmd", "get_ecn"}, {"port", "n2"}, {"queue", 3}});
+    CHECK(mid["profiles"] == before["profiles"]);
+    b->stop.request_stop();
+    while (!b->done) sleepMs(10);
+    CHECK_THAT(b->error, Catch::Contains("revert conflict on lab switch port 'n2' queue 3"));
+    b.reset();
+    json after = control(lab.control, {{"cmd", "get_ecn"}, {"port", "n2"}, {"queue", 3}});
+    CHECK(after["profiles"] == before["profiles"]);  // before the fix: A's shifted profile
+  }
 }
 
 TEST_CASE("the supervisor restarts a killed lab switch, which re-attaches to the hosts' TAPs",

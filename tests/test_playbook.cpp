@@ -771,6 +771,84 @@ params = { down = "500ms")" + params + R"( }
   CHECK(plan("3s", ", interface = \"data1\""));
 }
 
+TEST_CASE("resolvePlan: one switch port held from two nodes at once is an error, naming both steps") {
+  auto plan = [&](const std::string& steps) {
+    auto pb = parsePlaybook(kHead + steps, "p.toml");
+    REQUIRE(pb);
+    return resolvePlan(*pb, inventory());
+  };
+  // The command backend needs an explicit port: target = "all" hands every node the same one.
+  auto ecn = plan(R"([[step]]
+name = "shift"
+kind = "ecn_shift"
+phase = "fault"
+at = "1s"
+at_max = "1500ms"
+for = "4s"
+target = "all"
+params = { backend = "command", command = "sonic", port = "Ethernet0", kmin = "10KiB", kmax = "20KiB" }
+)");
+  REQUIRE_FALSE(ecn);
+  CHECK_THAT(ecn.error().message,
+             Catch::Contains("p.toml:") && Catch::Contains("step 'shift' on n2") && Catch::Contains("step 'shift' on n1") &&
+                 Catch::Contains("the ECN profile of switch port 'Ethernet0' queue 3") &&
+                 Catch::Contains("one target for every node"));
+  // One node owns the port: fine; another queue of it: another target.
+  CHECK(plan(R"([[step]]
+name = "shift"
+kind = "ecn_shift"
+phase = "fault"
+at = "1s"
+for = "4s"
+target = "n1"
+params = { backend = "command", command = "sonic", port = "Ethernet0", kmin = "10KiB", kmax = "20KiB" }
+[[step]]
+name = "other-queue"
+kind = "ecn_shift"
+phase = "fault"
+at = "1s"
+for = "4s"
+target = "n2"
+params = { backend = "command", command = "sonic", port = "Ethernet0", queue = 4, kmin = "10KiB", kmax = "20KiB" }
+)"));
+  // A lab switch port flapped from two nodes, and a link against one of its end ports.
+  const std::string flaps = R"([[step]]
+name = "flap-a"
+kind = "link_flap"
+phase = "fault"
+at = "1s"
+for = "4s"
+target = "n1"
+params = { switch_port = "A", down = "2s" }
+[[step]]
+name = "flap-b"
+kind = "link_flap"
+phase = "fault"
+at = "B"
+for = "3s"
+target = "n2"
+params = { switch_port = "C", down = "1s" }
+)";
+  auto with = [&](std::string a, std::string at, std::string c) {
+    std::string t = flaps;
+    t.replace(t.find("\"A\""), 3, "\"" + a + "\"");
+    t.replace(t.find("\"B\""), 3, "\"" + at + "\"");
+    t.replace(t.find("\"C\""), 3, "\"" + c + "\"");
+    return plan(t);
+  };
+  auto port = with("n3", "2s", "n3");
+  REQUIRE_FALSE(port);
+  CHECK_THAT(port.error().message, Catch::Contains("step 'flap-b' on n2 (at 12s)") &&
+                                       Catch::Contains("step 'flap-a' on n1 (at 11s for 4s)") &&
+                                       Catch::Contains("the admin state of lab switch port 'n3'"));
+  auto link = with("leaf1-spine1", "2s", "spine1:leaf1");
+  REQUIRE_FALSE(link);
+  CHECK_THAT(link.error().message, Catch::Contains("lab switch port 'spine1:leaf1'"));
+  CHECK(with("n3", "5s", "n3"));                       // in turn
+  CHECK(with("n3", "2s", "n2"));                       // another port
+  CHECK(with("leaf1-spine1", "2s", "leaf1:spine2"));  // another link's end
+}
+
 TEST_CASE("non-ASCII text parses as written, without toml++ 3.3's undefined behaviour") {
   // The code points toml++'s whitespace test cannot handle (tests/fuzz/*/crashes/toml-unicode-*).
   CHECK(rc::tomlWhitespaceHazard(U'\u0149'));  // ŉ

@@ -107,6 +107,13 @@ static std::string targetKey(const PlannedFault& f) {
   return k && k->planTarget ? k->planTarget(f.params) : std::string();
 }
 
+// What a planned fault changes outside its node (its kind's fabricTargets), named alike on
+// every node.
+static std::vector<std::string> fabricKeys(const PlannedFault& f) {
+  const faults::FaultKind* k = faults::findKind(f.kind);
+  return k && k->fabricTargets ? k->fabricTargets(f.params) : std::vector<std::string>();
+}
+
 namespace {
 
 // The workload's nodes: at least 2 (an external kind, perftest: exactly 2); every expectation's scope is the
@@ -185,25 +192,45 @@ void planStep(const SourceFile& p, const Playbook& pb, const Scenario& sc, const
 }
 
 // An agent runs one fault per target at a time and refuses the second: find that here, so a
-// valid plan never aborts halfway. T's faults are sorted by start.
+// valid plan never aborts halfway. A switch port or link is one target for every node, and
+// there no agent can see the other's fault: two nodes that shift or flap it at once would each
+// snapshot what the other set and restore it. T's faults are sorted by start.
 void checkOverlaps(const SourceFile& p, const Scenario& sc, const Trial& t) {
+  auto stepPos = [&](const std::string& name) {
+    for (const auto& st : sc.steps)
+      if (st.name == name) return st.pos;
+    return sc.pos;
+  };
   for (size_t i = 0; i < t.faults.size(); i++) {
     const PlannedFault& a = t.faults[i];
     std::string key = targetKey(a);
-    if (key.empty()) continue;
+    std::vector<std::string> fabric = fabricKeys(a);
+    if (key.empty() && fabric.empty()) continue;
     for (size_t j = i + 1; j < t.faults.size(); j++) {
       const PlannedFault& b = t.faults[j];
       if (b.atNs >= a.atNs + a.forNs) break;  // sorted by start: no later one overlaps
-      if (b.node != a.node || targetKey(b) != key) continue;
-      const Step* later = nullptr;
-      for (const auto& st : sc.steps)
-        if (st.name == b.step) later = &st;
-      p.fail(later ? later->pos : sc.pos,
-             "trial " + t.label() + ": step '" + b.step + "' (at " + fmtDur(b.atNs - t.startNs) + ") and step '" +
-                 a.step + "' (at " + fmtDur(a.atNs - t.startNs) + " for " + fmtDur(a.forNs) + ") both hold " + key +
-                 " on " + a.node +
-                 "; an agent runs one fault per target at a time (docs/safety.md): "
-                 "move one so that their windows do not overlap");
+      std::string held;
+      if (b.node == a.node) {
+        if (!key.empty() && targetKey(b) == key) held = key + " on " + a.node;
+      } else {
+        for (const auto& k : fabricKeys(b))
+          if (std::find(fabric.begin(), fabric.end(), k) != fabric.end()) held = k;
+      }
+      if (held.empty()) continue;
+      if (b.node == a.node)
+        p.fail(stepPos(b.step),
+               "trial " + t.label() + ": step '" + b.step + "' (at " + fmtDur(b.atNs - t.startNs) + ") and step '" +
+                   a.step + "' (at " + fmtDur(a.atNs - t.startNs) + " for " + fmtDur(a.forNs) + ") both hold " + held +
+                   "; an agent runs one fault per target at a time (docs/safety.md): "
+                   "move one so that their windows do not overlap");
+      else
+        p.fail(stepPos(b.step),
+               "trial " + t.label() + ": step '" + b.step + "' on " + b.node + " (at " + fmtDur(b.atNs - t.startNs) +
+                   ") and step '" + a.step + "' on " + a.node + " (at " + fmtDur(a.atNs - t.startNs) + " for " +
+                   fmtDur(a.forNs) + ") both hold " + held +
+                   ", one target for every node: each would snapshot what the other set and restore it "
+                   "(docs/safety.md). Give the port to one node (target = one node), or move one step so "
+                   "that their windows do not overlap");
     }
   }
 }
