@@ -19,6 +19,7 @@ struct HttpRequest {
   std::string target = "/";  // path and query
   std::string body;
   std::string contentType;  // for a body
+  std::string bearerToken;  // non-empty: sent as "Authorization: Bearer TOKEN"
   // The whole exchange: resolve, connect, send, read the answer.
   std::chrono::milliseconds timeout{2000};
   size_t maxBodyBytes = 16 << 20;  // of the answer

@@ -193,7 +193,9 @@ Result<PrometheusRules> parsePrometheusRules(std::string_view body, int64_t nowU
         if (!isGoZeroTime(activeAt->get_ref<const std::string&>())) {
           auto t = parseRfc3339(activeAt->get_ref<const std::string&>());
           if (!t) return fieldError(aw + "activeAt", t.error().message);
-          ev.startsAtUnixNs = *t + forNs;
+          // Saturated: a far-future activeAt (or a huge `for`) must not wrap to the past.
+          int64_t at = 0;
+          ev.startsAtUnixNs = __builtin_add_overflow(*t, forNs, &at) ? (forNs > 0 ? INT64_MAX : INT64_MIN) : at;
         }
         ev.fingerprint = labelsFingerprint(ev.labels);
         if (seen.insert(ev.fingerprint).second) out.firing.push_back(std::move(ev));

@@ -54,6 +54,7 @@ struct PrometheusPoller::Impl {
 
   HttpRequest get(std::string path) const {
     HttpRequest r;
+    r.bearerToken = options.bearerToken;
     r.host = url.host;
     r.port = url.port;
     r.target = url.prefix + std::move(path);

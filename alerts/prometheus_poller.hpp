@@ -24,6 +24,7 @@ struct PrometheusPollerOptions {
   std::chrono::milliseconds interval{500};         // from the end of one poll to the next
   std::chrono::milliseconds requestTimeout{2000};  // per HTTP request
   size_t maxResponseBytes = 16 << 20;
+  std::string bearerToken;           // non-empty: sent with every request (a proxy in front of Prometheus)
   size_t keptErrors = 20;            // the last ones, for errors()
   size_t maxQueuedEvents = 100'000;  // until take(); the excess is dropped, as an error
   // Called on the io_context after every poll, good or failed (a test or a run can wake on it).

@@ -15,6 +15,8 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <charconv>
 #include <deque>
 #include <map>
@@ -38,6 +40,8 @@ struct WebhookReceiver::Impl {
   tcp::endpoint bound;
   bool stopped = false;
   std::vector<AlertEvent> queue;
+  size_t queuedBytes = 0;
+  std::map<std::string, size_t> perClient;  // open connections by remote address
   std::deque<std::string> errors;
   uint64_t good = 0, bad = 0;
   uint64_t nextConnection = 0;
@@ -55,6 +59,20 @@ struct WebhookReceiver::Impl {
 namespace {
 
 using ReceiverImpl = WebhookReceiver::Impl;
+
+// What an event holds in memory, roughly: its labels and text, and the record itself.
+size_t eventBytes(const AlertEvent& e) {
+  size_t n = sizeof(AlertEvent) + e.fingerprint.size() + e.source.size();
+  for (const auto& [k, v] : e.labels) n += k.size() + v.size() + 64;
+  return n;
+}
+
+// Compares every byte whatever the first difference: the time says nothing of the token.
+bool sameSecret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); i++) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
 
 Result<tcp::endpoint> parseEndpoint(std::string_view text) {
   auto bad = [&](const std::string& why) {
@@ -117,14 +135,22 @@ asio::awaitable<void> serveConnection(std::shared_ptr<ReceiverImpl> impl, tcp::s
   boost::system::error_code ec;
   std::string peer = "unknown peer";
   if (auto ep = socket.remote_endpoint(ec); !ec) peer = endpointText(ep);
+  std::string client = peer;
+  if (auto ep = socket.remote_endpoint(ec); !ec) client = ep.address().to_string();
   beast::tcp_stream stream(std::move(socket));
   const uint64_t id = impl->nextConnection++;
   impl->connections.emplace(id, &stream);
+  impl->perClient[client]++;
   struct Unregister {
     ReceiverImpl& impl;
     uint64_t id;
-    ~Unregister() { impl.connections.erase(id); }
-  } unregister{*impl, id};
+    std::string client;
+    ~Unregister() {
+      impl.connections.erase(id);
+      if (auto it = impl.perClient.find(client); it != impl.perClient.end() && --it->second == 0)
+        impl.perClient.erase(it);
+    }
+  } unregister{*impl, id, client};
 
   beast::flat_buffer buffer;
   while (!impl->stopped) {
@@ -180,6 +206,20 @@ asio::awaitable<void> serveConnection(std::shared_ptr<ReceiverImpl> impl, tcp::s
     }
     const bool keepAlive = req.keep_alive();
     http::response<http::string_body> res;
+    const std::string auth(req[http::field::authorization]);
+    if (!impl->options.bearerToken.empty() &&
+        !(auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ") &&
+          sameSecret(auth.substr(7), impl->options.bearerToken))) {
+      impl->bad++;
+      impl->keepError(what + ": refused, " + (auth.empty() ? "no" : "a wrong") +
+                      " bearer token (Alertmanager's http_config.authorization.credentials_file)");
+      impl->notePost();
+      res = answer(http::status::unauthorized, "a bearer token is required", false);
+      res.set(http::field::www_authenticate, "Bearer");
+      stream.expires_after(impl->options.writeTimeout);
+      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      break;
+    }
     if (req.method() != http::verb::post) {
       res = answer(http::status::method_not_allowed,
                    "only POST (Alertmanager's webhook) is served here", keepAlive);
@@ -193,13 +233,18 @@ asio::awaitable<void> serveConnection(std::shared_ptr<ReceiverImpl> impl, tcp::s
         impl->good++;
         const size_t room = impl->options.maxQueuedEvents -
                             std::min(impl->options.maxQueuedEvents, impl->queue.size());
-        if (events->size() > room)
-          impl->keepError(what + ": dropped " + std::to_string(events->size() - room) + " of its " +
-                          std::to_string(events->size()) +
-                          " alerts: " + std::to_string(impl->queue.size()) +
-                          " events wait to be taken (the bound)");
-        for (size_t i = 0; i < events->size() && i < room; i++)
-          impl->queue.push_back(std::move((*events)[i]));
+        size_t kept = 0;
+        for (; kept < events->size() && kept < room; kept++) {
+          const size_t bytes = eventBytes((*events)[kept]);
+          if (impl->queuedBytes + bytes > impl->options.maxQueuedBytes) break;
+          impl->queuedBytes += bytes;
+          impl->queue.push_back(std::move((*events)[kept]));
+        }
+        if (kept < events->size())
+          impl->keepError(what + ": dropped " + std::to_string(events->size() - kept) + " of its " +
+                          std::to_string(events->size()) + " alerts: " + std::to_string(impl->queue.size()) +
+                          " events (" + std::to_string(impl->queuedBytes) +
+                          " bytes) wait to be taken (the bound)");
         res = answer(http::status::ok, "ok: " + std::to_string(events->size()) + " alert(s)",
                      keepAlive);
       }
@@ -227,11 +272,18 @@ asio::awaitable<void> acceptLoop(std::shared_ptr<ReceiverImpl> impl) {
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
+    std::string peer = "unknown peer", client = peer;
+    if (auto ep = socket.remote_endpoint(ec); !ec) peer = endpointText(ep), client = ep.address().to_string();
     if (impl->connections.size() >= impl->options.maxConnections) {
-      std::string peer = "unknown peer";
-      if (auto ep = socket.remote_endpoint(ec); !ec) peer = endpointText(ep);
       impl->keepError("refused a connection from " + peer + ": " +
                       std::to_string(impl->connections.size()) + " connections open (the bound)");
+      socket.close(ec);
+      continue;
+    }
+    if (auto it = impl->perClient.find(client);
+        it != impl->perClient.end() && it->second >= impl->options.maxConnectionsPerClient) {
+      impl->keepError("refused a connection from " + peer + ": " + std::to_string(it->second) + " open from " +
+                      client + " (the bound per client)");
       socket.close(ec);
       continue;
     }
@@ -251,6 +303,23 @@ asio::awaitable<void> acceptLoop(std::shared_ptr<ReceiverImpl> impl) {
 }
 
 }  // namespace
+
+Result<std::string> readTokenFile(const std::string& file) {
+  std::FILE* f = std::fopen(file.c_str(), "re");
+  if (!f) return makeError("cannot read '" + file + "': " + std::strerror(errno), errno);
+  char buf[4097];
+  size_t n = std::fread(buf, 1, sizeof buf, f);
+  std::fclose(f);
+  if (n > 4096) return makeError("'" + file + "' is longer than 4 KiB: a bearer token file holds one token");
+  std::string token(buf, n);
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  if (token.empty()) return makeError("'" + file + "' is empty: write the token in it");
+  for (char c : token)
+    if (c < 0x21 || c > 0x7e)
+      return makeError("'" + file + "' holds more than one line or a character that is not printable ASCII: "
+                       "a bearer token file holds the token alone");
+  return token;
+}
 
 WebhookReceiver::WebhookReceiver(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -296,7 +365,15 @@ uint16_t WebhookReceiver::port() const { return impl_->bound.port(); }
 
 std::string WebhookReceiver::endpoint() const { return endpointText(impl_->bound); }
 
-std::vector<AlertEvent> WebhookReceiver::take() { return std::exchange(impl_->queue, {}); }
+std::vector<AlertEvent> WebhookReceiver::take() {
+  impl_->queuedBytes = 0;
+  return std::exchange(impl_->queue, {});
+}
+
+bool WebhookReceiver::loopbackOnly(std::string_view endpoint) {
+  auto ep = parseEndpoint(endpoint);
+  return ep && ep->address().is_loopback();
+}
 
 std::vector<std::string> WebhookReceiver::errors() const {
   return {impl_->errors.begin(), impl_->errors.end()};

@@ -23,17 +23,28 @@ struct WebhookReceiverOptions {
   std::chrono::milliseconds readTimeout{10'000};  // per request, headers and body
   std::chrono::milliseconds writeTimeout{5'000};  // per answer
   size_t maxConnections = 32;                     // more are closed at once (and kept as errors)
+  size_t maxConnectionsPerClient = 4;             // from one address: one client cannot hold every slot
   size_t maxQueuedEvents = 100'000;  // until take(); the excess is dropped, as an error
+  size_t maxQueuedBytes = 16 << 20;  // the same, by the events' labels and text
+  // Non-empty: a post must carry "Authorization: Bearer TOKEN" (Alertmanager's
+  // http_config.authorization with credentials_file); others get 401 and are kept as errors.
+  std::string bearerToken;
   size_t keptErrors = 20;            // the last ones, for errors()
   WebhookLimits limits;
   // Called on the io_context after every post, good or bad (a test or a run can wake on it).
   std::function<void()> onPost;
 };
 
+// A bearer token from FILE (one line of printable ASCII, at most 4 KiB; a trailing newline
+// dropped), as Alertmanager's credentials_file holds it; errors name the file and what is wrong.
+Result<std::string> readTokenFile(const std::string& file);
+
 // Single-threaded: every member is called on the io_context's thread. Destroy it before the
 // io_context.
 class WebhookReceiver {
  public:
+  // Whether ENDPOINT's address is a loopback one (only this host can post there).
+  static bool loopbackOnly(std::string_view endpoint);
   // Listens on ENDPOINT, "ADDR:PORT" ("127.0.0.1:9099", "[::1]:0"; port 0 picks a free one),
   // serving on IO. Errors: an endpoint that does not parse, or one we cannot listen on.
   static Result<std::unique_ptr<WebhookReceiver>> start(boost::asio::io_context& io,

@@ -158,6 +158,9 @@ Result<std::vector<Record>> read(const std::string& path) {
         if (code == kIfTsresol && len >= 1) res = (v[0] & 0x80) ? -1 : v[0];
       });
       if (res < 0) return bad("a power-of-two timestamp resolution (not supported)");
+      // 10^-res s a tick: finer than 10^-18 cannot be scaled to ns in 64 bits (the divisor
+      // overflows to 0 from 10^-28 on); no capture tool writes one.
+      if (res > 18) return bad("a timestamp resolution of 10^-" + std::to_string(res) + " s (at most 10^-18 is read)");
       tsresol.push_back(res);
     } else if (type == kEpb) {
       if (bodyLen < 20) return bad("a short packet block");

@@ -223,6 +223,24 @@ Result<const CommandTemplate*> findTemplate(const Policy& policy, const std::str
   return &it->second;
 }
 
+// Whether IFINDEX still is INTERFACE, as journaled: after a reboot or a re-created NIC the index
+// can name another interface, whose qdiscs are not this fault's to touch (a stale entry, touched
+// nothing and given up as a conflict). An interface that is gone has nothing left to restore.
+Result<void> sameInterface(int ifindex, const std::string& interface) {
+  auto link = nl::getLink(ifindex);
+  if (!link) {
+    if (link.error().code == ENODEV) return {};
+    return makeError("tc-red on '" + interface + "': " + link.error().message, link.error().code);
+  }
+  if (link->name != interface)
+    return makeError("tc-red revert: ifindex " + std::to_string(ifindex) + " is now '" + link->name + "', not '" +
+                         interface + "' as journaled: the interface was renamed or replaced, so this stale entry " +
+                         "touches nothing; check the qdiscs of '" + interface + "' by hand (`tc qdisc show dev " +
+                         interface + "`)",
+                     kRevertConflict);
+  return {};
+}
+
 // What an ecn_shift with normalised PARAMS sets on the lab switch.
 swproto::EcnSettings appliedProfile(const json& params) {
   return {.enabled = true, .kmin = params.value("kmin", uint64_t(0)), .kmax = params.value("kmax", uint64_t(0)),
@@ -277,6 +295,7 @@ Result<void> restore(const json& snap, const Policy& policy, const json& applied
   if (backend == "tc-red") {
     int ifindex = snap.at("ifindex").get<int>();
     const std::string interface = str(snap, "interface");
+    if (auto same = sameInterface(ifindex, interface); !same) return same.error();
     if (snap.contains("qdiscs")) return tcred::restoreTree(ifindex, interface, qdiscsFrom(snap.at("qdiscs")));
     // An entry journaled before the tree was: its root was a kernel default, which removing
     // our RED brings back. A failed read is an error (retried), not a success.
@@ -376,9 +395,20 @@ class EcnShift final : public Fault {
                                                                .kmin = p_.kmin, .kmax = p_.kmax, .pmax = p_.pmax});
       if (!r) applied = r.error();
     } else if (p_.backend == "tc-red") {
-      auto link = nl::getLink(p_.interface);
-      if (!link) return link.error();
-      tcred::RedParams rp{link->ifindex, uint32_t(p_.kmin), uint32_t(p_.kmax), p_.pmax, 1000};
+      // On the snapshot's index, and only while it still is the interface the snapshot read: a
+      // name looked up again could be another interface by now.
+      int ifindex = 0;
+      {
+        std::lock_guard lock(m_);
+        ifindex = snap_->at("ifindex").get<int>();
+      }
+      auto link = nl::getLink(ifindex);
+      if (!link) return makeError("ecn_shift tc-red: interface '" + p_.interface + "': " + link.error().message,
+                                  link.error().code);
+      if (link->name != p_.interface)
+        return makeError("ecn_shift tc-red: ifindex " + std::to_string(ifindex) + " is now '" + link->name +
+                         "', not '" + p_.interface + "' as at the snapshot; nothing applied");
+      tcred::RedParams rp{ifindex, uint32_t(p_.kmin), uint32_t(p_.kmax), p_.pmax, 1000};
       auto msg = tcred::buildAddRed(rp, 1);
       if (!msg) return msg.error();
       applied = tcred::send(*msg, p_.interface);

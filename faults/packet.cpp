@@ -93,12 +93,13 @@ class PacketFault final : public Fault {
       std::lock_guard lock(m_);
       if (!snapped_) return makeError("packet: run without a snapshot");
     }
+    {
+      // From here the rule may exist even if the answer is lost: revert always deletes it.
+      std::lock_guard lock(m_);
+      sent_ = true;
+    }
     auto added = labswitchCall(socket_, swproto::AddPacketRuleRequest{.rule = ruleJson(params_, name_, port_)});
     if (!added) return makeError("packet: " + added.error().message, added.error().code);
-    {
-      std::lock_guard lock(m_);
-      added_ = true;
-    }
     events.add(Event{wallNs(), "applied", "lab switch port " + port_ + " rule " + name_, false});
     if (added->rule.capture && !added->rule.capture->path.empty())
       events.add(Event{wallNs(), "capture", added->rule.capture->path, false});
@@ -115,7 +116,7 @@ class PacketFault final : public Fault {
   Result<void> revert(EventLog& events) override {
     {
       std::lock_guard lock(m_);
-      if (!added_ || finished_) return {};
+      if (!sent_ || finished_) return {};
     }
     return finish(events);
   }
@@ -164,7 +165,7 @@ class PacketFault final : public Fault {
   json params_;
   std::string socket_, port_, name_;
   std::mutex m_;
-  bool snapped_ = false, added_ = false, finished_ = false;
+  bool snapped_ = false, sent_ = false, finished_ = false;
 };
 
 }  // namespace
@@ -227,7 +228,7 @@ const FaultKind kind_packet{
         {.name = "max_actions", .type = ParamType::integer, .help = "frames acted on at most",
          .defaultValue = int64_t(1'000'000), .min = 1, .max = 1e9},
         {.name = "duration", .type = ParamType::duration, .help = "how long the rule stays in the switch",
-         .defaultValue = int64_t(10e9), .min = 1 * kParamMs, .max = kParamHour},
+         .defaultValue = int64_t(10e9), .min = 1 * kParamMs, .max = kParamHour - double(kLifetimeGraceNs)},
         {.name = "capture", .type = ParamType::boolean,
          .help = "write the port's matching frames (first 128 bytes) as pcapng", .defaultValue = true},
         {.name = "capture_limit", .type = ParamType::size, .help = "the capture's size at most",

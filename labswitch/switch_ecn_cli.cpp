@@ -106,7 +106,8 @@ int ecnProfileMain(const std::vector<std::string>& args) {
     uint64_t kmin = 0, kmax = 0;
     char* end = nullptr;
     double pmax = std::strtod(args[6].c_str(), &end);
-    if (!number(args[4].c_str(), kmin) || !number(args[5].c_str(), kmax) || args[6].empty() || *end) {
+    if (!number(args[4].c_str(), kmin) || !number(args[5].c_str(), kmax) || args[6].empty() || *end ||
+        !(pmax >= 0 && pmax <= 1)) {
       std::fprintf(stderr, "rdmachaos-labswitch --ecn-profile set: KMIN_BYTES and KMAX_BYTES are whole numbers of "
                            "bytes and PMAX a number in [0, 1] (got '%s' '%s' '%s')\n",
                    args[4].c_str(), args[5].c_str(), args[6].c_str());

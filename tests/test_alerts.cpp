@@ -20,6 +20,7 @@
 #include <catch2/catch.hpp>
 #include "test_util.hpp"
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,8 +106,9 @@ T runToEnd(asio::io_context& io, asio::awaitable<T> coro, std::chrono::seconds l
 }
 
 rc::Result<HttpResponse> post(asio::io_context& io, uint16_t port, std::string body,
-                              std::string method = "POST") {
+                              std::string method = "POST", std::string token = "") {
   HttpRequest r;
+  r.bearerToken = std::move(token);
   r.method = std::move(method);
   r.host = "127.0.0.1";
   r.port = port;
@@ -404,6 +406,82 @@ TEST_CASE(
   CHECK(r->status == 200);
 }
 
+// Anyone who reaches the port could otherwise post alerts and fake detections.
+TEST_CASE("the webhook receiver with a bearer token refuses posts without it") {
+  rctest::TempDir dir;
+  std::ofstream(dir.path + "/token") << "s3cret-token\n";
+  auto token = readTokenFile(dir.path + "/token");
+  REQUIRE(token.ok());
+  CHECK(*token == "s3cret-token");
+  std::ofstream(dir.path + "/empty") << "\n";
+  CHECK_THAT(readTokenFile(dir.path + "/empty").error().message, Catch::Contains("is empty"));
+  std::ofstream(dir.path + "/two") << "a\nb\n";
+  CHECK_THAT(readTokenFile(dir.path + "/two").error().message, Catch::Contains("more than one line"));
+  CHECK_FALSE(readTokenFile(dir.path + "/missing").ok());
+
+  asio::io_context io;
+  WebhookReceiverOptions options;
+  options.bearerToken = *token;
+  auto rx = WebhookReceiver::start(io, "127.0.0.1:0", options);
+  REQUIRE(rx.ok());
+  WebhookReceiver& receiver = **rx;
+  auto r = post(io, receiver.port(), kWebhook);
+  REQUIRE(r.ok());
+  CHECK(r->status == 401);
+  r = post(io, receiver.port(), kWebhook, "POST", "s3cret-tokem");
+  REQUIRE(r.ok());
+  CHECK(r->status == 401);
+  CHECK(receiver.take().empty());
+  CHECK(receiver.badPosts() == 2);
+  REQUIRE(receiver.errors().size() == 2);
+  CHECK_THAT(receiver.errors()[0], Catch::Contains("refused, no bearer token"));
+  CHECK_THAT(receiver.errors()[1], Catch::Contains("refused, a wrong bearer token"));
+  r = post(io, receiver.port(), kWebhook, "POST", "s3cret-token");
+  REQUIRE(r.ok());
+  CHECK(r->status == 200);
+  CHECK(receiver.take().size() == 2);
+  CHECK(WebhookReceiver::loopbackOnly("127.0.0.1:9099"));
+  CHECK(WebhookReceiver::loopbackOnly("[::1]:9099"));
+  CHECK_FALSE(WebhookReceiver::loopbackOnly("0.0.0.0:9099"));
+  CHECK_FALSE(WebhookReceiver::loopbackOnly("10.1.2.3:9099"));
+}
+
+// One client address cannot hold every slot (keep-alive connections held open), and what waits
+// to be taken is bounded in bytes too, not only in count.
+TEST_CASE("the webhook receiver bounds connections per client and its queue in bytes") {
+  asio::io_context io;
+  WebhookReceiverOptions options;
+  options.maxConnectionsPerClient = 2;
+  options.maxQueuedBytes = 2000;
+  auto rx = WebhookReceiver::start(io, "127.0.0.1:0", options);
+  REQUIRE(rx.ok());
+  WebhookReceiver& receiver = **rx;
+  const asio::ip::tcp::endpoint ep{asio::ip::make_address("127.0.0.1"), receiver.port()};
+  std::vector<asio::ip::tcp::socket> held;
+  for (int i = 0; i < 3; i++) {
+    held.emplace_back(io);
+    held.back().connect(ep);
+    io.restart();
+    io.run_for(50ms);
+  }
+  REQUIRE(receiver.errors().size() == 1);
+  CHECK_THAT(receiver.errors()[0], Catch::Contains("2 open from 127.0.0.1 (the bound per client)"));
+  held.clear();  // closed: the slots come back
+  io.restart();
+  io.run_for(100ms);
+  // kWebhook's two alerts fit; the next posts' do not, by bytes (the count bound is far).
+  auto r = post(io, receiver.port(), kWebhook);
+  REQUIRE(r.ok());
+  CHECK(r->status == 200);
+  for (int i = 0; i < 4; i++) REQUIRE(post(io, receiver.port(), kWebhook).ok());
+  auto events = receiver.take();
+  CHECK(events.size() >= 2);
+  CHECK(events.size() < 10);
+  CHECK_THAT(receiver.errors().back(), Catch::Contains("bytes) wait to be taken (the bound)"));
+  REQUIRE(post(io, receiver.port(), kWebhook).ok());  // taken: room again
+  CHECK(receiver.take().size() == 2);
+}
+
 TEST_CASE("the webhook receiver answers Expect: 100-continue, as curl sends it") {
   asio::io_context io;
   auto rx = WebhookReceiver::start(io, "127.0.0.1:0");
@@ -492,6 +570,18 @@ const char* kTargets = R"({"status":"success","data":{"activeTargets":[
   {"labels":{"job":"c"},"scrapeInterval":"250ms","scrapeTimeout":"200ms"}],"droppedTargets":[]}})";
 
 }  // namespace
+
+// activeAt near the end of int64 nanoseconds plus a long `for`: the start saturates, never wraps
+// to a time in the past (which would count as a detection before the fault).
+TEST_CASE("Prometheus's activeAt + for saturates instead of overflowing") {
+  const char* rules = R"({"status":"success","data":{"groups":[{"interval":1,"rules":[{"type":"alerting",
+    "duration":31536000,"alerts":[{"state":"firing","labels":{"a":"b"},"activeAt":"2261-12-31T23:59:59Z"}]}]}]}})";
+  auto r = parsePrometheusRules(rules, 7);
+  INFO((r.ok() ? "" : r.error().message));
+  REQUIRE(r.ok());
+  REQUIRE(r->firing.size() == 1);
+  CHECK(r->firing[0].startsAtUnixNs == INT64_MAX);
+}
 
 TEST_CASE("Prometheus's rules answer: firing alerts, their start, the evaluation interval") {
   auto r = parsePrometheusRules(kRules, 7);

@@ -2,17 +2,22 @@
 // rules (every selector field and pick mode, determinism from a seed, each action's effect on
 // the frame, captures), and the go-back-N oracle on recorded NAK/retransmission sequences,
 // including the violations it must flag. Frames are built in the test (roce_frames.hpp).
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include "test_util.hpp"
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/pcapng.hpp"
 #include "common/roce.hpp"
+#include "common/unique_fd.hpp"
 #include "faults/fault.hpp"
 #include "labswitch/packet_rules.hpp"
 #include "oracle/gbn_oracle.hpp"
@@ -354,6 +359,88 @@ TEST_CASE("captures are bounded in size", "[pcapng]") {
   auto bad = pcapng::read(dir.path + "/x.pcapng");
   REQUIRE_FALSE(bad);
   CHECK_THAT(bad.error().message, Catch::Contains("at byte"));
+}
+
+// The switch took a rule but its answer was lost (a timeout, a switch restarting): the rule may
+// exist, so the revert deletes it by name anyway; before, a fault whose add failed deleted nothing.
+TEST_CASE("a packet rule whose add-reply was lost is deleted at revert", "[packet]") {
+  TempDir dir;
+  const std::string path = dir.path + "/switch.sock";
+  rc::UniqueFD lfd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
+  REQUIRE(::bind(lfd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  REQUIRE(::listen(lfd.get(), 4) == 0);
+  std::vector<std::string> seen;
+  std::thread fake([&] {  // answers nothing to an add, "absent" to a delete
+    for (int i = 0; i < 2; i++) {
+      rc::UniqueFD c(::accept4(lfd.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (c.get() < 0) return;
+      std::string line;
+      char ch;
+      while (::read(c.get(), &ch, 1) == 1 && ch != '\n') line += ch;
+      seen.push_back(line);
+      if (line.find("del_packet_rule") != std::string::npos) {
+        const std::string reply = "{\"ok\":true,\"absent\":true}\n";
+        (void)!::write(c.get(), reply.data(), reply.size());
+      }
+    }
+  });
+  const faults::FaultKind* k = faults::findKind("packet");
+  auto p = faults::normaliseParams("packet", k->params, {{"action", "drop"}, {"port", "n2"}, {"duration", "5s"}});
+  REQUIRE(p.ok());
+  faults::Policy policy{{"data0"}, {"mgmt0"}, "data0"};
+  policy.labswitchSocket = path;
+  auto f = k->create(*p, policy);
+  REQUIRE(f.ok());
+  REQUIRE((*f)->snapshot().ok());
+  faults::EventLog events;
+  std::stop_source stop;
+  CHECK_FALSE((*f)->run(stop.get_token(), events).ok());
+  CHECK((*f)->revert(events).ok());
+  fake.join();
+  REQUIRE(seen.size() == 2);
+  CHECK_THAT(seen[0], Catch::Contains("add_packet_rule"));
+  CHECK_THAT(seen[1], Catch::Contains("del_packet_rule"));
+  // The limit is said as one: the switch keeps a rule 2 s past its duration, within an hour.
+  auto tooLong = faults::normaliseParams("packet", k->params, {{"action", "drop"}, {"duration", "3599s"}});
+  REQUIRE_FALSE(tooLong.ok());
+  CHECK_THAT(tooLong.error().message, Catch::Contains("duration") && Catch::Contains("out of range"));
+}
+
+// A capture from elsewhere whose interface claims a tick of 10^-73 s: before, scaling its
+// timestamps to ns divided by a power of ten that had overflowed to 0.
+TEST_CASE("a pcapng timestamp resolution finer than 10^-18 s is refused, not divided by zero", "[pcapng]") {
+  TempDir dir;
+  auto u32 = [](std::vector<uint8_t>& b, uint32_t v) {
+    for (int i = 0; i < 4; i++) b.push_back(uint8_t(v >> (8 * i)));
+  };
+  auto u16 = [](std::vector<uint8_t>& b, uint16_t v) {
+    b.push_back(uint8_t(v));
+    b.push_back(uint8_t(v >> 8));
+  };
+  for (int res : {18, 19, 73}) {
+    std::vector<uint8_t> b;
+    u32(b, 0x0A0D0D0A), u32(b, 28), u32(b, 0x1A2B3C4D), u16(b, 1), u16(b, 0), u32(b, 0xFFFFFFFF), u32(b, 0xFFFFFFFF),
+        u32(b, 28);
+    u32(b, 1), u32(b, 32), u16(b, 1), u16(b, 0), u32(b, 0);                    // IDB: Ethernet
+    u16(b, 9), u16(b, 1), b.push_back(uint8_t(res)), b.insert(b.end(), 3, 0);  // if_tsresol
+    u32(b, 0), u32(b, 32);                                                      // opt_endofopt
+    u32(b, 6), u32(b, 36), u32(b, 0), u32(b, 0), u32(b, 1000), u32(b, 4), u32(b, 4), u32(b, 0xdeadbeef), u32(b, 36);
+    const std::string path = dir.path + "/r" + std::to_string(res) + ".pcapng";
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+    auto recs = pcapng::read(path);
+    INFO("if_tsresol " << res);
+    if (res == 18) {
+      REQUIRE(recs);
+      REQUIRE(recs->size() == 1);
+      CHECK((*recs)[0].timeNs == 0);  // 1000 ticks of 10^-18 s
+    } else {
+      REQUIRE_FALSE(recs);
+      CHECK_THAT(recs.error().message, Catch::Contains("timestamp resolution of 10^-" + std::to_string(res)));
+    }
+  }
 }
 
 namespace {

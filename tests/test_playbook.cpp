@@ -774,6 +774,7 @@ params = { down = "500ms")" + params + R"( }
 TEST_CASE("resolvePlan: one switch port held from two nodes at once is an error, naming both steps") {
   auto plan = [&](const std::string& steps) {
     auto pb = parsePlaybook(kHead + steps, "p.toml");
+    INFO((pb ? std::string() : pb.error().message));
     REQUIRE(pb);
     return resolvePlan(*pb, inventory());
   };
@@ -782,8 +783,7 @@ TEST_CASE("resolvePlan: one switch port held from two nodes at once is an error,
 name = "shift"
 kind = "ecn_shift"
 phase = "fault"
-at = "1s"
-at_max = "1500ms"
+at = { between = ["1s", "1500ms"] }
 for = "4s"
 target = "all"
 params = { backend = "command", command = "sonic", port = "Ethernet0", kmin = "10KiB", kmax = "20KiB" }

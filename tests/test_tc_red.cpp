@@ -153,6 +153,42 @@ TEST_CASE("a tc-red revert that cannot restore is an error; only a gone interfac
   CHECK(k->revertRecord(json::object(), legacy, Policy{}).ok());
 }
 
+// After a reboot or a re-created NIC the journaled index can name another interface: the revert
+// checks the name too, and a stale entry touches nothing (before, it "restored" the journaled
+// tree onto whatever interface now had that index).
+TEST_CASE("a tc-red revert whose ifindex names another interface now touches nothing", "[tc-red]") {
+  privateNamespace();
+  const FaultKind* k = findKind("ecn_shift");
+  int index = 0;
+  json snap;
+  {
+    RedVeth v(4);
+    index = v.ifindex;
+    sh("tc qdisc replace dev rct0 root handle 7: mq && tc qdisc replace dev rct0 parent 7:2 handle 72: bfifo limit 999");
+    auto p = normaliseParams("ecn_shift", k->params,
+                             {{"backend", "tc-red"}, {"interface", "rct0"}, {"kmin", "100KiB"}, {"kmax", "400KiB"}});
+    REQUIRE(p.ok());
+    auto f = k->create(*p, Policy{{"rct0"}, {"lo"}, "rct0"});
+    REQUIRE(f.ok());
+    auto s = (*f)->snapshot();
+    REQUIRE(s.ok());
+    snap = *s;
+  }
+  // Another interface takes the index, with a tree of the same shape but other children.
+  sh("ip link add imp0 index " + std::to_string(index) +
+     " numtxqueues 4 type veth peer name imp1 numtxqueues 4 && ip link set imp0 up && ip link set imp1 up && "
+     "tc qdisc replace dev imp0 root handle 7: mq");
+  const std::string before = out("tc -j qdisc show dev imp0");
+  auto r = k->revertRecord(json::object(), snap, Policy{});
+  const std::string after = out("tc -j qdisc show dev imp0");
+  (void)std::system("ip link del imp0 >/dev/null 2>&1");
+  CHECK(before.find("bfifo") == std::string::npos);
+  CHECK(after == before);  // before the fix: imp0's 7:2 became rct0's bfifo limit 999
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == kRevertConflict);
+  CHECK_THAT(r.error().message, Catch::Contains("ifindex " + std::to_string(index) + " is now 'imp0', not 'rct0'"));
+}
+
 TEST_CASE("two tc-red dumps at once each read their own interface", "[tc-red]") {
   privateNamespace();
   // Two rails ending together: two reverts read the qdiscs at the same time (the dump used to

@@ -109,6 +109,8 @@ struct RunOptions {
   std::string baseline;        // GOLDEN.json or a result.json: compared at the end (compare.hpp)
   std::string baselineRules;   // rules TOML for that comparison
   std::string alertmanagerWebhook;  // ADDR:PORT: receive Alertmanager's posts (empty: off)
+  std::string alertmanagerTokenFile;  // the bearer token a post must carry (empty: none)
+  std::string prometheusTokenFile;    // a bearer token sent to --prometheus (empty: none)
   std::string prometheus;           // http://HOST:PORT: poll its alerts (empty: off)
 };
 // Runs a playbook (or prints its resolved plan with --dry-run); exit 0/1/2 per the contract.

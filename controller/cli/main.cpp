@@ -213,9 +213,15 @@ void addPlaybookCommands(CLI::App& app, Cli& cli) {
   cRun->add_option("--alertmanager-webhook", run.alertmanagerWebhook,
                    "receive Alertmanager's webhook posts on ADDR:PORT and score the playbook's [[detect]] "
                    "expectations against them (docs/deploy.md)");
+  cRun->add_option("--alertmanager-token-file", run.alertmanagerTokenFile,
+                   "refuse webhook posts without this file's bearer token (Alertmanager's "
+                   "http_config.authorization.credentials_file); needed beyond loopback");
   cRun->add_option("--prometheus", run.prometheus,
                    "poll this Prometheus (http://HOST:PORT) for the alerts the [[detect]] expectations name, and "
                    "read its scrape and evaluation intervals");
+  cRun->add_option("--prometheus-token-file", run.prometheusTokenFile,
+                   "send this file's bearer token to --prometheus (a proxy in front of it; plain HTTP: keep "
+                   "both on a trusted network)");
   cRun->add_option("--timeout", run.timeout, "one deadline for connecting to every agent; also each request's bound")->capture_default_str();
 }
 

@@ -216,15 +216,37 @@ int cmdRun(const RunOptions& o) {
   // bad URL stops the run with nothing changed.
   boost::asio::io_context io;
   AlertSources sources;
+  if (!o.alertmanagerTokenFile.empty() && o.alertmanagerWebhook.empty())
+    return fail("--alertmanager-token-file needs --alertmanager-webhook ADDR:PORT");
   if (!o.alertmanagerWebhook.empty()) {
-    auto w = alerts::WebhookReceiver::start(io, o.alertmanagerWebhook);
+    alerts::WebhookReceiverOptions wo;
+    if (!o.alertmanagerTokenFile.empty()) {
+      auto token = alerts::readTokenFile(o.alertmanagerTokenFile);
+      if (!token) return fail("--alertmanager-token-file: " + token.error().message);
+      wo.bearerToken = *token;
+    } else if (!alerts::WebhookReceiver::loopbackOnly(o.alertmanagerWebhook)) {
+      std::fprintf(stderr,
+                   "WARNING: --alertmanager-webhook %s is reachable beyond this host and takes posts without a "
+                   "token: anyone who reaches it can post alerts and fake detections. Add "
+                   "--alertmanager-token-file FILE (and credentials_file in Alertmanager's webhook config)\n",
+                   o.alertmanagerWebhook.c_str());
+    }
+    auto w = alerts::WebhookReceiver::start(io, o.alertmanagerWebhook, std::move(wo));
     if (!w) return fail("--alertmanager-webhook: " + w.error().message);
     sources.webhook = std::move(*w);
     std::fprintf(stderr, "receiving Alertmanager's webhook posts on %s (point a webhook_configs url at http://%s/)\n",
                  sources.webhook->endpoint().c_str(), sources.webhook->endpoint().c_str());
   }
+  if (!o.prometheusTokenFile.empty() && o.prometheus.empty())
+    return fail("--prometheus-token-file needs --prometheus URL");
   if (!o.prometheus.empty()) {
-    auto p = alerts::PrometheusPoller::start(io, o.prometheus);
+    alerts::PrometheusPollerOptions po;
+    if (!o.prometheusTokenFile.empty()) {
+      auto token = alerts::readTokenFile(o.prometheusTokenFile);
+      if (!token) return fail("--prometheus-token-file: " + token.error().message);
+      po.bearerToken = *token;
+    }
+    auto p = alerts::PrometheusPoller::start(io, o.prometheus, std::move(po));
     if (!p) return fail("--prometheus: " + p.error().message);
     sources.poller = std::move(*p);
     std::fprintf(stderr, "polling %s for alerts every 500ms\n", sources.poller->url().c_str());
