@@ -336,7 +336,8 @@ bound = "1s"
   INFO(broken.error().message);
   CHECK(broken.error().message ==
         "q.toml:6:12: phase 'baseline' duration: duration '10d' has unknown unit 'd': use ns, us, ms, s, m or h\n"
-        "q.toml:11:1: [[expect]] needs op = \"<\", \"<=\", \">\" or \">=\"");
+        "q.toml:11:1: [[expect]] needs op = \"<\", \"<=\", \">\" or \">=\"\n"
+        "q.toml:1:1: note: the steps' times were not checked: they are placed on the phases, which have errors");
 }
 
 TEST_CASE("the workload transport is tcp by default; an unknown one is named") {
@@ -769,6 +770,52 @@ params = { down = "500ms")" + params + R"( }
   // Back to back (the first window ends as the second starts), or another interface: fine.
   CHECK(plan("5s", ""));
   CHECK(plan("3s", ", interface = \"data1\""));
+}
+
+// A newcomer's playbook with four mistakes in four parts gets all four in one pass: a phase in
+// error no longer hides what each step says of itself.
+TEST_CASE("validate reports every error of a file: a broken phase hides no step's own errors") {
+  auto pb = parsePlaybook(R"(name = "t"
+[workload]
+kind = "allreduce"
+[[phase]]
+name = "baseline"
+duration = "10s"
+[[phase]]
+name = "fault"
+duration = "-5s"
+[[step]]
+name = "mystery"
+kind = "link_wobble"
+phase = "fault"
+target = "n1"
+[[step]]
+name = "storm"
+kind = "pfc_storm"
+phase = "fault"
+target = "n1"
+params = { priorities = [9] }
+[[step]]
+name = "flap"
+kind = "link_flap"
+phase = "fault"
+target = "n2"
+params = { down = "soon" }
+)",
+                          "four.toml");
+  REQUIRE_FALSE(pb);
+  const std::string& m = pb.error().message;
+  INFO(m);
+  std::vector<std::string> errors, notes;
+  std::istringstream in(m);
+  for (std::string line; std::getline(in, line);) (line.find(": note: ") != std::string::npos ? notes : errors).push_back(line);
+  REQUIRE(errors.size() == 4);
+  CHECK_THAT(errors[0], Catch::StartsWith("four.toml:9:") && Catch::Contains("duration"));
+  CHECK_THAT(errors[1], Catch::StartsWith("four.toml:12:") && Catch::Contains("unknown fault kind 'link_wobble'"));
+  CHECK_THAT(errors[2], Catch::StartsWith("four.toml:20:") && Catch::Contains("priorities"));
+  CHECK_THAT(errors[3], Catch::StartsWith("four.toml:26:") && Catch::Contains("down"));
+  REQUIRE(notes.size() == 1);
+  CHECK_THAT(notes[0], Catch::Contains("the steps' times were not checked"));
 }
 
 TEST_CASE("resolvePlan: one switch port held from two nodes at once is an error, naming both steps") {

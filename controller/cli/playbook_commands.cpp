@@ -138,7 +138,12 @@ int cmdValidate(const std::vector<std::string>& playbooks, const std::string& in
     if (!pb) {
       // Every error of the file, one per line by position (the parser goes on past each).
       const std::string& m = pb.error().message;
-      size_t n = size_t(std::count(m.begin(), m.end(), '\n')) + 1;
+      size_t n = 0;  // lines that are errors, not notes of what they kept from being checked
+      for (size_t at = 0; at < m.size();) {
+        size_t end = std::min(m.find('\n', at), m.size());
+        if (m.compare(at, end - at, "") != 0 && m.substr(at, end - at).find(": note: ") == std::string::npos) n++;
+        at = end + 1;
+      }
       std::fprintf(stderr, "%s\n%s: %zu error%s\n", m.c_str(), path.c_str(), n, n == 1 ? "" : "s");
       bad++;
       continue;

@@ -32,6 +32,8 @@ std::string Parser::errors() const {
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
   std::string out;
   for (const auto& m : sorted) out += (out.empty() ? "" : "\n") + m;
+  if (!out.empty())
+    for (const auto& n : notes_) out += "\n" + n;
   return out;
 }
 
@@ -100,6 +102,20 @@ Scenario Parser::scenario(const toml::table& t, const std::string& nm, const Sou
                  timeline;
   }
   if (sc.phases.empty()) timeline = false;
+  // With the phases in error, each step is still checked for what it says of itself (its kind,
+  // parameters, keys, target), and only its place on the timeline is left for the next pass.
+  if (auto* steps = t.get("step"); steps && !timeline) {
+    bool any = false;
+    if (steps->is_array_of_tables())
+      for (size_t i = 0; i < steps->as_array()->size(); i++) {
+        any = true;
+        const toml::node& st = *steps->as_array()->get(i);
+        part([&] { stepKindCheck(st, stepOwn(st, i)); });
+      }
+    if (any) note(p, std::string("the steps' times") + (t.get("sweep") ? ", the sweep" : "") +
+                         (t.get("detect") ? ", the detections" : "") +
+                         " were not checked: they are placed on the phases, which have errors");
+  }
   if (auto* steps = t.get("step"); steps && timeline) {
     const toml::array* sa = nullptr;
     if (part([&] {
