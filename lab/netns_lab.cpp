@@ -591,6 +591,8 @@ namespace {
 Result<std::string> build(const UpOptions& options, LabState& s, const std::string& agentBinary) {
   s.agentBinary = agentBinary;
   s.fabric = options.fabric;
+  s.rateBps = options.fabric == "switch" ? options.rateBps : 0;
+  s.ports = options.fabric == "switch" ? options.switchPorts : "";
   if (s.fabric == "switch") {
     auto sw = resolveSwitchBinary(options, agentBinary);
     if (!sw) return sw.error();

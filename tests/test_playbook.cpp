@@ -5,7 +5,10 @@
 #include <set>
 
 #include "common/toml_text.hpp"
+#include "controller/cli/commands.hpp"
 #include "controller/playbook/playbook.hpp"
+#include "lab/lab.hpp"
+#include "lab/lab_state.hpp"
 #include "synthetic_run.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity
@@ -770,6 +773,61 @@ params = { down = "500ms")" + params + R"( }
   // Back to back (the first window ends as the second starts), or another interface: fine.
   CHECK(plan("5s", ""));
   CHECK(plan("3s", ", interface = \"data1\""));
+}
+
+// The lab a playbook's bounds were set on: stated in [lab], compared with the lab a run is given.
+TEST_CASE("[lab]: a playbook states its lab, a run on another lab is told what differs") {
+  const std::string head = R"(name = "t"
+[workload]
+kind = "allreduce"
+[[phase]]
+name = "baseline"
+duration = "10s"
+)";
+  auto pb = parsePlaybook(head + "[lab]\nrate = \"600M\"\nnodes = 4\nports = \"tap\"\n", "l.toml");
+  REQUIRE(pb);
+  CHECK(pb->lab.present);
+  CHECK(pb->lab.rateBps == 600e6);
+  CHECK(pb->lab.nodes == 4);
+  CHECK(parsePlaybook(head + "[lab]\nrate = \"1Gbps\"\n", "l.toml")->lab.rateBps == 1e9);
+  auto bad = parsePlaybook(head + "[lab]\nrate = \"fast\"\nports = \"wifi\"\ncores = 2\n", "l.toml");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message, Catch::Contains("l.toml:8:8: [lab] rate must be a port rate like \"600M\"") &&
+                                      Catch::Contains("unknown key 'cores' in [lab]"));
+  CHECK_THAT(parsePlaybook(head + "[lab]\nports = \"wifi\"\n", "l.toml").error().message,
+             Catch::Contains("[lab] ports must be \"tap\" or \"veth\""));
+
+  rctest::TempDir dir;
+  rc::lab::LabState st;
+  st.dir = dir.path;
+  st.nodes.resize(4);
+  st.rateBps = 1e9;
+  st.ports = "tap";
+  REQUIRE(rc::lab::saveState(st).ok());
+  const std::string inventory = dir.path + "/inventory.toml";
+  auto warnings = rc::controller::labMismatch(*pb, inventory);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("'t' was bounded on a lab of 4 nodes at 600M with tap ports") &&
+                              Catch::Contains("has ports at 1G, not 600M") &&
+                              Catch::Contains("`rdmachaos lab up --nodes 4 --rate 600M`"));
+  st.rateBps = 600e6;
+  REQUIRE(rc::lab::saveState(st).ok());
+  CHECK(rc::controller::labMismatch(*pb, inventory).empty());
+  // A real cluster's inventory has no lab beside it: nothing to compare.
+  rctest::TempDir elsewhere;
+  CHECK(rc::controller::labMismatch(*pb, elsewhere.path + "/inventory.toml").empty());
+}
+
+// lab up's default rate: the table the bench figures justify, on this machine's cores.
+TEST_CASE("lab up's default rate fits the machine: 1G for 3 nodes, less for more, more with cores") {
+  CHECK(rc::lab::chooseRate(3, 2).bps == 1e9);
+  CHECK(rc::lab::chooseRate(4, 2).bps == 600e6);
+  CHECK(rc::lab::chooseRate(8, 2).bps == 300e6);
+  CHECK(rc::lab::chooseRate(32, 2).bps == 100e6);
+  CHECK(rc::lab::chooseRate(4, 8).bps == 1e9);
+  CHECK(rc::lab::chooseRate(3, 1).bps < 1e9);
+  CHECK_THAT(rc::lab::chooseRate(4, 2).why, Catch::Contains("port rate 600M for 4 nodes on 2 cores") &&
+                                                Catch::Contains("--rate sets another"));
 }
 
 // A newcomer's playbook with four mistakes in four parts gets all four in one pass: a phase in

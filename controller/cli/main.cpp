@@ -155,7 +155,8 @@ void addSetupCommands(CLI::App& app, Cli& cli) {
       ->capture_default_str();
   cLabUp->add_option("--leaves", labFabric.leaves, "leaf switches (with --spines; nodes split evenly)");
   cLabUp->add_option("--spines", labFabric.spines, "spine switches (0: one switch)")->capture_default_str();
-  cLabUp->add_option("--rate", labFabric.rate, "port line rate, e.g. 1G, 100M")->capture_default_str();
+  cLabUp->add_option("--rate", labFabric.rate,
+                     "port line rate, e.g. 1G, 100M (default: what this machine's switch carries for --nodes, printed)");
   cLabUp->add_option("--routing", labFabric.routing, "ecmp or adaptive")->capture_default_str();
   cLabUp->add_flag("--no-offload", labFabric.noOffload,
                    "switch TAPs without segmentation offload: one system call per wire frame (for comparison)");

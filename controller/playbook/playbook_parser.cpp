@@ -279,6 +279,27 @@ void Parser::cost(const toml::node& cNode, CostSettings& co) const {
   if (auto* v = t.get("days")) co.days = number(*v, "days", 0, 3650);
 }
 
+void Parser::labSettings(const toml::node& n, LabSettings& l) const {
+  const auto& t = table(n, "lab");
+  checkKeys(t, {"rate", "nodes", "ports"}, "[lab]");
+  l.present = true;
+  l.pos = pos(n);
+  if (auto* v = t.get("rate")) {
+    // As `lab up --rate` takes it ("600M", "1G") or as a datasheet writes it ("600Mbps").
+    const std::string text = str(*v, "[lab] rate", 32);
+    const char last = text.empty() ? '\0' : text.back();
+    auto r = parseBitRate(last == 'K' || last == 'M' || last == 'G' ? text + "bps" : text);
+    if (!r || *r < 1'000'000 || *r > 400'000'000'000ull)
+      fail(*v, "[lab] rate must be a port rate like \"600M\" or \"1G\" (1M..400G), as given to `lab up --rate`");
+    l.rateBps = double(*r);
+  }
+  if (auto* v = t.get("nodes")) l.nodes = int(integer(*v, "[lab] nodes", 1, 32));
+  if (auto* v = t.get("ports")) {
+    l.ports = str(*v, "[lab] ports", 8);
+    if (l.ports != "tap" && l.ports != "veth") fail(*v, "[lab] ports must be \"tap\" or \"veth\" (lab up --ports)");
+  }
+}
+
 // [[scenario]] tables: each with its own phases, steps, expectations, sweep and detects.
 void Parser::scenarios(const toml::node& scsNode, bool inlineForm, Playbook& pb) {
   const toml::node* scs = &scsNode;
@@ -346,7 +367,7 @@ Playbook Parser::parse(const std::string& text) {
     throw Fail{at(e.source()) + ": " + std::string(e.description())};
   }
   checkKeys(root,
-            {"name", "description", "seed", "repeat", "workload", "guardrails", "scoring", "cost",
+            {"name", "description", "seed", "repeat", "workload", "guardrails", "scoring", "cost", "lab",
              "phase", "step", "expect", "require", "sweep", "detect", "detection", "scenario"},
             "the playbook");
   Playbook pb;
@@ -376,6 +397,7 @@ Playbook Parser::parse(const std::string& text) {
   if (auto* c = root.get("cost")) part([&] {
     cost(*c, pb.cost);
   });
+  if (auto* l = root.get("lab")) part([&] { labSettings(*l, pb.lab); });
 
   const bool inlineForm =
       root.get("phase") || root.get("step") || root.get("expect") || root.get("require") || root.get("sweep") ||

@@ -231,6 +231,7 @@ class Parser {
   void guardrails(const toml::node& g, Guardrails& gr) const;
   void scoring(const toml::node& s, ScoringSettings& sc) const;
   void cost(const toml::node& c, CostSettings& co) const;
+  void labSettings(const toml::node& n, LabSettings& l) const;
   void scenarios(const toml::node& scs, bool inlineForm, Playbook& pb);
   void checkTimeline(const Playbook& pb);
   json normalise(const toml::node& where, const std::string& kind, const json& raw,
