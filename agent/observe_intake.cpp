@@ -92,7 +92,7 @@ struct ObserveIntake::Stream {
 ObserveIntake::ObserveIntake(ObserveOptions options) : options_(std::move(options)) {}
 
 Result<std::unique_ptr<ObserveIntake>> ObserveIntake::start(ObserveOptions options) {
-  const std::string& path = options.socketPath;
+  const std::string path = options.socketPath;  // a copy: OPTIONS moves into the intake below
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(addr.sun_path))
