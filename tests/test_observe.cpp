@@ -22,6 +22,7 @@
 
 #include "agent/config.hpp"
 #include "agent/observe_intake.hpp"
+#include "lab/lab_files.hpp"
 #include "observe/nccl_profiler_abi.h"
 #include "observe/observe_wire.h"
 #include "observe/rdmachaos_observe.h"
@@ -364,6 +365,23 @@ TEST_CASE("observe config: [observe] defaults and bounds") {
   auto r = rc::agent::parseConfig(base + "[observe]\n" + bad + "\n", "agent.toml");
   INFO(bad);
   CHECK_FALSE(r);
+}
+
+TEST_CASE("observe config: a lab agent's configuration names its node's own socket") {
+  rc::lab::LabState lab;
+  lab.dir = "/tmp/rdmachaos-lab-t";
+  rc::lab::NodeRecord node;
+  node.name = "n2";
+  auto text = rc::lab::agentConfigText(lab, node,
+                                       {.heading = "test",
+                                        .listen = "198.18.1.12:7470",
+                                        .stateDir = "\"/tmp/rdmachaos-lab-t/nodes/n2/state\"",
+                                        .observeSocket = "/tmp/rdmachaos-lab-t/nodes/n2/observe.sock"},
+                                       std::chrono::seconds(5));
+  auto c = rc::agent::parseConfig(text, "agent.toml");
+  INFO(text);
+  REQUIRE(c);
+  CHECK(c->observe.socket == "/tmp/rdmachaos-lab-t/nodes/n2/observe.sock");
 }
 
 TEST_CASE("observe library: with no agent listening, one connect attempt, records dropped and counted") {
