@@ -453,6 +453,25 @@ TEST_CASE("observe library: the C API end to end into a real intake") {
   CHECK(binBytes(batches[1].telemetry) == 100);
 }
 
+TEST_CASE("observe library: Python through ctypes (observe/examples/train_step.py)") {
+  if (std::system("command -v python3 >/dev/null 2>&1") != 0) RC_SKIP("python3 is not installed");
+  rctest::TempDir dir("rc-observe");
+  auto in = startIntake(dir.file("o.sock"));
+  std::string cmd = "RDMACHAOS_OBSERVE_SOCKET=" + in->path() + " RDMACHAOS_OBSERVE_LIB=" + buildDir() +
+                    "/observe/librdmachaos-observe.so RANK=3 WORLD_SIZE=8 TORCHELASTIC_RUN_ID=run-7 python3 " +
+                    RDMACHAOS_SOURCE_ROOT "/observe/examples/train_step.py 12";
+  INFO(cmd);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  REQUIRE(waitFor([&] { return in->stats().accepted == 12; }));
+  auto batches = in->drain(nowNs() + rctest::kS);
+  REQUIRE(batches.size() == 1);
+  CHECK(batches[0].jobId == "run-7");
+  CHECK(batches[0].worldSize == 8);
+  REQUIRE(batches[0].ranks.size() == 1);
+  CHECK(batches[0].ranks[0].rank == 3);
+  CHECK(binBytes(batches[0].telemetry) == 12u * (4u << 20));
+}
+
 TEST_CASE("observe library: the NCCL profiler plugin replayed through its v5, v4 and v1 structs") {
   rctest::TempDir dir("rc-observe");
   auto in = startIntake(dir.file("o.sock"));
