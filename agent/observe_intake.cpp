@@ -17,7 +17,6 @@
 #include "agent/config.hpp"
 #include "common/errno_text.hpp"
 #include "common/log.hpp"
-#include "observe/observe_wire.h"
 
 namespace rc::agent {
 
@@ -169,11 +168,18 @@ void ObserveIntake::run(std::stop_token stop) {
     if (now - lastExpire >= kTickMs * 1'000'000LL) {
       expire(now);
       lastExpire = now;
+      if (listenPaused_) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = listen_.get();
+        listenPaused_ = ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listen_.get(), &ev) != 0;
+      }
     }
   }
 }
 
-void ObserveIntake::refuse(Refusal why, const std::string& detail, int64_t now) {
+template <typename Detail>
+void ObserveIntake::refuse(Refusal why, int64_t now, const Detail& detail) {
   uint64_t total;
   {
     std::lock_guard lock(m_);
@@ -185,7 +191,7 @@ void ObserveIntake::refuse(Refusal why, const std::string& detail, int64_t now) 
     last = now;
     rc::log::warn("observe intake: refused ({}): {} ({} refused for this reason so far; see "
                   "rdmachaos_agent_observe_refused_total)",
-                  refusalName(why), detail, total);
+                  refusalName(why), detail(), total);
   }
 }
 
@@ -194,8 +200,13 @@ void ObserveIntake::acceptClients(int64_t now) {
   for (int k = 0; k < 64; k++) {
     UniqueFD fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd.isValid()) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED && errno != EINTR)
-        refuse(Refusal::tooManyClients, "accept: " + errnoText(), now);
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EINTR) return;
+      // Out of descriptors (EMFILE, ENFILE): the connection stays queued and the listener
+      // would wake the loop at once, again and again; it rests until the next tick.
+      std::string why = errnoText();
+      refuse(Refusal::tooManyClients, now, [&] { return "accept: " + why + "; not accepting until the next tick"; });
+      ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listen_.get(), nullptr);
+      listenPaused_ = true;
       return;
     }
     ucred cred{};
@@ -203,17 +214,17 @@ void ObserveIntake::acceptClients(int64_t now) {
     if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) continue;
     if (std::find(options_.allowUids.begin(), options_.allowUids.end(), cred.uid) ==
         options_.allowUids.end()) {
-      refuse(Refusal::foreignUid,
-             "a connection from pid " + std::to_string(cred.pid) + " of uid " + std::to_string(cred.uid) +
-                 ", not in [observe] allow_uids",
-             now);
+      refuse(Refusal::foreignUid, now, [&] {
+        return "a connection from pid " + std::to_string(cred.pid) + " of uid " + std::to_string(cred.uid) +
+               ", not in [observe] allow_uids";
+      });
       continue;
     }
     if (clients_.size() >= options_.maxClients) {
-      refuse(Refusal::tooManyClients,
-             "pid " + std::to_string(cred.pid) + ": " + std::to_string(clients_.size()) +
-                 " clients already connected ([observe] max_clients)",
-             now);
+      refuse(Refusal::tooManyClients, now, [&] {
+        return "pid " + std::to_string(cred.pid) + ": " + std::to_string(clients_.size()) +
+               " clients already connected ([observe] max_clients)";
+      });
       continue;
     }
     epoll_event ev{};
@@ -263,56 +274,60 @@ void ObserveIntake::readClient(int fd, int64_t now) {
     c.tokens = std::min<double>(options_.maxRecordsPerSecond, c.tokens + std::max(0.0, add));
     c.refillNs = now;
     if (c.tokens < 1) {
-      refuse(Refusal::rateLimited,
-             "pid " + std::to_string(c.pid) + " sends more than " +
-                 std::to_string(options_.maxRecordsPerSecond) + " records/s ([observe] max_records_per_second)",
-             now);
+      refuse(Refusal::rateLimited, now, [&] {
+        return "pid " + std::to_string(c.pid) + " sends more than " +
+               std::to_string(options_.maxRecordsPerSecond) + " records/s ([observe] max_records_per_second)";
+      });
       continue;
     }
     c.tokens -= 1;
-    if (size_t(n) < 8) {
-      refuse(Refusal::malformed, "pid " + std::to_string(c.pid) + ": a message of " + std::to_string(n) + " bytes", now);
+    RecordCheck check = checkRecord(buf, size_t(n), now, options_);
+    if (!check.record) {
+      refuse(check.why, now, [&] { return "pid " + std::to_string(c.pid) + ": " + check.detail; });
       continue;
     }
-    uint32_t magic;
-    uint16_t version;
-    std::memcpy(&magic, buf, 4);
-    std::memcpy(&version, buf + 4, 2);
-    if (magic != RC_OBSERVE_MAGIC) {
-      refuse(Refusal::malformed, "pid " + std::to_string(c.pid) + ": not an observe record (magic)", now);
-      continue;
-    }
-    if (version != RC_OBSERVE_VERSION) {
-      refuse(Refusal::version,
-             "pid " + std::to_string(c.pid) + ": record version " + std::to_string(version) +
-                 " (this agent reads version " + std::to_string(RC_OBSERVE_VERSION) + ")",
-             now);
-      continue;
-    }
-    if (size_t(n) != sizeof(rc_observe_record_v1)) {
-      refuse(Refusal::malformed,
-             "pid " + std::to_string(c.pid) + ": a version-1 record of " + std::to_string(n) +
-                 " bytes (expected " + std::to_string(sizeof(rc_observe_record_v1)) + ")",
-             now);
-      continue;
-    }
-    rc_observe_record_v1 r;
-    std::memcpy(&r, buf, sizeof r);
-    if (auto why = take(c, r, now)) {
-      std::string detail = "pid " + std::to_string(c.pid) + ", op";
-      if (nameOk(r.op, sizeof r.op, false)) detail += " '" + std::string(r.op) + "'";
-      refuse(*why, detail, now);
-    }
+    if (auto why = take(c, *check.record, now))
+      refuse(*why, now, [&] { return "pid " + std::to_string(c.pid) + ", op '" + std::string(check.record->op) + "'"; });
   }
 }
 
+RecordCheck checkRecord(const void* data, size_t n, int64_t now, const ObserveOptions& o) {
+  RecordCheck out;
+  auto fail = [&](Refusal why, std::string detail) {
+    out.why = why;
+    out.detail = std::move(detail);
+    return out;
+  };
+  if (n < 8) return fail(Refusal::malformed, "a message of " + std::to_string(n) + " bytes");
+  uint32_t magic;
+  uint16_t version;
+  std::memcpy(&magic, data, 4);
+  std::memcpy(&version, static_cast<const char*>(data) + 4, 2);
+  if (magic != RC_OBSERVE_MAGIC) return fail(Refusal::malformed, "not an observe record (magic)");
+  if (version != RC_OBSERVE_VERSION)
+    return fail(Refusal::version, "record version " + std::to_string(version) + " (this agent reads version " +
+                                      std::to_string(RC_OBSERVE_VERSION) + ")");
+  if (n != sizeof(rc_observe_record_v1))
+    return fail(Refusal::malformed, "a version-1 record of " + std::to_string(n) + " bytes (expected " +
+                                        std::to_string(sizeof(rc_observe_record_v1)) + ")");
+  rc_observe_record_v1 r;
+  std::memcpy(&r, data, sizeof r);
+  if (r.size != sizeof r || r.reserved != 0) return fail(Refusal::malformed, "size or reserved field");
+  if (r.world_size == 0 || r.world_size > (1u << 24) || r.rank >= r.world_size)
+    return fail(Refusal::malformed, "rank " + std::to_string(r.rank) + " of world size " + std::to_string(r.world_size));
+  if (!nameOk(r.op, sizeof r.op, false) || !nameOk(r.job_id, sizeof r.job_id, true))
+    return fail(Refusal::malformed, "op or job_id not a NUL-terminated name of [A-Za-z0-9._:@+-]");
+  std::string op = "op '" + std::string(r.op) + "'";
+  if (r.end_ns < r.start_ns || r.end_ns - r.start_ns > o.maxDurationNs)
+    return fail(Refusal::malformed, op + ": end before start, or longer than the longest operation");
+  if (r.end_ns < now - o.retentionNs || r.end_ns > now + o.maxFutureNs)
+    return fail(Refusal::outOfTime, op + ": ends " + std::to_string((r.end_ns - now) / 1'000'000) +
+                                        " ms from now (CLOCK_REALTIME)");
+  out.record = r;
+  return out;
+}
+
 std::optional<Refusal> ObserveIntake::take(Client& c, const rc_observe_record_v1& r, int64_t now) {
-  if (r.size != sizeof r || r.world_size == 0 || r.world_size > (1u << 24) || r.rank >= r.world_size ||
-      r.reserved != 0 || r.end_ns < r.start_ns || r.end_ns - r.start_ns > options_.maxDurationNs ||
-      !nameOk(r.job_id, sizeof r.job_id, true) || !nameOk(r.op, sizeof r.op, false))
-    return Refusal::malformed;
-  if (r.end_ns < now - options_.retentionNs || r.end_ns > now + options_.maxFutureNs)
-    return Refusal::outOfTime;
   std::lock_guard lock(m_);
   if (queuedBytes_ + sizeof(workload::IterationRecord) > options_.maxQueuedBytes) return Refusal::queueFull;
   auto key = std::make_pair(std::string(r.job_id), r.comm_id);

@@ -17,9 +17,8 @@
 
 #include "common/result.hpp"
 #include "common/unique_fd.hpp"
+#include "observe/observe_wire.h"
 #include "workload/telemetry.hpp"
-
-struct rc_observe_record_v1;
 
 namespace rc::agent {
 
@@ -50,6 +49,15 @@ enum class Refusal : uint8_t {
 };
 inline constexpr size_t kRefusalKinds = 8;
 std::string_view refusalName(Refusal r);
+
+// One message as received, checked against the record format and OPTIONS' bounds at NOW_NS:
+// the record, or why it is refused (malformed, version or outOfTime) and what the log says.
+struct RecordCheck {
+  std::optional<rc_observe_record_v1> record;
+  Refusal why = Refusal::malformed;
+  std::string detail;
+};
+RecordCheck checkRecord(const void* data, size_t n, int64_t nowNs, const ObserveOptions& options);
 
 struct ObserveStats {
   uint64_t accepted = 0;
@@ -103,8 +111,10 @@ class ObserveIntake {
   void acceptClients(int64_t nowNs);
   void readClient(int fd, int64_t nowNs);
   void closeClient(int fd);
-  std::optional<Refusal> take(Client& c, const rc_observe_record_v1& r, int64_t nowNs);
-  void refuse(Refusal why, const std::string& detail, int64_t nowNs);
+  std::optional<Refusal> take(Client& c, const rc_observe_record_v1& r, int64_t nowNs);  // bins it
+  // Counts a refusal and logs it (one line per reason per 10 s): DETAIL() is only built then.
+  template <typename Detail>
+  void refuse(Refusal why, int64_t nowNs, const Detail& detail);
   void expire(int64_t nowNs);
 
   ObserveOptions options_;
@@ -112,6 +122,7 @@ class ObserveIntake {
   // The intake thread's own: its connections.
   std::map<int, std::unique_ptr<Client>> clients_;
   std::array<int64_t, kRefusalKinds> lastLogNs_{};  // one log line per reason per 10 s
+  bool listenPaused_ = false;                        // out of descriptors: until the next tick
   // Shared with drain() and stats().
   mutable std::mutex m_;
   std::map<std::pair<std::string, uint64_t>, std::unique_ptr<Stream>> streams_;
