@@ -22,6 +22,7 @@ static struct {
   pthread_once_t once;
   char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
   uint32_t rank, world, flags;
+  uint32_t pid; /* cached: getpid() is a system call on every glibc since 2.25 */
   char job[RC_OBSERVE_JOB_MAX];
   _Atomic int fd; /* -1: not connected */
   /* A connection that failed is closed only at the next attempt, seconds later: a thread that
@@ -85,6 +86,7 @@ static void after_fork_child(void) {
   if (fd >= 0) close(fd);
   if (g.retired >= 0) close(g.retired), g.retired = -1;
   atomic_store(&g.next_connect_ns, 0);
+  g.pid = (uint32_t)getpid();
   atomic_store(&g.seq, 0);
   atomic_store(&g.sent, 0);
   atomic_store(&g.dropped, 0);
@@ -116,6 +118,7 @@ static void init_once(void) {
       break;
     }
   }
+  g.pid = (uint32_t)getpid();
   pthread_atfork(NULL, NULL, after_fork_child);
 }
 
@@ -183,7 +186,7 @@ RC_OBSERVE_API int rc_observe_emit(const char *op, uint64_t comm_id, uint32_t ra
   r.start_ns = start_ns;
   r.end_ns = end_ns;
   r.status = status;
-  r.pid = (uint32_t)getpid();
+  r.pid = g.pid;
   r.seq = atomic_fetch_add(&g.seq, 1);
   r.dropped = atomic_load(&g.dropped);
   r.flags = g.flags;
