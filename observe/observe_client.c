@@ -174,27 +174,29 @@ RC_OBSERVE_API int rc_observe_emit(const char *op, uint64_t comm_id, uint32_t ra
   if (!rc_observe_name_ok(op) || world == 0 || rank >= world || end_ns < start_ns) return RC_OBSERVE_INVALID;
   ensure_init();
   int saved_errno = errno;
-  struct rc_observe_record_v1 r;
-  memset(&r, 0, sizeof r);
-  r.magic = RC_OBSERVE_MAGIC;
-  r.version = RC_OBSERVE_VERSION;
-  r.size = sizeof r;
-  r.rank = rank;
-  r.world_size = world;
-  r.comm_id = comm_id;
-  r.bytes = bytes;
-  r.start_ns = start_ns;
-  r.end_ns = end_ns;
-  r.status = status;
-  r.pid = g.pid;
-  r.seq = atomic_fetch_add(&g.seq, 1);
-  r.dropped = atomic_load(&g.dropped);
-  r.flags = g.flags;
-  memcpy(r.job_id, g.job, sizeof r.job_id);
-  memcpy(r.op, op, strlen(op) + 1);
   int result = RC_OBSERVE_DROPPED;
+  uint64_t seq = atomic_fetch_add(&g.seq, 1);
+  /* No agent: nothing to build (the common case where none runs costs a clock read). */
   int fd = connection();
   if (fd >= 0) {
+    struct rc_observe_record_v1 r;
+    memset(&r, 0, sizeof r);
+    r.magic = RC_OBSERVE_MAGIC;
+    r.version = RC_OBSERVE_VERSION;
+    r.size = sizeof r;
+    r.rank = rank;
+    r.world_size = world;
+    r.comm_id = comm_id;
+    r.bytes = bytes;
+    r.start_ns = start_ns;
+    r.end_ns = end_ns;
+    r.status = status;
+    r.pid = g.pid;
+    r.seq = seq;
+    r.dropped = atomic_load(&g.dropped);
+    r.flags = g.flags;
+    memcpy(r.job_id, g.job, sizeof r.job_id);
+    memcpy(r.op, op, strlen(op) + 1);
     ssize_t n = send(fd, &r, sizeof r, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n == (ssize_t)sizeof r) {
       result = RC_OBSERVE_SENT;
