@@ -1,8 +1,18 @@
 /* The NCCL profiler plugin (NCCL_PROFILER_PLUGIN=.../librdmachaos-observe.so): exports
  * ncclProfiler_v1 to _v6 and reports each collective's and each point-to-point group's
- * completion with its bytes. NCCL's stopEvent of a collective only means "enqueued"; it has
- * completed when its proxy operations and kernel channels have stopped too, so each event
- * counts its open children and reports when the count falls to zero. */
+ * completion with its bytes.
+ *
+ * NCCL's stopEvent of a collective or p2p only means "enqueued"; the operation has completed
+ * when its proxy operations and kernel channels (its children) have stopped too. So an event
+ * counts its open children and reports when, enqueued, it has none left. A communicator whose
+ * operations never had children (intra-node, before kernel channel events) reports at the
+ * enqueue: the only time NCCL gives (its README's "known limitations").
+ *
+ * Events live in a fixed pool and are never freed: NCCL may start a child of an event after
+ * that event was reported (a child that starts after its siblings all stopped), and the handle
+ * it passes must still point at our memory. A slot in use for over a minute (an operation
+ * whose children never came) is taken back. Contexts are never freed either, for the same
+ * reason: a late event may still name its context after finalize. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,20 +22,25 @@
 #include "nccl_profiler_abi.h"
 #include "observe_internal.h"
 
-#define EVENT_MAGIC 0x52434e45u /* tells our handles from anything else NCCL might pass */
-
 enum kind { GROUP = 1, COLL, P2P, CHILD };
 
 struct context {
   uint64_t comm;
-  int rank, nranks; /* -1: not known at init (v1-v3) */
+  int rank, nranks;        /* -1: not known at init (v1-v3) */
+  _Atomic int sawChildren; /* its operations have children: wait for them */
 };
 
+#define POOL 16384
+#define STALE_NS (60LL * 1000000000LL)
+
 struct event {
-  uint32_t magic;
+  _Atomic int live;      /* 0: free */
   enum kind kind;
-  _Atomic int refs;      /* itself until stopped, plus each open child */
+  _Atomic int refs;      /* itself until enqueued, plus each open child; 0: done */
+  _Atomic int children;  /* children started so far */
+  _Atomic int waiting;   /* enqueued with no child yet: the first child drops its own reference */
   struct event *parent;  /* a p2p's group; a child's collective or p2p */
+  struct context *ctx;
   uint64_t comm;
   uint32_t rank, world;
   uint64_t bytes;
@@ -35,9 +50,14 @@ struct event {
   char op[RC_OBSERVE_OP_MAX];
 };
 
+static struct event pool[POOL];
+static _Atomic uint32_t cursor;
+
+/* P as one of our live events, or NULL. */
 static struct event *ours(void *p) {
   struct event *e = p;
-  return e && e->magic == EVENT_MAGIC ? e : NULL;
+  if (!e || e < pool || e >= pool + POOL || (size_t)((char *)e - (char *)pool) % sizeof *e != 0) return NULL;
+  return atomic_load(&e->live) ? e : NULL;
 }
 
 static size_t type_size(const char *t) {
@@ -71,35 +91,59 @@ static void release(struct event *e);
 
 static void finish(struct event *e) {
   int64_t end = rc_observe_now_ns();
-  if (e->kind == COLL) {
-    rc_observe_emit(e->op, e->comm, e->rank, e->world, e->bytes, e->startNs, end, 0);
-  } else if (e->kind == P2P) {
-    if (e->parent) {
-      atomic_fetch_add(&e->parent->groupBytes, e->bytes);
-      release(e->parent);
-    } else {
-      rc_observe_emit(e->op, e->comm, e->rank, e->world, e->bytes, e->startNs, end, 0);
-    }
-  } else if (e->kind == GROUP && atomic_load(&e->groupP2p) > 0) {
-    rc_observe_emit("ncclP2pGroup", e->comm, e->rank, e->world, atomic_load(&e->groupBytes), e->startNs, end, 0);
-  } else if (e->kind == CHILD && e->parent) {
-    release(e->parent);
-  }
-  e->magic = 0;
-  free(e);
+  /* Copied out first: once not live, the slot may be taken for another event. */
+  enum kind kind = e->kind;
+  struct event *parent = e->parent;
+  char op[RC_OBSERVE_OP_MAX];
+  snprintf(op, sizeof op, "%s", kind == GROUP ? "ncclP2pGroup" : e->op);
+  uint64_t comm = e->comm, bytes = kind == GROUP ? atomic_load(&e->groupBytes) : e->bytes;
+  uint32_t rank = e->rank, world = e->world;
+  int64_t start = e->startNs;
+  int report = kind == COLL || (kind == P2P && !parent) || (kind == GROUP && atomic_load(&e->groupP2p) > 0);
+  atomic_store(&e->live, 0);
+  if (kind == P2P && parent) atomic_fetch_add(&parent->groupBytes, bytes);
+  if (report) rc_observe_emit(op, comm, rank, world, bytes, start, end, 0);
+  if ((kind == P2P || kind == CHILD) && parent) release(parent);
 }
 
 static void release(struct event *e) {
   if (atomic_fetch_sub(&e->refs, 1) == 1) finish(e);
 }
 
-static struct event *new_event(enum kind k, struct context *c, int rank) {
-  struct event *e = calloc(1, sizeof *e);
+/* One more reference to E unless it is done already (a child that comes too late). */
+static int hold(struct event *e) {
+  int r = atomic_load(&e->refs);
+  while (r > 0)
+    if (atomic_compare_exchange_weak(&e->refs, &r, r + 1)) return 1;
+  return 0;
+}
+
+static struct event *take_slot(void) {
+  int64_t now = rc_observe_now_ns();
+  for (int k = 0; k < 64; k++) {
+    struct event *e = &pool[atomic_fetch_add(&cursor, 1) % POOL];
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&e->live, &expected, 1)) return e;
+    /* Its children never came: taken back, unreported. */
+    if (now - e->startNs > STALE_NS && atomic_compare_exchange_strong(&e->live, &expected, 1)) return e;
+  }
+  return NULL; /* NCCL takes a NULL handle as "not followed" */
+}
+
+static struct event *new_event(enum kind k, struct context *c, uint64_t comm, int rank) {
+  struct event *e = take_slot();
   if (!e) return NULL;
-  e->magic = EVENT_MAGIC;
   e->kind = k;
-  atomic_init(&e->refs, 1);
-  e->comm = c ? c->comm : 0;
+  atomic_store(&e->refs, 1);
+  atomic_store(&e->children, 0);
+  atomic_store(&e->waiting, 0);
+  atomic_store(&e->groupBytes, 0);
+  atomic_store(&e->groupP2p, 0);
+  e->parent = NULL;
+  e->ctx = c;
+  e->comm = comm;
+  e->bytes = 0;
+  e->op[0] = '\0';
   uint32_t envRank, envWorld;
   rc_observe_identity(&envRank, &envWorld);
   int r = c && c->rank >= 0 ? c->rank : rank;
@@ -127,20 +171,18 @@ struct seen {
 
 static rcNcclResult_t start(void *context, void **handle, const struct seen *s) {
   struct context *c = context;
-  struct context local;
   *handle = NULL;
-  if (c && c->comm == 0 && s->commHash != 0) local = *c, local.comm = s->commHash, c = &local;
+  uint64_t comm = c && c->comm ? c->comm : s->commHash; /* v1-v3: the communicator is on the event */
   if (s->type == RC_NCCL_GROUP) {
-    *handle = new_event(GROUP, c, s->rank);
+    *handle = new_event(GROUP, c, comm, s->rank);
   } else if (s->type == RC_NCCL_COLL || s->type == RC_NCCL_P2P) {
-    struct event *e = new_event(s->type == RC_NCCL_COLL ? COLL : P2P, c, s->rank);
+    struct event *e = new_event(s->type == RC_NCCL_COLL ? COLL : P2P, c, comm, s->rank);
     if (!e) return rcNcclSuccess;
     name_op(e, s->func);
     e->bytes = s->type == RC_NCCL_COLL ? coll_bytes(s->func ? s->func : "", s->count, s->elem, e->world)
                                        : (uint64_t)s->count * s->elem;
     struct event *group = ours(s->parentGroup);
-    if (s->type == RC_NCCL_P2P && group && group->kind == GROUP) {
-      atomic_fetch_add(&group->refs, 1);
+    if (s->type == RC_NCCL_P2P && group && group->kind == GROUP && hold(group)) {
       atomic_fetch_add(&group->groupP2p, 1);
       if (group->comm == 0) group->comm = e->comm; /* v1-v3: group events carry no communicator */
       e->parent = group;
@@ -150,19 +192,35 @@ static rcNcclResult_t start(void *context, void **handle, const struct seen *s) 
     /* A proxy operation run for another process (PXN) points into that process's memory. */
     if (s->type == RC_NCCL_PROXY_OP && s->proxyPid != getpid()) return rcNcclSuccess;
     struct event *p = ours(s->parentObj);
-    if (!p || (p->kind != COLL && p->kind != P2P)) return rcNcclSuccess;
-    struct event *e = new_event(CHILD, NULL, 0);
-    if (!e) return rcNcclSuccess;
-    atomic_fetch_add(&p->refs, 1);
+    if (!p || (p->kind != COLL && p->kind != P2P) || !hold(p)) return rcNcclSuccess;
+    struct event *e = new_event(CHILD, NULL, 0, 0);
+    if (!e) {
+      release(p);
+      return rcNcclSuccess;
+    }
     e->parent = p;
+    atomic_fetch_add(&p->children, 1);
+    if (p->ctx) atomic_store(&p->ctx->sawChildren, 1);
+    /* Its stop found no child and kept its own reference for the first one to drop. */
+    if (atomic_exchange(&p->waiting, 0)) release(p);
     *handle = e;
   }
   return rcNcclSuccess;
 }
 
+/* A collective or p2p is enqueued, not done. When its communicator's operations have children
+ * and none of its own has started yet, it keeps its own reference until the first one starts
+ * (both sides take `waiting` by exchange: exactly one of them drops it). */
 static rcNcclResult_t stop_event(void *handle) {
   struct event *e = ours(handle);
-  if (e) release(e);
+  if (!e) return rcNcclSuccess;
+  if ((e->kind == COLL || e->kind == P2P) && e->ctx && atomic_load(&e->ctx->sawChildren)) {
+    atomic_store(&e->waiting, 1);
+    if (atomic_load(&e->children) == 0) return rcNcclSuccess;
+    if (atomic_exchange(&e->waiting, 0)) release(e);
+    return rcNcclSuccess;
+  }
+  release(e);
   return rcNcclSuccess;
 }
 
@@ -172,7 +230,7 @@ static rcNcclResult_t record_state(void *handle, int state, rc_nccl_state_args *
 }
 
 static rcNcclResult_t finalize(void *context) {
-  free(context);
+  (void)context; /* kept: a late event may still name it (see the top of this file) */
   return rcNcclSuccess;
 }
 

@@ -511,6 +511,34 @@ TEST_CASE("observe library: the NCCL profiler plugin replayed through its v5, v4
         sleepMs(20);
         v5->recordEventState(proxy, 19, nullptr);
         v5->stopEvent(proxy);  // now the all-reduce is done
+        // Its proxy operation stopped: a child that comes later is not followed.
+        void* late = reinterpret_cast<void*>(1);
+        d = {};
+        d.type = RC_NCCL_PROXY_OP;
+        d.parentObj = coll;
+        d.proxyOp.pid = ::getpid();
+        v5->startEvent(ctx, &late, &d);
+        if (late != nullptr) return 8;
+        // A second all-reduce whose proxy operation starts only after the enqueue (as NCCL's
+        // proxy thread picks it up): this communicator's operations have children, so it waits.
+        void *coll2 = nullptr, *proxy2 = nullptr;
+        d = {};
+        d.type = RC_NCCL_COLL;
+        d.rank = 1;
+        d.coll.func = "AllReduce";
+        d.coll.count = 1000;
+        d.coll.datatype = "ncclFloat64";
+        v5->startEvent(ctx, &coll2, &d);
+        v5->stopEvent(coll2);
+        sleepMs(10);
+        d = {};
+        d.type = RC_NCCL_PROXY_OP;
+        d.parentObj = coll2;
+        d.proxyOp.pid = ::getpid();
+        v5->startEvent(ctx, &proxy2, &d);
+        if (!proxy2) return 9;
+        sleepMs(10);
+        v5->stopEvent(proxy2);
         void *g2 = nullptr, *send = nullptr, *recv = nullptr, *ps = nullptr, *pr = nullptr;
         d = {};
         d.type = RC_NCCL_GROUP;
@@ -576,8 +604,8 @@ TEST_CASE("observe library: the NCCL profiler plugin replayed through its v5, v4
         return 0;
       });
   REQUIRE(result.status == 0);
-  CHECK(readStats(result).sent == 4);
-  REQUIRE(waitFor([&] { return in->stats().accepted == 4; }));
+  CHECK(readStats(result).sent == 5);
+  REQUIRE(waitFor([&] { return in->stats().accepted == 5; }));
   auto batches = in->drain(nowNs() + rctest::kS);
   REQUIRE(batches.size() == 3);
   std::map<uint64_t, rc::agent::ObservedBatch> byComm;
@@ -585,12 +613,15 @@ TEST_CASE("observe library: the NCCL profiler plugin replayed through its v5, v4
   const auto& v5 = byComm.at(0xabc);
   CHECK(v5.jobId == "nccl");
   CHECK(v5.worldSize == 2);
-  REQUIRE(v5.telemetry.iterations.size() == 2);
+  REQUIRE(v5.telemetry.iterations.size() == 3);
   const auto& ar = v5.telemetry.iterations[0];
   CHECK(ar.rxBytes == 4u << 20);
   CHECK(ar.endNs - ar.startNs >= 20 * rctest::kMs);  // until the proxy stopped, not the enqueue
-  CHECK(v5.telemetry.iterations[1].rxBytes == 8000);  // the p2p group: send and receive
-  CHECK(binBytes(v5.telemetry) == (4u << 20) + 8000);
+  const auto& ar2 = v5.telemetry.iterations[1];
+  CHECK(ar2.rxBytes == 8000);
+  CHECK(ar2.endNs - ar2.startNs >= 20 * rctest::kMs);
+  CHECK(v5.telemetry.iterations[2].rxBytes == 8000);  // the p2p group: send and receive
+  CHECK(binBytes(v5.telemetry) == (4u << 20) + 16000);
   CHECK(byComm.at(0xdef).telemetry.iterations.at(0).rxBytes == 256 * 2 * 2);
   CHECK(byComm.at(0x123).telemetry.iterations.at(0).rxBytes == 80);
 }
