@@ -10,7 +10,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <chrono>
+#include <deque>
+#include <mutex>
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
@@ -115,6 +118,7 @@ ChildResult inChild(const std::vector<std::pair<std::string, std::string>>& env,
   REQUIRE(observeLib() != nullptr);
   int p[2];
   REQUIRE(::pipe(p) == 0);
+  std::fflush(nullptr);  // or the child's exit would print the parent's buffered output again
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -290,6 +294,7 @@ TEST_CASE("observe intake: a connection from a uid not allowed is refused") {
   ::chmod(dir.path.c_str(), 0755);
   auto in = startIntake(dir.file("o.sock"));  // allows uid 0 only
   std::string path = in->path();
+  std::fflush(nullptr);
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -624,6 +629,71 @@ TEST_CASE("observe library: the NCCL profiler plugin replayed through its v5, v4
   CHECK(binBytes(v5.telemetry) == (4u << 20) + 16000);
   CHECK(byComm.at(0xdef).telemetry.iterations.at(0).rxBytes == 256 * 2 * 2);
   CHECK(byComm.at(0x123).telemetry.iterations.at(0).rxBytes == 80);
+}
+
+TEST_CASE("observe library: the NCCL plugin reports each collective once with a proxy thread of its own") {
+  rctest::TempDir dir("rc-observe");
+  auto in = startIntake(dir.file("o.sock"));
+  constexpr int kColls = 2000;
+  auto result = inChild({{"RDMACHAOS_OBSERVE_SOCKET", in->path()}, {"RANK", "0"}, {"WORLD_SIZE", "2"}}, [&](int fd) {
+    auto* v5 = sym<const rc_nccl_profiler_v5*>("ncclProfiler_v5");
+    void* ctx = nullptr;
+    int mask = 0;
+    if (v5->init(&ctx, 0x77, &mask, "world", 1, 2, 0, nullptr) != rcNcclSuccess) return 1;
+    // As in NCCL: the user's thread enqueues, the proxy thread starts and stops each
+    // collective's proxy operations whenever it gets to them, before or after the enqueue ends.
+    std::mutex m;
+    std::deque<void*> work;
+    std::atomic<bool> done{false};
+    std::thread proxy([&] {
+      for (;;) {
+        void* coll = nullptr;
+        {
+          std::lock_guard lock(m);
+          if (!work.empty()) coll = work.front(), work.pop_front();
+        }
+        if (!coll) {
+          if (done) return;
+          std::this_thread::yield();
+          continue;
+        }
+        void* ops[2] = {};
+        for (auto*& op : ops) {
+          rc_nccl_descr_v5 d{};
+          d.type = RC_NCCL_PROXY_OP;
+          d.parentObj = coll;
+          d.proxyOp.pid = ::getpid();
+          v5->startEvent(ctx, &op, &d);
+        }
+        for (auto* op : ops) v5->stopEvent(op);
+      }
+    });
+    for (int i = 0; i < kColls; i++) {
+      rc_nccl_descr_v5 d{};
+      d.type = RC_NCCL_COLL;
+      d.coll.func = "AllReduce";
+      d.coll.count = 256;
+      d.coll.datatype = "ncclFloat32";
+      void* coll = nullptr;
+      v5->startEvent(ctx, &coll, &d);
+      {
+        std::lock_guard lock(m);
+        work.push_back(coll);
+      }
+      if (i % 3 == 0) std::this_thread::yield();
+      v5->stopEvent(coll);
+      if (i % 64 == 63) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    done = true;
+    proxy.join();
+    writeStats(fd);
+    return 0;
+  });
+  REQUIRE(result.status == 0);
+  auto s = readStats(result);
+  CHECK(s.sent + s.dropped == uint64_t(kColls));  // each once, none twice
+  REQUIRE(waitFor([&] { return in->stats().accepted == s.sent; }));
+  CHECK(s.sent > kColls / 2);
 }
 
 TEST_CASE("observe library: the PMPI wrappers under mpirun -n 2 count every collective") {
