@@ -116,6 +116,7 @@ Result<std::unique_ptr<ObserveIntake>> ObserveIntake::start(ObserveOptions optio
   if (::bind(in->listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return makeError("[observe] socket = \"" + path + "\": bind: " + errnoText() +
                          " (is its directory there and writable by the agent?)", errno);
+  in->bound_ = true;
   // Anyone may connect: the uid check at accept is the gate, and its refusals are counted,
   // which a file mode would hide.
   ::chmod(path.c_str(), 0666);
@@ -144,7 +145,8 @@ ObserveIntake::~ObserveIntake() {
     thread_.join();
   }
   clients_.clear();
-  if (listen_.isValid()) ::unlink(options_.socketPath.c_str());
+  // Only a path this intake bound: one that failed to start must not remove a live agent's.
+  if (bound_) ::unlink(options_.socketPath.c_str());
 }
 
 void ObserveIntake::run(std::stop_token stop) {

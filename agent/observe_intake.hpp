@@ -119,6 +119,7 @@ class ObserveIntake {
 
   ObserveOptions options_;
   UniqueFD listen_, epoll_, wake_;
+  bool bound_ = false;  // the socket path is ours to remove
   // The intake thread's own: its connections.
   std::map<int, std::unique_ptr<Client>> clients_;
   std::array<int64_t, kRefusalKinds> lastLogNs_{};  // one log line per reason per 10 s

@@ -94,6 +94,7 @@ static void after_fork_child(void) {
 }
 
 static void init_once(void) {
+  int saved_errno = errno; /* env_int and pthread_atfork may set it: the job's errno is its own */
   const char *path = getenv("RDMACHAOS_OBSERVE_SOCKET");
   if (!path || !*path || strlen(path) >= sizeof g.path) path = DEFAULT_SOCKET;
   memcpy(g.path, path, strlen(path) + 1);
@@ -110,7 +111,7 @@ static void init_once(void) {
     }
   }
   static const char *jobs[] = {"RDMACHAOS_OBSERVE_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID",
-                               "OMPI_MCA_ess_base_jobid"};
+                               "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"};
   for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++) {
     const char *v = getenv(jobs[i]);
     if (v && *v) {
@@ -120,6 +121,7 @@ static void init_once(void) {
   }
   g.pid = (uint32_t)getpid();
   pthread_atfork(NULL, NULL, after_fork_child);
+  errno = saved_errno;
 }
 
 static void ensure_init(void) { pthread_once(&g.once, init_once); }

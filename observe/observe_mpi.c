@@ -29,6 +29,7 @@ static void make_keyval(void) { PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, f
 
 static struct comm_info info_of(MPI_Comm comm) {
   struct comm_info out = {0, 0, 1};
+  if (comm == MPI_COMM_NULL) return out; /* a failed call's: asking its attributes would fail again */
   pthread_once(&keyval_once, make_keyval);
   void *value = NULL;
   int found = 0;
@@ -72,6 +73,7 @@ static uint64_t type_bytes(MPI_Datatype t, int count) {
 
 static void emit(const char *op, MPI_Comm comm, uint64_t bytes, int64_t start, int rc) {
   int64_t end = rc_observe_now_ns();
+  if (comm == MPI_COMM_NULL) return; /* the call failed on it; asking its attributes would fail again */
   struct comm_info c = info_of(comm);
   rc_observe_emit(op, c.id, (uint32_t)c.rank, (uint32_t)c.size, bytes, start, end, rc);
 }

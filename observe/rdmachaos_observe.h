@@ -6,7 +6,8 @@
  * Where it sends: $RDMACHAOS_OBSERVE_SOCKET, else /var/lib/rdmachaos/observe.sock.
  * Who it is: rank and world size from OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE,
  * SLURM_PROCID/SLURM_NTASKS or RANK/WORLD_SIZE (torchrun), the first pair set; the job id from
- * RDMACHAOS_OBSERVE_JOB, SLURM_JOB_ID, TORCHELASTIC_RUN_ID or OMPI_MCA_ess_base_jobid.
+ * RDMACHAOS_OBSERVE_JOB, SLURM_JOB_ID, TORCHELASTIC_RUN_ID, OMPI_MCA_ess_base_jobid or
+ * PMIX_NAMESPACE.
  * rc_observe_init() overrides them. Record format: docs/observe-format.md. */
 #ifndef RDMACHAOS_OBSERVE_H
 #define RDMACHAOS_OBSERVE_H

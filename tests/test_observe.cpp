@@ -125,7 +125,7 @@ ChildResult inChild(const std::vector<std::pair<std::string, std::string>>& env,
     ::close(p[0]);
     for (const char* v : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
                           "SLURM_NTASKS", "RANK", "WORLD_SIZE", "SLURM_JOB_ID", "RDMACHAOS_OBSERVE_JOB",
-                          "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid"})
+                          "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"})
       ::unsetenv(v);
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
     ::_exit(body(p[1]));
@@ -330,6 +330,11 @@ TEST_CASE("observe intake: a stale socket is replaced, a live one is not taken")
   auto second = ObserveIntake::start(o);
   REQUIRE_FALSE(second);
   CHECK_THAT(second.error().message, Catch::Contains("in use"));
+  // The refused start left the live intake's socket where it was.
+  auto client = connectTo(in->path());
+  auto r = validRecord();
+  sendRaw(client.get(), &r, sizeof r);
+  REQUIRE(waitFor([&] { return in->stats().accepted == 1; }));
   in.reset();
   CHECK_FALSE(std::filesystem::exists(o.socketPath));
   // A socket file nobody listens on (an agent killed -9) is taken over.
@@ -730,6 +735,7 @@ TEST_CASE("observe library: the PMPI wrappers under mpirun -n 2 count every coll
   CHECK(in->stats().refusedTotal() == 0);
   auto batches = in->drain(nowNs() + rctest::kS);
   REQUIRE(batches.size() == 1);
+  CHECK_FALSE(batches[0].jobId.empty());  // Open MPI's job id, the same on both ranks
   CHECK(batches[0].commId == 0);
   CHECK(batches[0].worldSize == 2);
   CHECK(batches[0].ranks.size() == 2);
