@@ -237,24 +237,28 @@ RC_OBSERVE_API int rc_observe_record(const char *op, uint64_t comm_id, uint64_t 
 
 /* Open operations: a slot per token modulo SLOTS. Like a seqlock, a begin first clears the
  * slot's token, then writes, then publishes its token; an end copies and then claims the token
- * by compare-and-swap, so a copy torn by a begin that reused the slot is never sent. */
+ * by compare-and-swap, so a copy torn by a begin that reused the slot is never sent. The fields
+ * are relaxed atomics: a torn read is detected, never undefined. */
+#define OP_WORDS (RC_OBSERVE_OP_MAX / 8)
 static struct slot {
   _Atomic uint64_t token;
-  uint64_t bytes;
-  int64_t start_ns;
-  char op[RC_OBSERVE_OP_MAX];
+  _Atomic uint64_t bytes;
+  _Atomic int64_t start_ns;
+  _Atomic uint64_t op[OP_WORDS];
 } slots[SLOTS];
 static _Atomic uint64_t next_token = 1;
 
 RC_OBSERVE_API uint64_t rc_observe_begin(const char *op, uint64_t bytes) {
   if (!rc_observe_name_ok(op)) return 0;
+  uint64_t words[OP_WORDS] = {0};
+  memcpy(words, op, strlen(op) + 1);
   uint64_t t = atomic_fetch_add(&next_token, 1);
   struct slot *s = &slots[t % SLOTS];
   atomic_store_explicit(&s->token, 0, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
-  s->bytes = bytes;
-  memcpy(s->op, op, strlen(op) + 1);
-  s->start_ns = clock_ns(CLOCK_REALTIME);
+  atomic_store_explicit(&s->bytes, bytes, memory_order_relaxed);
+  for (int i = 0; i < OP_WORDS; i++) atomic_store_explicit(&s->op[i], words[i], memory_order_relaxed);
+  atomic_store_explicit(&s->start_ns, clock_ns(CLOCK_REALTIME), memory_order_relaxed);
   atomic_store_explicit(&s->token, t, memory_order_release);
   return t;
 }
@@ -264,13 +268,15 @@ RC_OBSERVE_API int rc_observe_end(uint64_t token, int status) {
   int64_t end = clock_ns(CLOCK_REALTIME);
   struct slot *s = &slots[token % SLOTS];
   if (atomic_load_explicit(&s->token, memory_order_acquire) != token) goto lost;
-  char op[RC_OBSERVE_OP_MAX];
-  uint64_t bytes = s->bytes;
-  int64_t start = s->start_ns;
-  memcpy(op, s->op, sizeof op);
+  uint64_t words[OP_WORDS];
+  uint64_t bytes = atomic_load_explicit(&s->bytes, memory_order_relaxed);
+  int64_t start = atomic_load_explicit(&s->start_ns, memory_order_relaxed);
+  for (int i = 0; i < OP_WORDS; i++) words[i] = atomic_load_explicit(&s->op[i], memory_order_relaxed);
   atomic_thread_fence(memory_order_acquire);
   uint64_t expected = token;
   if (!atomic_compare_exchange_strong(&s->token, &expected, 0)) goto lost;
+  char op[RC_OBSERVE_OP_MAX];
+  memcpy(op, words, sizeof op);
   op[sizeof op - 1] = '\0';
   return rc_observe_record(op, 0, bytes, start, end, status);
 lost:

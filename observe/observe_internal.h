@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "observe_wire.h"
 #include "rdmachaos_observe.h"
 
 /* Sends one record (or drops and counts it); never blocks, keeps errno. RANK and WORLD are the

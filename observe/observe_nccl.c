@@ -33,20 +33,22 @@ struct context {
 #define POOL 16384
 #define STALE_NS (60LL * 1000000000LL)
 
+/* Fields a late child may read while the slot is being taken for another event are atomics
+ * (relaxed): such a child may be attached to the wrong event, never read torn memory. */
 struct event {
   _Atomic int live;      /* 0: free */
-  enum kind kind;
+  _Atomic int kind;
   _Atomic int refs;      /* itself until enqueued, plus each open child; 0: done */
   _Atomic int children;  /* children started so far */
   _Atomic int waiting;   /* enqueued with no child yet: the first child drops its own reference */
   struct event *parent;  /* a p2p's group; a child's collective or p2p */
-  struct context *ctx;
+  struct context *_Atomic ctx;
   uint64_t comm;
   uint32_t rank, world;
   uint64_t bytes;
   _Atomic uint64_t groupBytes; /* a group: the bytes of its completed p2p operations */
   _Atomic int groupP2p;        /* a group: p2p operations it holds */
-  int64_t startNs;
+  _Atomic int64_t startNs;
   char op[RC_OBSERVE_OP_MAX];
 };
 
@@ -92,7 +94,7 @@ static void release(struct event *e);
 static void finish(struct event *e) {
   int64_t end = rc_observe_now_ns();
   /* Copied out first: once not live, the slot may be taken for another event. */
-  enum kind kind = e->kind;
+  enum kind kind = (enum kind)atomic_load(&e->kind);
   struct event *parent = e->parent;
   char op[RC_OBSERVE_OP_MAX];
   snprintf(op, sizeof op, "%s", kind == GROUP ? "ncclP2pGroup" : e->op);
@@ -133,7 +135,7 @@ static struct event *take_slot(void) {
 static struct event *new_event(enum kind k, struct context *c, uint64_t comm, int rank) {
   struct event *e = take_slot();
   if (!e) return NULL;
-  e->kind = k;
+  atomic_store(&e->kind, (int)k);
   atomic_store(&e->refs, 1);
   atomic_store(&e->children, 0);
   atomic_store(&e->waiting, 0);
