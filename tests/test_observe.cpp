@@ -23,12 +23,14 @@
 #include <tuple>
 #include <thread>
 
+#include "agent/agent_metrics.hpp"
 #include "agent/config.hpp"
 #include "agent/observe_intake.hpp"
 #include "lab/lab_files.hpp"
 #include "observe/nccl_profiler_abi.h"
 #include "observe/observe_wire.h"
 #include "observe/rdmachaos_observe.h"
+#include "http_get.hpp"
 #include "skip.hpp"
 #include "test_util.hpp"
 
@@ -286,6 +288,26 @@ TEST_CASE("observe intake: clients over max_clients, a client gone mid-record, a
   in->drain(nowNs());
   sendRaw(d.get(), &r, sizeof r);
   REQUIRE(waitFor([&] { return in->stats().accepted == 11; }));
+}
+
+TEST_CASE("observe intake: its counters as the agent's Prometheus metrics") {
+  rctest::TempDir dir("rc-observe");
+  auto in = startIntake(dir.file("o.sock"));
+  auto fd = connectTo(in->path());
+  auto r = validRecord();
+  r.dropped = 3;  // the sender's own count
+  sendRaw(fd.get(), &r, sizeof r);
+  sendRaw(fd.get(), &r, 10);
+  REQUIRE(waitFor([&] { return in->stats().accepted + in->stats().refusedTotal() == 2; }));
+  auto e = rc::metrics::Exporter::start("127.0.0.1:0");
+  REQUIRE(e.ok());
+  rc::agent::publishObserveMetrics(**e, in->stats());
+  auto body = rctest::httpGet("127.0.0.1", (*e)->port(), "/metrics").body;
+  CHECK_THAT(body, Catch::Contains("rdmachaos_agent_observe_records_total 1"));
+  CHECK_THAT(body, Catch::Contains("rdmachaos_agent_observe_refused_total{reason=\"malformed\"} 1"));
+  CHECK_THAT(body, Catch::Contains("rdmachaos_agent_observe_refused_total{reason=\"foreign_uid\"} 0"));
+  CHECK_THAT(body, Catch::Contains("rdmachaos_agent_observe_sender_dropped_total 3"));
+  CHECK_THAT(body, Catch::Contains("rdmachaos_agent_observe_clients 1"));
 }
 
 TEST_CASE("observe intake: a connection from a uid not allowed is refused") {
