@@ -20,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <thread>
 
@@ -99,6 +100,26 @@ void sendRaw(int fd, const void* p, size_t n) {
 }
 
 uint64_t refused(const ObserveIntake& in, Refusal r) { return in.stats().refused[size_t(r)]; }
+
+// What a program built without sanitizers (python3, the MPI probe) needs in its environment to
+// load this build's library: in an ASan build, ASan's runtime preloaded (it must come first)
+// and no leak report at exit (the interpreter's and Open MPI's own). "" in a plain build;
+// nullopt when the runtime is not found.
+std::optional<std::string> sanitizerEnv() {
+#if defined(__SANITIZE_ADDRESS__)
+  std::string lib;
+  if (FILE* p = ::popen("cc -print-file-name=libasan.so 2>/dev/null", "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) lib += buf;
+    ::pclose(p);
+  }
+  while (!lib.empty() && (lib.back() == '\n' || lib.back() == ' ')) lib.pop_back();
+  if (lib.empty() || lib.front() != '/' || !std::filesystem::exists(lib)) return std::nullopt;
+  return lib;
+#else
+  return std::string();
+#endif
+}
 
 // librdmachaos-observe, loaded once (not initialised: each child reads its own environment).
 void* observeLib() {
@@ -487,9 +508,12 @@ TEST_CASE("observe library: the C API end to end into a real intake") {
 
 TEST_CASE("observe library: Python through ctypes (observe/examples/train_step.py)") {
   if (std::system("command -v python3 >/dev/null 2>&1") != 0) RC_SKIP("python3 is not installed");
+  auto asan = sanitizerEnv();
+  if (!asan) RC_SKIP("a sanitized build, and `cc -print-file-name=libasan.so` names no runtime to preload");
   rctest::TempDir dir("rc-observe");
   auto in = startIntake(dir.file("o.sock"));
-  std::string cmd = "RDMACHAOS_OBSERVE_SOCKET=" + in->path() + " RDMACHAOS_OBSERVE_LIB=" + buildDir() +
+  std::string preload = asan->empty() ? "" : "LD_PRELOAD=" + *asan + " ASAN_OPTIONS=detect_leaks=0 ";
+  std::string cmd = preload + "RDMACHAOS_OBSERVE_SOCKET=" + in->path() + " RDMACHAOS_OBSERVE_LIB=" + buildDir() +
                     "/observe/librdmachaos-observe.so RANK=3 WORLD_SIZE=8 TORCHELASTIC_RUN_ID=run-7 python3 " +
                     RDMACHAOS_SOURCE_ROOT "/observe/examples/train_step.py 12";
   INFO(cmd);
@@ -729,12 +753,15 @@ TEST_CASE("observe library: the PMPI wrappers under mpirun -n 2 count every coll
   if (std::system("command -v mpirun >/dev/null 2>&1") != 0) RC_SKIP("mpirun is not installed (openmpi-bin)");
   if (!std::filesystem::exists(probe) || !std::filesystem::exists(mpiLib))
     RC_SKIP("built without Open MPI's headers (libopenmpi-dev): no PMPI wrappers");
+  auto asan = sanitizerEnv();
+  if (!asan) RC_SKIP("a sanitized build, and `cc -print-file-name=libasan.so` names no runtime to preload");
   rctest::TempDir dir("rc-observe");
   auto in = startIntake(dir.file("o.sock"));
   std::string out = dir.file("probe.out");
+  std::string preload = asan->empty() ? mpiLib : *asan + ":" + mpiLib + " -x ASAN_OPTIONS=detect_leaks=0";
   std::string cmd = "mpirun --allow-run-as-root --oversubscribe -n 2 --mca btl self,tcp --mca btl_tcp_if_include lo"
                     " --mca oob_tcp_if_include lo -x RDMACHAOS_OBSERVE_SOCKET=" + in->path() +
-                    " -x LD_PRELOAD=" + mpiLib + " " + probe + " > " + out + " 2>&1";
+                    " -x LD_PRELOAD=" + preload + " " + probe + " > " + out + " 2>&1";
   int rc = std::system(cmd.c_str());
   std::string text;
   {
