@@ -26,7 +26,8 @@ extern "C" {
 #define RC_OBSERVE_INVALID -1 /* bad arguments: nothing recorded */
 
 /* Optional: who this process is. RANK < 0, WORLD_SIZE < 1 or JOB_ID NULL keep what the
- * environment says. Returns RC_OBSERVE_SENT (0) or RC_OBSERVE_INVALID. */
+ * environment says. Call it before other threads report. Returns RC_OBSERVE_SENT (0) or
+ * RC_OBSERVE_INVALID. */
 RC_OBSERVE_API int rc_observe_init(int rank, int world_size, const char *job_id);
 
 /* An operation starts: OP names it ([A-Za-z0-9._:@+-], up to 31 characters; copied), BYTES is
