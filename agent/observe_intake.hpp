@@ -4,7 +4,6 @@
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -27,7 +26,7 @@ struct ObserveOptions {
   std::vector<uint32_t> allowUids;        // a client's SO_PEERCRED uid must be one of these
   size_t maxClients = 64;                 // connections at once; more are closed at accept
   uint32_t maxRecordsPerSecond = 20000;   // per client (a bucket of one second's worth)
-  uint64_t maxQueuedBytes = 4u << 20;     // accepted records not yet drained, all streams
+  uint64_t maxQueuedBytes = 4u << 20;     // accepted records not yet drained (as IterationRecords), all streams
   size_t maxStreams = 64;                 // (job, communicator) pairs at once
   int64_t binNs = 10'000'000;             // bins start at multiples of this since the epoch
   int64_t retentionNs = 60'000'000'000;   // older records are refused; undrained bins dropped
@@ -41,7 +40,7 @@ enum class Refusal : uint8_t {
   malformed,       // wrong size, magic, string or field bounds (a truncated record included)
   version,         // a record version this agent does not read
   foreignUid,      // a connection from a uid not allowed (closed at accept)
-  tooManyClients,  // a connection over maxClients (closed at accept)
+  tooManyClients,  // a connection over maxClients (closed at accept), or the agent out of descriptors
   rateLimited,     // over maxRecordsPerSecond
   queueFull,       // over maxQueuedBytes (nobody drains)
   tooManyStreams,  // a new (job, communicator) over maxStreams
