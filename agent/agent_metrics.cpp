@@ -52,6 +52,9 @@ void publishObserveMetrics(metrics::Exporter& out, const ObserveStats& stats) {
   out.set("rdmachaos_agent_observe_sender_dropped_total",
           "observe records their senders dropped (socket full, no agent listening)",
           double(stats.senderDropped));
+  out.set("rdmachaos_agent_observe_discarded_total",
+          "observe records accepted but dropped undrained after the retention time (no observed workload)",
+          double(stats.discarded));
   out.set("rdmachaos_agent_observe_clients", "processes connected to the observe intake",
           double(stats.clients));
 }

@@ -311,6 +311,37 @@ TEST_CASE("observe intake: clients over max_clients, a client gone mid-record, a
   REQUIRE(waitFor([&] { return in->stats().accepted == 11; }));
 }
 
+TEST_CASE("observe intake: streams over max_streams are refused; what nobody drains is dropped") {
+  rctest::TempDir dir("rc-observe");
+  ObserveOptions o;
+  o.maxStreams = 2;
+  o.retentionNs = 400 * rctest::kMs;
+  auto in = startIntake(dir.file("o.sock"), o);
+  auto fd = connectTo(in->path());
+  for (uint64_t comm : {1, 2, 3}) {
+    auto r = validRecord();
+    r.comm_id = comm;
+    r.end_ns = nowNs(), r.start_ns = r.end_ns - rctest::kMs;
+    sendRaw(fd.get(), &r, sizeof r);
+  }
+  auto r = validRecord();
+  r.end_ns = nowNs() + 60 * rctest::kS, r.start_ns = r.end_ns - 1;  // a minute ahead
+  sendRaw(fd.get(), &r, sizeof r);
+  REQUIRE(waitFor([&] { return in->stats().accepted + in->stats().refusedTotal() == 4; }));
+  CHECK(in->stats().accepted == 2);
+  CHECK(refused(*in, Refusal::tooManyStreams) == 1);
+  CHECK(refused(*in, Refusal::outOfTime) == 1);
+  // Nobody drains for the retention time: the records are dropped and counted, then the
+  // silent streams go.
+  REQUIRE(waitFor([&] { return in->stats().discarded == 2; }));
+  REQUIRE(waitFor([&] { return in->drain(nowNs()).empty(); }));
+  r = validRecord();
+  r.comm_id = 3;
+  r.end_ns = nowNs(), r.start_ns = r.end_ns - 1;
+  sendRaw(fd.get(), &r, sizeof r);  // room for a new stream again
+  REQUIRE(waitFor([&] { return in->stats().accepted == 3; }));
+}
+
 TEST_CASE("observe intake: its counters as the agent's Prometheus metrics") {
   rctest::TempDir dir("rc-observe");
   auto in = startIntake(dir.file("o.sock"));
@@ -329,6 +360,7 @@ TEST_CASE("observe intake: its counters as the agent's Prometheus metrics") {
   CHECK_THAT(body, Catch::Contains("rdmachaos_agent_observe_refused_total{reason=\"foreign_uid\"} 0"));
   CHECK_THAT(body, Catch::Contains("rdmachaos_agent_observe_sender_dropped_total 3"));
   CHECK_THAT(body, Catch::Contains("rdmachaos_agent_observe_clients 1"));
+  CHECK_THAT(body, Catch::Contains("rdmachaos_agent_observe_discarded_total 0"));
 }
 
 TEST_CASE("observe intake: a connection from a uid not allowed is refused") {
