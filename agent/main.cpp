@@ -299,6 +299,12 @@ int serveAgent(const rc::agent::Config& config, const rc::faults::Policy& policy
       rc::log::error("{}; the observe intake is off", o.error().message);
     }
   }
+  // The `observed` workload kind reads the intake; unset before the intake goes.
+  std::optional<rc::agent::IntakeSource> observeSource;
+  if (observe) rc::workload::setObserveSource(&observeSource.emplace(*observe));
+  struct UnsetSource {
+    ~UnsetSource() { rc::workload::setObserveSource(nullptr); }
+  } unsetSource;
   // Prometheus gauges, refreshed every 250 ms on the loop (a scrape reads the last values): a
   // link that goes down shows in rdmachaos_link_up within a quarter second, so a 1 s scrape
   // sees it at its next scrape and a game day's detection delay is the monitoring's, not ours.

@@ -424,4 +424,18 @@ ObserveOptions observeOptions(const ObserveConfig& config) {
   return o;
 }
 
+std::vector<workload::ObservedStream> IntakeSource::drain(int64_t nowNs) {
+  std::vector<workload::ObservedStream> out;
+  for (auto& b : intake_.drain(nowNs)) {
+    workload::ObservedStream st;
+    st.jobId = std::move(b.jobId);
+    st.commId = b.commId;
+    st.worldSize = b.worldSize;
+    for (const auto& r : b.ranks) st.ranks.push_back({r.rank, r.pid, r.ops, r.lastEndNs});
+    st.telemetry = std::move(b.telemetry);
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
 }  // namespace rc::agent

@@ -17,6 +17,7 @@
 #include "common/result.hpp"
 #include "common/unique_fd.hpp"
 #include "observe/observe_wire.h"
+#include "workload/observe_source.hpp"
 #include "workload/telemetry.hpp"
 
 namespace rc::agent {
@@ -129,6 +130,17 @@ class ObserveIntake {
   ObserveStats stats_;
   uint64_t queuedBytes_ = 0;
   std::jthread thread_;
+};
+
+// The intake as the `observed` workload kind reads it (workload/observe_source.hpp).
+class IntakeSource final : public workload::ObserveSource {
+ public:
+  explicit IntakeSource(ObserveIntake& intake) : intake_(intake) {}
+  std::vector<workload::ObservedStream> drain(int64_t nowNs) override;
+  std::string where() const override { return "the observe intake '" + intake_.path() + "'"; }
+
+ private:
+  ObserveIntake& intake_;
 };
 
 // ObserveOptions for an agent: the config's [observe] section (see config.hpp).

@@ -1,6 +1,8 @@
 // Protocol framing and strict request parsing.
 #include "common/protocol.hpp"
 
+#include <cctype>
+
 #include <tuple>
 
 #include <cstdio>
@@ -268,7 +270,7 @@ Result<WorkloadStart> parseWorkloadStart(const json& m) {
                             "duration_ms", "streams", "incast_receiver", "fan_in", "bin_us",
                             "reconnect_timeout_ms", "start_ns", "clock_offset_ns", "checksum",
                             "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry",
-                            "perftest"});
+                            "perftest", "job"});
       !r)
     return r.error();
   WorkloadStart w;
@@ -340,6 +342,14 @@ Result<WorkloadStart> parseWorkloadStart(const json& m) {
   if (w.kind == "perftest" && w.perftest.empty()) w.perftest = "ib_write_bw";
   if (w.kind != "perftest" && !w.perftest.empty())
     return rc::makeError("field 'perftest' is only for kind \"perftest\"");
+  // Which job's records an observed workload counts: an id as the observe library sends it.
+  auto job = getString(m, "job", 128, false);
+  if (!job) return job.error();
+  for (char c : *job)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-' && c != ':' && c != '/')
+      return rc::makeError("field 'job' must be letters, digits and . _ - : / (a job id)");
+  w.job = *job;
+  if (w.kind != "observed" && !w.job.empty()) return rc::makeError("field 'job' is only for kind \"observed\"");
   return w;
 }
 
@@ -537,6 +547,7 @@ json toJson(const WorkloadStart& w) {
          {"qp_retry_cnt", w.qp.retryCount},
          {"qp_rnr_retry", w.qp.rnrRetry}};
   if (!w.perftest.empty()) j["perftest"] = w.perftest;
+  if (!w.job.empty()) j["job"] = w.job;
   // Exactly one of the two bounds is sent.
   if (w.iterations)
     j["iterations"] = w.iterations;

@@ -158,6 +158,7 @@ struct WorkloadStart {
   std::string transport = "tcp";  // tcp, verbs (RC QPs; streams = QPs per peer)
   QpSettings qp;
   std::string perftest;  // kind "perftest": ib_write_bw, ib_read_bw or ib_send_bw
+  std::string job;       // kind "observed": the job id whose records count ("" = any job)
 };
 struct WorkloadStop {
   std::string workloadId;

@@ -35,6 +35,9 @@ class ExternalRun {
 // A kind that runs an external program of a fixed list between exactly two nodes over RDMA,
 // for a duration (perftest). The front ends word their refusals from these facts.
 struct External {
+  int ranks = 2;      // nodes it runs between; 0: any number from 2
+  bool rdma = true;   // needs an ACTIVE RDMA port on every node
+  std::string_view programIs = "program";  // what `test` names for it (observed: the job id)
   std::string_view defaultProgram;  // the program when a spec names none (`test`, --test)
   bool (*knowsProgram)(std::string_view program);
   std::string (*programs)();  // "ib_write_bw, ib_read_bw, ib_send_bw" for messages

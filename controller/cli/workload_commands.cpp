@@ -173,9 +173,14 @@ int cmdWorkload(const WorkloadOptions& o) {
   if (ext) {
     const std::string name(kind->name);
     run.spec.perftest = o.test.empty() ? std::string(ext->defaultProgram) : o.test;
-    if (!ext->knowsProgram(run.spec.perftest))
+    if (!ext->knowsProgram(run.spec.perftest) && ext->programIs == "program")
       return failWith("--test '" + o.test + "' is not a " + name + " program this tool runs (known: " + ext->programs() + ")");
-    if (o.transport != "tcp") return failWith("--kind " + name + " always runs over RDMA: leave --transport out");
+    if (!ext->knowsProgram(run.spec.perftest))
+      return failWith("--test '" + o.test + "' is not a " + name + " " + std::string(ext->programIs) + " (" +
+                      ext->programs() + ")");
+    if (o.transport != "tcp")
+      return failWith("--kind " + name + (ext->rdma ? " always runs over RDMA" : " runs over the job's own transport") +
+                      ": leave --transport out");
     if (o.iterations) return failWith("--kind " + name + " runs for a duration: give --for");
     if (o.qpRetryCnt != 7 || o.qpRnrRetry != 7)
       return failWith("--qp-retry-cnt and --qp-rnr-retry are not " + name + " options (--qp-timeout is its " +

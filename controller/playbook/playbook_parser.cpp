@@ -192,8 +192,11 @@ void Parser::workload(const toml::node& wlNode, Workload& w) const {
       fail(*te, "test names a " + names + " program: it needs kind = \"" + names + "\"");
     }
     w.test = str(*te, "workload test", 32);
-    if (!ext->knowsProgram(w.test))
+    if (!ext->knowsProgram(w.test) && ext->programIs == "program")
       fail(*te, std::string(kind->name) + " test '" + w.test + "' is unknown (known: " + ext->programs() + ")");
+    if (!ext->knowsProgram(w.test))
+      fail(*te, std::string(kind->name) + " test (its " + std::string(ext->programIs) + ") '" + w.test +
+                    "' is not one it takes (" + ext->programs() + ")");
   }
   // Parsed wider than an agent accepts, so that the message can say what an agent accepts.
   if (auto* s = t.get("size")) {
@@ -226,7 +229,9 @@ void Parser::workload(const toml::node& wlNode, Workload& w) const {
     if (w.streams > ext->maxStreams)
       fail(*wl, "workload streams must be 1 to " + std::to_string(ext->maxStreams) + " with kind = \"" + name + "\" (" +
                     std::string(ext->streamsAre) + ")");
-    if (auto* tr = t.get("transport")) fail(*tr, "kind = \"" + name + "\" always runs over RDMA: leave transport out");
+    if (auto* tr = t.get("transport"))
+      fail(*tr, "kind = \"" + name + "\" " + (ext->rdma ? "always runs over RDMA" : "runs over the job's own transport") +
+                    ": leave transport out");
     for (const char* key : {"qp_retry_cnt", "qp_rnr_retry"})
       if (auto* q = t.get(key))
         fail(*q, std::string(key) + " is not a " + name + " option (" + name + " sets its own; qp_timeout is its " +

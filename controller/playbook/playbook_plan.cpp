@@ -122,7 +122,8 @@ void checkWorkloadNodes(const SourceFile& p, const Playbook& pb, const Plan& pla
   if (plan.workloadNodes.size() < 2)
     p.fail(pb.workload.nodes.pos, std::string(pb.workload.kind->name) + " needs at least 2 nodes; workload nodes '" +
                                       pb.workload.nodes.describe() + "' match " + std::to_string(plan.workloadNodes.size()));
-  if (const workload::External* ext = pb.workload.kind->external; ext && plan.workloadNodes.size() != 2)
+  if (const workload::External* ext = pb.workload.kind->external;
+      ext && ext->ranks > 0 && plan.workloadNodes.size() != size_t(ext->ranks))
     p.fail(pb.workload.nodes.pos, std::string(pb.workload.kind->name) + " runs between exactly 2 nodes (" +
                                       std::string(ext->ranksShort) + "); workload nodes '" + pb.workload.nodes.describe() + "' match " +
                                       std::to_string(plan.workloadNodes.size()) + ": name two, e.g. nodes = [\"n1\", \"n2\"]");

@@ -124,14 +124,14 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
   const workload::External* ext = kind->external;
   const std::string name(kind->name);
   if (ext) {
-    if (impl->ranks.size() != 2)
+    if (ext->ranks > 0 && impl->ranks.size() != size_t(ext->ranks))
       co_return makeError(name + " runs between exactly 2 nodes (" + std::string(ext->ranksLong) + "), not " +
                           std::to_string(impl->ranks.size()));
     if (spec.iterations) co_return makeError(name + " runs for a duration, not a count of iterations");
     if (!spec.perftest.empty() && !ext->knowsProgram(spec.perftest))
       co_return makeError(name + " test '" + spec.perftest + "' is unknown (known: " + ext->programs() + ")");
   }
-  if (spec.transport == "verbs" || ext) {
+  if (spec.transport == "verbs" || (ext && ext->rdma)) {
     // Refuse before anything starts, from what the agents reported when they connected.
     for (const auto& c : impl->ranks) {
       if (!faults::hasActiveRdmaPort(c->hello().value("capabilities", json::object())))
@@ -189,7 +189,10 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
     w.checksum = spec.checksum;
     w.transport = spec.transport;
     w.qp = spec.qp;
-    if (ext) w.perftest = spec.perftest.empty() ? std::string(ext->defaultProgram) : spec.perftest;
+    if (ext && ext->programIs == "job id")
+      w.job = spec.perftest;
+    else if (ext)
+      w.perftest = spec.perftest.empty() ? std::string(ext->defaultProgram) : spec.perftest;
     if (spec.iterations)
       w.iterations = spec.iterations;
     else
