@@ -159,13 +159,19 @@ void ObserveIntake::run(std::stop_token stop) {
       return;
     }
     int64_t now = realtimeNs();
-    for (int i = 0; i < n; i++) {
-      int fd = events[i].data.fd;
-      if (fd == wake_.get()) continue;
-      if (fd == listen_.get())
-        acceptClients(now);
-      else
-        readClient(fd, now);
+    // The same barrier as the agent's event loop: an exception (memory) is logged, and the
+    // intake goes on rather than ending the agent with its faults applied.
+    try {
+      for (int i = 0; i < n; i++) {
+        int fd = events[i].data.fd;
+        if (fd == wake_.get()) continue;
+        if (fd == listen_.get())
+          acceptClients(now);
+        else
+          readClient(fd, now);
+      }
+    } catch (const std::exception& ex) {
+      rc::log::error("observe intake: {}; continuing", ex.what());
     }
     if (now - lastExpire >= kTickMs * 1'000'000LL) {
       expire(now);
@@ -320,7 +326,8 @@ RecordCheck checkRecord(const void* data, size_t n, int64_t now, const ObserveOp
   if (!nameOk(r.op, sizeof r.op, false) || !nameOk(r.job_id, sizeof r.job_id, true))
     return fail(Refusal::malformed, "op or job_id not a NUL-terminated name of [A-Za-z0-9._:@+-]");
   std::string op = "op '" + std::string(r.op) + "'";
-  if (r.end_ns < r.start_ns || r.end_ns - r.start_ns > o.maxDurationNs)
+  // In unsigned arithmetic: two far-apart int64 values (a sender's garbage) must not overflow.
+  if (r.end_ns < r.start_ns || uint64_t(r.end_ns) - uint64_t(r.start_ns) > uint64_t(o.maxDurationNs))
     return fail(Refusal::malformed, op + ": end before start, or longer than the longest operation");
   if (r.end_ns < now - o.retentionNs || r.end_ns > now + o.maxFutureNs)
     return fail(Refusal::outOfTime, op + ": ends " + std::to_string((r.end_ns - now) / 1'000'000) +

@@ -1,6 +1,6 @@
 /* PMPI wrappers (LD_PRELOAD=.../librdmachaos-observe-mpi.so): each collective below, and the
- * completion of its nonblocking form in MPI_Wait, MPI_Test or MPI_Waitall, becomes one observe
- * record. Bytes are nccl-tests' "size" of the operation, so its bus-bandwidth factors apply. */
+ * completion of its nonblocking form in MPI_Wait, _Test, _Waitall, _Testall, _Waitany,
+ * _Testany, _Waitsome or _Testsome, becomes one observe record. Bytes are nccl-tests' "size" of the operation, so its bus-bandwidth factors apply. */
 #include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -258,13 +258,96 @@ RC_MPI_API int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status) {
   return rc;
 }
 
-RC_MPI_API int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[]) {
-  if (atomic_load(&pending_count) == 0 || count <= 0) return PMPI_Waitall(count, reqs, statuses);
+/* The requests' values before a call that may complete several of them; NULL when no
+ * collective of ours is pending (the call then costs nothing more). */
+struct snapshot {
   MPI_Request few[64];
-  MPI_Request *before = count <= 64 ? few : malloc(sizeof(MPI_Request) * (size_t)count);
-  if (before) memcpy(before, reqs, sizeof(MPI_Request) * (size_t)count);
+  MPI_Request *reqs;
+};
+static MPI_Request *take_snapshot(struct snapshot *b, int count, const MPI_Request reqs[]) {
+  b->reqs = NULL;
+  if (atomic_load(&pending_count) == 0 || count <= 0 || !reqs) return NULL;
+  b->reqs = count <= 64 ? b->few : malloc(sizeof(MPI_Request) * (size_t)count);
+  if (b->reqs) memcpy(b->reqs, reqs, sizeof(MPI_Request) * (size_t)count);
+  return b->reqs;
+}
+static void drop_snapshot(struct snapshot *b) {
+  if (b->reqs && b->reqs != b->few) free(b->reqs);
+}
+
+RC_MPI_API int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[]) {
+  struct snapshot b;
+  MPI_Request *before = take_snapshot(&b, count, reqs);
   int rc = PMPI_Waitall(count, reqs, statuses);
   for (int i = 0; before && i < count; i++) completed(before[i], rc);
-  if (before != few) free(before);
+  drop_snapshot(&b);
   return rc;
+}
+
+RC_MPI_API int MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status statuses[]) {
+  struct snapshot b;
+  MPI_Request *before = take_snapshot(&b, count, reqs);
+  int rc = PMPI_Testall(count, reqs, flag, statuses);
+  for (int i = 0; before && (rc != MPI_SUCCESS || *flag) && i < count; i++) completed(before[i], rc);
+  drop_snapshot(&b);
+  return rc;
+}
+
+RC_MPI_API int MPI_Waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status) {
+  struct snapshot b;
+  MPI_Request *before = take_snapshot(&b, count, reqs);
+  int rc = PMPI_Waitany(count, reqs, index, status);
+  if (before && *index != MPI_UNDEFINED && *index >= 0 && *index < count) completed(before[*index], rc);
+  drop_snapshot(&b);
+  return rc;
+}
+
+RC_MPI_API int MPI_Testany(int count, MPI_Request reqs[], int *index, int *flag, MPI_Status *status) {
+  struct snapshot b;
+  MPI_Request *before = take_snapshot(&b, count, reqs);
+  int rc = PMPI_Testany(count, reqs, index, flag, status);
+  if (before && *flag && *index != MPI_UNDEFINED && *index >= 0 && *index < count) completed(before[*index], rc);
+  drop_snapshot(&b);
+  return rc;
+}
+
+/* Waitsome and Testsome: the completed ones are named in INDICES. */
+static void completed_some(const MPI_Request before[], int count, int outcount, const int indices[], int rc) {
+  for (int i = 0; before && outcount != MPI_UNDEFINED && i < outcount; i++)
+    if (indices[i] >= 0 && indices[i] < count) completed(before[indices[i]], rc);
+}
+
+RC_MPI_API int MPI_Waitsome(int count, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[]) {
+  struct snapshot b;
+  MPI_Request *before = take_snapshot(&b, count, reqs);
+  int rc = PMPI_Waitsome(count, reqs, outcount, indices, statuses);
+  completed_some(before, count, *outcount, indices, rc);
+  drop_snapshot(&b);
+  return rc;
+}
+
+RC_MPI_API int MPI_Testsome(int count, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[]) {
+  struct snapshot b;
+  MPI_Request *before = take_snapshot(&b, count, reqs);
+  int rc = PMPI_Testsome(count, reqs, outcount, indices, statuses);
+  completed_some(before, count, *outcount, indices, rc);
+  drop_snapshot(&b);
+  return rc;
+}
+
+/* A freed request completes where no wrapper sees it: its entry goes, with no record (its end
+ * is unknown), so that the table does not fill with them. */
+RC_MPI_API int MPI_Request_free(MPI_Request *req) {
+  if (req && *req != MPI_REQUEST_NULL && atomic_load(&pending_count) > 0) {
+    pthread_mutex_lock(&pending_lock);
+    for (int i = 0; i < pending_used; i++) {
+      if (pending[i].op && pending[i].req == *req) {
+        pending[i].op = NULL;
+        atomic_fetch_sub(&pending_count, 1);
+        break;
+      }
+    }
+    pthread_mutex_unlock(&pending_lock);
+  }
+  return PMPI_Request_free(req);
 }

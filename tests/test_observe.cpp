@@ -560,7 +560,7 @@ TEST_CASE("observe library: Python through ctypes (observe/examples/train_step.p
   CHECK(binBytes(batches[0].telemetry) == 12u * (4u << 20));
 }
 
-TEST_CASE("observe library: the NCCL profiler plugin replayed through its v5, v4 and v1 structs") {
+TEST_CASE("observe library: the NCCL profiler plugin replayed through its v1 to v6 structs") {
   rctest::TempDir dir("rc-observe");
   auto in = startIntake(dir.file("o.sock"));
   auto result = inChild(
@@ -688,14 +688,51 @@ TEST_CASE("observe library: the NCCL profiler plugin replayed through its v5, v4
         v1->startEvent(ctx, &c1, &d1);
         v1->stopEvent(c1);
         v1->finalize(ctx);
+        // v2 and v3 differ in the collective's layout (v3 drops trafficBytes), v6 in the union.
+        auto* v2 = sym<const rc_nccl_profiler_v2*>("ncclProfiler_v2");
+        if (!v2 || v2->init(&ctx, &mask) != rcNcclSuccess) return 10;
+        rc_nccl_descr_v2 d2{};
+        d2.type = RC_NCCL_COLL;
+        d2.rank = 1;
+        d2.coll.commHash = 0x222;
+        d2.coll.func = "AllReduce";
+        d2.coll.count = 100;
+        d2.coll.datatype = "ncclFloat16";
+        d2.coll.trafficBytes = 12345;
+        void* c2 = nullptr;
+        v2->startEvent(ctx, &c2, &d2);
+        v2->stopEvent(c2);
+        auto* v3 = sym<const rc_nccl_profiler_v3*>("ncclProfiler_v3");
+        if (!v3 || v3->init(&ctx, &mask) != rcNcclSuccess) return 11;
+        rc_nccl_descr_v3 d3{};
+        d3.type = RC_NCCL_COLL;
+        d3.rank = 1;
+        d3.coll.commHash = 0x333;
+        d3.coll.func = "ReduceScatter";
+        d3.coll.count = 64;
+        d3.coll.datatype = "ncclInt32";
+        void* c3 = nullptr;
+        v3->startEvent(ctx, &c3, &d3);
+        v3->stopEvent(c3);
+        auto* v6 = sym<const rc_nccl_profiler_v6*>("ncclProfiler_v6");
+        if (!v6 || v6->init(&ctx, 0x666, &mask, "world", 1, 2, 1, nullptr) != rcNcclSuccess) return 12;
+        rc_nccl_descr_v6 d6{};
+        d6.type = RC_NCCL_COLL;
+        d6.rank = 1;
+        d6.coll.func = "Broadcast";
+        d6.coll.count = 3;
+        d6.coll.datatype = "ncclUint64";
+        void* c6 = nullptr;
+        v6->startEvent(ctx, &c6, &d6);
+        v6->stopEvent(c6);
         writeStats(fd);
         return 0;
       });
   REQUIRE(result.status == 0);
-  CHECK(readStats(result).sent == 5);
-  REQUIRE(waitFor([&] { return in->stats().accepted == 5; }));
+  CHECK(readStats(result).sent == 8);
+  REQUIRE(waitFor([&] { return in->stats().accepted == 8; }));
   auto batches = in->drain(nowNs() + rctest::kS);
-  REQUIRE(batches.size() == 3);
+  REQUIRE(batches.size() == 6);
   std::map<uint64_t, rc::agent::ObservedBatch> byComm;
   for (auto& b : batches) byComm[b.commId] = b;
   const auto& v5 = byComm.at(0xabc);
@@ -712,6 +749,9 @@ TEST_CASE("observe library: the NCCL profiler plugin replayed through its v5, v4
   CHECK(binBytes(v5.telemetry) == (4u << 20) + 16000);
   CHECK(byComm.at(0xdef).telemetry.iterations.at(0).rxBytes == 256 * 2 * 2);
   CHECK(byComm.at(0x123).telemetry.iterations.at(0).rxBytes == 80);
+  CHECK(byComm.at(0x222).telemetry.iterations.at(0).rxBytes == 200);
+  CHECK(byComm.at(0x333).telemetry.iterations.at(0).rxBytes == 64 * 4 * 2);  // world 2 from RANK/WORLD_SIZE
+  CHECK(byComm.at(0x666).telemetry.iterations.at(0).rxBytes == 24);
 }
 
 TEST_CASE("observe library: the NCCL plugin reports each collective once with a proxy thread of its own") {
