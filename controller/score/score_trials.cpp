@@ -380,6 +380,31 @@ void judgeTrial(const Playbook& pb, const Trial& t, TrialScore& ts, Scores& out)
   }
 }
 
+// A job the run did not start (kind "observed") can be missing from a node, or end early: a
+// trial in which a node's ranks reported nothing, or stopped reporting well before its end, is
+// a problem of the trial, never a healthy score of the ranks that did report.
+void checkObservedRanks(const RunResult& run, const Playbook& pb, const Trial& t, const TrialGrids& g,
+                        TrialScore& ts) {
+  if (pb.workload.kind->name != "observed") return;
+  constexpr int64_t kQuietNs = 5'000'000'000;  // longer than any stall a flap of a few seconds causes
+  for (size_t i = 0; i < g.nodes.size() && i < run.plan.workloadNodes.size(); i++) {
+    const Grid& grid = g.nodes[i];
+    const std::string& node = run.plan.workloadNodes[i];
+    size_t last = grid.size();
+    for (size_t k = 0; k < grid.size(); k++)
+      if (grid.bytes[k] > 0) last = k;
+    if (last == grid.size()) {
+      ts.problems.push_back("no rank on " + node +
+                            " reported an operation in this trial: is the job running there, with librdmachaos-observe "
+                            "loaded and RDMACHAOS_OBSERVE_SOCKET naming that node's agent?");
+    } else if (grid.timeOf(last) + grid.binNs < t.endNs - kQuietNs) {
+      ts.problems.push_back("the job's ranks on " + node + " stopped reporting " +
+                            formatDuration(Nanos(t.endNs - grid.timeOf(last) - grid.binNs)) +
+                            " before the trial's end: the job ended early or hung");
+    }
+  }
+}
+
 TrialScore scoreTrial(const RunResult& run, const Playbook& pb, const Trial& t, int64_t binNs, BandDepths& depths,
                       Scores& out) {
   TrialScore ts;
@@ -393,6 +418,7 @@ TrialScore scoreTrial(const RunResult& run, const Playbook& pb, const Trial& t, 
   }
   faultWindow(run, t, ts);
   TrialGrids g = trialGrids(run, binNs, t);
+  checkObservedRanks(run, pb, t, g, ts);
   scoreScopes(run, pb, t, g, depths, ts);
   scoreFabric(run, pb.scoring, t, g.job, ts);
   scorePackets(run, t, ts);

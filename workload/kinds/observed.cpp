@@ -1,6 +1,7 @@
 // Workload kind observed: nothing is started. The agent scores whatever a real job (NCCL, MPI,
 // a program calling the observe C API) reports to its local intake while the workload runs: the
 // same telemetry as the engine's, from the job's own operations (docs/workloads.md, "Your own job").
+#include <algorithm>
 #include <chrono>
 #include <cctype>
 #include <map>
@@ -13,6 +14,26 @@
 
 namespace rc::workload {
 namespace {
+
+// An operation's bytes spread evenly over its own time, as the engine's bytes arrive while an
+// iteration runs: binned at its end alone, a job of a few operations a second would read as a
+// series of spikes and stalls between them.
+void spread(Telemetry& telemetry, const IterationRecord& r) {
+  const int64_t bin = telemetry.binNs();
+  if (r.endNs <= r.startNs || bin <= 0 || (r.endNs - r.startNs) / bin > 100'000) {
+    telemetry.addBytes(r.endNs, r.rxBytes);
+    return;
+  }
+  uint64_t given = 0;
+  for (int64_t t = r.startNs; t < r.endNs;) {
+    const int64_t next = std::min(r.endNs, (t / bin + 1) * bin);
+    const uint64_t upto = uint64_t(double(r.rxBytes) * double(next - r.startNs) / double(r.endNs - r.startNs));
+    if (upto > given) telemetry.addBytes(t, upto - given);
+    given = std::max(given, upto);
+    t = next;
+  }
+  if (given < r.rxBytes) telemetry.addBytes(r.endNs, r.rxBytes - given);
+}
 
 class ObservedRun final : public ExternalRun {
  public:
@@ -36,9 +57,8 @@ class ObservedRun final : public ExternalRun {
       for (auto& st : source_->drain(wallNs())) {
         if (!job_.empty() && st.jobId != job_) continue;
         const TelemetryBatch& b = st.telemetry;
-        for (size_t i = 0; i < b.bins.size(); i++)
-          if (b.bins[i]) telemetry.addBytes(b.firstBinNs + int64_t(i) * b.binNs + b.binNs / 2, b.bins[i]);
         for (const auto& r : b.iterations) {
+          spread(telemetry, r);
           telemetry.addIteration(r);
           s.counters.iterations += r.ok ? 1 : 0;
           s.counters.failedIterations += r.ok ? 0 : 1;
