@@ -51,7 +51,7 @@ Result<void> checkParams(const json& p) {
   const bool hasRate = p.contains("rate") && p["rate"].is_number();
   if (hasFraction == hasRate)
     return makeError("link_degrade needs exactly one of 'fraction' (of the port's rate, e.g. 0.5) and 'rate' "
-                     "(absolute, e.g. \"500Mbps\")");
+                     "(absolute, e.g. \"500M\")");
   if (hasFraction) {
     const double f = p["fraction"].get<double>();
     if (!(f > 0 && f < 1))
@@ -189,7 +189,7 @@ const FaultKind kind_link_degrade{
         {.name = "fraction", .type = ParamType::rate,
          .help = "the share of the port's rate it keeps, above 0 and below 1 (0.5: half); or set rate", .min = 0,
          .max = 1, .optional = true},
-        {.name = "rate", .type = ParamType::bitRate, .help = "the rate it drops to (e.g. \"500Mbps\"); or set fraction",
+        {.name = "rate", .type = ParamType::bitRate, .help = "the rate it drops to (e.g. \"500M\" or \"500Mbps\"); or set fraction",
          .min = kMinRateBps, .max = kMaxRateBps, .optional = true},
         {.name = "switch_port", .type = ParamType::string,
          .help = "the lab switch port (n2, leaf1:spine1; default: the one facing this host)", .optional = true},
