@@ -73,6 +73,11 @@ class WireSampler {
     std::lock_guard lock(m_);
     return samples_;
   }
+  // The last state the switch reported of each meter the runner set (they go when the run ends).
+  std::map<std::string, json> meters() {
+    std::lock_guard lock(m_);
+    return meters_;
+  }
 
  private:
   void loop(std::stop_token stop) {
@@ -85,18 +90,25 @@ class WireSampler {
         std::lock_guard lock(m_);
         samples_.push_back(std::move(s));
       }
+      if (auto m = rc::faults::labswitchRequest(socket_, {{"cmd", "meters"}}); m && m->contains("meters")) {
+        std::lock_guard lock(m_);
+        for (const auto& meter : (*m)["meters"])
+          meters_[meter.value("port", "") + "/" + std::to_string(meter.value("l4_dst", 0))] = meter;
+      }
       std::this_thread::sleep_for(20ms);
     }
   }
   std::string socket_;
   std::mutex m_;
   std::vector<WireSample> samples_;
+  std::map<std::string, json> meters_;
   std::jthread thread_;
 };
 
 struct TruthRun {
   json doc;
   std::vector<WireSample> wire;
+  std::map<std::string, json> meters;  // "port/l4dst" -> the meter's last state
   int64_t startedUnixNs = 0;
 };
 
@@ -128,6 +140,7 @@ TruthRun runTruth(const std::string& name, const std::string& text, int plannedS
   rctest::Proc p = rctest::spawnCli(l.dir(), {"run", path, "--inventory", l.inventory(), "--report-dir", dir});
   int code = rctest::waitCli(p, std::chrono::seconds(2 * plannedS + 60));
   TruthRun r;
+  r.meters = sampler.meters();
   r.wire = sampler.stop();
   INFO("stdout:\n" << readFile(p.out) << "\nstderr:\n" << readFile(p.err));
   CHECK((code == 0 || code == 1));
@@ -528,5 +541,77 @@ TEST_CASE("truth: a packet fault dropping K frames reads K in the switch's event
   CHECK(ok.ok);
   Check wrong = check(applied + 1'000'000'000, reverted + 1'000'000'000);
   show("packet, the fault's record shifted by 1 s (must not hold)", wrong);
+  CHECK_FALSE(wrong.ok);
+}
+
+// ---------------------------------------------------------------- incast
+// Two senders (n1, n3) each send a flow of 10 UDP datagrams of 1,400 B into n2 every 100 ms for
+// 2 s. The truth: every burst of every sender is 14,000 B in 10 datagrams, so the senders' own
+// bursts give the bytes exactly; the switch's meter (frames leaving n2's port for the sink's
+// port, 42 B of Ethernet, IPv4 and UDP header each) and the sink's received bytes in the fault's
+// record must both be exactly that, and the meter's first and last frame inside the fault's
+// window.
+TEST_CASE("truth: an incast of known bytes reads the same bytes on the switch's meter and in the record",
+          "[truth]") {
+  const int64_t size = 14000, perDatagram = 1400;
+  TruthRun r = runTruth("incast",
+                        playbookText("incast", 8, 4, 3,
+                                     "[[step]]\nname = \"incast-n2\"\nkind = \"incast\"\ntarget = \"all\"\n"
+                                     "phase = \"fault\"\nat = \"1s\"\nfor = \"2s\"\n"
+                                     "params = { receiver = \"n2\", senders = 2, fan_in = 2, size = \"" +
+                                         std::to_string(size) + "B\", interval = \"100ms\", duration = \"1500ms\", "
+                                         "transport = \"udp\" }\n"),
+                        15 + 15);
+  // The records: the senders' bursts, the sink's bytes and datagrams.
+  int64_t bursts = 0, received = -1, datagrams = -1, applied = 0, reverted = 0;
+  int sink = 0, port = 0;
+  for (const auto& f : r.doc["faults"]) {
+    for (const auto& e : f["events"]) {
+      const std::string d = e["detail"].get<std::string>();
+      if (e["what"] == "sent") bursts += std::stoll(d);  // "<bursts> bursts, <bytes> B ... sent"
+      if (e["what"] == "received") {
+        received = std::stoll(d);  // "<bytes> B (...) in <n> datagrams from ..."
+        datagrams = std::stoll(d.substr(d.find(" in ") + 4));
+      }
+    }
+    if (f["role"] == "sink") {
+      sink++;
+      port = f["params"]["port"].get<int>();
+      applied = f["applied_ns"].get<int64_t>();
+      reverted = f["reverted_ns"].get<int64_t>();
+    }
+  }
+  REQUIRE(sink == 1);
+  const int64_t truthBytes = bursts * size, truthFrames = bursts * (size / perDatagram);
+  auto meter = r.meters.find("n2/" + std::to_string(port));
+  REQUIRE(meter != r.meters.end());
+  const json& m = meter->second;
+  REQUIRE(m["first_wall_ns"].is_number_integer());
+  REQUIRE(m["last_wall_ns"].is_number_integer());
+  const int64_t frames = m["frames"].get<int64_t>(), wireBytes = m["bytes"].get<int64_t>();
+  std::printf("[truth] incast: %lld bursts of %lld B sent; the meter: %lld frames, %lld B on the wire\n",
+              (long long)bursts, (long long)size, (long long)frames, (long long)wireBytes);
+  auto check = [&](int64_t fromNs, int64_t toNs) {
+    Check c;
+    c.expect(frames == truthFrames && wireBytes - 42 * frames == truthBytes,
+             fmt("the switch's meter: truth %.0f datagrams, %.0f B; metered %.0f frames, %.0f B of payload",
+                 double(truthFrames), double(truthBytes), double(frames), double(wireBytes - 42 * frames)));
+    c.expect(received == truthBytes && datagrams == truthFrames,
+             fmt("the sink's record: truth %.0f B in %.0f datagrams; received %.0f B in %.0f; uncertainty 0",
+                 double(truthBytes), double(truthFrames), double(received), double(datagrams)));
+    const int64_t first = m["first_wall_ns"].get<int64_t>() - r.startedUnixNs,
+                  last = m["last_wall_ns"].get<int64_t>() - r.startedUnixNs;
+    c.expect(first >= fromNs - 100'000'000 && last <= toNs,
+             fmt("on the wire from %.3f s to %.3f s, inside the fault's window %.3f-%.3f s (the sink is applied "
+                 "first; 100 ms for the agents' clocks)",
+                 double(first) / 1e9, double(last) / 1e9, double(fromNs) / 1e9, double(toNs) / 1e9));
+    return c;
+  };
+  Check ok = check(applied, reverted);
+  show("incast, the run's own record", ok);
+  CHECK(ok.ok);
+  CHECK(bursts > 0);
+  Check wrong = check(applied + 1'000'000'000, reverted + 1'000'000'000);
+  show("incast, the fault's record shifted by 1 s (must not hold)", wrong);
   CHECK_FALSE(wrong.ok);
 }
