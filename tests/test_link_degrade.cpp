@@ -50,7 +50,8 @@ double portRate(const rctest::Lab& lab, const std::string& port) {
 }
 
 void setPortRate(const rctest::Lab& lab, const std::string& port, double bps) {
-  REQUIRE(labswitchCall(lab.switchControl(), swproto::SetPortRequest{.port = port, .rateBps = bps}));
+  REQUIRE(
+      labswitchCall(lab.switchControl(), swproto::SetPortRequest{.port = port, .rateBps = bps}));
 }
 
 // Runs FAULT on a thread of its own (as the agent's manager does) until stopped.
@@ -73,18 +74,20 @@ struct Running {
 
 TEST_CASE("link_degrade checks its parameters before anything") {
   CHECK_FALSE(normalised({{"fraction", 0.5}, {"rate", "500M"}}).ok());  // one of the two
-  CHECK_FALSE(normalised(json::object()).ok());                           // neither
-  CHECK_FALSE(normalised({{"fraction", 1}}).ok());                        // not a degrade
+  CHECK_FALSE(normalised(json::object()).ok());                         // neither
+  CHECK_FALSE(normalised({{"fraction", 1}}).ok());                      // not a degrade
   CHECK_FALSE(normalised({{"fraction", 0}}).ok());
   CHECK_FALSE(normalised({{"fraction", 0.5}, {"switch_port", "*"}}).ok());  // every port
-  CHECK_FALSE(normalised({{"fraction", 0.5}, {"switch_port", "leaf1-spine1"}}).ok());  // a link, not a port
+  CHECK_FALSE(
+      normalised({{"fraction", 0.5}, {"switch_port", "leaf1-spine1"}}).ok());  // a link, not a port
   auto p = normalised({{"rate", "500M"}, {"switch_port", "n2"}, {"duration", "2s"}});
   REQUIRE(p);
   CHECK((*p)["rate"] == 500'000'000);
   CHECK((*p)["duration"] == 2'000'000'000);
   // The planner's names: the port's rate, the same whichever node degrades it.
   CHECK(degradeKind().planTarget(*p) == "the rate of lab switch port 'n2'");
-  CHECK(degradeKind().fabricTargets(*p) == std::vector<std::string>{"the rate of lab switch port 'n2'"});
+  CHECK(degradeKind().fabricTargets(*p) ==
+        std::vector<std::string>{"the rate of lab switch port 'n2'"});
   CHECK(degradeKind().fabricTargets(*normalised({{"fraction", 0.5}})).empty());
 }
 

@@ -4,9 +4,9 @@
 // and then runs the same check on a deliberately wrong input (the scorer fed a series scaled by
 // 0.5, or the fault's record shifted by 1 s), which must fail: a check that cannot fail is not a
 // check. docs/scoring.md, "How the scores are checked".
-#include <catch2/catch.hpp>
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -90,7 +90,8 @@ class WireSampler {
         std::lock_guard lock(m_);
         samples_.push_back(std::move(s));
       }
-      if (auto m = rc::faults::labswitchRequest(socket_, {{"cmd", "meters"}}); m && m->contains("meters")) {
+      if (auto m = rc::faults::labswitchRequest(socket_, {{"cmd", "meters"}});
+          m && m->contains("meters")) {
         std::lock_guard lock(m_);
         for (const auto& meter : (*m)["meters"])
           meters_[meter.value("port", "") + "/" + std::to_string(meter.value("l4_dst", 0))] = meter;
@@ -113,17 +114,26 @@ struct TruthRun {
 };
 
 // A playbook of the suite: a ring all-reduce on the three nodes, a baseline, one fault step.
-std::string playbookText(const std::string& name, int baselineS, int faultS, int recoveryS, const std::string& step) {
-  return "name = \"truth-" + name + "\"\n"
-         "description = \"ground truth: " + name + "\"\n"
+std::string playbookText(const std::string& name, int baselineS, int faultS, int recoveryS,
+                         const std::string& step) {
+  return "name = \"truth-" + name +
+         "\"\n"
+         "description = \"ground truth: " +
+         name +
+         "\"\n"
          "seed = 1\n"
          "[workload]\nkind = \"allreduce\"\nsize = \"4MiB\"\nstreams = 2\nnodes = \"all\"\n"
-         "[scoring]\nbin = \"10ms\"\nwarmup = \"2s\"\nhold = \"1s\"\nsmooth = \"250ms\"\nepsilon = 0.10\n"
+         "[scoring]\nbin = \"10ms\"\nwarmup = \"2s\"\nhold = \"1s\"\nsmooth = \"250ms\"\nepsilon = "
+         "0.10\n"
          "[guardrails]\nmax_stall = \"20s\"\n"
-         "[[phase]]\nname = \"baseline\"\nduration = \"" + std::to_string(baselineS) + "s\"\n"
-         "[[phase]]\nname = \"fault\"\nduration = \"" + std::to_string(faultS) + "s\"\n"
-         "[[phase]]\nname = \"recovery\"\nduration = \"" + std::to_string(recoveryS) + "s\"\n" +
-         step +
+         "[[phase]]\nname = \"baseline\"\nduration = \"" +
+         std::to_string(baselineS) +
+         "s\"\n"
+         "[[phase]]\nname = \"fault\"\nduration = \"" +
+         std::to_string(faultS) +
+         "s\"\n"
+         "[[phase]]\nname = \"recovery\"\nduration = \"" +
+         std::to_string(recoveryS) + "s\"\n" + step +
          "[[expect]]\nmetric = \"longest_stall\"\nop = \"<=\"\nbound = \"20s\"\n";
 }
 
@@ -137,7 +147,8 @@ TruthRun runTruth(const std::string& name, const std::string& text, int plannedS
   std::printf("[truth] %s: running (about %d s)\n", name.c_str(), plannedS);
   std::fflush(stdout);
   WireSampler sampler(l.switchControl());
-  rctest::Proc p = rctest::spawnCli(l.dir(), {"run", path, "--inventory", l.inventory(), "--report-dir", dir});
+  rctest::Proc p =
+      rctest::spawnCli(l.dir(), {"run", path, "--inventory", l.inventory(), "--report-dir", dir});
   int code = rctest::waitCli(p, std::chrono::seconds(2 * plannedS + 60));
   TruthRun r;
   r.meters = sampler.meters();
@@ -211,7 +222,8 @@ struct Reading {
 Reading scoreOf(const Input& in) {
   auto b = ctl::baselineRate(in.job, in.baselineFrom, in.baselineTo, in.s.smoothNs);
   REQUIRE(b.has_value());
-  auto band = ctl::baselineBand(in.job, in.baselineFrom, in.baselineTo, in.s.smoothNs, in.s.holdNs, *b);
+  auto band =
+      ctl::baselineBand(in.job, in.baselineFrom, in.baselineTo, in.s.smoothNs, in.s.holdNs, *b);
   REQUIRE(band.has_value());
   return {*b, *band, ctl::scoreImpact(in.job, *b, in.faultStart, in.faultEnd, in.s, band)};
 }
@@ -237,7 +249,8 @@ double noiseBytes(const Reading& rd, const Input& in, double windowS) {
       sum += in.job.bytes[i + w] - in.job.bytes[i];
     }
   }
-  const double depth = std::min(ctl::kBandMaxDepth, ctl::kBandMargin * std::max(0.0, rd.baseline - lowest) / rd.baseline);
+  const double depth = std::min(
+      ctl::kBandMaxDepth, ctl::kBandMargin * std::max(0.0, rd.baseline - lowest) / rd.baseline);
   return depth * rd.baseline * windowS;
 }
 
@@ -284,7 +297,8 @@ double iterationRate(const json& doc, int64_t fromNs, int64_t toNs) {
 
 // The wire: PORT's tx bytes (and frames) between two instants of the run's timeline,
 // interpolated between the test's samples.
-std::pair<double, double> wireBetween(const TruthRun& r, const std::string& port, int64_t fromNs, int64_t toNs) {
+std::pair<double, double> wireBetween(const TruthRun& r, const std::string& port, int64_t fromNs,
+                                      int64_t toNs) {
   auto at = [&](int64_t t) {
     const int64_t wall = r.startedUnixNs + t;
     const WireSample* a = nullptr;
@@ -296,8 +310,10 @@ std::pair<double, double> wireBetween(const TruthRun& r, const std::string& port
     REQUIRE(a);
     REQUIRE(b);
     auto va = a->tx.at(port), vb = b->tx.at(port);
-    double f = b->wallNs == a->wallNs ? 0 : double(wall - a->wallNs) / double(b->wallNs - a->wallNs);
-    return std::make_pair(va.first + f * (vb.first - va.first), va.second + f * (vb.second - va.second));
+    double f =
+        b->wallNs == a->wallNs ? 0 : double(wall - a->wallNs) / double(b->wallNs - a->wallNs);
+    return std::make_pair(va.first + f * (vb.first - va.first),
+                          va.second + f * (vb.second - va.second));
   };
   auto a = at(fromNs), b = at(toNs);
   return {b.first - a.first, b.second - a.second};
@@ -325,14 +341,16 @@ std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 
 void checkBaseline(Check& c, const Reading& rd, double bTruth) {
   const double tol = std::min(rd.floorDepth(), 0.25);
   c.expect(std::fabs(rd.baseline - bTruth) <= tol * rd.baseline,
-           fmt("baseline: truth %.1f MB/s (the job's iterations), scored %.1f MB/s, uncertainty %.1f %% (the job's "
+           fmt("baseline: truth %.1f MB/s (the job's iterations), scored %.1f MB/s, uncertainty "
+               "%.1f %% (the job's "
                "band)",
                bTruth / 1e6, rd.baseline / 1e6, 100 * tol));
 }
 
 // Prints a check's lines for the log under TITLE, with whether it held.
 void show(const std::string& title, const Check& c) {
-  std::printf("[truth] %s: %s\n%s", title.c_str(), c.ok ? "holds" : "does NOT hold", c.text.c_str());
+  std::printf("[truth] %s: %s\n%s", title.c_str(), c.ok ? "holds" : "does NOT hold",
+              c.text.c_str());
   std::fflush(stdout);
 }
 
@@ -348,14 +366,17 @@ const char* kRing = "a ring all-reduce runs at its slowest hop's pace";
 // its slowest hop's pace: the job loses (1 - rho) x B x (Tr - Ta). B is the job's rate from its
 // iteration records. Tolerance: the ends of the impact (one timing uncertainty each, at the
 // missing rate) and the job's own noise over the window (its baseline's hold-long dip below B).
-TEST_CASE("truth: link_degrade to a quarter of one port's rate slows the ring to the hop's pace", "[truth]") {
+TEST_CASE("truth: link_degrade to a quarter of one port's rate slows the ring to the hop's pace",
+          "[truth]") {
   const double fraction = 0.25;
-  TruthRun r = runTruth("link-degrade",
-                        playbookText("link-degrade", 15, 7, 5,
-                                     "[[step]]\nname = \"degrade-n2\"\nkind = \"link_degrade\"\ntarget = \"n2\"\n"
-                                     "phase = \"fault\"\nat = \"1s\"\nfor = \"5s\"\n"
-                                     "params = { fraction = " + std::to_string(fraction) + " }\n"),
-                        27 + 15);
+  TruthRun r = runTruth(
+      "link-degrade",
+      playbookText("link-degrade", 15, 7, 5,
+                   "[[step]]\nname = \"degrade-n2\"\nkind = \"link_degrade\"\ntarget = \"n2\"\n"
+                   "phase = \"fault\"\nat = \"1s\"\nfor = \"5s\"\n"
+                   "params = { fraction = " +
+                       std::to_string(fraction) + " }\n"),
+      27 + 15);
   // The switch port's rate during the run: restored exactly.
   json port = control({{"cmd", "get_port"}, {"port", "n2"}});
   CHECK(port["ports"][0]["rate_bps"].get<double>() == 1e9);
@@ -374,9 +395,11 @@ TEST_CASE("truth: link_degrade to a quarter of one port's rate slows the ring to
   auto [fb, ff] = wireBetween(r, "n2", in.faultStart + 500'000'000, in.faultEnd);
   const double wireFault = fb / (windowS - 0.5);
   (void)ff;
-  std::printf("[truth] link_degrade: n2's hop carried %.1f MB/s in the baseline (frames of %.0f B); at %.0f %% of "
-              "1 Gb/s it carries at most %.1f MB/s (%.1f MB/s measured while degraded): rho = %.3f\n",
-              wireBase / 1e6, meanLen, fraction * 100, capacity / 1e6, wireFault / 1e6, rho);
+  std::printf(
+      "[truth] link_degrade: n2's hop carried %.1f MB/s in the baseline (frames of %.0f B); at "
+      "%.0f %% of "
+      "1 Gb/s it carries at most %.1f MB/s (%.1f MB/s measured while degraded): rho = %.3f\n",
+      wireBase / 1e6, meanLen, fraction * 100, capacity / 1e6, wireFault / 1e6, rho);
 
   auto check = [&](const Reading& rd, const ctl::Impact& im) {
     Check c;
@@ -388,12 +411,16 @@ TEST_CASE("truth: link_degrade to a quarter of one port's rate slows the ring to
     const double u = double(im.uncertaintyNs) / 1e9;
     const double tol = (1 - rho) * rd.baseline * 2 * u + noiseBytes(rd, in, windowS);
     c.expect(std::fabs(im.lossBytes - lossTruth) <= tol,
-             fmt("loss: truth %.1f MB ((1 - rho) x B x the %.2f s fault), scored %.1f MB, uncertainty %.1f MB",
+             fmt("loss: truth %.1f MB ((1 - rho) x B x the %.2f s fault), scored %.1f MB, "
+                 "uncertainty %.1f MB",
                  lossTruth / 1e6, windowS, im.lossBytes / 1e6, tol / 1e6));
-    c.expect(im.recovered && double(im.recoveryTimeNs.value_or(-1)) <= double(im.uncertaintyNs) + double(in.s.smoothNs) / 2,
-             fmt("recovery: truth 0 s (the rate is back when the port is), scored %.3f s (-1: not recovered), "
+    c.expect(im.recovered && double(im.recoveryTimeNs.value_or(-1)) <=
+                                 double(im.uncertaintyNs) + double(in.s.smoothNs) / 2,
+             fmt("recovery: truth 0 s (the rate is back when the port is), scored %.3f s (-1: not "
+                 "recovered), "
                  "uncertainty %.3f s (a bin + the smoothing of the fault's end)",
-                 im.recovered ? double(*im.recoveryTimeNs) / 1e9 : -1.0, (double(im.uncertaintyNs) + double(in.s.smoothNs) / 2) / 1e9));
+                 im.recovered ? double(*im.recoveryTimeNs) / 1e9 : -1.0,
+                 (double(im.uncertaintyNs) + double(in.s.smoothNs) / 2) / 1e9));
     return c;
   };
   std::printf("[truth] link_degrade: %s\n", kRing);
@@ -415,11 +442,12 @@ TEST_CASE("truth: link_degrade to a quarter of one port's rate slows the ring to
 // noop trials with 10 s read an impact somewhere in their window, 0 of 24 with 20 s:
 // docs/scoring.md, "Noise floor"; one of this suite's first runs read "not recovered" with 12 s).
 TEST_CASE("truth: a noop costs nothing", "[truth]") {
-  TruthRun r = runTruth("noop",
-                        playbookText("noop", 20, 3, 5,
-                                     "[[step]]\nname = \"nothing-on-n2\"\nkind = \"noop\"\ntarget = \"n2\"\n"
-                                     "phase = \"fault\"\nat = \"0s\"\nfor = \"3s\"\n"),
-                        28 + 15);
+  TruthRun r =
+      runTruth("noop",
+               playbookText("noop", 20, 3, 5,
+                            "[[step]]\nname = \"nothing-on-n2\"\nkind = \"noop\"\ntarget = \"n2\"\n"
+                            "phase = \"fault\"\nat = \"0s\"\nfor = \"3s\"\n"),
+               28 + 15);
   Input in = inputOf(r.doc);
   Reading real = scoreOf(in);
   checkRescoreMatches(r.doc, real);
@@ -430,12 +458,14 @@ TEST_CASE("truth: a noop costs nothing", "[truth]") {
     const ctl::Impact& im = rd.impact;
     checkBaseline(c, rd, bTruth);
     const double tol = noiseBytes(rd, in, windowS);
-    c.expect(im.lossBytes <= tol, fmt("loss: truth 0, scored %.2f MB, uncertainty %.1f MB (the job's band at the "
-                                      "window's length, %.1f s)",
-                                      im.lossBytes / 1e6, tol / 1e6, windowS));
+    c.expect(im.lossBytes <= tol,
+             fmt("loss: truth 0, scored %.2f MB, uncertainty %.1f MB (the job's band at the "
+                 "window's length, %.1f s)",
+                 im.lossBytes / 1e6, tol / 1e6, windowS));
     c.expect(im.recovered && im.recoveryTimeNs.value_or(0) <= im.uncertaintyNs,
              fmt("recovery: truth 0, scored %.3f s (-1: not recovered), uncertainty %.3f s",
-                 im.recovered ? double(*im.recoveryTimeNs) / 1e9 : -1.0, double(im.uncertaintyNs) / 1e9));
+                 im.recovered ? double(*im.recoveryTimeNs) / 1e9 : -1.0,
+                 double(im.uncertaintyNs) / 1e9));
     return c;
   };
   Check ok = check(real);
@@ -455,16 +485,19 @@ TEST_CASE("truth: a noop costs nothing", "[truth]") {
 // timer that was running when the link came back, and one more), plus a bin. The bytes lost are
 // the baseline rate (from the job's iterations) times the outage the wire shows: the time the
 // switch forwarded (almost) nothing.
-TEST_CASE("truth: a link flap of D stalls the job between D and D + two capped retransmission timers", "[truth]") {
+TEST_CASE(
+    "truth: a link flap of D stalls the job between D and D + two capped retransmission timers",
+    "[truth]") {
   const int downS = GENERATE(1, 3);
   const std::string name = "flap-" + std::to_string(downS) + "s";
-  TruthRun r = runTruth(name,
-                        playbookText(name, 10, downS + 4, 5,
-                                     "[[step]]\nname = \"flap-n2\"\nkind = \"link_flap\"\ntarget = \"n2\"\n"
-                                     "phase = \"fault\"\nat = \"1s\"\nfor = \"" +
-                                         std::to_string(downS + 1) + "s\"\nparams = { down = \"" +
-                                         std::to_string(downS) + "s\", count = 1 }\n"),
-                        19 + downS + 15);
+  TruthRun r =
+      runTruth(name,
+               playbookText(name, 10, downS + 4, 5,
+                            "[[step]]\nname = \"flap-n2\"\nkind = \"link_flap\"\ntarget = \"n2\"\n"
+                            "phase = \"fault\"\nat = \"1s\"\nfor = \"" +
+                                std::to_string(downS + 1) + "s\"\nparams = { down = \"" +
+                                std::to_string(downS) + "s\", count = 1 }\n"),
+               19 + downS + 15);
   Input in = inputOf(r.doc);
   Reading real = scoreOf(in);
   checkRescoreMatches(r.doc, real);
@@ -478,18 +511,22 @@ TEST_CASE("truth: a link flap of D stalls the job between D and D + two capped r
   const double wireRate = (wb + wb2 + wb3) / (double(in.baselineTo - in.baselineFrom) / 1e9);
   int64_t outageNs = 0, run = 0, stepMax = 0;
   for (size_t i = 1; i < r.wire.size(); i++) {
-    const int64_t t0 = r.wire[i - 1].wallNs - r.startedUnixNs, t1 = r.wire[i].wallNs - r.startedUnixNs;
+    const int64_t t0 = r.wire[i - 1].wallNs - r.startedUnixNs,
+                  t1 = r.wire[i].wallNs - r.startedUnixNs;
     if (t1 < in.faultStart || t0 > in.faultEnd + 10'000'000'000) continue;
     double bytes = 0;
-    for (const char* p : {"n1", "n2", "n3"}) bytes += r.wire[i].tx.at(p).first - r.wire[i - 1].tx.at(p).first;
+    for (const char* p : {"n1", "n2", "n3"})
+      bytes += r.wire[i].tx.at(p).first - r.wire[i - 1].tx.at(p).first;
     const bool quiet = bytes * 1e9 / double(t1 - t0) < 0.1 * wireRate;
     run = quiet ? run + (t1 - t0) : 0;
     outageNs = std::max(outageNs, run);
     stepMax = std::max(stepMax, t1 - t0);
   }
   const int64_t rtoCap = 1'000'000'000;
-  std::printf("[truth] %s: the wire was quiet for %.3f s (samples up to %.0f ms apart); B from the iterations %.1f MB/s\n",
-              name.c_str(), double(outageNs) / 1e9, double(stepMax) / 1e6, bTruth / 1e6);
+  std::printf(
+      "[truth] %s: the wire was quiet for %.3f s (samples up to %.0f ms apart); B from the "
+      "iterations %.1f MB/s\n",
+      name.c_str(), double(outageNs) / 1e9, double(stepMax) / 1e6, bTruth / 1e6);
 
   auto check = [&](const Reading& rd) {
     Check c;
@@ -499,13 +536,15 @@ TEST_CASE("truth: a link flap of D stalls the job between D and D + two capped r
     const int64_t bin = in.job.binNs;
     const double lo = downS * 1e9, hi = downS * 1e9 + 2.0 * double(rtoCap) + double(bin);
     c.expect(double(im.longestStallNs) >= lo && double(im.longestStallNs) <= hi,
-             fmt("stall: truth within [%.3f, %.3f] s (D, D + 2 x the 1 s retransmission cap + a bin), scored %.3f s",
+             fmt("stall: truth within [%.3f, %.3f] s (D, D + 2 x the 1 s retransmission cap + a "
+                 "bin), scored %.3f s",
                  lo / 1e9, hi / 1e9, double(im.longestStallNs) / 1e9));
     // One bin's bytes at B, plus the sampling of the wire (the outage is known to one sample
     // interval at each end).
     const double tol = rd.baseline * (double(bin) + 2.0 * double(stepMax)) / 1e9;
     c.expect(std::fabs(im.lossBytes - lossTruth) <= tol,
-             fmt("loss: truth %.1f MB (B x the wire's outage), scored %.1f MB, uncertainty %.1f MB (a bin + two wire "
+             fmt("loss: truth %.1f MB (B x the wire's outage), scored %.1f MB, uncertainty %.1f MB "
+                 "(a bin + two wire "
                  "samples at B)",
                  lossTruth / 1e6, im.lossBytes / 1e6, tol / 1e6));
     return c;
@@ -528,16 +567,20 @@ TEST_CASE("truth: a link flap of D stalls the job between D and D + two capped r
 // match on: the truth is K, from the fault's parameters. The switch's events (packet_drop, in
 // the fault's record), the capture (frames whose comment says the rule dropped them) and the
 // score (packets_acted) must each read exactly K inside the fault's window.
-TEST_CASE("truth: a packet fault dropping K frames reads K in the switch's events, the capture and the score",
-          "[truth]") {
+TEST_CASE(
+    "truth: a packet fault dropping K frames reads K in the switch's events, the capture and the "
+    "score",
+    "[truth]") {
   const int k = 20;
-  TruthRun r = runTruth("packet",
-                        playbookText("packet", 8, 4, 3,
-                                     "[[step]]\nname = \"drop-n2\"\nkind = \"packet\"\ntarget = \"n2\"\n"
-                                     "phase = \"fault\"\nat = \"1s\"\nfor = \"2s\"\n"
-                                     "params = { protocol = \"tcp\", direction = \"ingress\", select = \"burst\", "
-                                     "n = 2000, burst = " + std::to_string(k) + ", action = \"drop\", duration = \"2s\" }\n"),
-                        15 + 15);
+  TruthRun r = runTruth(
+      "packet",
+      playbookText("packet", 8, 4, 3,
+                   "[[step]]\nname = \"drop-n2\"\nkind = \"packet\"\ntarget = \"n2\"\n"
+                   "phase = \"fault\"\nat = \"1s\"\nfor = \"2s\"\n"
+                   "params = { protocol = \"tcp\", direction = \"ingress\", select = \"burst\", "
+                   "n = 2000, burst = " +
+                       std::to_string(k) + ", action = \"drop\", duration = \"2s\" }\n"),
+      15 + 15);
   const json& f = r.doc["faults"][0];
   REQUIRE(r.doc.contains("packet_faults"));
   const json& pf = r.doc["packet_faults"][0];
@@ -552,19 +595,26 @@ TEST_CASE("truth: a packet fault dropping K frames reads K in the switch's event
     Check c;
     int events = 0, captured = 0;
     for (const auto& e : f["events"])
-      if (e["what"] == "packet_drop" && e["t_ns"].get<int64_t>() >= fromNs && e["t_ns"].get<int64_t>() <= toNs) events++;
+      if (e["what"] == "packet_drop" && e["t_ns"].get<int64_t>() >= fromNs &&
+          e["t_ns"].get<int64_t>() <= toNs)
+        events++;
     for (const auto& rec : *capture) {
       const int64_t t = rec.timeNs - r.startedUnixNs;
       if (rec.comment.find(": drop") != std::string::npos && t >= fromNs && t <= toNs) captured++;
     }
-    c.expect(events == k, fmt("the switch's events: truth %.0f drops, %.0f in the fault's window", k, events));
-    c.expect(captured == k, fmt("the capture: truth %.0f drops, %.0f frames marked dropped in the window", k, captured));
-    c.expect(scored == k && pf["acted"] == k,
-             fmt("the score: truth %.0f, packets_acted %.0f (the fault's summary: %.0f); uncertainty 0", k, scored,
-                 pf["acted"].get<double>()));
+    c.expect(events == k,
+             fmt("the switch's events: truth %.0f drops, %.0f in the fault's window", k, events));
+    c.expect(captured == k,
+             fmt("the capture: truth %.0f drops, %.0f frames marked dropped in the window", k,
+                 captured));
+    c.expect(
+        scored == k && pf["acted"] == k,
+        fmt("the score: truth %.0f, packets_acted %.0f (the fault's summary: %.0f); uncertainty 0",
+            k, scored, pf["acted"].get<double>()));
     return c;
   };
-  const int64_t applied = f["applied_ns"].get<int64_t>(), reverted = f["reverted_ns"].get<int64_t>();
+  const int64_t applied = f["applied_ns"].get<int64_t>(),
+                reverted = f["reverted_ns"].get<int64_t>();
   Check ok = check(applied, reverted);
   show("packet, the run's own record", ok);
   CHECK(ok.ok);
@@ -580,17 +630,20 @@ TEST_CASE("truth: a packet fault dropping K frames reads K in the switch's event
 // port, 42 B of Ethernet, IPv4 and UDP header each) and the sink's received bytes in the fault's
 // record must both be exactly that, and the meter's first and last frame inside the fault's
 // window.
-TEST_CASE("truth: an incast of known bytes reads the same bytes on the switch's meter and in the record",
-          "[truth]") {
+TEST_CASE(
+    "truth: an incast of known bytes reads the same bytes on the switch's meter and in the record",
+    "[truth]") {
   const int64_t size = 14000, perDatagram = 1400;
-  TruthRun r = runTruth("incast",
-                        playbookText("incast", 8, 4, 3,
-                                     "[[step]]\nname = \"incast-n2\"\nkind = \"incast\"\ntarget = \"all\"\n"
-                                     "phase = \"fault\"\nat = \"1s\"\nfor = \"2s\"\n"
-                                     "params = { receiver = \"n2\", senders = 2, fan_in = 2, size = \"" +
-                                         std::to_string(size) + "B\", interval = \"100ms\", duration = \"1500ms\", "
-                                         "transport = \"udp\" }\n"),
-                        15 + 15);
+  TruthRun r =
+      runTruth("incast",
+               playbookText("incast", 8, 4, 3,
+                            "[[step]]\nname = \"incast-n2\"\nkind = \"incast\"\ntarget = \"all\"\n"
+                            "phase = \"fault\"\nat = \"1s\"\nfor = \"2s\"\n"
+                            "params = { receiver = \"n2\", senders = 2, fan_in = 2, size = \"" +
+                                std::to_string(size) +
+                                "B\", interval = \"100ms\", duration = \"1500ms\", "
+                                "transport = \"udp\" }\n"),
+               15 + 15);
   // The records: the senders' bursts, the sink's bytes and datagrams.
   int64_t bursts = 0, received = -1, datagrams = -1, applied = 0, reverted = 0;
   int sink = 0, port = 0;
@@ -618,22 +671,28 @@ TEST_CASE("truth: an incast of known bytes reads the same bytes on the switch's 
   REQUIRE(m["first_wall_ns"].is_number_integer());
   REQUIRE(m["last_wall_ns"].is_number_integer());
   const int64_t frames = m["frames"].get<int64_t>(), wireBytes = m["bytes"].get<int64_t>();
-  std::printf("[truth] incast: %lld bursts of %lld B sent; the meter: %lld frames, %lld B on the wire\n",
-              (long long)bursts, (long long)size, (long long)frames, (long long)wireBytes);
+  std::printf(
+      "[truth] incast: %lld bursts of %lld B sent; the meter: %lld frames, %lld B on the wire\n",
+      (long long)bursts, (long long)size, (long long)frames, (long long)wireBytes);
   auto check = [&](int64_t fromNs, int64_t toNs) {
     Check c;
     c.expect(frames == truthFrames && wireBytes - 42 * frames == truthBytes,
-             fmt("the switch's meter: truth %.0f datagrams, %.0f B; metered %.0f frames, %.0f B of payload",
-                 double(truthFrames), double(truthBytes), double(frames), double(wireBytes - 42 * frames)));
+             fmt("the switch's meter: truth %.0f datagrams, %.0f B; metered %.0f frames, %.0f B of "
+                 "payload",
+                 double(truthFrames), double(truthBytes), double(frames),
+                 double(wireBytes - 42 * frames)));
     c.expect(received == truthBytes && datagrams == truthFrames,
-             fmt("the sink's record: truth %.0f B in %.0f datagrams; received %.0f B in %.0f; uncertainty 0",
+             fmt("the sink's record: truth %.0f B in %.0f datagrams; received %.0f B in %.0f; "
+                 "uncertainty 0",
                  double(truthBytes), double(truthFrames), double(received), double(datagrams)));
     const int64_t first = m["first_wall_ns"].get<int64_t>() - r.startedUnixNs,
                   last = m["last_wall_ns"].get<int64_t>() - r.startedUnixNs;
-    c.expect(first >= fromNs - 100'000'000 && last <= toNs,
-             fmt("on the wire from %.3f s to %.3f s, inside the fault's window %.3f-%.3f s (the sink is applied "
-                 "first; 100 ms for the agents' clocks)",
-                 double(first) / 1e9, double(last) / 1e9, double(fromNs) / 1e9, double(toNs) / 1e9));
+    c.expect(
+        first >= fromNs - 100'000'000 && last <= toNs,
+        fmt("on the wire from %.3f s to %.3f s, inside the fault's window %.3f-%.3f s (the sink is "
+            "applied "
+            "first; 100 ms for the agents' clocks)",
+            double(first) / 1e9, double(last) / 1e9, double(fromNs) / 1e9, double(toNs) / 1e9));
     return c;
   };
   Check ok = check(applied, reverted);
