@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <stop_token>
 #include <thread>
 
@@ -89,6 +90,30 @@ TEST_CASE("link_degrade checks its parameters before anything") {
   CHECK(degradeKind().fabricTargets(*p) ==
         std::vector<std::string>{"the rate of lab switch port 'n2'"});
   CHECK(degradeKind().fabricTargets(*normalised({{"fraction", 0.5}})).empty());
+}
+
+// `rdmachaos inject --help` lists the kind and every one of its parameters (from the kind's table).
+TEST_CASE("inject --help lists link_degrade's parameters") {
+  char tmpl[] = "/tmp/rc-degrade-help-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  const std::string dir = tmpl;
+  std::string out, err;
+  rctest::runCli(dir, {"inject", "--help"}, &out, &err);
+  std::filesystem::remove_all(dir);
+  const std::string help = out + err;
+  const auto at = help.find("\n  link_degrade: ");
+  REQUIRE(at != std::string::npos);
+  // Its lines: the kind's, then its parameters' (indented by four), up to the next other line.
+  std::string section = help.substr(at + 1);
+  for (size_t i = section.find('\n'); i != std::string::npos; i = section.find('\n', i + 1))
+    if (section.compare(i + 1, 4, "    ") != 0) {
+      section.resize(i);
+      break;
+    }
+  for (const auto& p : degradeKind().params) {
+    INFO(p.name << " in:\n" << section);
+    CHECK(section.find("    " + p.name + " ") != std::string::npos);
+  }
 }
 
 TEST_CASE("link_degrade lowers a lab switch port's rate and restores exactly what it found") {
