@@ -232,8 +232,8 @@ TEST_CASE("quickstart: reported impact and recovery agree with the link's real d
   // times the wire's outage within 2 %; the outage is never shorter than the down time.
   {
     const double b = trial["job"]["baseline_Bps"].get<double>();
-    const double window = impact["window_to_ns"].get<double>() - impact["window_from_ns"].get<double>();
-    const double noise = std::max(0.0, b - holdFloorBps) * window / 1e9;
+    const double impactNs = impact["window_to_ns"].get<double>() - impact["window_from_ns"].get<double>();
+    const double noise = std::max(0.0, b - holdFloorBps) * impactNs / 1e9;
     const double atLeast = b * double(up - down - bin) / 1e9 - noise;
     std::printf("[run-e2e] loss %.1f MB; the down time's at the baseline %.1f MB, less the job's noise %.1f MB\n",
                 impact["loss_bytes"].get<double>() / 1e6, b * double(up - down) / 1e15, noise / 1e6);
