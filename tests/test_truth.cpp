@@ -509,7 +509,7 @@ TEST_CASE(
   auto [wb3, wf3] = wireBetween(r, "n3", in.baselineFrom, in.baselineTo);
   (void)wf, (void)wf2, (void)wf3;
   const double wireRate = (wb + wb2 + wb3) / (double(in.baselineTo - in.baselineFrom) / 1e9);
-  int64_t outageNs = 0, run = 0, stepMax = 0;
+  int64_t outageNs = 0, outageEnd = 0, run = 0, stepMax = 0;
   for (size_t i = 1; i < r.wire.size(); i++) {
     const int64_t t0 = r.wire[i - 1].wallNs - r.startedUnixNs,
                   t1 = r.wire[i].wallNs - r.startedUnixNs;
@@ -519,7 +519,7 @@ TEST_CASE(
       bytes += r.wire[i].tx.at(p).first - r.wire[i - 1].tx.at(p).first;
     const bool quiet = bytes * 1e9 / double(t1 - t0) < 0.1 * wireRate;
     run = quiet ? run + (t1 - t0) : 0;
-    outageNs = std::max(outageNs, run);
+    if (run > outageNs) outageNs = run, outageEnd = t1;
     stepMax = std::max(stepMax, t1 - t0);
   }
   const int64_t rtoCap = 1'000'000'000;
@@ -532,7 +532,20 @@ TEST_CASE(
     Check c;
     const ctl::Impact& im = rd.impact;
     checkBaseline(c, rd, bTruth);
-    const double lossTruth = rd.baseline * double(outageNs) / 1e9;
+    // After the outage the job may run below its pace for a while (CUBIC regrowing its windows,
+    // a busy host: docs/status.md): the wire's net shortfall from the outage's end to the end of
+    // the impact window, at the job's bytes per wire byte, is lost too (0 when the job is back
+    // at once, as it mostly is). Its own uncertainty is the job's noise over that stretch.
+    const int64_t tailEnd = std::max(outageEnd, im.windowToNs);
+    double tail = 0, tailTol = 0;
+    if (tailEnd > outageEnd + 20'000'000) {
+      double wire = 0;
+      for (const char* p : {"n1", "n2", "n3"}) wire += wireBetween(r, p, outageEnd, tailEnd).first;
+      const double tailS = double(tailEnd - outageEnd) / 1e9;
+      tail = std::max(0.0, wireRate * tailS - wire) * rd.baseline / wireRate;
+      tailTol = noiseBytes(rd, in, tailS);
+    }
+    const double lossTruth = rd.baseline * double(outageNs) / 1e9 + tail;
     const int64_t bin = in.job.binNs;
     const double lo = downS * 1e9, hi = downS * 1e9 + 2.0 * double(rtoCap) + double(bin);
     c.expect(double(im.longestStallNs) >= lo && double(im.longestStallNs) <= hi,
@@ -541,12 +554,11 @@ TEST_CASE(
                  lo / 1e9, hi / 1e9, double(im.longestStallNs) / 1e9));
     // One bin's bytes at B, plus the sampling of the wire (the outage is known to one sample
     // interval at each end).
-    const double tol = rd.baseline * (double(bin) + 2.0 * double(stepMax)) / 1e9;
+    const double tol = rd.baseline * (double(bin) + 2.0 * double(stepMax)) / 1e9 + (tail > 0 ? tailTol : 0);
     c.expect(std::fabs(im.lossBytes - lossTruth) <= tol,
-             fmt("loss: truth %.1f MB (B x the wire's outage), scored %.1f MB, uncertainty %.1f MB "
-                 "(a bin + two wire "
-                 "samples at B)",
-                 lossTruth / 1e6, im.lossBytes / 1e6, tol / 1e6));
+             fmt("loss: truth %.1f MB (B x the wire's outage + the wire's shortfall after it, %.1f MB), scored "
+                 "%.1f MB, uncertainty %.1f MB (a bin + two wire samples at B, + the job's noise over a tail)",
+                 lossTruth / 1e6, tail / 1e6, im.lossBytes / 1e6, tol / 1e6));
     return c;
   };
   Check ok = check(real);
