@@ -3,6 +3,7 @@
 #include "agent/agent_metrics.hpp"
 
 #include "agent/link_watch.hpp"
+#include "agent/observe_intake.hpp"
 
 #include <net/if.h>
 #include <sys/ioctl.h>
@@ -39,6 +40,23 @@ void publishAgentMetrics(metrics::Exporter& out, const FaultManager& faults, con
   out.set("rdmachaos_agent_sessions", "open controller sessions", double(server.sessionCount()));
   out.set("rdmachaos_agent_workloads_active", "workload ranks running",
           double(workloads.activeCount()));
+}
+
+void publishObserveMetrics(metrics::Exporter& out, const ObserveStats& stats) {
+  out.set("rdmachaos_agent_observe_records_total", "observe records accepted from local processes",
+          double(stats.accepted));
+  for (size_t i = 0; i < kRefusalKinds; i++)
+    out.set("rdmachaos_agent_observe_refused_total",
+            "observe records (or connections) refused, by reason",
+            {{"reason", std::string(refusalName(Refusal(i)))}}, double(stats.refused[i]));
+  out.set("rdmachaos_agent_observe_sender_dropped_total",
+          "observe records their senders dropped (socket full, no agent listening)",
+          double(stats.senderDropped));
+  out.set("rdmachaos_agent_observe_discarded_total",
+          "observe records accepted but dropped undrained after the retention time (no observed workload)",
+          double(stats.discarded));
+  out.set("rdmachaos_agent_observe_clients", "processes connected to the observe intake",
+          double(stats.clients));
 }
 
 Result<bool> linkUp(const std::string& ifname, int sock) {

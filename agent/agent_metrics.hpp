@@ -23,10 +23,14 @@
 namespace rc::agent {
 
 class LinkWatch;
+struct ObserveStats;
 
 // Sets every agent gauge from the managers' current state (call on the event loop).
 void publishAgentMetrics(metrics::Exporter& out, const FaultManager& faults, const Server& server,
                          const WorkloadManager& workloads);
+
+// The observe intake's counters: records accepted, refused by reason, dropped by their senders.
+void publishObserveMetrics(metrics::Exporter& out, const ObserveStats& stats);
 
 // Whether IFNAME is administratively up and has carrier (IFF_UP and IFF_RUNNING), asked with
 // SIOCGIFFLAGS on an AF_INET datagram socket in this process's network namespace: the lab's

@@ -3,7 +3,10 @@
 
 #include <arpa/inet.h>
 
+#include <unistd.h>
+
 #include <cctype>
+#include <type_traits>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -299,6 +302,76 @@ void parseEcnCommands(Reader& r, const std::string& src, const toml::node& n, Co
   }
 }
 
+// [observe]: where the local telemetry intake listens, who may send, and its bounds.
+void parseObserve(Reader& r, const std::string& src, const toml::node& n, Config& c) {
+  if (!n.is_table()) {
+    r.fail(at(src, n.source()), "'observe' must be a table");
+    return;
+  }
+  const auto& o = *n.as_table();
+  r.checkKeys(o, "observe", {"enabled", "socket", "allow_uids", "max_clients",
+                             "max_records_per_second", "max_queued_bytes"});
+  auto& oc = c.observe;
+  if (auto* e = o.get("enabled")) {
+    if (!e->is_boolean())
+      r.fail(at(src, e->source()), "[observe] enabled must be true or false");
+    else
+      oc.enabled = e->as_boolean()->get();
+  }
+  oc.socket = r.str(o, "socket", "observe", false);
+  if (!oc.socket.empty() && (oc.socket.front() != '/' || oc.socket.size() > 107))
+    r.fail(src, "[observe] socket = \"" + oc.socket + "\" must be an absolute path of at most 107 characters");
+  auto integer = [&](std::string_view key, int64_t lo, int64_t hi, auto& into) {
+    auto* v = o.get(key);
+    if (!v) return;
+    auto x = v->value<int64_t>();
+    if (!x || *x < lo || *x > hi || !v->is_integer())
+      r.fail(at(src, v->source()), "[observe] " + std::string(key) + " must be an integer in [" +
+                                       std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    else
+      into = static_cast<std::remove_reference_t<decltype(into)>>(*x);
+  };
+  integer("max_clients", 1, 4096, oc.maxClients);
+  integer("max_records_per_second", 1, 10'000'000, oc.maxRecordsPerSecond);
+  if (auto* mq = o.get("max_queued_bytes")) {
+    auto text = mq->value<std::string>();
+    auto v = text ? parseSize(*text) : Result<uint64_t>(makeError("not a string"));
+    if (!v || *v < 4096 || *v > (uint64_t(1) << 30))
+      r.fail(at(src, mq->source()), "[observe] max_queued_bytes must be a size in [4KiB, 1GiB], e.g. \"4MiB\"");
+    else
+      oc.maxQueuedBytes = *v;
+  }
+  if (auto* u = o.get("allow_uids")) {
+    auto* arr = u->as_array();
+    if (!arr || arr->size() > 64) {
+      r.fail(at(src, u->source()), "[observe] allow_uids must be a list of at most 64 uids, e.g. [0, 1000]");
+    } else {
+      for (auto& e : *arr) {
+        auto x = e.value<int64_t>();
+        if (!e.is_integer() || !x || *x < 0 || *x > 0xfffffffeLL)
+          r.fail(at(src, e.source()), "[observe] allow_uids: a uid is an integer in [0, 4294967294]");
+        else
+          oc.allowUids.push_back(uint32_t(*x));
+      }
+    }
+  }
+}
+
+// What [observe] leaves out: the socket under the state directory, root and the agent's uid.
+void defaultObserve(Reader& r, const std::string& src, Config& c) {
+  auto& oc = c.observe;
+  if (oc.socket.empty() && !c.stateDir.empty()) {
+    oc.socket = c.stateDir + "/observe.sock";
+    if (oc.enabled && oc.socket.size() > 107)
+      r.fail(src, "[observe] the default socket \"" + oc.socket +
+                      "\" is longer than 107 characters: set [observe] socket to a shorter path");
+  }
+  if (oc.allowUids.empty()) {
+    oc.allowUids.push_back(0);
+    if (::getuid() != 0) oc.allowUids.push_back(uint32_t(::getuid()));
+  }
+}
+
 }  // namespace
 
 Result<Config> parseConfig(const std::string& text, const std::string& src) {
@@ -311,7 +384,7 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
   }
   Reader r{src, std::nullopt};
   Config c;
-  r.checkKeys(root, "top level", {"agent", "tls", "interfaces", "lab", "ecn_commands"});
+  r.checkKeys(root, "top level", {"agent", "tls", "interfaces", "lab", "ecn_commands", "observe"});
   static const toml::table empty;
   auto section = [&](std::string_view name) -> const toml::table& {
     auto* n = root.get(name);
@@ -336,6 +409,8 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
   parseInterfaces(r, src, i, c);
   if (auto* n = root.get("lab")) parseLab(r, src, *n, c);
   if (auto* n = root.get("ecn_commands")) parseEcnCommands(r, src, *n, c);
+  if (auto* n = root.get("observe")) parseObserve(r, src, *n, c);
+  defaultObserve(r, src, c);
   if (r.err) return *r.err;
   return c;
 }

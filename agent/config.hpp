@@ -13,6 +13,16 @@
 
 namespace rc::agent {
 
+// [observe]: the local telemetry intake (agent/observe_intake.hpp, docs/observe-format.md).
+struct ObserveConfig {
+  bool enabled = true;
+  std::string socket;               // default: STATE_DIR/observe.sock
+  std::vector<uint32_t> allowUids;  // default: root and the agent's own uid
+  size_t maxClients = 64;
+  uint32_t maxRecordsPerSecond = 20000;  // per client
+  uint64_t maxQueuedBytes = 4u << 20;
+};
+
 struct Config {
   std::string node;                 // this node's name (must match its certificate's SAN)
   std::string listenAddress;        // IPv4/IPv6 literal
@@ -39,6 +49,7 @@ struct Config {
   uint64_t maxWorkloadMemory = 0;
   // [agent] metrics: ADDR:PORT where the agent serves its state to Prometheus (empty: off)
   std::string metrics;
+  ObserveConfig observe;
 };
 
 // Parses FILE. Errors read "FILE:LINE:COL: message" (or "FILE: message") and name the fix.

@@ -16,6 +16,7 @@
 
 #include "agent/agent_metrics.hpp"
 #include "agent/link_watch.hpp"
+#include "agent/observe_intake.hpp"
 #include "agent/capabilities.hpp"
 #include "agent/config.hpp"
 #include "agent/fault_manager.hpp"
@@ -287,6 +288,17 @@ int serveAgent(const rc::agent::Config& config, const rc::faults::Policy& policy
     rc::log::error("{}", r.error().message);
     return holdLeftovers(manager, 2);
   }
+  // The observe intake runs on a thread of its own; an agent whose intake cannot start still
+  // serves faults (the jobs it would watch are not its first duty), and says why.
+  std::unique_ptr<rc::agent::ObserveIntake> observe;
+  if (config.observe.enabled) {
+    if (auto o = rc::agent::ObserveIntake::start(rc::agent::observeOptions(config.observe))) {
+      observe = std::move(*o);
+      rc::log::info("observe intake on '{}' (records from librdmachaos-observe)", observe->path());
+    } else {
+      rc::log::error("{}; the observe intake is off", o.error().message);
+    }
+  }
   // Prometheus gauges, refreshed every 250 ms on the loop (a scrape reads the last values): a
   // link that goes down shows in rdmachaos_link_up within a quarter second, so a 1 s scrape
   // sees it at its next scrape and a game day's detection delay is the monitoring's, not ours.
@@ -298,6 +310,7 @@ int serveAgent(const rc::agent::Config& config, const rc::faults::Policy& policy
   if (exporter) linkWatch = startAgentLinkWatch(io, config);
   std::function<void()> publish = [&] {
     rc::agent::publishAgentMetrics(*exporter, manager, server, workloads);
+    if (observe) rc::agent::publishObserveMetrics(*exporter, observe->stats());
     dataPlane->publishLinks(linkWatch.get());
     metricsTick.expires_after(std::chrono::milliseconds(250));
     metricsTick.async_wait([&](const boost::system::error_code& ec) {

@@ -4,8 +4,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <thread>
 
 #include "common/log.hpp"
 #include "lab/lab_kind.hpp"
@@ -73,6 +77,34 @@ Result<void> downLockedDir(const std::string& dir) {
   auto kind = kindOf(s);
   if (!kind) return kind.error();
   return (*kind)->downLocked(s);
+}
+
+// On the 2-core machines the lab is measured on (bench/README.md), one switch process carries
+// about 3 hosts at 1G (quickstart, link-flap-recovery: busiest second 33-46 %) or 4 at 600M
+// (noise-floor: band 2.3 %, busiest second 34-46 %; at 1G 55 % and a band of 19 %): some 2.4-3 Gb/s
+// of ports under half of its core. More cores give the hosts' own stacks room, not the switch
+// more than one core, so the budget grows with the cores the hosts leave it, capped at 1G a port.
+RateChoice chooseRate(int nodes, unsigned cores) {
+  if (cores == 0) cores = std::max(1u, std::thread::hardware_concurrency());
+  const int n = std::max(1, nodes);
+  RateChoice c;
+  const std::string on = std::to_string(n) + " node" + (n == 1 ? "" : "s") + " on " + std::to_string(cores) +
+                         " core" + (cores == 1 ? "" : "s");
+  if (n <= 3 && cores >= 2) {
+    c.bps = 1e9;
+  } else {
+    const double budget = 2.4e9 * std::max(1u, cores - 1);
+    c.bps = std::clamp(std::floor(budget / n / 1e8) * 1e8, 1e8, 1e9);
+  }
+  char rate[32];
+  if (c.bps >= 1e9)
+    std::snprintf(rate, sizeof rate, "%gG", c.bps / 1e9);
+  else
+    std::snprintf(rate, sizeof rate, "%gM", c.bps / 1e6);
+  c.why = std::string("port rate ") + rate + " for " + on +
+          ": the lab switch then stays under half its CPU at a job's full load (docs/lab.md, \"The rate\"); "
+          "--rate sets another";
+  return c;
 }
 
 Result<std::string> up(const UpOptions& options) {

@@ -57,6 +57,15 @@ struct UpOptions {
   bool ecnEnabled = true;
 };
 
+// The port rate `lab up` uses when none is given: one the lab switch carries with its busiest
+// second under half its CPU at a job's full load on this machine, and why, in words for the
+// user. NODES the lab's hosts, CORES this machine's (0: ask the system).
+struct RateChoice {
+  double bps = 1e9;
+  std::string why;
+};
+RateChoice chooseRate(int nodes, unsigned cores = 0);
+
 // Brings the lab up and returns the path of DIR/inventory.toml. Refuses if DIR already holds
 // a running lab. On failure, removes whatever it created.
 Result<std::string> up(const UpOptions& options);

@@ -41,6 +41,9 @@ std::string agentConfigText(const LabState& s, const NodeRecord& n, const AgentC
     o << "[lab]\n"
       << "switch_socket = " << tomlString(spec.switchSocket) << "\n"
       << "switch_port = " << tomlString(n.name) << "\n";
+  if (!spec.observeSocket.empty())
+    o << "[observe]                     # a job on this node reports here: RDMACHAOS_OBSERVE_SOCKET\n"
+      << "socket = " << tomlString(spec.observeSocket) << "\n";
   return o.str();
 }
 

@@ -24,10 +24,12 @@ struct AgentConfigSpec {
   std::string stateDir;      // the TOML value, with a comment if any: "\"/run/x\"   # why"
   std::string metrics;       // ADDRESS:PORT, or "" for none
   std::string switchSocket;  // the one lab switch socket its faults may use, or "" for none
+  std::string observeSocket; // where the node's jobs send their records ([observe] socket), or "" for the default
 };
 
 // An agent configuration for node N of lab S ([agent], [tls] from S's pki/, [interfaces]
-// data0 with mgmt0 protected, and [lab] when SPEC names a switch socket).
+// data0 with mgmt0 protected, [lab] when SPEC names a switch socket, [observe] when it names
+// an observe socket).
 std::string agentConfigText(const LabState& s, const NodeRecord& n, const AgentConfigSpec& spec,
                             std::chrono::milliseconds lease);
 

@@ -72,6 +72,8 @@ Result<LabState> loadState(const std::string& dir) {
       s.nodes.push_back(std::move(r));
     }
     s.fabric = j.value("fabric", "bridge");
+    s.rateBps = j.value("rate_bps", 0.0);
+    s.ports = j.value("ports", "");
     if (j.contains("switch")) {
       const json& w = j["switch"];
       s.sw.binary = w.value("binary", "");
@@ -117,6 +119,8 @@ Result<void> saveState(const LabState& s) {
             {"supervisor", procToJson(s.supervisor)},
             {"nodes", nodes},
             {"fabric", s.fabric},
+            {"rate_bps", s.rateBps},
+            {"ports", s.ports},
             {"switch", {{"binary", s.sw.binary},
                         {"config", s.sw.config},
                         {"control", s.sw.control},

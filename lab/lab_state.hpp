@@ -50,6 +50,9 @@ struct LabState {
   std::vector<NodeRecord> nodes;
   std::string fabric = "bridge";  // "switch" or "bridge"
   SwitchRecord sw;                // used when fabric == "switch"
+  // What the fabric was brought up with, for a playbook's [lab] (0 / "": not recorded).
+  double rateBps = 0;
+  std::string ports;  // "tap" or "veth"
 };
 
 std::string statePath(const std::string& dir);

@@ -394,7 +394,9 @@ std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::mil
        .stateDir = tomlString(s.dir + "/nodes/" + n.name + "/state"),
        .metrics = metricsPort > 0 ? n.mgmtAddress + ":" + std::to_string(metricsPort) : "",
        // The only lab switch socket this agent's faults may use, and the port facing its host.
-       .switchSocket = onSwitch ? s.sw.control : ""},
+       .switchSocket = onSwitch ? s.sw.control : "",
+       // One per node: a job's ranks in this node's namespace send their records here.
+       .observeSocket = s.dir + "/nodes/" + n.name + "/observe.sock"},
       lease);
   // The command backend of ecn_shift, on the lab switch, written as an operator writes one for
   // a real switch's CLI: `backend = "command"`, `command = "labswitch"`, `port = "n1"`.
@@ -591,6 +593,8 @@ namespace {
 Result<std::string> build(const UpOptions& options, LabState& s, const std::string& agentBinary) {
   s.agentBinary = agentBinary;
   s.fabric = options.fabric;
+  s.rateBps = options.fabric == "switch" ? options.rateBps : 0;
+  s.ports = options.fabric == "switch" ? options.switchPorts : "";
   if (s.fabric == "switch") {
     auto sw = resolveSwitchBinary(options, agentBinary);
     if (!sw) return sw.error();

@@ -85,7 +85,8 @@ std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::mil
        .listen = std::string(kGuestMgmtAddress) + ":" + std::to_string(kAgentPort),
        .stateDir = "\"/run/rdmachaos/state\"   # the guest's tmpfs",
        // The switch on the host, through QEMU's guestfwd relay (see qemuArgs).
-       .switchSocket = std::string("tcp:") + kSwitchGuestAddress},
+       .switchSocket = std::string("tcp:") + kSwitchGuestAddress,
+       .observeSocket = "/run/rdmachaos/observe.sock"},
       lease);
 }
 

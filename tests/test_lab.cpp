@@ -27,6 +27,7 @@
 
 #include "common/unique_fd.hpp"
 #include "lab/lab.hpp"
+#include "lab/lab_state.hpp"
 #include "lab/process.hpp"
 #include "skip.hpp"
 
@@ -517,6 +518,39 @@ TEST_CASE("lab helper commands have a deadline") {
   CHECK(*ok == "hello\n");
 }
 
+
+// A newcomer's `lab up` picks a rate this machine's switch carries, says which and why, and a
+// playbook bounded on another lab is told what differs before its run starts.
+TEST_CASE("lab up without --rate picks the machine's rate and says so; a playbook's [lab] is checked") {
+  const std::string dir = "/tmp/rc-rate-" + std::to_string(::getpid());
+  const rc::lab::RateChoice want = rc::lab::chooseRate(4);
+  std::string out, err;
+  int rc = rctest::runCli(std::filesystem::temp_directory_path().string(),
+                          {"lab", "up", "--nodes", "4", "--dir", dir}, &out, &err);
+  struct Down {
+    std::string dir;
+    ~Down() { (void)rctest::runCli(std::filesystem::temp_directory_path().string(), {"lab", "down", "--dir", dir}); }
+  } down{dir};
+  INFO(err);
+  REQUIRE(rc == 0);
+  CHECK_THAT(err, Catch::Contains("lab up: " + want.why));
+  auto st = rc::lab::loadState(dir);
+  REQUIRE(st.ok());
+  CHECK(st->rateBps == want.bps);
+  CHECK(st->ports == "tap");
+  // A playbook stating another rate: the dry run warns, naming both and the command.
+  const std::string pb = dir + "/other-rate.toml";
+  std::ofstream(pb) << "name = \"other-rate\"\n[lab]\nrate = \"" << (want.bps >= 1e9 ? "200M" : "1G")
+                    << "\"\nnodes = 4\n[workload]\nkind = \"allreduce\"\n[[phase]]\nname = \"baseline\"\n"
+                       "duration = \"10s\"\n[[phase]]\nname = \"fault\"\nduration = \"5s\"\n[[step]]\nkind = \"noop\"\n"
+                       "phase = \"fault\"\ntarget = \"n1\"\n";
+  rc = rctest::runCli(std::filesystem::temp_directory_path().string(),
+                      {"run", pb, "--inventory", dir + "/inventory.toml", "--dry-run"}, &out, &err);
+  INFO(err);
+  CHECK(rc == 0);
+  CHECK_THAT(err, Catch::Contains("WARNING: 'other-rate' was bounded on a lab of 4 nodes at") &&
+                      Catch::Contains("its scores may not hold there"));
+}
 
 TEST_CASE("lab up refuses a bad --ack-priority, or one where no lab switch classifies, before creating anything") {
   const std::string dir = "/tmp/rc-ackprio-" + std::to_string(::getpid());

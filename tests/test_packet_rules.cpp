@@ -372,6 +372,8 @@ TEST_CASE("a packet rule whose add-reply was lost is deleted at revert", "[packe
   std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
   REQUIRE(::bind(lfd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
   REQUIRE(::listen(lfd.get(), 4) == 0);
+  timeval acceptWait{10, 0};  // a revert that sends nothing ends the fake, not the test
+  ::setsockopt(lfd.get(), SOL_SOCKET, SO_RCVTIMEO, &acceptWait, sizeof acceptWait);
   std::vector<std::string> seen;
   std::thread fake([&] {  // answers nothing to an add, "absent" to a delete
     for (int i = 0; i < 2; i++) {

@@ -5,7 +5,10 @@
 #include <set>
 
 #include "common/toml_text.hpp"
+#include "controller/cli/commands.hpp"
 #include "controller/playbook/playbook.hpp"
+#include "lab/lab.hpp"
+#include "lab/lab_state.hpp"
 #include "synthetic_run.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity
@@ -336,7 +339,8 @@ bound = "1s"
   INFO(broken.error().message);
   CHECK(broken.error().message ==
         "q.toml:6:12: phase 'baseline' duration: duration '10d' has unknown unit 'd': use ns, us, ms, s, m or h\n"
-        "q.toml:11:1: [[expect]] needs op = \"<\", \"<=\", \">\" or \">=\"");
+        "q.toml:11:1: [[expect]] needs op = \"<\", \"<=\", \">\" or \">=\"\n"
+        "q.toml:1:1: note: the steps' times were not checked: they are placed on the phases, which have errors");
 }
 
 TEST_CASE("the workload transport is tcp by default; an unknown one is named") {
@@ -769,6 +773,107 @@ params = { down = "500ms")" + params + R"( }
   // Back to back (the first window ends as the second starts), or another interface: fine.
   CHECK(plan("5s", ""));
   CHECK(plan("3s", ", interface = \"data1\""));
+}
+
+// The lab a playbook's bounds were set on: stated in [lab], compared with the lab a run is given.
+TEST_CASE("[lab]: a playbook states its lab, a run on another lab is told what differs") {
+  const std::string head = R"(name = "t"
+[workload]
+kind = "allreduce"
+[[phase]]
+name = "baseline"
+duration = "10s"
+)";
+  auto pb = parsePlaybook(head + "[lab]\nrate = \"600M\"\nnodes = 4\nports = \"tap\"\n", "l.toml");
+  REQUIRE(pb);
+  CHECK(pb->lab.present);
+  CHECK(pb->lab.rateBps == 600e6);
+  CHECK(pb->lab.nodes == 4);
+  CHECK(parsePlaybook(head + "[lab]\nrate = \"1Gbps\"\n", "l.toml")->lab.rateBps == 1e9);
+  auto bad = parsePlaybook(head + "[lab]\nrate = \"fast\"\nports = \"wifi\"\ncores = 2\n", "l.toml");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message, Catch::Contains("l.toml:8:8: [lab] rate must be a port rate like \"600M\"") &&
+                                      Catch::Contains("unknown key 'cores' in [lab]"));
+  CHECK_THAT(parsePlaybook(head + "[lab]\nports = \"wifi\"\n", "l.toml").error().message,
+             Catch::Contains("[lab] ports must be \"tap\" or \"veth\""));
+
+  rctest::TempDir dir;
+  rc::lab::LabState st;
+  st.dir = dir.path;
+  st.nodes.resize(4);
+  st.rateBps = 1e9;
+  st.ports = "tap";
+  REQUIRE(rc::lab::saveState(st).ok());
+  const std::string inventory = dir.path + "/inventory.toml";
+  auto warnings = rc::controller::labMismatch(*pb, inventory);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("'t' was bounded on a lab of 4 nodes at 600M with tap ports") &&
+                              Catch::Contains("has ports at 1G, not 600M") &&
+                              Catch::Contains("`rdmachaos lab up --nodes 4 --rate 600M`"));
+  st.rateBps = 600e6;
+  REQUIRE(rc::lab::saveState(st).ok());
+  CHECK(rc::controller::labMismatch(*pb, inventory).empty());
+  // A real cluster's inventory has no lab beside it: nothing to compare.
+  rctest::TempDir elsewhere;
+  CHECK(rc::controller::labMismatch(*pb, elsewhere.path + "/inventory.toml").empty());
+}
+
+// lab up's default rate: the table the bench figures justify, on this machine's cores.
+TEST_CASE("lab up's default rate fits the machine: 1G for 3 nodes, less for more, more with cores") {
+  CHECK(rc::lab::chooseRate(3, 2).bps == 1e9);
+  CHECK(rc::lab::chooseRate(4, 2).bps == 600e6);
+  CHECK(rc::lab::chooseRate(8, 2).bps == 300e6);
+  CHECK(rc::lab::chooseRate(32, 2).bps == 100e6);
+  CHECK(rc::lab::chooseRate(4, 8).bps == 1e9);
+  CHECK(rc::lab::chooseRate(3, 1).bps < 1e9);
+  CHECK_THAT(rc::lab::chooseRate(4, 2).why, Catch::Contains("port rate 600M for 4 nodes on 2 cores") &&
+                                                Catch::Contains("--rate sets another"));
+}
+
+// A newcomer's playbook with four mistakes in four parts gets all four in one pass: a phase in
+// error no longer hides what each step says of itself.
+TEST_CASE("validate reports every error of a file: a broken phase hides no step's own errors") {
+  auto pb = parsePlaybook(R"(name = "t"
+[workload]
+kind = "allreduce"
+[[phase]]
+name = "baseline"
+duration = "10s"
+[[phase]]
+name = "fault"
+duration = "-5s"
+[[step]]
+name = "mystery"
+kind = "link_wobble"
+phase = "fault"
+target = "n1"
+[[step]]
+name = "storm"
+kind = "pfc_storm"
+phase = "fault"
+target = "n1"
+params = { priorities = [9] }
+[[step]]
+name = "flap"
+kind = "link_flap"
+phase = "fault"
+target = "n2"
+params = { down = "soon" }
+)",
+                          "four.toml");
+  REQUIRE_FALSE(pb);
+  const std::string& m = pb.error().message;
+  INFO(m);
+  std::vector<std::string> errors, notes;
+  std::istringstream in(m);
+  for (std::string line; std::getline(in, line);) (line.find(": note: ") != std::string::npos ? notes : errors).push_back(line);
+  REQUIRE(errors.size() == 4);
+  CHECK_THAT(errors[0], Catch::StartsWith("four.toml:9:") && Catch::Contains("duration"));
+  CHECK_THAT(errors[1], Catch::StartsWith("four.toml:12:") && Catch::Contains("unknown fault kind 'link_wobble'"));
+  CHECK_THAT(errors[2], Catch::StartsWith("four.toml:20:") && Catch::Contains("priorities"));
+  CHECK_THAT(errors[3], Catch::StartsWith("four.toml:26:") && Catch::Contains("down"));
+  REQUIRE(notes.size() == 1);
+  CHECK_THAT(notes[0], Catch::Contains("the steps' times were not checked"));
 }
 
 TEST_CASE("resolvePlan: one switch port held from two nodes at once is an error, naming both steps") {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/result.hpp"
+#include "controller/playbook/playbook.hpp"
 #include "controller/report/compare.hpp"
 
 namespace rc::controller {
@@ -70,7 +71,7 @@ int cmdCertsInit(const std::string& dir, std::vector<std::string> agents, bool o
 struct LabFabricOptions {
   std::string fabric = "switch";
   int leaves = 0, spines = 0;
-  std::string rate = "1G";  // bits per second: 1G, 100M, 25G
+  std::string rate;  // bits per second: 1G, 100M, 25G; empty: lab::chooseRate for this machine
   std::string routing = "ecmp";
   std::string lease = "5s";  // the agents' lease_timeout
   int agentMetrics = 0;      // port where each agent serves Prometheus on its management address
@@ -115,6 +116,9 @@ struct RunOptions {
 };
 // Runs a playbook (or prints its resolved plan with --dry-run); exit 0/1/2 per the contract.
 int cmdRun(const RunOptions& o);
+// The differences between the lab a playbook states in [lab] and the lab of INVENTORY (its lab.json
+// beside it), as warnings `run` prints before it starts; none when either is unknown.
+std::vector<std::string> labMismatch(const Playbook& pb, const std::string& inventory);
 
 struct ReportOptions {
   std::string result;  // RESULT.json

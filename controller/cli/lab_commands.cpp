@@ -157,7 +157,11 @@ int cmdLabUp(int nodes, const std::string& dir, bool softRoce, const LabFabricOp
     if (*lease < 200ms || *lease > 1h) return fail("lab up: --lease must be 200ms..1h");
     opt.leaseTimeout = std::chrono::duration_cast<std::chrono::milliseconds>(*lease);
   }
-  {
+  if (fabric.rate.empty() && !softRoce && fabric.fabric == "switch") {
+    const lab::RateChoice c = lab::chooseRate(nodes);
+    opt.rateBps = c.bps;
+    std::fprintf(stderr, "lab up: %s\n", c.why.c_str());
+  } else if (!fabric.rate.empty()) {
     // "1G", "100M", "25G" or plain bits per second.
     const std::string& r = fabric.rate;
     char* end = nullptr;
@@ -197,6 +201,11 @@ int cmdDemo(const std::string& dir, int nodes, bool softRoce) {
   opt.dir = dir;
   opt.softRoce = softRoce;
   opt.agentBinary = findAgentBinary();
+  if (!softRoce) {
+    const lab::RateChoice c = lab::chooseRate(nodes);
+    opt.rateBps = c.bps;
+    std::fprintf(stderr, "lab up: %s\n", c.why.c_str());
+  }
   auto inv = lab::up(opt);
   if (!inv) return fail(inv.error().message);
   int code = kExitOk;

@@ -3,11 +3,14 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "common/log.hpp"
 #include "controller/cli/commands.hpp"
 #include "controller/measure/metrics_table.hpp"
+#include "controller/cli/usage.hpp"
 #include "rdmachaos_config.h"
+#include "rdmachaos_revision.h"
 #include "workload/kinds.hpp"
 
 namespace rc::controller {
@@ -152,7 +155,8 @@ void addSetupCommands(CLI::App& app, Cli& cli) {
       ->capture_default_str();
   cLabUp->add_option("--leaves", labFabric.leaves, "leaf switches (with --spines; nodes split evenly)");
   cLabUp->add_option("--spines", labFabric.spines, "spine switches (0: one switch)")->capture_default_str();
-  cLabUp->add_option("--rate", labFabric.rate, "port line rate, e.g. 1G, 100M")->capture_default_str();
+  cLabUp->add_option("--rate", labFabric.rate,
+                     "port line rate, e.g. 1G, 100M (default: what this machine's switch carries for --nodes, printed)");
   cLabUp->add_option("--routing", labFabric.routing, "ecmp or adaptive")->capture_default_str();
   cLabUp->add_flag("--no-offload", labFabric.noOffload,
                    "switch TAPs without segmentation offload: one system call per wire frame (for comparison)");
@@ -289,7 +293,7 @@ int main(int argc, char** argv) {
   raiseDescriptorLimit();
   CLI::App app{"rdmachaos: fault injection and chaos testing for RDMA fabrics"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", RDMACHAOS_VERSION);
+  app.set_version_flag("--version", "rdmachaos " RDMACHAOS_VERSION " (git " RDMACHAOS_REVISION ")");
   Cli cli;  // outlives the parse and the dispatch: CLI11 writes into it
   app.add_flag("-v,--verbose", cli.verbose, "debug logging");
   // In this order: the order of `rdmachaos --help`.
@@ -298,7 +302,26 @@ int main(int argc, char** argv) {
   addPlaybookCommands(app, cli);
   addResultCommands(app, cli);
 
-  CLI11_PARSE(app, argc, argv);
+  // Hidden (no group): writes the bash completion the build installs.
+  std::string completionShell;
+  auto* cCompletion = app.add_subcommand("completion", "print a shell completion script")->group("");
+  cCompletion->add_option("shell", completionShell, "bash")->required()->check(CLI::IsMember({"bash"}));
+
+  // An unknown command is named with the nearest known one, and is a usage error as any other.
+  if (auto unknown = unknownCommand(app, std::vector<std::string>(argv + 1, argv + argc))) {
+    std::fprintf(stderr, "%s\n", unknown->c_str());
+    return kExitError;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version end with 0; every usage error with 2, as the commands' own do.
+    return app.exit(e) == 0 ? 0 : kExitError;
+  }
+  if (cCompletion->parsed()) {
+    std::fputs(bashCompletion(app).c_str(), stdout);
+    return 0;
+  }
   if (cli.verbose) rc::log::setLevel(rc::log::Level::debug);
   return dispatch(cli);
 }

@@ -7,6 +7,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <optional>
 #include <ctime>
@@ -24,6 +26,7 @@
 #include "controller/playbook/playbook.hpp"
 #include "controller/report/report.hpp"
 #include "controller/report/report_dir.hpp"
+#include "lab/lab_state.hpp"
 #include "metrics/exporter.hpp"
 
 namespace rc::controller {
@@ -138,7 +141,12 @@ int cmdValidate(const std::vector<std::string>& playbooks, const std::string& in
     if (!pb) {
       // Every error of the file, one per line by position (the parser goes on past each).
       const std::string& m = pb.error().message;
-      size_t n = size_t(std::count(m.begin(), m.end(), '\n')) + 1;
+      size_t n = 0;  // lines that are errors, not notes of what they kept from being checked
+      for (size_t at = 0; at < m.size();) {
+        size_t end = std::min(m.find('\n', at), m.size());
+        if (m.compare(at, end - at, "") != 0 && m.substr(at, end - at).find(": note: ") == std::string::npos) n++;
+        at = end + 1;
+      }
       std::fprintf(stderr, "%s\n%s: %zu error%s\n", m.c_str(), path.c_str(), n, n == 1 ? "" : "s");
       bad++;
       continue;
@@ -177,6 +185,45 @@ int cmdValidate(const std::vector<std::string>& playbooks, const std::string& in
   return bad ? kExitError : kExitOk;
 }
 
+// What differs between the lab PB states it was bounded on ([lab]) and the lab INVENTORY belongs
+// to (its lab.json beside it), one line each; nothing when either is unknown (a real cluster).
+std::vector<std::string> labMismatch(const Playbook& pb, const std::string& inventory) {
+  std::vector<std::string> out;
+  if (!pb.lab.present) return out;
+  const std::string dir = std::filesystem::path(inventory).parent_path().string();
+  auto st = lab::loadState(dir.empty() ? "." : dir);
+  if (!st) return out;
+  auto rate = [](double bps) {  // as `lab up --rate` takes it: 600M, 1G
+    char r[32];
+    if (bps >= 1e9)
+      std::snprintf(r, sizeof r, "%gG", bps / 1e9);
+    else
+      std::snprintf(r, sizeof r, "%gM", bps / 1e6);
+    return std::string(r);
+  };
+  std::vector<std::string> diffs;
+  if (pb.lab.nodes && int(st->nodes.size()) != pb.lab.nodes)
+    diffs.push_back(std::to_string(st->nodes.size()) + " nodes, not " + std::to_string(pb.lab.nodes));
+  if (pb.lab.rateBps > 0 && st->rateBps > 0 && std::fabs(st->rateBps - pb.lab.rateBps) > 1)
+    diffs.push_back("ports at " + rate(st->rateBps) + ", not " + rate(pb.lab.rateBps));
+  if (!pb.lab.ports.empty() && !st->ports.empty() && st->ports != pb.lab.ports)
+    diffs.push_back(st->ports + " ports, not " + pb.lab.ports);
+  if (diffs.empty()) return out;
+  std::string msg = "'" + pb.name + "' was bounded on a lab of";
+  if (pb.lab.nodes) msg += " " + std::to_string(pb.lab.nodes) + " nodes";
+  if (pb.lab.rateBps > 0) msg += " at " + rate(pb.lab.rateBps);
+  if (!pb.lab.ports.empty()) msg += " with " + pb.lab.ports + " ports";
+  msg += " (its [lab]); the lab in " + (dir.empty() ? std::string(".") : dir) + " has ";
+  for (size_t i = 0; i < diffs.size(); i++) msg += (i ? "; " : "") + diffs[i];
+  msg += ": its scores may not hold there (bring the lab up as stated, e.g. `rdmachaos lab up";
+  if (pb.lab.nodes) msg += " --nodes " + std::to_string(pb.lab.nodes);
+  if (pb.lab.rateBps > 0) msg += " --rate " + rate(pb.lab.rateBps);
+  if (!pb.lab.ports.empty() && pb.lab.ports != "tap") msg += " --ports " + pb.lab.ports;
+  msg += "`)";
+  out.push_back(msg);
+  return out;
+}
+
 int cmdRun(const RunOptions& o) {
   auto pb = loadPlaybook(o.playbook);
   if (!pb) return fail(pb.error().message);
@@ -184,6 +231,7 @@ int cmdRun(const RunOptions& o) {
   if (!inv) return fail(inv.error().message);
   auto plan = resolvePlan(*pb, *inv);
   if (!plan) return fail(plan.error().message);
+  for (const auto& w : labMismatch(*pb, o.inventory)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
   if (!o.metrics.empty())
     if (auto ep = metrics::parseEndpoint(o.metrics); !ep) return fail("--metrics: " + ep.error().message);
   auto timeout = parseDuration(o.timeout);

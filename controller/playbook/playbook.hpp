@@ -171,6 +171,16 @@ struct DetectionSettings {
   SourcePos pos;
 };
 
+// [lab]: the lab a playbook's bounds were set on. A run on a lab that differs warns before it
+// starts (the scores of a lab switch depend on its rate and how many hosts share its core).
+struct LabSettings {
+  bool present = false;
+  SourcePos pos;
+  double rateBps = 0;      // 0: not stated
+  int nodes = 0;           // 0: not stated
+  std::string ports;       // "tap" or "veth"; empty: not stated
+};
+
 struct Playbook {
   std::string path;
   std::string text;  // the file as read, so results are self-contained
@@ -183,6 +193,7 @@ struct Playbook {
   ScoringSettings scoring;
   CostSettings cost;
   DetectionSettings detection;
+  LabSettings lab;
   std::vector<Scenario> scenarios;  // a playbook without [[scenario]] has one, named after it
   std::vector<std::string> faultKinds() const;  // distinct kinds used, in order of appearance
   bool hasDetections() const;  // any scenario has a [[detect]]

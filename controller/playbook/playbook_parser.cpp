@@ -32,6 +32,8 @@ std::string Parser::errors() const {
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
   std::string out;
   for (const auto& m : sorted) out += (out.empty() ? "" : "\n") + m;
+  if (!out.empty())
+    for (const auto& n : notes_) out += "\n" + n;
   return out;
 }
 
@@ -100,6 +102,20 @@ Scenario Parser::scenario(const toml::table& t, const std::string& nm, const Sou
                  timeline;
   }
   if (sc.phases.empty()) timeline = false;
+  // With the phases in error, each step is still checked for what it says of itself (its kind,
+  // parameters, keys, target), and only its place on the timeline is left for the next pass.
+  if (auto* steps = t.get("step"); steps && !timeline) {
+    bool any = false;
+    if (steps->is_array_of_tables())
+      for (size_t i = 0; i < steps->as_array()->size(); i++) {
+        any = true;
+        const toml::node& st = *steps->as_array()->get(i);
+        part([&] { stepKindCheck(st, stepOwn(st, i)); });
+      }
+    if (any) note(p, std::string("the steps' times") + (t.get("sweep") ? ", the sweep" : "") +
+                         (t.get("detect") ? ", the detections" : "") +
+                         " were not checked: they are placed on the phases, which have errors");
+  }
   if (auto* steps = t.get("step"); steps && timeline) {
     const toml::array* sa = nullptr;
     if (part([&] {
@@ -263,6 +279,27 @@ void Parser::cost(const toml::node& cNode, CostSettings& co) const {
   if (auto* v = t.get("days")) co.days = number(*v, "days", 0, 3650);
 }
 
+void Parser::labSettings(const toml::node& n, LabSettings& l) const {
+  const auto& t = table(n, "lab");
+  checkKeys(t, {"rate", "nodes", "ports"}, "[lab]");
+  l.present = true;
+  l.pos = pos(n);
+  if (auto* v = t.get("rate")) {
+    // As `lab up --rate` takes it ("600M", "1G") or as a datasheet writes it ("600Mbps").
+    const std::string text = str(*v, "[lab] rate", 32);
+    const char last = text.empty() ? '\0' : text.back();
+    auto r = parseBitRate(last == 'K' || last == 'M' || last == 'G' ? text + "bps" : text);
+    if (!r || *r < 1'000'000 || *r > 400'000'000'000ull)
+      fail(*v, "[lab] rate must be a port rate like \"600M\" or \"1G\" (1M..400G), as given to `lab up --rate`");
+    l.rateBps = double(*r);
+  }
+  if (auto* v = t.get("nodes")) l.nodes = int(integer(*v, "[lab] nodes", 1, 32));
+  if (auto* v = t.get("ports")) {
+    l.ports = str(*v, "[lab] ports", 8);
+    if (l.ports != "tap" && l.ports != "veth") fail(*v, "[lab] ports must be \"tap\" or \"veth\" (lab up --ports)");
+  }
+}
+
 // [[scenario]] tables: each with its own phases, steps, expectations, sweep and detects.
 void Parser::scenarios(const toml::node& scsNode, bool inlineForm, Playbook& pb) {
   const toml::node* scs = &scsNode;
@@ -330,7 +367,7 @@ Playbook Parser::parse(const std::string& text) {
     throw Fail{at(e.source()) + ": " + std::string(e.description())};
   }
   checkKeys(root,
-            {"name", "description", "seed", "repeat", "workload", "guardrails", "scoring", "cost",
+            {"name", "description", "seed", "repeat", "workload", "guardrails", "scoring", "cost", "lab",
              "phase", "step", "expect", "require", "sweep", "detect", "detection", "scenario"},
             "the playbook");
   Playbook pb;
@@ -360,6 +397,7 @@ Playbook Parser::parse(const std::string& text) {
   if (auto* c = root.get("cost")) part([&] {
     cost(*c, pb.cost);
   });
+  if (auto* l = root.get("lab")) part([&] { labSettings(*l, pb.lab); });
 
   const bool inlineForm =
       root.get("phase") || root.get("step") || root.get("expect") || root.get("require") || root.get("sweep") ||

@@ -52,8 +52,11 @@ class Parser {
       return false;
     }
   }
-  // Every recorded error, sorted by position, one per line; none: empty.
+  // Every recorded error, sorted by position, one per line, then the notes of what was not
+  // checked because of them; none: empty.
   std::string errors() const;
+  // A note said after the errors (what a pass could not check), never an error by itself.
+  void note(const SourcePos& p, const std::string& msg) const { notes_.push_back(at(p) + ": note: " + msg); }
 
   // Unknown keys are recorded (each of them) and otherwise ignored.
   void checkKeys(const toml::table& t, std::initializer_list<const char*> known,
@@ -215,6 +218,11 @@ class Parser {
                     const Playbook& pb) const;
   Phase phase(const toml::node& n) const;
   Step step(const toml::node& n, size_t index, const Scenario& sc) const;
+  // What a step says of itself, whatever the timeline: its keys, name, kind, parameters, target
+  // and capture. step() starts with it; with the phases in error it is all that is checked.
+  Step stepOwn(const toml::node& n, size_t index) const;
+  // The kind's checks across parameters, pointing at the value the message names.
+  void stepKindCheck(const toml::node& n, const Step& s) const;
   Expectation expectation(const toml::node& n, const std::string& what = "expect") const;
   Sweep sweep(const toml::node& n, const Scenario& sc) const;
   DetectExpectation detect(const toml::node& n, const Scenario& sc) const;
@@ -223,6 +231,7 @@ class Parser {
   void guardrails(const toml::node& g, Guardrails& gr) const;
   void scoring(const toml::node& s, ScoringSettings& sc) const;
   void cost(const toml::node& c, CostSettings& co) const;
+  void labSettings(const toml::node& n, LabSettings& l) const;
   void scenarios(const toml::node& scs, bool inlineForm, Playbook& pb);
   void checkTimeline(const Playbook& pb);
   json normalise(const toml::node& where, const std::string& kind, const json& raw,
@@ -230,6 +239,7 @@ class Parser {
 
   std::string path_;
   mutable std::vector<std::string> errors_;
+  mutable std::vector<std::string> notes_;
 };
 
 // N as an array of tables, or the error "WHAT must be written as [[WHAT]] tables".

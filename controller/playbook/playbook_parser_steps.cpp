@@ -21,7 +21,7 @@ json Parser::normalise(const toml::node& where, const std::string& kind, const j
   fail(where, r.error().message);
 }
 
-Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
+Step Parser::stepOwn(const toml::node& n, size_t index) const {
   const auto& t = table(n, "step");
   checkKeys(t, {"name", "kind", "target", "phase", "at", "for", "params", "capture"}, "[[step]]");
   Step s;
@@ -46,6 +46,31 @@ Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
   auto* target = t.get("target");
   if (!target) fail(n, "step '" + s.name + "' needs a target: a node, a role, \"all\" or { random = K, from = \"role\" }");
   s.target = selector(*target, "step '" + s.name + "' target");
+  if (auto* c = t.get("capture")) {
+    if (!c->is_boolean()) fail(*c, "step '" + s.name + "' capture must be true or false");
+    s.capture = c->as_boolean()->get();
+    if (s.capture && s.kind == "packet")
+      fail(*c, "step '" + s.name + "' is a packet fault, which captures by itself: set params.capture instead");
+  }
+  return s;
+}
+
+void Parser::stepKindCheck(const toml::node& n, const Step& s) const {
+  const faults::FaultKind* k = faults::findKind(s.kind);
+  if (!k || !k->check) return;
+  auto ok = k->check(s.params);
+  if (ok) return;
+  // The message names the parameter first: point at its value where the step has one.
+  const std::string& msg = ok.error().message;
+  const toml::table* rawTable = n.is_table() && n.as_table()->get("params") ? n.as_table()->get("params")->as_table() : nullptr;
+  const toml::node* at = rawTable ? rawTable->get(msg.substr(0, msg.find(' '))) : nullptr;
+  fail(at ? *at : n, "step '" + s.name + "' " + msg);
+}
+
+Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
+  Step s = stepOwn(n, index);
+  const auto& t = *n.as_table();
+  const toml::table* rawTable = t.get("params") ? t.get("params")->as_table() : nullptr;
 
   // Where the step sits on the timeline.
   int64_t phaseStart = 0, phaseEnd = sc.durationNs();
@@ -107,25 +132,13 @@ Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
              ", after the timeline ends at " + fmtDur(sc.durationNs()) +
              ": shorten 'for' or lengthen the phases (faults are reverted before scoring ends)");
   // Checks across parameters, the kind's own (incast: fan_in spread evenly over the senders).
-  if (const auto* k = faults::findKind(s.kind); k && k->check)
-    if (auto ok = k->check(s.params); !ok) {
-      // The message names the parameter first: point at its value where the step has one.
-      const std::string& msg = ok.error().message;
-      const toml::node* at = rawTable ? rawTable->get(msg.substr(0, msg.find(' '))) : nullptr;
-      fail(at ? *at : n, "step '" + s.name + "' " + msg);
-    }
+  stepKindCheck(n, s);
   // A kind with its own duration must fit inside the lifetime the step grants it.
   if (s.params.contains("duration") && s.params["duration"].is_number_integer() &&
       s.params["duration"].get<int64_t>() > s.forNs)
     fail(rawTable && rawTable->get("duration") ? *rawTable->get("duration") : n,
          "step '" + s.name + "' duration " + fmtDur(s.params["duration"].get<int64_t>()) +
              " is longer than its lifetime 'for' = " + fmtDur(s.forNs));
-  if (auto* c = t.get("capture")) {
-    if (!c->is_boolean()) fail(*c, "step '" + s.name + "' capture must be true or false");
-    s.capture = c->as_boolean()->get();
-    if (s.capture && s.kind == "packet")
-      fail(*c, "step '" + s.name + "' is a packet fault, which captures by itself: set params.capture instead");
-  }
   return s;
 }
 
