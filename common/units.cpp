@@ -88,6 +88,8 @@ Result<uint64_t> parseBitRate(std::string_view text) {
   if (!sp) return sp.error();
   static const std::pair<std::string_view, double> units[] = {
       {"bps", 1}, {"Kbps", 1e3}, {"kbps", 1e3}, {"Mbps", 1e6}, {"Gbps", 1e9}, {"Tbps", 1e12},
+      // The short forms `lab up --rate` and switch vendors write ("500M", "25G").
+      {"K", 1e3}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
   };
   for (auto& [name, mult] : units) {
     if (sp->suffix == name) {
@@ -97,7 +99,7 @@ Result<uint64_t> parseBitRate(std::string_view text) {
     }
   }
   return makeError("bit rate '" + std::string(text) + "' has unknown unit '" +
-                   std::string(sp->suffix) + "': use bps, Kbps, Mbps, Gbps or Tbps");
+                   std::string(sp->suffix) + "': use bps, Kbps, Mbps, Gbps or Tbps (or K, M, G, T)");
 }
 
 Result<double> parsePerSecond(std::string_view text) {

@@ -16,7 +16,7 @@ using Nanos = std::chrono::nanoseconds;
 Result<Nanos> parseDuration(std::string_view text);
 // "4096", "64KiB", "4MiB", "1GiB", "1kB", "1MB" (SI and IEC).
 Result<uint64_t> parseSize(std::string_view text);
-// "100Mbps", "1Gbps", "25Gbps", "1000bps" -> bits per second.
+// "100Mbps", "1Gbps", "25Gbps", "1000bps" (or "100M", "25G") -> bits per second.
 Result<uint64_t> parseBitRate(std::string_view text);
 // "5000/s" or "5000" -> events per second.
 Result<double> parsePerSecond(std::string_view text);

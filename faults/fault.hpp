@@ -118,7 +118,9 @@ class Fault {
 };
 
 // Parameter description, used to validate --set and playbook values and to document them.
-enum class ParamType { string, integer, duration, size, rate, intList, boolean };
+// rate: a plain number or "5000/s"; bitRate: a line rate, "500Mbps" or "25Gbps", normalised to
+// bits per second (an integer).
+enum class ParamType { string, integer, duration, size, rate, bitRate, intList, boolean };
 // Bounds of duration parameters, in ns.
 inline constexpr double kParamMs = 1e6;
 inline constexpr double kParamHour = 3600e9;

@@ -42,6 +42,11 @@ Result<double> toNumber(std::string_view kind, const ParamSpec& spec, const json
       if (!r) return makeError(w + ": " + r.error().message);
       return *r;
     }
+    case ParamType::bitRate: {
+      auto r = parseBitRate(s);
+      if (!r) return makeError(w + ": " + r.error().message);
+      return double(*r);
+    }
     case ParamType::integer: {
       try {
         size_t used = 0;
@@ -59,6 +64,7 @@ Result<double> toNumber(std::string_view kind, const ParamSpec& spec, const json
 std::string show(const ParamSpec& spec, double v) {
   if (spec.type == ParamType::duration) return formatDuration(Nanos(int64_t(v)));
   if (spec.type == ParamType::size) return formatSize(uint64_t(v));
+  if (spec.type == ParamType::bitRate) return formatBitRate(v);
   char buf[64];
   std::snprintf(buf, sizeof buf, "%g", v);
   return buf;
@@ -266,6 +272,7 @@ json wireParams(const std::vector<ParamSpec>& specs, const json& normalised) {
     if (it == out.end() || !it->is_number_integer()) continue;
     if (spec.type == ParamType::duration) *it = std::to_string(it->get<int64_t>()) + "ns";
     if (spec.type == ParamType::size) *it = std::to_string(it->get<int64_t>()) + "B";
+    if (spec.type == ParamType::bitRate) *it = std::to_string(it->get<int64_t>()) + "bps";
   }
   return out;
 }

@@ -250,6 +250,14 @@ std::vector<FaultCase> faultCases() {
          json l = switchCmd({{"cmd", "get_link"}, {"port", "n1"}});
          return l.value("ok", false) && l["ports"][0]["admin_up"] == false;
        }},
+      // A lowered port rate: the journal holds the rate it found and the one it set, so a
+      // restarted agent (or a lease expiry in the live one) puts back exactly the rate found.
+      {"link_degrade switch port",
+       {"link_degrade", "--node", "n1", "--set", "fraction=0.5"},
+       [](const Fabric&) {
+         json p = switchCmd({{"cmd", "get_port"}, {"port", "n1"}});
+         return p.value("ok", false) && p["ports"][0]["rate_bps"].get<double>() < 0.9 * rc::lab::UpOptions{}.rateBps;  // the lab's port rate
+       }},
       {"pfc_storm",
        {"pfc_storm", "--node", "n1", "--set", "rate=1000", "--set", "duration=10m"},
        [](const Fabric&) {

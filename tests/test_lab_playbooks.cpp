@@ -384,9 +384,68 @@ bool holdPortInTrial(const rctest::Lab& lab, const rctest::Proc& p, const std::s
 
 }  // namespace
 
+// The flaps' own size, held against each trial's scored stall and loss (docs/scoring.md, "How the
+// scores are checked", link_flap): U is the union of the trial's link_flap down intervals as the
+// agents recorded them (the kernel's down and up), N the number of downs. A ring all-reduce stops
+// while any of its links is down and moves again at most two capped TCP retransmission timers
+// (1 s, TCP_RTO_MAX_MS) after the link is back: the stall lies within [U - 2N bins (a down or up
+// inside a bin that still moved), U + N x (2 x 1 s + a bin)], and the loss within B x those
+// bounds, widened by the job's own noise over the impact window (B minus its hold floor, times the
+// window). "" when every trial holds, else why not.
+std::string flapsAgainstTruth(json doc) {
+  const double bin = doc["series"]["bin_ns"].get<double>();
+  const double timerCap = 1e9;
+  std::string out;
+  for (auto& t : doc["trials"]) {
+    std::vector<std::pair<double, double>> downs;  // [down, up] of every flap of the trial
+    for (auto& f : doc["faults"]) {
+      if (f["trial"] != t["index"] || f["kind"] != "link_flap") continue;
+      double at = -1;
+      for (auto& e : f["events"]) {
+        if (e["what"] == "down") at = e["t_ns"].get<double>();
+        if (e["what"] == "up" && at >= 0) {
+          downs.emplace_back(at, e["t_ns"].get<double>());
+          at = -1;
+        }
+      }
+    }
+    std::sort(downs.begin(), downs.end());
+    double u = 0, reach = -1;
+    for (auto [a, b] : downs) {
+      if (a > reach) u += b - a, reach = b;
+      else if (b > reach) u += b - reach, reach = b;
+    }
+    const double n = double(downs.size());
+    json& job = t["job"];
+    json& im = job["impact"];
+    if (!im.is_object() || n == 0) {
+      out += t["label"].get<std::string>() + ": no impact or no flap recorded; ";
+      continue;
+    }
+    const double b = job["baseline_Bps"].get<double>();
+    const double holdFloor = job["baseline_band"]["hold_floor_Bps"].get<double>();
+    const double window = im["window_to_ns"].get<double>() - im["window_from_ns"].get<double>();
+    const double stall = im["stall_ns"].get<double>(), loss = im["loss_bytes"].get<double>();
+    const double lo = u - 2 * n * bin, hi = u + n * (2 * timerCap + bin);
+    const double noise = std::max(0.0, b - holdFloor) * window / 1e9;
+    std::printf("[lab-playbooks] %s: %0.f flaps down %.3f s in all; stall %.3f s (truth %.3f-%.3f s), loss %.1f MB "
+                "(truth %.1f-%.1f MB, noise %.1f MB)\n",
+                t["label"].get<std::string>().c_str(), n, u / 1e9, stall / 1e9, lo / 1e9, hi / 1e9, loss / 1e6,
+                (b * lo / 1e9 - noise) / 1e6, (b * hi / 1e9 + noise) / 1e6, noise / 1e6);
+    if (stall < lo || stall > hi) out += t["label"].get<std::string>() + ": stall outside the flaps' truth; ";
+    if (loss < b * lo / 1e9 - noise || loss > b * hi / 1e9 + noise)
+      out += t["label"].get<std::string>() + ": loss outside the flaps' truth; ";
+  }
+  std::fflush(stdout);
+  return out;
+}
+
 TEST_CASE("link-flap-recovery runs on the lab", "[playbooks][one-switch]") {
   Run r = runs(kOneSwitch, "link-flap-recovery", 135, Expect::pass);
   CHECK(maxImpact(r.doc, "loss_bytes") > 0);  // three 500 ms flaps cost the job something
+  const std::string why = flapsAgainstTruth(r.doc);
+  INFO(why);
+  CHECK(why.empty());
 }
 
 // One queue counter of the lab switch for PORT's queue PRIO (0 when absent).
@@ -569,6 +628,9 @@ TEST_CASE("noise-floor: a noop fault reads as no cost, no impact and recovery 0 
 TEST_CASE("game-day runs on the lab", "[playbooks][one-switch]") {
   Run r = runs(kOneSwitchSlow, "game-day", 195, Expect::pass);
   CHECK(maxImpact(r.doc, "loss_bytes") > 0);
+  const std::string why = flapsAgainstTruth(r.doc);
+  INFO(why);
+  CHECK(why.empty());
 }
 
 // The incast's ground truth: the switch meters its flows into the receiver, so the result says

@@ -226,6 +226,19 @@ TEST_CASE("quickstart: reported impact and recovery agree with the link's real d
          << lowest * 8 / 1e9 << " Gb/s against the " << floorBps * 8 / 1e9 << " Gb/s floor");
     CHECK(lowest < floorBps);
   }
+  // The loss against the flap's size (docs/scoring.md, "How the scores are checked"): at least
+  // the baseline's bytes over the down time less a bin, less the job's own noise over the impact
+  // window (B minus its hold floor, times the window). The truth suite reads a flap's loss as B
+  // times the wire's outage within 2 %; the outage is never shorter than the down time.
+  {
+    const double b = trial["job"]["baseline_Bps"].get<double>();
+    const double impactNs = impact["window_to_ns"].get<double>() - impact["window_from_ns"].get<double>();
+    const double noise = std::max(0.0, b - holdFloorBps) * impactNs / 1e9;
+    const double atLeast = b * double(up - down - bin) / 1e9 - noise;
+    std::printf("[run-e2e] loss %.1f MB; the down time's at the baseline %.1f MB, less the job's noise %.1f MB\n",
+                impact["loss_bytes"].get<double>() / 1e6, b * double(up - down) / 1e15, noise / 1e6);
+    CHECK(impact["loss_bytes"].get<double>() >= atLeast);
+  }
   // The agents' NIC counters of their data interface (the lab's TAP: sysfs statistics only):
   // per trial, the wire bytes received cover at least the workload's payload.
   REQUIRE(doc["counters"].size() >= 2);

@@ -49,6 +49,8 @@ TEST_CASE("sizes, bit rates and per-second rates") {
   CHECK(*parseBitRate("1Gbps") == 1'000'000'000u);
   CHECK(*parseBitRate("100Mbps") == 100'000'000u);
   CHECK_FALSE(parseBitRate("1GB").ok());
+  CHECK(*parseBitRate("500M") == 500'000'000u);  // as `lab up --rate` and link_degrade's rate take it
+  CHECK(*parseBitRate("25G") == 25'000'000'000u);
   CHECK(*parsePerSecond("5000/s") == Approx(5000));
   CHECK(*parsePerSecond("12") == Approx(12));
   CHECK_FALSE(parsePerSecond("5000/min").ok());
