@@ -38,7 +38,7 @@ std::string kindNames() {
 std::string externalKindNames() {
   std::string out;
   for (const auto* k : kinds()) {
-    if (!k->external) continue;
+    if (!k->external || k->external->programIs != "program") continue;  // kinds that run a program
     if (!out.empty()) out += " or ";
     out += k->name;
   }

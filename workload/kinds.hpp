@@ -77,7 +77,8 @@ const std::vector<const Kind*>& kinds();
 const Kind* findKind(std::string_view name);
 // "allreduce, allgather, ...": the known kinds for "known: ..." messages and --help.
 std::string kindNames();
-// "perftest": the external kinds, for messages about their program option (test, --test).
+// "perftest": the external kinds that run a program, for messages about their program option
+// (test, --test); observed's `test` is a job id, said by its own messages.
 std::string externalKindNames();
 // One line per kind ("  NAME  SUMMARY"), for `workload --help`.
 std::string kindsHelp();
