@@ -172,6 +172,13 @@ TEST_CASE("the command backend snapshots, applies and restores exactly", "[ecn_s
 TEST_CASE("two agents on one switch port: the port ends as it started, or the conflict is named", "[ecn_shift]") {
   char tmpl[] = "/tmp/rc-test-ecn-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{tmpl};  // also when a REQUIRE fails
   std::string dir = tmpl, state = dir + "/profile";
   const std::string original = "kmin=1048576 kmax=2097152 pmax=0.05";
   Policy policy = commandPolicy(state);
@@ -245,6 +252,13 @@ TEST_CASE("two agents on one switch port: the port ends as it started, or the co
 TEST_CASE("the command backend kills what its command left behind and refuses a long snapshot", "[ecn_shift]") {
   char tmpl[] = "/tmp/rc-test-ecn-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{tmpl};  // also when a REQUIRE fails
   std::string dir = tmpl, state = dir + "/profile", late = dir + "/late";
   std::ofstream(state) << "before";
   Policy policy{{"data0"}, {"mgmt0"}, "data0"};

@@ -529,7 +529,11 @@ TEST_CASE("lab up without --rate picks the machine's rate and says so; a playboo
                           {"lab", "up", "--nodes", "4", "--dir", dir}, &out, &err);
   struct Down {
     std::string dir;
-    ~Down() { (void)rctest::runCli(std::filesystem::temp_directory_path().string(), {"lab", "down", "--dir", dir}); }
+    ~Down() {
+      (void)rctest::runCli(std::filesystem::temp_directory_path().string(), {"lab", "down", "--dir", dir});
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
   } down{dir};
   INFO(err);
   REQUIRE(rc == 0);
