@@ -1,4 +1,4 @@
-// What errno says, for error messages: one place for every folder (issue 22: five copies).
+// What errno says, for error messages: one place for every folder.
 #pragma once
 
 #include <cerrno>

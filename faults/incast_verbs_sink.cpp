@@ -160,7 +160,7 @@ bool establishSinkFlow(SinkFlow& f, const Options& o, const SinkRegion& s, SinkF
   // close may not have arrived yet (after its NIC flapped, TCP retransmits it with
   // back-off): that old connection goes, and only that one. (Taking the sender's oldest
   // connection instead closed a healthy flow, which its sender took for the sink's end:
-  // a verbs incast that stopped after a flap, issue 20.)
+  // a verbs incast that stopped after a flap.)
   f.index = h.flow;
   for (auto& g : flows)
     if (g.get() != &f && g->ctl.isValid() && g->established && g->peer.s_addr == f.peer.s_addr &&

@@ -127,6 +127,18 @@ Result<void> restore(const json& snap, std::optional<double> applied, EventLog* 
   return {};
 }
 
+// Holds a degrade for DURATION (none: until stopped), or until the manager stops it (the
+// fault's --for or lifetime).
+void holdUntil(std::stop_token stop, std::optional<int64_t> durationNs) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock lock(m);
+  if (durationNs)
+    cv.wait_for(lock, stop, std::chrono::nanoseconds(*durationNs), [] { return false; });
+  else
+    cv.wait(lock, stop, [] { return false; });
+}
+
 class SwitchPortDegrade final : public Fault {
  public:
   SwitchPortDegrade(json params, DegradeParams p) : params_(std::move(params)), p_(std::move(p)) {}
@@ -161,14 +173,7 @@ class SwitchPortDegrade final : public Fault {
     auto r = labswitchCall(p_.socket, swproto::SetPortRequest{.port = p_.port, .rateBps = to});
     if (!r) return makeError("link_degrade: " + r.error().message, r.error().code);
     events.add(Event{wallNs(), "applied", describe(), false});
-    // Holds for its duration, or until the manager stops it (the fault's --for or lifetime).
-    std::mutex m;
-    std::condition_variable_any cv;
-    std::unique_lock lock(m);
-    if (p_.durationNs)
-      cv.wait_for(lock, stop, std::chrono::nanoseconds(*p_.durationNs), [] { return false; });
-    else
-      cv.wait(lock, stop, [] { return false; });
+    holdUntil(stop, p_.durationNs);
     return {};
   }
 
@@ -358,13 +363,7 @@ class NicDegrade final : public Fault {
     if (auto w = ethtool::writeLinkModes(family, ifindex_, interface_, to); !w)
       return makeError("link_degrade: " + w.error().message, w.error().code);
     events.add(Event{wallNs(), "applied", describe(), false});
-    std::mutex m;
-    std::condition_variable_any cv;
-    std::unique_lock lock(m);
-    if (p_.durationNs)
-      cv.wait_for(lock, stop, std::chrono::nanoseconds(*p_.durationNs), [] { return false; });
-    else
-      cv.wait(lock, stop, [] { return false; });
+    holdUntil(stop, p_.durationNs);
     return {};
   }
 

@@ -1,13 +1,12 @@
 // Hands what the switch writes to its hosts' TAPs to a thread on the hosts' cores (`lab up
 // --split-cores`), so the hosts' receive work runs there without an interrupt per write.
 //
-// Why (perf on link-flap-recovery's all-reduce at 1G, split cores, 2026-12-07): a TAP write
-// runs the receiving host's stack, and with the hosts' receive work steered to the other core
-// (RPS) every write sends that core an inter-processor interrupt, a hypercall on this
-// project's machines: 22 % of the switch's samples in `pvm_write_msr` under
-// `net_rps_send_ipi`, 22k interrupts a second for 43k writes. Written from a thread that
-// runs on the hosts' core, the frame is queued on that core's own backlog (no interrupt), and
-// the switch wakes the thread at most once per loop pass, and not at all while it is writing.
+// Why: a TAP write runs the receiving host's stack, and with the hosts' receive work steered to
+// the other core (RPS) every write sends that core an inter-processor interrupt, a hypercall on
+// this project's machines (the profile is in bench/README.md, "the delivery thread"). Written
+// from a thread that runs on the hosts' core, the frame is queued on that core's own backlog
+// (no interrupt), and the switch wakes the thread at most once per loop pass, and not at all
+// while it is writing.
 //
 // The model is untouched: every queue, pacing instant, mark, pause and counter acts in the
 // switch's loop as before; only the system call that hands a finished frame to the host moves.

@@ -33,6 +33,7 @@
 #include "observe/rdmachaos_observe.h"
 #include "http_get.hpp"
 #include "skip.hpp"
+#include "asan_runtime.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -100,26 +101,6 @@ void sendRaw(int fd, const void* p, size_t n) {
 }
 
 uint64_t refused(const ObserveIntake& in, Refusal r) { return in.stats().refused[size_t(r)]; }
-
-// What a program built without sanitizers (python3, the MPI probe) needs in its environment to
-// load this build's library: in an ASan build, ASan's runtime preloaded (it must come first)
-// and no leak report at exit (the interpreter's and Open MPI's own). "" in a plain build;
-// nullopt when the runtime is not found.
-std::optional<std::string> sanitizerEnv() {
-#if defined(__SANITIZE_ADDRESS__)
-  std::string lib;
-  if (FILE* p = ::popen("cc -print-file-name=libasan.so 2>/dev/null", "r")) {
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, p)) lib += buf;
-    ::pclose(p);
-  }
-  while (!lib.empty() && (lib.back() == '\n' || lib.back() == ' ')) lib.pop_back();
-  if (lib.empty() || lib.front() != '/' || !std::filesystem::exists(lib)) return std::nullopt;
-  return lib;
-#else
-  return std::string();
-#endif
-}
 
 // librdmachaos-observe, loaded once (not initialised: each child reads its own environment).
 void* observeLib() {
@@ -540,7 +521,7 @@ TEST_CASE("observe library: the C API end to end into a real intake") {
 
 TEST_CASE("observe library: Python through ctypes (observe/examples/train_step.py)") {
   if (std::system("command -v python3 >/dev/null 2>&1") != 0) RC_SKIP("python3 is not installed");
-  auto asan = sanitizerEnv();
+  auto asan = rctest::asanRuntime();  // and no leak report of python3's or Open MPI's own
   if (!asan) RC_SKIP("a sanitized build, and `cc -print-file-name=libasan.so` names no runtime to preload");
   rctest::TempDir dir("rc-observe");
   auto in = startIntake(dir.file("o.sock"));
@@ -825,7 +806,7 @@ TEST_CASE("observe library: the PMPI wrappers under mpirun -n 2 count every coll
   if (std::system("command -v mpirun >/dev/null 2>&1") != 0) RC_SKIP("mpirun is not installed (openmpi-bin)");
   if (!std::filesystem::exists(probe) || !std::filesystem::exists(mpiLib))
     RC_SKIP("built without Open MPI's headers (libopenmpi-dev): no PMPI wrappers");
-  auto asan = sanitizerEnv();
+  auto asan = rctest::asanRuntime();  // and no leak report of python3's or Open MPI's own
   if (!asan) RC_SKIP("a sanitized build, and `cc -print-file-name=libasan.so` names no runtime to preload");
   rctest::TempDir dir("rc-observe");
   auto in = startIntake(dir.file("o.sock"));

@@ -9,7 +9,6 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -21,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "asan_runtime.hpp"
 #include "http_get.hpp"
 #include "lab/lab.hpp"
 #include "lab/lab_state.hpp"
@@ -48,25 +48,6 @@ double agentCounter(const rc::lab::NodeRecord& n, const std::string& name) {
   return -1;
 }
 
-// In an ASan build the PMPI library needs ASan's runtime preloaded before it (the MPI job is not
-// sanitized) and no leak report from Open MPI at exit: its path, "" in a plain build, nullopt
-// when it is not found.
-std::optional<std::string> asanRuntime() {
-#if defined(__SANITIZE_ADDRESS__)
-  std::string lib;
-  if (FILE* p = ::popen("cc -print-file-name=libasan.so 2>/dev/null", "r")) {
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, p)) lib += buf;
-    ::pclose(p);
-  }
-  while (!lib.empty() && (lib.back() == '\n' || lib.back() == ' ')) lib.pop_back();
-  if (lib.empty() || lib.front() != '/' || !std::filesystem::exists(lib)) return std::nullopt;
-  return lib;
-#else
-  return std::string();
-#endif
-}
-
 // The /24 of an address "A.B.C.D" as "A.B.C.0/24".
 std::string subnet24(const std::string& a) { return a.substr(0, a.rfind('.')) + ".0/24"; }
 
@@ -81,7 +62,8 @@ TEST_CASE("an Open MPI job watched through its own records: a flap scored, a noo
   if (::access(job.c_str(), X_OK) != 0 || ::access(lib.c_str(), R_OK) != 0)
     RC_SKIP("the MPI job or librdmachaos-observe-mpi.so was not built (libopenmpi-dev missing at meson setup)");
 
-  const auto asan = asanRuntime();
+  // The MPI job is not sanitized: in an ASan build, ASan's runtime goes before the PMPI library.
+  const auto asan = rctest::asanRuntime();
   if (!asan) RC_SKIP("a sanitized build, and `cc -print-file-name=libasan.so` names no runtime to preload");
   rc::lab::UpOptions o;
   o.nodes = 3;

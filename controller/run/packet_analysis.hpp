@@ -1,4 +1,4 @@
-// What a run's packet faults did (issue 23): for each `packet` fault record, the switch's
+// What a run's packet faults did: for each `packet` fault record, the switch's
 // capture (read where the lab switch wrote it: the lab runs on the controller's machine), a
 // copy of it for the report directory, the rule's counts, and for RoCE the go-back-N oracle's
 // verdicts (oracle/gbn_oracle.hpp). Scoring reads the oracle's numbers as metrics

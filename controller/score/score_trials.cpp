@@ -289,7 +289,7 @@ void scoreFabric(const RunResult& run, const ScoringSettings& ss, const Trial& t
   }
 }
 
-// 5. Packet faults (issue 23): frames acted on, and the go-back-N oracle's findings and
+// 5. Packet faults: frames acted on, and the go-back-N oracle's findings and
 // largest latencies over the trial's packet faults, for the job.
 void scorePackets(const RunResult& run, const Trial& t, TrialScore& ts) {
   bool any = false;
