@@ -517,7 +517,9 @@ TEST_CASE("lab up --ports veth: hosts reach each other through the switch over A
     const uint64_t writeFrames = b2["io"]["write_frames"].get<uint64_t>() - a2["io"]["write_frames"].get<uint64_t>();
     INFO("n1 received " << rxFrames << " frames, " << rxBytes << " bytes in " << reads << " reads; n2 sent " << txFrames
                         << " frames, " << txBytes << " bytes in " << writes << " writes");
-    CHECK(txBytes > 50'000'000);  // > 0.26 Gb/s over 1.5 s: the flow ran
+    // The flow ran: > 53 Mb/s over 1.5 s (about 0.5 Gb/s in a plain build; 29 MB in the
+    // sanitized build of a busy CI run, where the switch itself runs under ASan).
+    CHECK(txBytes > 10'000'000);
     CHECK(rxBytes <= rxFrames * 1514);  // every frame the model took is a wire frame
     CHECK(txBytes <= txFrames * 1514);
     CHECK(writeFrames == txFrames);

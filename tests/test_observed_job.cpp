@@ -179,7 +179,9 @@ TEST_CASE("an Open MPI job watched through its own records: a flap scored, a noo
   const json& qi = quiet["trials"][0]["job"]["impact"];
   std::printf("[observed] the same job, a noop: impact %s, stall %.0f ms, loss %.1f %%\n",
               qi.value("impacted", false) ? "yes" : "no", qi.value("stall_ns", int64_t(0)) / 1e6, qi.value("loss_pct", -1.0));
-  CHECK(qi.value("stall_ns", int64_t(0)) == 0);
+  // No stall of the fault's size: a noop's is 0 on a quiet host, and 180 ms in the sanitized
+  // build of a busy CI run (three ranks and two agents on two cores); the flap's is at least D.
+  CHECK(qi.value("stall_ns", int64_t(0)) < D / 2);
   CHECK(quiet["trials"][0]["problems"].empty());
 
   // Every operation the program counted reached its node's agent, none dropped.
