@@ -113,6 +113,8 @@ struct RunOptions {
   std::string alertmanagerTokenFile;  // the bearer token a post must carry (empty: none)
   std::string prometheusTokenFile;    // a bearer token sent to --prometheus (empty: none)
   std::string prometheus;           // http://HOST:PORT: poll its alerts (empty: off)
+  std::string ncclTestsOutput;      // the job's nccl-tests output, read at the end (empty: none)
+  std::string ncclTestsWait = "60s";  // how long to wait after the run for its summary line
 };
 // Runs a playbook (or prints its resolved plan with --dry-run); exit 0/1/2 per the contract.
 int cmdRun(const RunOptions& o);

@@ -226,6 +226,11 @@ void addPlaybookCommands(CLI::App& app, Cli& cli) {
   cRun->add_option("--prometheus-token-file", run.prometheusTokenFile,
                    "send this file's bearer token to --prometheus (a proxy in front of it; plain HTTP: keep "
                    "both on a trusted network)");
+  cRun->add_option("--nccl-tests-output", run.ncclTestsOutput,
+                   "the file the job's nccl-tests program (all_reduce_perf, ...) writes its output to: read when "
+                   "the run ends, its table beside the scores; wrong values or a failure are an error of the run");
+  cRun->add_option("--nccl-tests-wait", run.ncclTestsWait,
+                   "how long to wait after the run for --nccl-tests-output's summary line")->capture_default_str();
   cRun->add_option("--timeout", run.timeout, "one deadline for connecting to every agent; also each request's bound")->capture_default_str();
 }
 

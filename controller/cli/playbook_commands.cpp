@@ -17,6 +17,7 @@
 #include "alerts/webhook_receiver.hpp"
 #include "common/tls.hpp"
 #include "common/units.hpp"
+#include "controller/run/nccl_tests_output.hpp"
 #include "controller/run/run_playbook.hpp"
 #include "controller/score/score.hpp"
 
@@ -237,6 +238,14 @@ int cmdRun(const RunOptions& o) {
   auto timeout = parseDuration(o.timeout);
   if (!timeout || timeout->count() <= 0)
     return fail("--timeout '" + o.timeout + "': " + (timeout ? std::string("must be positive") : timeout.error().message));
+  std::chrono::milliseconds ncclTestsWait{0};
+  if (!o.ncclTestsOutput.empty()) {
+    if (auto ok = checkNcclTestsOutputPath(o.ncclTestsOutput); !ok) return fail("--nccl-tests-output: " + ok.error().message);
+    auto w = parseDuration(o.ncclTestsWait);
+    if (!w || w->count() < 0)
+      return fail("--nccl-tests-wait '" + o.ncclTestsWait + "': " + (w ? std::string("must not be negative") : w.error().message));
+    ncclTestsWait = std::chrono::duration_cast<std::chrono::milliseconds>(*w);
+  }
   // Refused before anything runs or is written: a run never mixes its reports with another's.
   if (auto ok = checkReportDir(o.reportDir, o.force); !ok) return fail(ok.error().message);
   if (o.dryRun) {
@@ -333,6 +342,10 @@ int cmdRun(const RunOptions& o) {
   io.run();
 
   analysePackets(result, inv->switchControl);
+  if (!o.ncclTestsOutput.empty())
+    result.ncclTests = readNcclTestsOutput(o.ncclTestsOutput, ncclTestsWait, [&](int left) {
+      std::fprintf(stderr, "waiting for nccl-tests' summary in %s (%d s left)\n", o.ncclTestsOutput.c_str(), left);
+    });
   Scores scores = score(result, *pb);
   json doc = makeResultDocument(result, *pb, scores);
   // Compared before the reports are written: a target sweep's table carries the comparison.

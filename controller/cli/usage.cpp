@@ -116,7 +116,7 @@ _rdmachaos() {
   done
   case $prev in
     --kind) mapfile -t COMPREPLY < <(compgen -W ")" + workloadKinds + R"(" -- "$cur"); return ;;
-    --inventory|--baseline|--baseline-rules|--config|--html|--junit|--report-dir|--dir|--alertmanager-token-file|--prometheus-token-file)
+    --inventory|--baseline|--baseline-rules|--config|--html|--junit|--report-dir|--dir|--alertmanager-token-file|--prometheus-token-file|--nccl-tests-output)
       mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
   esac
   if [[ $path == inject && $prev == inject ]]; then

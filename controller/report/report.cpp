@@ -210,6 +210,37 @@ json watchdogJson(const std::vector<WatchdogEpisode>& eps) {
   return wd;
 }
 
+// result.json's "nccl_tests": the job's own table (GB/s as nccl-tests prints them, 10^9 B/s).
+json ncclTestsJson(const RunResult::NcclTests& n) {
+  json out = {{"file", n.file}};
+  if (!n.report) {
+    out["error"] = n.error;
+    return out;
+  }
+  const auto& r = *n.report;
+  auto half = [](const workload::NcclTestsHalf& h) {
+    json j = {{"time_us", h.timeUs}, {"algbw_GBps", h.algbwGBps}, {"busbw_GBps", h.busbwGBps}};
+    j["wrong"] = h.wrong ? json(*h.wrong) : json(nullptr);
+    if (h.maxError) j["max_error"] = *h.maxError;
+    return j;
+  };
+  json rows = json::array();
+  for (const auto& row : r.rows)
+    rows.push_back({{"bytes", row.bytes}, {"count", row.count}, {"type", row.type}, {"redop", row.redop},
+                    {"root", row.root}, {"out_of_place", half(row.outOfPlace)}, {"in_place", half(row.inPlace)}});
+  out["rows"] = rows;
+  out["devices"] = r.devices;
+  out["iters"] = r.iters;
+  out["validation"] = r.validation;
+  out["complete"] = r.complete();
+  out["avg_busbw_GBps"] = r.avgBusbwGBps ? json(*r.avgBusbwGBps) : json(nullptr);
+  out["out_of_bounds"] = r.outOfBounds ? json(*r.outOfBounds) : json(nullptr);
+  out["wrong"] = r.wrongTotal();
+  out["failures"] = r.failures;
+  out["problems"] = r.problems();
+  return out;
+}
+
 json trialJson(const RunResult& run, const json& plannedTrials, const TrialScore& ts) {
   const Trial& t = run.plan.trials.at(size_t(ts.trial));
   json jt = plannedTrials[size_t(ts.trial)];
@@ -294,6 +325,7 @@ json makeResultDocument(const RunResult& run, const Playbook& pb, const Scores& 
   doc["iterations"] = iters;
   doc["faults"] = faultsJson(run);
   if (!run.packets.empty()) doc["packet_faults"] = packetFaultsJson(run.packets);
+  if (run.ncclTests) doc["nccl_tests"] = ncclTestsJson(*run.ncclTests);
   doc["counters"] = countersJson(run);
   doc["fabric"] = fabricJson(run.fabric);
   doc["nic"] = nicJson(run);

@@ -264,6 +264,36 @@ static void packetText(std::ostream& o, const json& doc, const json& t) {
   }
 }
 
+// The job's own nccl-tests table, as nccl-tests reads: one line per size, then its summary.
+static void ncclTestsText(std::ostream& o, const json& doc) {
+  if (!doc.contains("nccl_tests")) return;
+  const json& n = doc["nccl_tests"];
+  o << "\nnccl-tests (" << str(n, "file") << ")\n";
+  if (n.contains("error")) {
+    o << "  not read: " << str(n, "error") << "\n";
+    return;
+  }
+  char line[200];
+  std::snprintf(line, sizeof line, "  %12s  %10s %8s %8s %7s  %10s %8s %8s %7s\n", "size (B)", "time (us)", "algbw",
+                "busbw", "#wrong", "time (us)", "algbw", "busbw", "#wrong");
+  o << "  out of place / in place, GB/s\n" << line;
+  auto wrong = [](const json& h) { return h["wrong"].is_number() ? std::to_string(h["wrong"].get<uint64_t>()) : std::string("N/A"); };
+  for (const auto& r : n.value("rows", json::array())) {
+    const json &a = r["out_of_place"], &b = r["in_place"];
+    std::snprintf(line, sizeof line, "  %12llu  %10.1f %8.2f %8.2f %7s  %10.1f %8.2f %8.2f %7s\n",
+                  (unsigned long long)r["bytes"].get<uint64_t>(), a["time_us"].get<double>(), a["algbw_GBps"].get<double>(),
+                  a["busbw_GBps"].get<double>(), wrong(a).c_str(), b["time_us"].get<double>(), b["algbw_GBps"].get<double>(),
+                  b["busbw_GBps"].get<double>(), wrong(b).c_str());
+    o << line;
+  }
+  if (n["avg_busbw_GBps"].is_number()) {
+    std::snprintf(line, sizeof line, "  avg bus bandwidth %.3f GB/s; %llu wrong value(s)\n", n["avg_busbw_GBps"].get<double>(),
+                  (unsigned long long)n.value("wrong", uint64_t(0)));
+    o << line;
+  }
+  for (const auto& p : n.value("problems", json::array())) o << "  ERROR " << p.get<std::string>() << "\n";
+}
+
 std::string renderText(const json& doc) {
   std::ostringstream o;
   const json& pb = doc["playbook"];
@@ -299,6 +329,7 @@ std::string renderText(const json& doc) {
   }
   // The target sweep's table: what failed, by name, first.
   o << targetsText(doc);
+  ncclTestsText(o, doc);
   repeatabilityText(o, doc);
   o << detectionText(doc);
   std::string abort = str(doc["run"], "abort_reason");

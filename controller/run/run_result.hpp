@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "alerts/alert_event.hpp"
+#include "workload/nccl_tests.hpp"
 #include "controller/playbook/playbook.hpp"
 #include "controller/measure/series.hpp"
 
@@ -176,6 +177,13 @@ struct RunResult {
   int64_t alertsUntilNs = 0;  // run timeline: alerts were collected up to here
   std::string abortReason;  // empty = ran to the end
   std::vector<PacketAnalysis> packets;  // the packet faults' captures and oracle (analysePackets)
+  // `run --nccl-tests-output FILE`: what the job's nccl-tests printed, read when the run ended.
+  struct NcclTests {
+    std::string file;
+    std::optional<workload::NcclTestsReport> report;
+    std::string error;  // why there is no report (unreadable, not nccl-tests' output)
+  };
+  std::optional<NcclTests> ncclTests;
 };
 
 }  // namespace rc::controller

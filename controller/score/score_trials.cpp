@@ -532,6 +532,21 @@ void scoreRepeats(const RunResult& run, const Playbook& pb, Scores& out) {
   }
 }
 
+// The job's own nccl-tests report (`run --nccl-tests-output`) covers the whole job, so what is
+// wrong in it (wrong values, NCCL's failure, no summary, an unreadable file) is a problem of the
+// run's last completed trial: the run is an error, never a pass beside a corrupt collective.
+void addNcclTestsProblems(const RunResult& run, Scores& out) {
+  if (!run.ncclTests) return;
+  auto last = std::find_if(out.trials.rbegin(), out.trials.rend(), [](const TrialScore& t) { return t.completed; });
+  if (last == out.trials.rend()) return;  // the run's own problem already says why
+  if (!run.ncclTests->report) {
+    last->problems.push_back("nccl-tests output " + run.ncclTests->error);
+    return;
+  }
+  for (const auto& p : run.ncclTests->report->problems())
+    last->problems.push_back(p + " (" + run.ncclTests->file + ")");
+}
+
 // 7. One outcome: an error (abort, failed fault, guardrail) outranks a condition not reached,
 // which outranks a failed expectation.
 void decideOutcome(const RunResult& run, Scores& out) {
@@ -575,6 +590,7 @@ Scores score(const RunResult& run, const Playbook& pb) {
   out.detection = scoreDetection(run, pb);
   out.verdictsPassed += out.detection.passed;
   out.verdictsFailed += out.detection.failed;
+  addNcclTestsProblems(run, out);
   decideOutcome(run, out);
   return out;
 }
