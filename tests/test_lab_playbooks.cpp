@@ -564,66 +564,8 @@ TEST_CASE("pfc-storm-watchdog: the watchdog shortens the victim's stall", "[play
   CHECK(failedMetrics(r.doc).count("longest_stall") == 1);  // 3 s of storm against a 400 ms bound
 }
 
-// What the trials of a noise-floor run read: how many saw no impact at all (the smoothed rate
-// never crossed the band's floor), and how many recovered at once (0 within the stated
-// uncertainty).
-struct NoiseReadings {
-  int noImpact = 0, atOnce = 0;
-};
-NoiseReadings noiseReadings(const json& doc) {
-  NoiseReadings out;
-  for (auto& t : doc["trials"]) {
-    const json& im = t["job"]["impact"];
-    if (!im.is_object()) continue;
-    std::printf("[lab-playbooks] noise-floor %s: time to impact %s, recovery %s, uncertainty %s, loss %.2f%%\n",
-                t["label"].get<std::string>().c_str(), im["time_to_impact_ns"].dump().c_str(),
-                im["recovery_time_ns"].dump().c_str(), im["uncertainty_ns"].dump().c_str(),
-                im["loss_pct"].get<double>());
-    out.noImpact += im["time_to_impact_ns"].is_null();
-    out.atOnce += im["recovery_time_ns"].is_number() &&
-                  im["recovery_time_ns"].get<double>() <= im["uncertainty_ns"].get<double>();
-  }
-  std::fflush(stdout);
-  return out;
-}
-
-TEST_CASE("noise-floor: a noop fault reads as no cost, no impact and recovery 0 within the stated uncertainty",
-          "[playbooks][one-switch]") {
-  // One run, no retries (issue 21), so each check below is one whose chance of failing on a
-  // healthy lab is known from the figures and small (playbooks/noise-floor.toml; bench/README.md,
-  // "The noise-floor's false alarms", 2026-11-27):
-  // - the playbook passes: loss under 10 % and recovery within 400 ms, each the median of the
-  //   3 trials (at most 4.2 % and 150 ms in 66 noop trials; one trial of a CI run read 13.5 %
-  //   on a host that took its cores away now and then, 2026-11-28);
-  // - recovery 0 within the stated uncertainty, and no impact, in two trials of three at least.
-  //   The scorer's band is the baseline's own lowest dip pushed a quarter deeper, and with the
-  //   10 s baseline a 3 s window of the same noise dipped below it in 6 of 42 trials (14 %):
-  //   "no impact in two of three" would have failed one run in twenty. With the playbook's
-  //   20 s baseline: 0 of 24.
-  Run r = runs(kOneSwitchSlow, "noise-floor", 84, Expect::pass);
-  REQUIRE(r.doc["trials"].size() == 3);
-  for (auto& t : r.doc["trials"]) REQUIRE(t["job"]["impact"].is_object());
-  NoiseReadings read = noiseReadings(r.doc);
-  std::printf("[lab-playbooks] noise-floor: %d of 3 trials without an impact, %d of 3 recovered at once\n",
-              read.noImpact, read.atOnce);
-  std::fflush(stdout);
-  CHECK(read.atOnce >= 2);
-  CHECK(read.noImpact >= 2);
-  // With repeat, the trials are shown side by side with mean, stddev and CV.
-  REQUIRE(r.doc["repeatability"].size() == 1);
-  json& rep = r.doc["repeatability"][0];
-  CHECK(rep["trials"] == 3);
-  bool baseline = false;
-  for (auto& m : rep["metrics"])
-    if (m["metric"] == "baseline") {
-      baseline = true;
-      CHECK(m["n"] == 3);
-      CHECK(m["values"].size() == 3);
-      CHECK(m["cv_pct"].is_number());
-      std::printf("[lab-playbooks] noise-floor baseline over 3 trials: CV %.1f%%\n", m["cv_pct"].get<double>());
-    }
-  CHECK(baseline);
-}
+// noise-floor (a noop: no cost, no impact, recovery 0 within the stated uncertainty, two trials
+// of three) runs in the truth suite, beside the truth it is held to (tests/test_truth.cpp).
 
 TEST_CASE("game-day runs on the lab", "[playbooks][one-switch]") {
   Run r = runs(kOneSwitchSlow, "game-day", 195, Expect::pass);
