@@ -214,7 +214,9 @@ Result<json> FaultManager::schedule(const std::string& owner, const proto::Sched
                                     Done onEnd) {
   auto kind = scheduledKind(req.kind);
   if (!kind) return kind.error();
-  auto params = faults::normaliseParams((*kind)->name, (*kind)->params, req.params);
+  // The controller sends the normalised form (integers of ns and bytes), checked again here
+  // against the kind's ranges: an agent never trusts a controller's arithmetic.
+  auto params = faults::normaliseParams((*kind)->name, (*kind)->params, req.params, faults::ParamsFrom::normalised);
   if (!params) return params.error();
   auto fault = (*kind)->create(*params, policy_);
   if (!fault) return fault.error();

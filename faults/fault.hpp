@@ -135,18 +135,21 @@ struct ParamSpec {
   std::vector<std::string> choices;  // for strings: the accepted values (empty = any)
 };
 
+// Who wrote the parameters normaliseParams reads. A person writes a duration with its unit
+// ("500ms": a bare 2 is refused, it would read as 2 ns); the normalised form, which is also the
+// form on the wire and in the journal, is an integer of ns and reads back unchanged.
+enum class ParamsFrom { person, normalised };
+
 // Turns raw values (strings like "500ms", numbers, arrays) into normalised JSON
 // (integers for durations in ns and sizes in bytes), filling defaults, rejecting unknown
-// keys and out-of-range values with a message naming the parameter.
+// keys and out-of-range values with a message naming the parameter. Its output is accepted
+// again as it is with FROM = normalised (the agent's reading of a schedule request).
 Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>& specs,
-                             const json& raw);
+                             const json& raw, ParamsFrom from = ParamsFrom::person);
 
 // An integer parameter of normalised PARAMS, or an error naming KIND and KEY (for create()).
 Result<int64_t> intParam(std::string_view kind, const json& params, const char* key);
 
-// The inverse for the wire: normalised parameters written so that normaliseParams reads them
-// back unchanged (durations as "<n>ns", sizes as "<n>B"), e.g. for a resolved playbook step.
-json wireParams(const std::vector<ParamSpec>& specs, const json& normalised);
 
 // Binding a step to nodes (the controller's side, before anything is scheduled). Most kinds
 // give every target the step's parameters; a kind that reaches beyond its targets (incast: the

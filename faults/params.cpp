@@ -17,10 +17,10 @@ std::string where(std::string_view kind, const std::string& name) {
   return std::string(kind) + " parameter '" + name + "'";
 }
 
-Result<double> toNumber(std::string_view kind, const ParamSpec& spec, const json& v) {
+Result<double> toNumber(std::string_view kind, const ParamSpec& spec, const json& v, ParamsFrom from) {
   std::string w = where(kind, spec.name);
   if (v.is_number()) {
-    if (spec.type == ParamType::duration)
+    if (spec.type == ParamType::duration && !(from == ParamsFrom::normalised && v.is_number_integer()))
       return makeError(w + " must be a duration with a unit, e.g. \"500ms\"");
     return v.get<double>();
   }
@@ -150,7 +150,7 @@ Result<void> checkDataAddress(const Policy& policy, const std::string& address) 
 }
 
 Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>& specs,
-                             const json& raw) {
+                             const json& raw, ParamsFrom from) {
   if (!raw.is_object()) return makeError(std::string(kind) + " parameters must be a table");
   for (auto it = raw.begin(); it != raw.end(); ++it) {
     bool known = std::any_of(specs.begin(), specs.end(),
@@ -231,7 +231,7 @@ Result<json> normaliseParams(std::string_view kind, const std::vector<ParamSpec>
         break;
       }
       default: {
-        auto n = toNumber(kind, spec, v);
+        auto n = toNumber(kind, spec, v, from);
         if (!n) return n.error();
         if (*n < spec.min || *n > spec.max)
           return makeError(w + " = " + show(spec, *n) + " is out of range [" +
@@ -263,18 +263,6 @@ Result<int64_t> intParam(std::string_view kind, const json& params, const char* 
   if (it == params.end() || !it->is_number_integer())
     return makeError(std::string(kind) + " parameter '" + key + "' must be normalised to an integer");
   return it->get<int64_t>();
-}
-
-json wireParams(const std::vector<ParamSpec>& specs, const json& normalised) {
-  json out = normalised;
-  for (const auto& spec : specs) {
-    auto it = out.find(spec.name);
-    if (it == out.end() || !it->is_number_integer()) continue;
-    if (spec.type == ParamType::duration) *it = std::to_string(it->get<int64_t>()) + "ns";
-    if (spec.type == ParamType::size) *it = std::to_string(it->get<int64_t>()) + "B";
-    if (spec.type == ParamType::bitRate) *it = std::to_string(it->get<int64_t>()) + "bps";
-  }
-  return out;
 }
 
 bool hasActiveRdmaPort(const json& capabilities) {

@@ -9,10 +9,9 @@ namespace rc::controller {
 boost::asio::awaitable<Result<json>> scheduleFault(std::shared_ptr<AgentClient> client, std::string faultId,
                                                    std::string kind, json params, int64_t startNs, int64_t forNs,
                                                    Duration timeout) {
-  const faults::FaultKind* k = faults::findKind(kind);
-  json wire = k ? faults::wireParams(k->params, params) : std::move(params);
+  // PARAMS go as normalised (faults::normaliseParams): the agent reads that form back unchanged.
   // (Built outside co_await: GCC 12 miscompiles braced initialisers there.)
-  json body = proto::toJson(proto::Schedule{std::move(faultId), std::move(kind), std::move(wire), startNs,
+  json body = proto::toJson(proto::Schedule{std::move(faultId), std::move(kind), std::move(params), startNs,
                                             client->clock().offsetNs, proto::lifetimeMsFor(forNs)});
   co_return co_await client->request("schedule", std::move(body), timeout);
 }

@@ -11,8 +11,8 @@
 
 namespace rc::controller {
 
-// Sends CLIENT's agent a `schedule` request: KIND with its normalised PARAMS written for the
-// wire (faults::wireParams), starting at START_NS on the controller's clock (sent with the
+// Sends CLIENT's agent a `schedule` request: KIND with its normalised PARAMS (the one form
+// faults::normaliseParams gives and the agent reads back unchanged), starting at START_NS on the controller's clock (sent with the
 // offset measured for that agent), for a lifetime of FOR_NS (proto::lifetimeMsFor: whole
 // milliseconds, rounded up). Returns the agent's reply (its fault record) or why it refused.
 boost::asio::awaitable<Result<json>> scheduleFault(std::shared_ptr<AgentClient> client, std::string faultId,
