@@ -121,6 +121,10 @@ Result<std::vector<Record>> read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return makeError("cannot open capture '" + path + "': " + std::strerror(errno), errno);
   std::vector<uint8_t> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse(buf, path);
+}
+
+Result<std::vector<Record>> parse(std::span<const uint8_t> buf, const std::string& path) {
   std::vector<Record> out;
   std::vector<int> tsresol;  // per interface: decimal exponent
   size_t off = 0;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,5 +58,8 @@ struct Record {
 // Reads every packet of a little-endian pcapng file (Enhanced and Simple Packet Blocks;
 // if_tsresol honoured). Errors name the file and the byte offset of the bad block.
 Result<std::vector<Record>> read(const std::string& path);
+// The same from a capture already in memory (read once, e.g. with a size cap); NAME is what
+// errors call it.
+Result<std::vector<Record>> parse(std::span<const uint8_t> buf, const std::string& name);
 
 }  // namespace rc::pcapng

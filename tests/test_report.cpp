@@ -10,7 +10,9 @@
 #include <sstream>
 
 #include "controller/cli/commands.hpp"
+#include "common/pcapng.hpp"
 #include "controller/run/packet_analysis.hpp"
+#include "controller/run/run_result.hpp"
 #include "controller/report/report.hpp"
 #include "controller/report/report_dir.hpp"
 #include "synthetic_run.hpp"
@@ -459,6 +461,68 @@ TEST_CASE("a packet fault's capture is read only where the lab switch writes cap
   auto none = trustedCapture(good, "");
   REQUIRE_FALSE(none);
   CHECK_THAT(none.error().message, Catch::Contains("names no lab switch"));
+}
+
+TEST_CASE("a packet fault's capture is read once, whole, with a cap, and removed from the lab once published") {
+  char tmpl[] = "/tmp/rc-capread-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string lab = tmpl;
+  struct Remove {
+    std::string p;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove_all(p, ec);
+    }
+  } remove{lab};
+  std::filesystem::create_directories(lab + "/captures");
+  const std::string sock = lab + "/switch.sock", path = lab + "/captures/packet-rc-1.pcapng";
+  {
+    rc::pcapng::Writer w;
+    REQUIRE(w.open(path, "n2", 256, 1 << 20, "test").ok());
+    const uint8_t frame[64] = {1, 2, 3};
+    w.write(1'000'000'000, frame, sizeof frame, rc::pcapng::Direction::outbound, "drop");
+    w.write(1'000'001'000, frame, sizeof frame, rc::pcapng::Direction::outbound);
+  }
+  std::string onDisk;
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    onDisk = ss.str();
+  }
+  REQUIRE(onDisk.size() > 100);
+  RunResult run;
+  FaultRecord f;
+  f.kind = "packet";
+  f.step = "drop";
+  f.node = "n2";
+  f.params = {{"action", "drop"}, {"protocol", "tcp"}};
+  f.events = {{0, "capture", path}, {0, "packet_summary", "matched 2, acted 1"}};
+  run.faults.push_back(f);
+  analysePackets(run, sock);
+  REQUIRE(run.packets.size() == 1);
+  CHECK(run.packets[0].captureError.empty());
+  CHECK(run.packets[0].captureBytes == onDisk);  // the bytes published are the bytes read
+  CHECK(run.packets[0].captureRead == path);
+  CHECK(run.packets[0].acted == 1);
+  removeReadCaptures(run);
+  CHECK_FALSE(std::filesystem::exists(path));
+  removeReadCaptures(run);  // already gone: nothing to say, nothing broken
+
+  // Larger than the lab switch ever writes (a sparse file: no disk used): refused, not read.
+  const std::string big = lab + "/captures/packet-rc-2.pcapng";
+  {
+    std::ofstream(big) << "x";
+    std::filesystem::resize_file(big, (uint64_t(1) << 30) + (2u << 20));
+  }
+  run.faults[0].events[0].detail = big;
+  analysePackets(run, sock);
+  REQUIRE(run.packets.size() == 1);
+  CHECK_THAT(run.packets[0].captureError, Catch::Contains("more than the lab switch writes"));
+  CHECK(run.packets[0].captureBytes.empty());
+  CHECK(run.packets[0].captureRead.empty());
+  removeReadCaptures(run);
+  CHECK(std::filesystem::exists(big));  // not read, so not removed
 }
 
 // `lab up --ecn`: three values with sizes as the playbooks write them; anything else is refused

@@ -363,6 +363,7 @@ int cmdRun(const RunOptions& o) {
     if (!p.captureFile.empty()) files.emplace_back(p.captureFile, std::move(p.captureBytes));
   if (auto w = publishReports(*reports, files); !w)
     return fail(w.error().message);
+  removeReadCaptures(result);
   std::printf("%s", renderText(doc).c_str());
   std::printf("\nreport: %s\nresult: %s\njunit:  %s\n", htmlPath.c_str(), resultPath.c_str(),
               junitPath.c_str());

@@ -1,7 +1,13 @@
 // What a run's packet faults did (see packet_analysis.hpp).
 #include "controller/run/packet_analysis.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <span>
 
 #include <cstdio>
 #include <fstream>
@@ -50,6 +56,43 @@ Result<std::string> trustedCapture(const std::string& path, const std::string& s
   return path;
 }
 
+// The whole of a trusted capture in one read of one open file (no second open between a check
+// and a read), refused above the lab switch's largest capture_limit (1 GiB) and a block's slack.
+Result<std::string> readCapture(const std::string& path) {
+  constexpr uint64_t kMaxCaptureBytes = (uint64_t(1) << 30) + (1 << 20);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return makeError("cannot read the capture " + path + ": " + std::strerror(errno), errno);
+  struct stat st{};
+  std::string out;
+  Result<std::string> result = makeError("cannot read the capture " + path);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    result = makeError("the capture '" + path + "' is not a regular file: not read");
+  } else if (uint64_t(st.st_size) > kMaxCaptureBytes) {
+    result = makeError("the capture " + path + " is " + std::to_string(st.st_size) +
+                       " bytes, more than the lab switch writes (capture_limit is at most 1 GiB): not read");
+  } else {
+    out.resize(size_t(st.st_size));
+    size_t got = 0;
+    while (got < out.size()) {
+      ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += size_t(n);
+    }
+    out.resize(got);
+    result = std::move(out);
+  }
+  ::close(fd);
+  return result;
+}
+
+void removeReadCaptures(const RunResult& run) {
+  for (const auto& p : run.packets)
+    if (!p.captureRead.empty() && ::unlink(p.captureRead.c_str()) != 0 && errno != ENOENT)
+      std::fprintf(stderr, "note: could not remove the lab switch's capture %s: %s\n", p.captureRead.c_str(),
+                   std::strerror(errno));
+}
+
 void analysePackets(RunResult& run, const std::string& switchControl) {
   run.packets.clear();
   for (const auto& f : run.faults) {
@@ -73,16 +116,19 @@ void analysePackets(RunResult& run, const std::string& switchControl) {
       continue;
     }
     auto trusted = trustedCapture(a.captureSource, switchControl);
-    std::ifstream in;
-    if (trusted) in.open(*trusted, std::ios::binary);
-    if (!trusted || !in) {
-      a.captureError = trusted ? "cannot read the capture " + a.captureSource : trusted.error().message;
+    auto bytes = trusted ? readCapture(*trusted) : Result<std::string>(trusted.error());
+    if (!bytes) {
+      a.captureError = bytes.error().message;
       run.packets.push_back(std::move(a));
       continue;
     }
-    a.captureBytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    // One read: the copy the report publishes is the bytes the oracle judged.
+    a.captureBytes = std::move(*bytes);
+    a.captureRead = a.captureSource;
     a.captureFile = "capture-t" + std::to_string(f.trial) + "-" + safe(f.step) + "-" + safe(f.node) + ".pcapng";
-    auto recs = pcapng::read(a.captureSource);
+    auto recs = pcapng::parse(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(a.captureBytes.data()), a.captureBytes.size()),
+        a.captureSource);
     if (!recs) {
       a.captureError = recs.error().message;
     } else if (a.protocol == "roce") {

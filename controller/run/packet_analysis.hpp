@@ -25,6 +25,7 @@ struct PacketAnalysis {
   std::string captureSource;  // where the switch wrote it
   std::string captureFile;    // its name in the report directory ("" = none)
   std::string captureBytes;   // its content, published with the reports (not in result.json)
+  std::string captureRead;    // the lab switch's file it was read from (removed once published)
   std::string captureError;   // why there is no capture or no oracle
   std::optional<json> oracle; // oracle::toJson of the capture (RoCE rules)
   std::string oracleText;     // oracle::toText
@@ -38,6 +39,9 @@ struct PacketAnalysis {
 // a regular file): the path comes from an agent's event, and a controller must not copy any
 // file an agent names into its reports.
 void analysePackets(RunResult& run, const std::string& switchControl);
+// Removes the lab switch's capture files analysePackets read: call once the report directory
+// holds their copies, so that a lab's captures directory does not grow with every run.
+void removeReadCaptures(const RunResult& run);
 // The capture file PATH if it is one the lab switch at SWITCHCONTROL wrote, else why not.
 Result<std::string> trustedCapture(const std::string& path, const std::string& switchControl);
 // result.json's "packet_faults" (the capture's bytes stay out).
