@@ -385,7 +385,7 @@ void judgeTrial(const Playbook& pb, const Trial& t, TrialScore& ts, Scores& out)
 // a problem of the trial, never a healthy score of the ranks that did report.
 void checkObservedRanks(const RunResult& run, const Playbook& pb, const Trial& t, const TrialGrids& g,
                         TrialScore& ts) {
-  if (pb.workload.kind->name != "observed") return;
+  if (pb.workload.kind->name != "observed" && pb.workload.kind->name != "mpi") return;
   constexpr int64_t kQuietNs = 5'000'000'000;  // longer than any stall a flap of a few seconds causes
   for (size_t i = 0; i < g.nodes.size() && i < run.plan.workloadNodes.size(); i++) {
     const Grid& grid = g.nodes[i];
@@ -419,6 +419,10 @@ TrialScore scoreTrial(const RunResult& run, const Playbook& pb, const Trial& t, 
   faultWindow(run, t, ts);
   TrialGrids g = trialGrids(run, binNs, t);
   checkObservedRanks(run, pb, t, g, ts);
+  // A job the run started that failed (its exit, the rank and signal that ended it) is the
+  // trial's problem: its series alone would read as a stall.
+  if (const auto* ext = pb.workload.kind->external; ext && ext->launches)
+    for (const auto& [node, error] : run.workloadErrors) ts.problems.push_back("the job, on " + node + ": " + error);
   scoreScopes(run, pb, t, g, depths, ts);
   scoreFabric(run, pb.scoring, t, g.job, ts);
   scorePackets(run, t, ts);
