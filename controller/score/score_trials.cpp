@@ -412,6 +412,10 @@ TrialScore scoreTrial(const RunResult& run, const Playbook& pb, const Trial& t, 
   ts.label = t.label();
   ts.completed = run.endedNs >= t.endNs;
   addNicWindows(run, t, ts);
+  // A job the run started that failed (its exit, the rank and signal that ended it) is the
+  // trial's problem, also when it ended the run: its series alone would read as a stall.
+  if (const auto* ext = pb.workload.kind->external; ext && ext->launches)
+    for (const auto& [node, error] : run.workloadErrors) ts.problems.push_back("the job, on " + node + ": " + error);
   if (!ts.completed) {
     ts.problems.push_back("trial did not complete" + (run.abortReason.empty() ? std::string() : ": " + run.abortReason));
     return ts;
@@ -419,10 +423,6 @@ TrialScore scoreTrial(const RunResult& run, const Playbook& pb, const Trial& t, 
   faultWindow(run, t, ts);
   TrialGrids g = trialGrids(run, binNs, t);
   checkObservedRanks(run, pb, t, g, ts);
-  // A job the run started that failed (its exit, the rank and signal that ended it) is the
-  // trial's problem: its series alone would read as a stall.
-  if (const auto* ext = pb.workload.kind->external; ext && ext->launches)
-    for (const auto& [node, error] : run.workloadErrors) ts.problems.push_back("the job, on " + node + ": " + error);
   scoreScopes(run, pb, t, g, depths, ts);
   scoreFabric(run, pb.scoring, t, g.job, ts);
   scorePackets(run, t, ts);
