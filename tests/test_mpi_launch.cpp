@@ -162,12 +162,13 @@ TEST_CASE("kind mpi: tcp now, ucx refused as not yet; its start names the nodes"
   rc::proto::WorkloadStart w;
   w.workloadId = "w1";
   w.kind = "mpi";
-  w.world = {{0, "10.0.0.1", 0}, {1, "10.0.0.2", 0}};
+  w.world = {{0, "10.0.0.1", 7000}, {1, "10.0.0.2", 7000}};
   w.size = 4 << 20;
   w.durationMs = 1000;
   w.nodes = {"n1", "n2"};
   nlohmann::json msg = rc::proto::makeRequest(1, "workload_start", rc::proto::toJson(w));
   auto back = rc::proto::parseRequest(msg);
+  INFO((back ? std::string() : back.error().message));
   REQUIRE(back.ok());
   CHECK(std::get<rc::proto::WorkloadStart>(back->request).nodes == Args{"n1", "n2"});
   msg["nodes"] = {"n1", "--host=x"};

@@ -20,6 +20,10 @@ struct MpiSettings {
   // ["/usr/bin/ssh", "{host}"], or the namespace lab's ["/usr/bin/ip", "netns", "exec", "lab-{host}"].
   std::vector<std::string> launcher;
   std::string launchHelper;  // rdmachaos-mpi-launch, which mpirun runs as its rsh agent
+  // The data interfaces' names ([interfaces] data of the agent that runs mpirun), which every
+  // node's ranks use and mpirun's own connections avoid: Open MPI 4.1 matches an interface
+  // list by name on every node, so the nodes name their data interfaces alike.
+  std::vector<std::string> dataInterfaces;
 };
 
 // The placeholders a launcher template may use.

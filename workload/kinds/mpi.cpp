@@ -215,17 +215,18 @@ class MpiRun final : public ExternalRun {
   }
 
   std::vector<std::string> argv(int64_t durationNs) const {
-    // The data plane only: each rank's data address exactly, so no other interface carries the
-    // job's bytes; mpirun's own connections stay off it, so a flap hits the job, not its launch.
+    // The data plane only, by interface name: Open MPI 4.1's address (CIDR) form excluded the
+    // management interface too in the lab; mpirun's own connections stay off the data plane,
+    // so a flap hits the job, not its launch.
     std::string data;
-    for (const auto& m : start_.world) data += (data.empty() ? "" : ",") + m.address + "/32";
+    for (const auto& i : settings_->dataInterfaces) data += (data.empty() ? "" : ",") + i;
     std::vector<std::string> a = {settings_->mpirun};
     if (::geteuid() == 0) a.push_back("--allow-run-as-root");
     const std::vector<std::string> rest = {
         "-np", std::to_string(start_.world.size()), "--host", hosts(), "--map-by", "node",
         // Every host through the launcher, the local one too: the template decides where it runs.
         "--mca", "plm_rsh_agent", settings_->launchHelper, "--mca", "routed", "direct",
-        "--mca", "oob_tcp_if_exclude", "127.0.0.0/8," + data,
+        "--mca", "oob_tcp_if_exclude", "lo," + data,
         "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", data, "--mca", "pml", "ob1",
         "-x", "RDMACHAOS_OBSERVE_JOB=" + job_};
     a.insert(a.end(), rest.begin(), rest.end());
@@ -314,6 +315,9 @@ Result<std::unique_ptr<ExternalRun>> prepareMpi(const proto::WorkloadStart& r) {
     if (!settings || settings->program.empty() || settings->launcher.empty())
       return makeError("this agent (rank 0 of the mpi workload, which starts mpirun) has no [mpi] section with "
                        "program and launcher in its configuration (docs/workloads.md, \"The mpi kind\")");
+    if (settings->dataInterfaces.empty())
+      return makeError("this agent (rank 0 of the mpi workload) has no data interfaces ([interfaces] data) for "
+                       "Open MPI's transport");
     if (r.nodes.size() != r.world.size())
       return makeError("the workload_start of an mpi workload names no nodes for mpirun's hosts");
     for (const auto& path : {settings->mpirun, settings->program, settings->launchHelper})
