@@ -233,6 +233,10 @@ class MpiRun final : public ExternalRun {
         // Every host through the launcher, the local one too: the template decides where it runs.
         "--mca", "plm_rsh_agent", settings_->launchHelper, "--mca", "routed", "direct",
         "--mca", "oob_tcp_if_exclude", "lo," + data,
+        // IPv4 only, as the data plane: a daemon that tried the management interface's IPv6
+        // address (link-local, maybe still tentative after the lab came up) found "no route" to
+        // mpirun in one of five lab runs.
+        "--mca", "oob_tcp_disable_ipv6_family", "1",
         "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", data, "--mca", "pml", "ob1",
         "-x", "RDMACHAOS_OBSERVE_JOB=" + job_};
     a.insert(a.end(), rest.begin(), rest.end());
