@@ -385,39 +385,6 @@ Result<std::string> resolveSwitchBinary(const UpOptions& o, const std::string& a
                    "build labswitch/rdmachaos-labswitch), set RDMACHAOS_LABSWITCH, or use --fabric bridge");
 }
 
-// [mpi] for the `mpi` workload kind: mpirun reaches node {host} by an exec into its namespace,
-// with that node's observe socket for its ranks; the benchmark and the PMPI library from the
-// build the agent comes from ($RDMACHAOS_MPI_PROGRAM, $RDMACHAOS_MPI_PRELOAD otherwise). Left
-// out when the benchmark is not there (no Open MPI at build time).
-std::string mpiSection(const LabState& s, const NodeRecord& n) {
-  std::error_code ec;
-  const fs::path bin = fs::canonical(s.agentBinary, ec);
-  if (ec || n.netns.size() <= n.name.size() || n.netns.compare(n.netns.size() - n.name.size(), n.name.size(), n.name) != 0)
-    return "";
-  const fs::path build = bin.parent_path().parent_path();
-  const char* programEnv = ::getenv("RDMACHAOS_MPI_PROGRAM");
-  const char* preloadEnv = ::getenv("RDMACHAOS_MPI_PRELOAD");
-  const std::string program = programEnv ? programEnv : (build / "tests" / "observe_mpi_job").string();
-  std::vector<std::string> preload;
-  if (preloadEnv) {
-    std::istringstream in(preloadEnv);
-    for (std::string p; std::getline(in, p, ':');)
-      if (!p.empty()) preload.push_back(p);
-  } else {
-    preload.push_back((build / "observe" / "librdmachaos-observe-mpi.so").string());
-  }
-  auto ip = resolveBinary("ip");
-  if (::access(program.c_str(), X_OK) != 0 || !ip) return "";
-  const std::string prefix = n.netns.substr(0, n.netns.size() - n.name.size());
-  std::string pre;
-  for (const auto& p : preload) pre += (pre.empty() ? "" : ", ") + tomlString(p);
-  return "[mpi]                         # the mpi workload kind: mpirun's hosts are namespaces here\n"
-         "program = " + tomlString(program) + "\n"
-         "preload = [" + pre + "]\n"
-         "launcher = [" + tomlString(*ip) + ", \"netns\", \"exec\", " + tomlString(prefix + "{host}") +
-         ", \"/usr/bin/env\", " + tomlString("RDMACHAOS_OBSERVE_SOCKET=" + s.dir + "/nodes/{host}/observe.sock") + "]\n";
-}
-
 std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::milliseconds lease, int metricsPort) {
   const bool onSwitch = s.fabric == "switch" && !s.sw.control.empty();
   std::string text = agentConfigText(
@@ -440,7 +407,7 @@ std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::mil
             "apply = [" + head + ", \"set\", \"{port}\", \"{queue}\", \"{kmin}\", \"{kmax}\", \"{pmax}\"]\n"
             "revert = [" + head + ", \"restore\", \"{port}\", \"{queue}\", \"{snapshot}\"]\n";
   }
-  text += mpiSection(s, n);
+  text += netnsMpiSection(s, n);
   return text;
 }
 

@@ -6,6 +6,7 @@
 
 #include "agent/config.hpp"
 #include "common/protocol.hpp"
+#include "controller/playbook/playbook.hpp"
 #include "workload/kinds.hpp"
 #include "workload/mpi_launch.hpp"
 
@@ -175,6 +176,20 @@ TEST_CASE("kind mpi: tcp now, ucx refused as not yet; its start names the nodes"
   CHECK_FALSE(rc::proto::parseRequest(msg).ok());
   msg["nodes"] = {"n1"};
   CHECK_FALSE(rc::proto::parseRequest(msg).ok());
+}
+
+TEST_CASE("a playbook of kind mpi takes transport tcp, and says ucx is not yet") {
+  const std::string head = "name = \"t\"\n[workload]\nkind = \"mpi\"\n";
+  const std::string tail = "[[phase]]\nname = \"baseline\"\nduration = \"10s\"\n";
+  auto tcp = rc::controller::parsePlaybook(head + "transport = \"tcp\"\n" + tail, "p.toml");
+  INFO((tcp ? std::string() : tcp.error().message));
+  CHECK(tcp.ok());
+  auto ucx = rc::controller::parsePlaybook(head + "transport = \"ucx\"\n" + tail, "p.toml");
+  REQUIRE_FALSE(ucx.ok());
+  CHECK_THAT(ucx.error().message, Catch::StartsWith("p.toml:4:") && Catch::Contains("\"ucx\" is not yet supported"));
+  auto verbs = rc::controller::parsePlaybook(head + "transport = \"verbs\"\n" + tail, "p.toml");
+  REQUIRE_FALSE(verbs.ok());
+  CHECK_THAT(verbs.error().message, Catch::Contains("takes transport = \"tcp\""));
 }
 
 }  // namespace test_mpi_launch
