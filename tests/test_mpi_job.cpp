@@ -56,6 +56,25 @@ std::vector<pid_t> rankPids(const std::string& program, int rank) {
   return out;
 }
 
+// mpirun, orted and the benchmark's processes whose environment names DIR (the lab's: the
+// launcher template and the observe socket carry it), none of the lab's own.
+std::vector<pid_t> jobPids(const std::string& dir) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    const pid_t pid = pid_t(std::atoi(e->d_name));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    const std::string base = "/proc/" + std::string(e->d_name);
+    std::error_code ec;
+    const std::string exe = std::filesystem::read_symlink(base + "/exe", ec).filename().string();
+    if (ec || (exe != "orterun" && exe != "mpirun" && exe != "orted" && exe != "observe_mpi_job")) continue;
+    if (rctest::readFile(base + "/environ").find(dir) != std::string::npos) out.push_back(pid);
+  }
+  ::closedir(d);
+  return out;
+}
+
 std::string problemsText(const json& trial) {
   std::string all;
   for (const auto& p : trial["problems"]) all += p.get<std::string>() + "\n";
@@ -86,14 +105,14 @@ TEST_CASE("mpi-flap: an Open MPI job started by rdmachaos, a flap scored, a noop
   INFO(config);
   REQUIRE(config.find("[mpi]") != std::string::npos);
 
-  // Ranks the lab left behind (a failed case), stopped by pid at the end.
+  // What of the job outlived a failed case (mpirun, its daemons, the ranks: their environment
+  // names this lab's directory), stopped by pid before the lab goes.
   struct Sweep {
-    std::string program;
+    std::string dir;
     ~Sweep() {
-      for (int r = 0; r < 3; r++)
-        for (pid_t pid : rankPids(program, r)) ::kill(pid, SIGKILL);
+      for (pid_t pid : jobPids(dir)) ::kill(pid, SIGKILL);
     }
-  } sweep{program};
+  } sweep{lab.dir()};
 
   auto runPlaybook = [&](const std::string& text, const std::string& name) {
     const std::string pb = lab.dir() + "/" + name + ".toml", report = lab.dir() + "/" + name;
@@ -167,6 +186,8 @@ TEST_CASE("mpi-flap: an Open MPI job started by rdmachaos, a flap scored, a noop
   CHECK(rc3 != 0);
   CHECK(said.find("rank 1") != std::string::npos);
   CHECK(said.find("signal 9 (SIGKILL)") != std::string::npos);
+  // The agent reaped the rest of the job: nothing of it outlives its run.
+  CHECK(rctest::eventually([&] { return jobPids(lab.dir()).empty(); }, 10s, 200ms));
 }
 
 }  // namespace test_mpi_job
