@@ -180,8 +180,9 @@ TEST_CASE("mpi-flap: an Open MPI job started by rdmachaos, a flap scored, a noop
   });
   auto [rc3, dead] = runPlaybook(shortNoop, "killed");
   killer.join();
-  REQUIRE(killed.size() == 1);
   const std::string said = problemsText(dead["trials"][0]);
+  INFO("killed run's problems: " << said);
+  REQUIRE(killed.size() == 1);
   std::printf("[mpi] rank 1 (pid %d) SIGKILLed: %s", int(killed[0]), said.c_str());
   CHECK(rc3 != 0);
   CHECK(said.find("rank 1") != std::string::npos);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <regex>
 #include <set>
 #include <thread>
@@ -166,24 +167,44 @@ class MpiRun final : public ExternalRun {
     JobReader reader(source_, job_);
     reader.skipBacklog();
     const int64_t endNs = startNs + durationNs;
-    Mpirun job;
-    if (rank_ == 0) {
+    auto job = std::make_unique<Mpirun>();
+    auto launch = [&]() -> Result<void> {
       // The benchmark counts its seconds from its own start, which is before the workload's
       // (the lead) or after it (mpirun's launch): it runs to the workload's end and a second on.
       const double seconds = double(std::max<int64_t>(endNs - wallNs(), 0)) / 1e9 + 1.0;
-      if (auto r = job.start(settings_->mpirun, argv(seconds), env()); !r) {
+      return job->start(settings_->mpirun, argv(seconds), env());
+    };
+    if (rank_ == 0) {
+      if (auto r = launch(); !r) {
         s.endReason = "error";
         s.error = r.error().message;
         return s;
       }
       log::info("mpi workload '{}': started mpirun across {}", job_, hosts());
     }
-    bool exited = false;
+    bool exited = false, relaunched = false;
     for (;;) {
       const bool last = stop.load() || wallNs() >= endNs;
       reader.read(telemetry, s);
-      if (rank_ == 0 && !exited && job.poll()) {
+      if (rank_ == 0 && !exited && job->poll()) {
         exited = true;
+        // Open MPI's daemons sometimes fail to call back on the lab's busy 2 cores (about one
+        // launch in ten, cause not found): one more launch while no rank has run yet, said in the
+        // log. Any other end of the job, or a second failed launch, is the job's failure.
+        if (!last && !relaunched && !reader.anyRank() &&
+            job->output().find("unable to reliably start one or more daemons") != std::string::npos) {
+          log::warn("mpi workload '{}': mpirun could not start its daemons ({}); launching once more", job_,
+                    tail(job->output(), 2));
+          relaunched = true;
+          job = std::make_unique<Mpirun>();
+          if (auto r = launch(); !r) {
+            s.endReason = "error";
+            s.error = r.error().message;
+            return s;
+          }
+          exited = false;
+          continue;
+        }
         // A job that ends before its workload has failed, whatever its status says.
         if (!last) break;
       }
@@ -193,16 +214,16 @@ class MpiRun final : public ExternalRun {
     s.endReason = stop.load() ? "stopped" : "completed";
     if (rank_ == 0) {
       const bool early = exited && !stop.load() && wallNs() < endNs;
-      if (stop.load()) job.kill();
+      if (stop.load()) job->kill();
       // The benchmark runs for the duration from its own start: give it its launch time to end.
       const int64_t deadline = wallNs() + kExitGraceNs;
       while (!exited && wallNs() < deadline) {
-        exited = job.poll();
+        exited = job->poll();
         if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
-      if (!exited) job.kill();
+      if (!exited) job->kill();
       reader.read(telemetry, s);
-      judge(job, exited, early, stop.load(), s);
+      judge(*job, exited, early, stop.load(), s);
     } else if (!reader.anyRank() && !stop.load()) {
       s.endReason = "error";
       s.error = "no rank of the MPI job reported to " + source_->where() +
