@@ -357,6 +357,63 @@ void parseObserve(Reader& r, const std::string& src, const toml::node& n, Config
   }
 }
 
+// [mpi]: mpirun, the benchmark and the launcher template of the `mpi` workload kind, all argv
+// run without a shell (workload/mpi_launch.hpp).
+void parseMpi(Reader& r, const std::string& src, const toml::node& n, Config& c) {
+  if (!n.is_table()) {
+    r.fail(at(src, n.source()), "'mpi' must be a table");
+    return;
+  }
+  const auto& m = *n.as_table();
+  r.checkKeys(m, "mpi", {"mpirun", "program", "preload", "launcher", "launch_helper"});
+  auto& mc = c.mpi;
+  c.mpiEnabled = true;
+  auto path = [&](std::string_view key, std::string& into, bool required) {
+    const std::string v = r.str(m, key, "mpi", required, into);
+    if (const auto* node = m.get(key); node && node->is_string()) {
+      if (auto ok = workload::checkProgramPath(v, "[mpi] " + std::string(key)); !ok)
+        r.fail(at(src, node->source()), ok.error().message);
+    }
+    into = v;
+  };
+  path("mpirun", mc.mpirun, false);
+  path("program", mc.program, true);
+  path("launch_helper", mc.launchHelper, false);
+  if (const auto* p = m.get("preload")) {
+    const auto* arr = p->as_array();
+    if (!arr || arr->size() > 8) {
+      r.fail(at(src, p->source()), "[mpi] preload must be a list of at most 8 absolute paths (LD_PRELOAD of each rank)");
+    } else {
+      for (const auto& e : *arr) {
+        const std::string v = e.is_string() ? e.as_string()->get() : std::string();
+        if (v.empty() || v.front() != '/' || v.find(':') != std::string::npos || v.find(' ') != std::string::npos)
+          r.fail(at(src, e.source()), "[mpi] preload: '" + v + "' is not an absolute path (no ':' or blanks)");
+        else
+          mc.preload.push_back(v);
+      }
+    }
+  }
+  const auto* l = m.get("launcher");
+  if (!l) {
+    r.fail(src, "missing 'launcher' in [mpi]: how mpirun reaches node {host}, e.g. [\"/usr/bin/ssh\", \"{host}\"]");
+    return;
+  }
+  const auto* arr = l->as_array();
+  std::vector<std::string> argv;
+  bool strings = arr != nullptr;
+  if (arr)
+    for (const auto& e : *arr) {
+      if (!e.is_string()) strings = false;
+      else argv.push_back(e.as_string()->get());
+    }
+  if (!strings)
+    r.fail(at(src, l->source()), "[mpi] launcher must be a list of strings (argv; no shell runs it)");
+  else if (auto ok = workload::checkLauncher(argv, "[mpi] launcher"); !ok)
+    r.fail(at(src, l->source()), ok.error().message);
+  else
+    mc.launcher = std::move(argv);
+}
+
 // What [observe] leaves out: the socket under the state directory, root and the agent's uid.
 void defaultObserve(Reader& r, const std::string& src, Config& c) {
   auto& oc = c.observe;
@@ -384,7 +441,7 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
   }
   Reader r{src, std::nullopt};
   Config c;
-  r.checkKeys(root, "top level", {"agent", "tls", "interfaces", "lab", "ecn_commands", "observe"});
+  r.checkKeys(root, "top level", {"agent", "tls", "interfaces", "lab", "ecn_commands", "observe", "mpi"});
   static const toml::table empty;
   auto section = [&](std::string_view name) -> const toml::table& {
     auto* n = root.get(name);
@@ -410,6 +467,7 @@ Result<Config> parseConfig(const std::string& text, const std::string& src) {
   if (auto* n = root.get("lab")) parseLab(r, src, *n, c);
   if (auto* n = root.get("ecn_commands")) parseEcnCommands(r, src, *n, c);
   if (auto* n = root.get("observe")) parseObserve(r, src, *n, c);
+  if (auto* n = root.get("mpi")) parseMpi(r, src, *n, c);
   defaultObserve(r, src, c);
   if (r.err) return *r.err;
   return c;

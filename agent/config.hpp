@@ -10,6 +10,7 @@
 #include "common/result.hpp"
 #include "common/tls.hpp"
 #include "faults/fault.hpp"
+#include "workload/mpi_launch.hpp"
 
 namespace rc::agent {
 
@@ -50,6 +51,9 @@ struct Config {
   // [agent] metrics: ADDR:PORT where the agent serves its state to Prometheus (empty: off)
   std::string metrics;
   ObserveConfig observe;
+  // [mpi]: how the `mpi` workload kind starts Open MPI when this agent is rank 0 (off if absent)
+  bool mpiEnabled = false;
+  workload::MpiSettings mpi;
 };
 
 // Parses FILE. Errors read "FILE:LINE:COL: message" (or "FILE: message") and name the fix.

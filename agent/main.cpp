@@ -29,6 +29,7 @@
 #include "common/units.hpp"
 #include "metrics/exporter.hpp"
 #include "rdmachaos_config.h"
+#include "workload/mpi_launch.hpp"
 
 namespace {
 
@@ -305,6 +306,20 @@ int serveAgent(const rc::agent::Config& config, const rc::faults::Policy& policy
   struct UnsetSource {
     ~UnsetSource() { rc::workload::setObserveSource(nullptr); }
   } unsetSource;
+  // The `mpi` kind's settings; mpirun's rsh agent is the launch helper installed beside us.
+  rc::workload::MpiSettings mpi = config.mpi;
+  mpi.dataInterfaces = config.dataInterfaces;
+  if (config.mpiEnabled) {
+    if (mpi.launchHelper.empty()) {
+      std::error_code ec;
+      const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+      if (!ec) mpi.launchHelper = (self.parent_path() / "rdmachaos-mpi-launch").string();
+    }
+    rc::workload::setMpiSettings(&mpi);
+  }
+  struct UnsetMpi {
+    ~UnsetMpi() { rc::workload::setMpiSettings(nullptr); }
+  } unsetMpi;
   // Prometheus gauges, refreshed every 250 ms on the loop (a scrape reads the last values): a
   // link that goes down shows in rdmachaos_link_up within a quarter second, so a 1 s scrape
   // sees it at its next scrape and a game day's detection delay is the monitoring's, not ours.

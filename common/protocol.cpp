@@ -270,7 +270,7 @@ Result<WorkloadStart> parseWorkloadStart(const json& m) {
                             "duration_ms", "streams", "incast_receiver", "fan_in", "bin_us",
                             "reconnect_timeout_ms", "start_ns", "clock_offset_ns", "checksum",
                             "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry",
-                            "perftest", "job"});
+                            "perftest", "job", "nodes"});
       !r)
     return r.error();
   WorkloadStart w;
@@ -350,6 +350,22 @@ Result<WorkloadStart> parseWorkloadStart(const json& m) {
       return rc::makeError("field 'job' must be letters, digits and . _ - : / (a job id)");
   w.job = *job;
   if (w.kind != "observed" && !w.job.empty()) return rc::makeError("field 'job' is only for kind \"observed\"");
+  // The nodes' names, which rank 0's MPI launcher puts in its template ({host}): never a path
+  // or an option.
+  if (auto nd = m.find("nodes"); nd != m.end()) {
+    if (w.kind != "mpi") return rc::makeError("field 'nodes' is only for kind \"mpi\"");
+    if (!nd->is_array() || nd->size() != w.world.size())
+      return rc::makeError("field 'nodes' must list one name per rank of 'world'");
+    for (const auto& e : *nd) {
+      if (!e.is_string() || e.get<std::string>().empty() || e.get<std::string>().size() > 64 ||
+          e.get<std::string>().front() == '-')
+        return rc::makeError("field 'nodes' must list node names of 1-64 letters, digits and . _ -");
+      for (char c : e.get<std::string>())
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
+          return rc::makeError("field 'nodes' must list node names of 1-64 letters, digits and . _ -");
+      w.nodes.push_back(e.get<std::string>());
+    }
+  }
   return w;
 }
 
@@ -548,6 +564,7 @@ json toJson(const WorkloadStart& w) {
          {"qp_rnr_retry", w.qp.rnrRetry}};
   if (!w.perftest.empty()) j["perftest"] = w.perftest;
   if (!w.job.empty()) j["job"] = w.job;
+  if (!w.nodes.empty()) j["nodes"] = w.nodes;
   // Exactly one of the two bounds is sent.
   if (w.iterations)
     j["iterations"] = w.iterations;

@@ -159,6 +159,7 @@ struct WorkloadStart {
   QpSettings qp;
   std::string perftest;  // kind "perftest": ib_write_bw, ib_read_bw or ib_send_bw
   std::string job;       // kind "observed": the job id whose records count ("" = any job)
+  std::vector<std::string> nodes;  // kind "mpi": the nodes' names by rank, for rank 0's launcher
 };
 struct WorkloadStop {
   std::string workloadId;

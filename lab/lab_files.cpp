@@ -1,7 +1,12 @@
 // The lab's agent configurations and inventory (see lab_files.hpp).
 #include "lab/lab_files.hpp"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <sstream>
+#include <vector>
 
 #include "common/certs.hpp"
 #include "lab/lab_util.hpp"
@@ -45,6 +50,39 @@ std::string agentConfigText(const LabState& s, const NodeRecord& n, const AgentC
     o << "[observe]                     # a job on this node reports here: RDMACHAOS_OBSERVE_SOCKET\n"
       << "socket = " << tomlString(spec.observeSocket) << "\n";
   return o.str();
+}
+
+// [mpi] for the `mpi` workload kind: mpirun reaches node {host} by an exec into its namespace,
+// with that node's observe socket for its ranks; the benchmark and the PMPI library from the
+// build the agent comes from ($RDMACHAOS_MPI_PROGRAM, $RDMACHAOS_MPI_PRELOAD otherwise). Left
+// out when the benchmark is not there (no Open MPI at build time).
+std::string netnsMpiSection(const LabState& s, const NodeRecord& n) {
+  std::error_code ec;
+  const std::filesystem::path bin = std::filesystem::canonical(s.agentBinary, ec);
+  if (ec || n.netns.size() <= n.name.size() || n.netns.compare(n.netns.size() - n.name.size(), n.name.size(), n.name) != 0)
+    return "";
+  const std::filesystem::path build = bin.parent_path().parent_path();
+  const char* programEnv = ::getenv("RDMACHAOS_MPI_PROGRAM");
+  const char* preloadEnv = ::getenv("RDMACHAOS_MPI_PRELOAD");
+  const std::string program = programEnv ? programEnv : (build / "tests" / "observe_mpi_job").string();
+  std::vector<std::string> preload;
+  if (preloadEnv) {
+    std::istringstream in(preloadEnv);
+    for (std::string p; std::getline(in, p, ':');)
+      if (!p.empty()) preload.push_back(p);
+  } else {
+    preload.push_back((build / "observe" / "librdmachaos-observe-mpi.so").string());
+  }
+  auto ip = resolveBinary("ip");
+  if (::access(program.c_str(), X_OK) != 0 || !ip) return "";
+  const std::string prefix = n.netns.substr(0, n.netns.size() - n.name.size());
+  std::string pre;
+  for (const auto& p : preload) pre += (pre.empty() ? "" : ", ") + tomlString(p);
+  return "[mpi]                         # the mpi workload kind: mpirun's hosts are namespaces here\n"
+         "program = " + tomlString(program) + "\n"
+         "preload = [" + pre + "]\n"
+         "launcher = [" + tomlString(*ip) + ", \"netns\", \"exec\", " + tomlString(prefix + "{host}") +
+         ", \"/usr/bin/env\", " + tomlString("RDMACHAOS_OBSERVE_SOCKET=" + s.dir + "/nodes/{host}/observe.sock") + "]\n";
 }
 
 std::string inventoryText(const LabState& s, const std::string& heading, const std::string& labLines,

@@ -33,6 +33,11 @@ struct AgentConfigSpec {
 std::string agentConfigText(const LabState& s, const NodeRecord& n, const AgentConfigSpec& spec,
                             std::chrono::milliseconds lease);
 
+// [mpi] for node N of a namespace lab (the `mpi` workload kind): mpirun reaches node {host} by an
+// exec into its namespace, with that node's observe socket; "" when the MPI benchmark was not
+// built beside the agent.
+std::string netnsMpiSection(const LabState& s, const NodeRecord& n);
+
 // How the controller reaches one node of a lab kind.
 struct InventoryNodeSpec {
   std::string address;  // the TOML value, with a comment if any

@@ -407,6 +407,7 @@ std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::mil
             "apply = [" + head + ", \"set\", \"{port}\", \"{queue}\", \"{kmin}\", \"{kmax}\", \"{pmax}\"]\n"
             "revert = [" + head + ", \"restore\", \"{port}\", \"{queue}\", \"{snapshot}\"]\n";
   }
+  text += netnsMpiSection(s, n);
   return text;
 }
 

@@ -46,6 +46,11 @@ struct External {
   std::string_view qpTimeoutIs;  // the program's option qp_timeout sets: "-u"
   std::string_view ranksShort;  // the two ranks' roles: "client, then server"
   std::string_view ranksLong;   // "the first the client, the second the server"
+  // The transports a playbook may name for it, with the fix for any other; null: it runs over the
+  // job's own transport and a playbook leaves `transport` out.
+  Result<void> (*checkTransport)(std::string_view transport) = nullptr;
+  // Rank 0's agent starts the job on every node (mpi): its workload_start names the nodes.
+  bool launches = false;
   // Validates R for this node and prepares its run (the program exists, its device is found).
   Result<std::unique_ptr<ExternalRun>> (*prepare)(const proto::WorkloadStart& r) = nullptr;
 };

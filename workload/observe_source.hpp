@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <map>
+#include <utility>
+
+#include "workload/engine.hpp"  // Summary
 #include "workload/telemetry.hpp"
 
 namespace rc::workload {
@@ -34,6 +38,24 @@ class ObserveSource {
   virtual std::vector<ObservedStream> drain(int64_t nowNs) = 0;
   // Where local processes send their records, for messages.
   virtual std::string where() const = 0;
+};
+
+// One job's records as the `observed` and `mpi` kinds score them: each operation's bytes spread
+// over its own time into the workload's telemetry, and the ranks seen on this node.
+class JobReader {
+ public:
+  JobReader(ObserveSource* source, std::string job) : source_(source), job_(std::move(job)) {}
+  void skipBacklog();                          // records from before the workload are not its
+  void read(Telemetry& telemetry, Summary& s);  // what arrived since the last read
+  bool anyRank() const { return !ranks_.empty(); }
+  size_t rankCount() const { return ranks_.size(); }
+  // "JOB rank R (pid P, N operations[, the last T ms before the end])", for the log.
+  std::string seen(int64_t endNs, bool stopped) const;
+
+ private:
+  ObserveSource* source_;
+  std::string job_;
+  std::map<std::pair<std::string, uint32_t>, ObservedStream::Rank> ranks_;  // (job, rank)
 };
 
 // The process's source (the agent's intake), or null when the agent has none. Set once at

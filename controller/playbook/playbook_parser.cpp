@@ -214,7 +214,7 @@ void Parser::workload(const toml::node& wlNode, Workload& w) const {
   }
   if (auto* tr = t.get("transport")) {
     w.transport = str(*tr, "workload transport", 16);
-    if (w.transport != "tcp" && w.transport != "verbs")
+    if (w.transport != "tcp" && w.transport != "verbs" && !(ext && ext->checkTransport))
       fail(*tr, "workload transport '" + w.transport + "' is unknown (known: tcp, verbs)");
     if (w.transport == "verbs" && w.streams > 16)
       fail(*tr, "workload streams must be 1 to 16 with transport = \"verbs\" (QPs per peer)");
@@ -229,9 +229,13 @@ void Parser::workload(const toml::node& wlNode, Workload& w) const {
     if (w.streams > ext->maxStreams)
       fail(*wl, "workload streams must be 1 to " + std::to_string(ext->maxStreams) + " with kind = \"" + name + "\" (" +
                     std::string(ext->streamsAre) + ")");
-    if (auto* tr = t.get("transport"))
-      fail(*tr, "kind = \"" + name + "\" " + (ext->rdma ? "always runs over RDMA" : "runs over the job's own transport") +
-                    ": leave transport out");
+    if (auto* tr = t.get("transport")) {
+      if (!ext->checkTransport)
+        fail(*tr, "kind = \"" + name + "\" " + (ext->rdma ? "always runs over RDMA" : "runs over the job's own transport") +
+                      ": leave transport out");
+      else if (auto c = ext->checkTransport(w.transport); !c)
+        fail(*tr, c.error().message);
+    }
     for (const char* key : {"qp_retry_cnt", "qp_rnr_retry"})
       if (auto* q = t.get(key))
         fail(*q, std::string(key) + " is not a " + name + " option (" + name + " sets its own; qp_timeout is its " +

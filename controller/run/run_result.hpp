@@ -176,6 +176,9 @@ struct RunResult {
   std::vector<std::string> alertErrors;
   int64_t alertsUntilNs = 0;  // run timeline: alerts were collected up to here
   std::string abortReason;  // empty = ran to the end
+  // The workload nodes whose run ended with an error, and the error (an mpi job's exit and
+  // Open MPI's words are rank 0's).
+  std::map<std::string, std::string> workloadErrors;
   std::vector<PacketAnalysis> packets;  // the packet faults' captures and oracle (analysePackets)
   // `run --nccl-tests-output FILE`: what the job's nccl-tests printed, read when the run ended.
   struct NcclTests {

@@ -193,6 +193,8 @@ asio::awaitable<Result<void>> WorkloadRun::start(Duration timeout) {
       w.job = spec.perftest;
     else if (ext)
       w.perftest = spec.perftest.empty() ? std::string(ext->defaultProgram) : spec.perftest;
+    if (ext && ext->launches)
+      for (const auto& c : impl->ranks) w.nodes.push_back(c->node().name);
     if (spec.iterations)
       w.iterations = spec.iterations;
     else

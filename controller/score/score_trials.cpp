@@ -385,7 +385,7 @@ void judgeTrial(const Playbook& pb, const Trial& t, TrialScore& ts, Scores& out)
 // a problem of the trial, never a healthy score of the ranks that did report.
 void checkObservedRanks(const RunResult& run, const Playbook& pb, const Trial& t, const TrialGrids& g,
                         TrialScore& ts) {
-  if (pb.workload.kind->name != "observed") return;
+  if (pb.workload.kind->name != "observed" && pb.workload.kind->name != "mpi") return;
   constexpr int64_t kQuietNs = 5'000'000'000;  // longer than any stall a flap of a few seconds causes
   for (size_t i = 0; i < g.nodes.size() && i < run.plan.workloadNodes.size(); i++) {
     const Grid& grid = g.nodes[i];
@@ -412,6 +412,10 @@ TrialScore scoreTrial(const RunResult& run, const Playbook& pb, const Trial& t, 
   ts.label = t.label();
   ts.completed = run.endedNs >= t.endNs;
   addNicWindows(run, t, ts);
+  // A job the run started that failed (its exit, the rank and signal that ended it) is the
+  // trial's problem, also when it ended the run: its series alone would read as a stall.
+  if (const auto* ext = pb.workload.kind->external; ext && ext->launches)
+    for (const auto& [node, error] : run.workloadErrors) ts.problems.push_back("the job, on " + node + ": " + error);
   if (!ts.completed) {
     ts.problems.push_back("trial did not complete" + (run.abortReason.empty() ? std::string() : ": " + run.abortReason));
     return ts;

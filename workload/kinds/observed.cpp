@@ -1,10 +1,8 @@
 // Workload kind observed: nothing is started. The agent scores whatever a real job (NCCL, MPI,
 // a program calling the observe C API) reports to its local intake while the workload runs: the
 // same telemetry as the engine's, from the job's own operations (docs/workloads.md, "Your own job").
-#include <algorithm>
 #include <chrono>
 #include <cctype>
-#include <map>
 #include <thread>
 
 #include "common/clock.hpp"
@@ -14,26 +12,6 @@
 
 namespace rc::workload {
 namespace {
-
-// An operation's bytes spread evenly over its own time, as the engine's bytes arrive while an
-// iteration runs: binned at its end alone, a job of a few operations a second would read as a
-// series of spikes and stalls between them.
-void spread(Telemetry& telemetry, const IterationRecord& r) {
-  const int64_t bin = telemetry.binNs();
-  if (r.endNs <= r.startNs || bin <= 0 || (r.endNs - r.startNs) / bin > 100'000) {
-    telemetry.addBytes(r.endNs, r.rxBytes);
-    return;
-  }
-  uint64_t given = 0;
-  for (int64_t t = r.startNs; t < r.endNs;) {
-    const int64_t next = std::min(r.endNs, (t / bin + 1) * bin);
-    const uint64_t upto = uint64_t(double(r.rxBytes) * double(next - r.startNs) / double(r.endNs - r.startNs));
-    if (upto > given) telemetry.addBytes(t, upto - given);
-    given = std::max(given, upto);
-    t = next;
-  }
-  if (given < r.rxBytes) telemetry.addBytes(r.endNs, r.rxBytes - given);
-}
 
 class ObservedRun final : public ExternalRun {
  public:
@@ -48,49 +26,22 @@ class ObservedRun final : public ExternalRun {
 
   Summary run(int64_t startNs, int64_t durationNs, Telemetry& telemetry, const std::atomic<bool>& stop) override {
     Summary s;
-    // Records from before the workload are not its: drop what waited in the intake.
-    (void)source_->drain(wallNs());
+    JobReader reader(source_, job_);
+    reader.skipBacklog();
     const int64_t endNs = startNs + durationNs;
-    std::map<std::pair<std::string, uint32_t>, ObservedStream::Rank> ranks;  // (job, rank)
     for (;;) {
       const bool last = stop.load() || wallNs() >= endNs;
-      for (auto& st : source_->drain(wallNs())) {
-        if (!job_.empty() && st.jobId != job_) continue;
-        const TelemetryBatch& b = st.telemetry;
-        for (const auto& r : b.iterations) {
-          spread(telemetry, r);
-          telemetry.addIteration(r);
-          s.counters.iterations += r.ok ? 1 : 0;
-          s.counters.failedIterations += r.ok ? 0 : 1;
-        }
-        for (const auto& r : st.ranks) {
-          auto& seen = ranks[{st.jobId, r.rank}];
-          seen.rank = r.rank;
-          seen.pid = r.pid;
-          seen.ops += r.ops;
-          seen.lastEndNs = std::max(seen.lastEndNs, r.lastEndNs);
-        }
-      }
-      telemetry.update(s.counters);
+      reader.read(telemetry, s);
       if (last) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     s.endReason = stop.load() ? "stopped" : "completed";
     // What this node saw, for the log and the controller: how many ranks, and which stopped early.
-    std::string seen;
-    for (const auto& [key, r] : ranks) {
-      seen += (seen.empty() ? "" : ", ") + key.first + " rank " + std::to_string(r.rank) + " (pid " +
-              std::to_string(r.pid) + ", " + std::to_string(r.ops) + " operations";
-      if (r.lastEndNs < endNs - 5'000'000'000 && !stop.load())
-        seen += ", the last " + std::to_string((endNs - r.lastEndNs) / 1'000'000) + " ms before the end";
-      seen += ")";
-    }
-    if (ranks.empty()) {
+    const std::string seen = reader.seen(endNs, stop.load());
+    if (!reader.anyRank()) {
       s.endReason = "error";
       s.error = "no rank reported to " + source_->where() + (job_.empty() ? std::string() : " for job '" + job_ + "'") +
                 " during the workload: is the job running on this node with librdmachaos-observe loaded?";
-    } else {
-      s.error.clear();
     }
     log::info("observed workload: {}", seen.empty() ? std::string("no rank reported") : "seen " + seen);
     return s;
