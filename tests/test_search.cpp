@@ -1,7 +1,6 @@
 // The search engine on synthetic objectives with known answers and seeded Gaussian noise:
 // the boundary's interval, the worst case's best point, determinism, resuming after a crash.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -33,8 +32,14 @@ struct Recovery {
 
 BoundarySettings recoverySettings() {
   return BoundarySettings{.range = {.lo = 0, .hi = 10, .scale = Scale::linear},
-                          .op = Op::lt, .bound = 7.4, .failsAbove = true, .resolution = 0.1,
-                          .budget = 400, .minRepeats = 1, .maxRepeats = 16, .coverage = 3};
+                          .op = Op::lt,
+                          .bound = 7.4,
+                          .failsAbove = true,
+                          .resolution = 0.1,
+                          .budget = 400,
+                          .minRepeats = 1,
+                          .maxRepeats = 16,
+                          .coverage = 3};
 }
 
 size_t measurementsIn(const BoundaryResult& r) {
@@ -56,13 +61,16 @@ struct Hill {
 };
 
 WorstSettings hillSettings(uint64_t seed) {
-  return WorstSettings{.parameters = {{.name = "x", .range = {.lo = 0, .hi = 10, .scale = Scale::linear}},
-                                      {.name = "y", .range = {.lo = 1, .hi = 1000, .scale = Scale::log}}},
-                       .seed = seed, .budget = 200};
+  return WorstSettings{
+      .parameters = {{.name = "x", .range = {.lo = 0, .hi = 10, .scale = Scale::linear}},
+                     {.name = "y", .range = {.lo = 1, .hi = 1000, .scale = Scale::log}}},
+      .seed = seed,
+      .budget = 200};
 }
 
 // The distance in the unit square, where both parameters count alike.
-double unitDistance(const WorstSettings& s, const std::vector<double>& a, const std::vector<double>& b) {
+double unitDistance(const WorstSettings& s, const std::vector<double>& a,
+                    const std::vector<double>& b) {
   double sum = 0;
   for (size_t i = 0; i < a.size(); i++) {
     const double d = toUnit(s.parameters[i].range, a[i]) - toUnit(s.parameters[i].range, b[i]);
@@ -75,9 +83,9 @@ double unitDistance(const WorstSettings& s, const std::vector<double>& a, const 
 
 TEST_CASE("a point is decided only outside the noise") {
   BoundarySettings s = recoverySettings();
-  CHECK(decide(s, {.mean = 6.0, .uncertainty = 0.4}) == Verdict::pass);   // 6 + 1.2 < 7.4
+  CHECK(decide(s, {.mean = 6.0, .uncertainty = 0.4}) == Verdict::pass);  // 6 + 1.2 < 7.4
   CHECK(decide(s, {.mean = 6.5, .uncertainty = 0.4}) == Verdict::ambiguous);
-  CHECK(decide(s, {.mean = 8.7, .uncertainty = 0.4}) == Verdict::fail);   // 8.7 - 1.2 >= 7.4
+  CHECK(decide(s, {.mean = 8.7, .uncertainty = 0.4}) == Verdict::fail);  // 8.7 - 1.2 >= 7.4
   // Repeats shrink the uncertainty: four trials of +/-1 that agree are +/-0.5.
   const Summary four = summarise({{5, 1}, {5, 1}, {5, 1}, {5, 1}});
   CHECK(four.mean == 5);
@@ -119,8 +127,12 @@ TEST_CASE("without noise the interval narrows to the resolution around the bound
 
 TEST_CASE("a log-scale boundary bisects by ratios") {
   // A loss metric 10 x log10(x / 0.03) + noise: the expectation "<= 0" breaks at 0.03.
-  BoundarySettings s{.range = {.lo = 0.001, .hi = 10, .scale = Scale::log}, .op = Op::le,
-                     .bound = 0, .failsAbove = true, .resolution = 0.1, .budget = 300,
+  BoundarySettings s{.range = {.lo = 0.001, .hi = 10, .scale = Scale::log},
+                     .op = Op::le,
+                     .bound = 0,
+                     .failsAbove = true,
+                     .resolution = 0.1,
+                     .budget = 300,
                      .maxRepeats = 12};
   int held = 0;
   for (uint64_t seed = 1; seed <= 20; seed++) {
@@ -145,13 +157,15 @@ TEST_CASE("no boundary inside the range is said so") {
     bool failsAbove;
     Outcome outcome;
   };
-  const Row row = GENERATE(Row{0.1, true, Outcome::allPass},   // 0..1: below 7.4 throughout
+  const Row row = GENERATE(Row{0.1, true, Outcome::allPass},  // 0..1: below 7.4 throughout
                            Row{0.1, false, Outcome::allPass},
                            Row{5, false, Outcome::reversed});  // fails above, searched as below
   BoundarySettings s = recoverySettings();
   s.failsAbove = row.failsAbove;
   BoundaryRecord record{.settings = s};
-  const BoundaryResult r = runBoundary(record, [&](double x) { return Evaluation{row.slope * x, 0.01}; });
+  const BoundaryResult r = runBoundary(record, [&](double x) {
+    return Evaluation{row.slope * x, 0.01};
+  });
   CHECK(r.outcome == row.outcome);
   CHECK_FALSE(r.lastPass.has_value());
   CHECK_FALSE(r.firstFail.has_value());
@@ -174,7 +188,9 @@ TEST_CASE("the largest passing value when smaller values fail") {
   s.bound = 60;
   s.failsAbove = true;
   BoundaryRecord record{.settings = s};
-  const BoundaryResult r = runBoundary(record, [](double x) { return Evaluation{100 - 10 * x, 0}; });
+  const BoundaryResult r = runBoundary(record, [](double x) {
+    return Evaluation{100 - 10 * x, 0};
+  });
   REQUIRE(r.outcome == Outcome::boundary);
   CHECK(*r.lastPass < 4);
   CHECK(*r.firstFail >= 4);
@@ -243,7 +259,8 @@ TEST_CASE("the worst case lies near the true maximum, every point kept") {
 }
 
 TEST_CASE("the same seed evaluates the same points; another seed others") {
-  WorstRecord a{.settings = hillSettings(7)}, b{.settings = hillSettings(7)}, c{.settings = hillSettings(8)};
+  WorstRecord a{.settings = hillSettings(7)}, b{.settings = hillSettings(7)},
+      c{.settings = hillSettings(8)};
   runWorst(a, Hill{.seed = 7});
   runWorst(b, Hill{.seed = 7});
   runWorst(c, Hill{.seed = 7});
@@ -260,15 +277,21 @@ TEST_CASE("a search resumed from its JSON record after a crash evaluates the sam
     REQUIRE(expected.trials > 60);
     BoundaryRecord crashed{.settings = recoverySettings()};
     Recovery first{.seed = 11};
-    CHECK_THROWS_AS(runBoundary(crashed, [&](double x) {
-      if (first.next == crashAfter) throw std::runtime_error("controller stopped");
-      return first(x);
-    }), std::runtime_error);
+    CHECK_THROWS_AS(runBoundary(crashed,
+                                [&](double x) {
+                                  if (first.next == crashAfter)
+                                    throw std::runtime_error("controller stopped");
+                                  return first(x);
+                                }),
+                    std::runtime_error);
     REQUIRE(crashed.trials.size() == crashAfter);
     BoundaryRecord resumed = boundaryRecordFromJson(nlohmann::json::parse(toJson(crashed).dump()));
     size_t asked = 0;
     Recovery rest{.seed = 11, .next = crashAfter};
-    const BoundaryResult r = runBoundary(resumed, [&](double x) { asked++; return rest(x); });
+    const BoundaryResult r = runBoundary(resumed, [&](double x) {
+      asked++;
+      return rest(x);
+    });
     CHECK(asked == expected.trials - crashAfter);  // the recorded trials were not asked again
     REQUIRE(resumed.trials.size() == whole.trials.size());
     for (size_t i = 0; i < whole.trials.size(); i++) {
@@ -283,14 +306,20 @@ TEST_CASE("a search resumed from its JSON record after a crash evaluates the sam
     const WorstResult expected = runWorst(whole, Hill{.seed = 5});
     WorstRecord crashed{.settings = hillSettings(5)};
     Hill first{.seed = 5};
-    CHECK_THROWS_AS(runWorst(crashed, [&](const std::vector<double>& p) {
-      if (first.next == crashAfter) throw std::runtime_error("controller stopped");
-      return first(p);
-    }), std::runtime_error);
+    CHECK_THROWS_AS(runWorst(crashed,
+                             [&](const std::vector<double>& p) {
+                               if (first.next == crashAfter)
+                                 throw std::runtime_error("controller stopped");
+                               return first(p);
+                             }),
+                    std::runtime_error);
     WorstRecord resumed = worstRecordFromJson(nlohmann::json::parse(toJson(crashed).dump()));
     size_t asked = 0;
     Hill rest{.seed = 5, .next = crashAfter};
-    const WorstResult r = runWorst(resumed, [&](const std::vector<double>& p) { asked++; return rest(p); });
+    const WorstResult r = runWorst(resumed, [&](const std::vector<double>& p) {
+      asked++;
+      return rest(p);
+    });
     CHECK(asked == 200 - crashAfter);
     REQUIRE(r.points.size() == expected.points.size());
     for (size_t i = 0; i < r.points.size(); i++) {

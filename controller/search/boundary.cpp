@@ -13,17 +13,22 @@ void validate(const BoundarySettings& s) {
   if (!(s.resolution > 0)) throw std::invalid_argument("boundary search: resolution must be > 0");
   if (s.minRepeats < 1 || s.maxRepeats < s.minRepeats)
     throw std::invalid_argument("boundary search: needs 1 <= min_repeats <= max_repeats");
-  if (s.budget < 2) throw std::invalid_argument("boundary search: the budget needs 2 trials or more");
+  if (s.budget < 2)
+    throw std::invalid_argument("boundary search: the budget needs 2 trials or more");
   if (!(s.coverage > 0)) throw std::invalid_argument("boundary search: coverage must be > 0");
 }
 
 namespace {
 bool holds(Op op, double x, double bound) {
   switch (op) {
-    case Op::lt: return x < bound;
-    case Op::le: return x <= bound;
-    case Op::gt: return x > bound;
-    case Op::ge: return x >= bound;
+    case Op::lt:
+      return x < bound;
+    case Op::le:
+      return x <= bound;
+    case Op::gt:
+      return x > bound;
+    case Op::ge:
+      return x >= bound;
   }
   return false;
 }

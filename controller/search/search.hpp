@@ -5,11 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace rc::controller::search {
 
@@ -95,8 +94,8 @@ struct BoundaryResult {
   // (both set for Outcome::boundary only).
   std::optional<double> lastPass;
   std::optional<double> firstFail;
-  bool narrowed = false;     // the interval reached the resolution
-  bool budgetSpent = false;  // the budget stopped the search
+  bool narrowed = false;              // the interval reached the resolution
+  bool budgetSpent = false;           // the budget stopped the search
   std::vector<BoundaryPoint> points;  // in the order evaluated
   size_t trials = 0;
 };

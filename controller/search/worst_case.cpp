@@ -20,11 +20,13 @@ namespace rc::controller::search {
 
 void validate(const WorstSettings& s) {
   if (s.parameters.empty()) throw std::invalid_argument("worst-case search: no parameters");
-  for (const Parameter& p : s.parameters) validateRange(p.range, "worst-case search, \"" + p.name + "\"");
+  for (const Parameter& p : s.parameters)
+    validateRange(p.range, "worst-case search, \"" + p.name + "\"");
   if (s.confirmTop < 1) throw std::invalid_argument("worst-case search: confirm_top must be >= 1");
   if (s.budget < s.confirmTop * s.confirmRepeats + 2)
-    throw std::invalid_argument("worst-case search: the budget must exceed the confirmation's "
-                                "confirm_top x confirm_repeats trials by 2 or more");
+    throw std::invalid_argument(
+        "worst-case search: the budget must exceed the confirmation's "
+        "confirm_top x confirm_repeats trials by 2 or more");
   if (!(s.initialStep > 0) || !(s.minStep > 0) || !(s.temperature >= 0))
     throw std::invalid_argument("worst-case search: steps must be > 0, the temperature >= 0");
 }
@@ -56,7 +58,8 @@ class Annealing {
 
 size_t Annealing::measureNew(const std::vector<double>& unit) {
   WorstPoint p;
-  for (size_t i = 0; i < unit.size(); i++) p.parameters.push_back(fromUnit(s_.parameters[i].range, unit[i]));
+  for (size_t i = 0; i < unit.size(); i++)
+    p.parameters.push_back(fromUnit(s_.parameters[i].range, unit[i]));
   p.measurements.push_back(log_.ask(p.parameters));
   p.summary = summarise(p.measurements);
   lowest_ = std::min(lowest_, p.summary.mean);
@@ -91,12 +94,14 @@ void Annealing::explore(size_t trials) {
   double currentValue = r_.points[measureNew(current)].summary.mean;
   for (size_t i = 1; i < trials; i++) {
     const double left = 1 - double(i) / double(trials);
-    const std::vector<double> candidate = propose(current, s_.minStep + (s_.initialStep - s_.minStep) * left);
+    const std::vector<double> candidate =
+        propose(current, s_.minStep + (s_.initialStep - s_.minStep) * left);
     const double value = r_.points[measureNew(candidate)].summary.mean;
     // The temperature is a share of the values seen so far, so the metric's unit (bytes,
     // seconds, percent) does not change how willing the search is to step down.
     const double temperature = s_.temperature * (highest_ - lowest_) * left;
-    const double draw = uniform(rng_);  // drawn every step, so the draws do not depend on the branch
+    const double draw =
+        uniform(rng_);  // drawn every step, so the draws do not depend on the branch
     const bool accept = value >= currentValue ||
                         (temperature > 0 && draw < std::exp((value - currentValue) / temperature));
     if (accept) {
