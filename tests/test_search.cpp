@@ -240,6 +240,13 @@ TEST_CASE("the budget stops the boundary search") {
   CHECK(r.trials == 6);
   CHECK(r.budgetSpent);
   CHECK_FALSE(r.narrowed);
+  // 0 and 10, then 5 (fails) and 2.5 (passes); 3.75 sits on the bound and had two trials
+  // left: cut off undecided, it moves neither end.
+  REQUIRE(r.points.size() == 5);
+  CHECK(r.points.back().value == 3.75);
+  CHECK(r.points.back().verdict == Verdict::unfinished);
+  CHECK(*r.lastPass == 2.5);
+  CHECK(*r.firstFail == 5);
 }
 
 TEST_CASE("the worst case lies near the true maximum, every point kept") {
