@@ -189,6 +189,27 @@ TEST_CASE("mpi-flap: an Open MPI job started by rdmachaos, a flap scored, a noop
   CHECK(said.find("signal 9 (SIGKILL)") != std::string::npos);
   // The agent reaped the rest of the job: nothing of it outlives its run.
   CHECK(rctest::eventually([&] { return jobPids(lab.dir()).empty(); }, 10s, 200ms));
+
+  // n1's agent, the one that started mpirun, killed with -9 mid-run (the lab's supervisor
+  // starts it again): nothing of the job outlives it either.
+  pid_t agentPid = 0;
+  std::thread agentKiller([&] {
+    for (int i = 0; i < 200 && rankPids(program, 0).empty(); i++) std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(1s);
+    if (auto st = rc::lab::loadState(lab.dir()); st && !st->nodes.empty()) agentPid = st->nodes[0].agent.pid;
+    if (agentPid > 0) ::kill(agentPid, SIGKILL);
+  });
+  const std::string pbLost = lab.dir() + "/agent-killed.toml";
+  std::ofstream(pbLost) << shortNoop;
+  std::string outLost, errLost;
+  const int rc4 = rctest::runCli(lab.dir(), {"run", pbLost, "--inventory", lab.inventory(), "--report-dir",
+                                             lab.dir() + "/agent-killed"}, &outLost, &errLost);
+  agentKiller.join();
+  INFO("agent killed: exit " << rc4 << "\n" << errLost);
+  REQUIRE(agentPid > 0);
+  CHECK(rc4 != 0);
+  std::printf("[mpi] n1's agent (pid %d) killed with -9 mid-run: run exit %d\n", int(agentPid), rc4);
+  CHECK(rctest::eventually([&] { return jobPids(lab.dir()).empty(); }, 10s, 200ms));
 }
 
 }  // namespace test_mpi_job

@@ -5,6 +5,7 @@
 // end the trial when it fails (docs/workloads.md, "The mpi kind").
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,6 +49,7 @@ class Mpirun {
     args.push_back(nullptr);
     for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
+    const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
     if (pid < 0) {
       ::close(fds[0]), ::close(fds[1]);
@@ -55,6 +57,11 @@ class Mpirun {
     }
     if (pid == 0) {
       ::setpgid(0, 0);
+      // An agent killed with -9 never runs kill() below: mpirun then gets SIGTERM when the
+      // thread that started it dies (it stays alive while the job runs), and takes its daemons
+      // and ranks down with it. The agent may have died before the prctl: then exit at once.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) ::_exit(127);
       const int in = ::open("/dev/null", O_RDONLY);
       ::dup2(in, 0), ::dup2(fds[1], 1), ::dup2(fds[1], 2);
       ::execve(path.c_str(), args.data(), envp.data());
