@@ -16,6 +16,7 @@
 #include "controller/report/report.hpp"
 #include "controller/report/report_dir.hpp"
 #include "synthetic_run.hpp"
+#include "test_util.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity
 // chunks (tests/meson.build), where the file-scope names of two sources would meet.
@@ -464,16 +465,8 @@ TEST_CASE("a packet fault's capture is read only where the lab switch writes cap
 }
 
 TEST_CASE("a packet fault's capture is read once, whole, with a cap, and removed from the lab once published") {
-  char tmpl[] = "/tmp/rc-capread-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl) != nullptr);
-  const std::string lab = tmpl;
-  struct Remove {
-    std::string p;
-    ~Remove() {
-      std::error_code ec;
-      std::filesystem::remove_all(p, ec);
-    }
-  } remove{lab};
+  rctest::TempDir tmp("rc-capread");
+  const std::string lab = tmp.path;
   std::filesystem::create_directories(lab + "/captures");
   const std::string sock = lab + "/switch.sock", path = lab + "/captures/packet-rc-1.pcapng";
   {
