@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <functional>
 #include <type_traits>
 #include <fstream>
 #include <set>
@@ -365,7 +366,8 @@ void parseMpi(Reader& r, const std::string& src, const toml::node& n, Config& c)
     return;
   }
   const auto& m = *n.as_table();
-  r.checkKeys(m, "mpi", {"mpirun", "program", "preload", "launcher", "launch_helper"});
+  r.checkKeys(m, "mpi", {"mpirun", "program", "preload", "launcher", "launch_helper", "oob_interfaces", "tmpdir",
+                         "ucx_devices", "ucx_tls", "ucx_env"});
   auto& mc = c.mpi;
   c.mpiEnabled = true;
   auto path = [&](std::string_view key, std::string& into, bool required) {
@@ -392,6 +394,50 @@ void parseMpi(Reader& r, const std::string& src, const toml::node& n, Config& c)
           mc.preload.push_back(v);
       }
     }
+  }
+  // A list of at most MAX strings, each checked by CHECK (an error message, or empty).
+  auto list = [&](std::string_view key, size_t max, std::vector<std::string>& into,
+                  const std::function<Result<void>(const std::string&)>& check) {
+    const auto* p = m.get(key);
+    if (!p) return;
+    const auto* arr = p->as_array();
+    if (!arr || arr->size() > max) {
+      r.fail(at(src, p->source()), "[mpi] " + std::string(key) + " must be a list of at most " + std::to_string(max) + " strings");
+      return;
+    }
+    for (const auto& e : *arr) {
+      const std::string v = e.is_string() ? e.as_string()->get() : std::string();
+      if (auto ok = e.is_string() ? check(v) : Result<void>(makeError("[mpi] " + std::string(key) + ": an element is not a string"));
+          !ok)
+        r.fail(at(src, e.source()), ok.error().message);
+      else
+        into.push_back(v);
+    }
+  };
+  auto interfaceName = [](std::string_view key) {
+    return [key](const std::string& v) -> Result<void> {
+      if (v.empty() || v.size() > 15 || v.find_first_of(" ,/") != std::string::npos)
+        return makeError("[mpi] " + std::string(key) + ": '" + v + "' is not an interface name (1-15 characters, no blanks, commas or '/')");
+      return {};
+    };
+  };
+  list("oob_interfaces", 8, mc.oobInterfaces, interfaceName("oob_interfaces"));
+  list("ucx_devices", 8, mc.ucxDevices, [](const std::string& v) { return workload::checkUcxDevice(v, "[mpi] ucx_devices"); });
+  list("ucx_env", 32, mc.ucxEnv, [](const std::string& v) { return workload::checkUcxSetting(v, "[mpi] ucx_env"); });
+  if (const auto* t = m.get("ucx_tls")) {
+    const std::string v = r.str(m, "ucx_tls", "mpi", false, mc.ucxTls);
+    if (auto ok = workload::checkUcxTls(v, "[mpi] ucx_tls"); t->is_string() && !ok)
+      r.fail(at(src, t->source()), ok.error().message);
+    else
+      mc.ucxTls = v;
+  }
+  if (const auto* t = m.get("tmpdir")) {
+    const std::string v = r.str(m, "tmpdir", "mpi", false, mc.tmpdir);
+    if (t->is_string() && (v.empty() || v.front() != '/' || v.find_first_of(" ,'\"") != std::string::npos))
+      r.fail(at(src, t->source()), "[mpi] tmpdir: '" + v + "' is not an absolute path (no blanks, commas or quotes): "
+             "where Open MPI keeps its session files on every node, e.g. \"/run/tmp\"");
+    else
+      mc.tmpdir = v;
   }
   const auto* l = m.get("launcher");
   if (!l) {

@@ -309,6 +309,7 @@ int serveAgent(const rc::agent::Config& config, const rc::faults::Policy& policy
   // The `mpi` kind's settings; mpirun's rsh agent is the launch helper installed beside us.
   rc::workload::MpiSettings mpi = config.mpi;
   mpi.dataInterfaces = config.dataInterfaces;
+  if (observe) mpi.observeSocket = config.observe.socket;
   if (config.mpiEnabled) {
     if (mpi.launchHelper.empty()) {
       std::error_code ec;

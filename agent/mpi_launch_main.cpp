@@ -28,20 +28,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdmachaos-mpi-launch: %s\n", tmpl.error().message.c_str());
     return 2;
   }
-  auto head = rc::workload::expandLauncher(*tmpl, argv[1]);
-  if (!head) {
-    std::fprintf(stderr, "rdmachaos-mpi-launch: %s\n", head.error().message.c_str());
+  auto all = rc::workload::launchArgv(*tmpl, argv[1], std::vector<std::string>(argv + 2, argv + argc));
+  if (!all) {
+    std::fprintf(stderr, "rdmachaos-mpi-launch: %s\n", all.error().message.c_str());
     return 2;
   }
-  auto command = rc::workload::splitRemoteCommand(std::vector<std::string>(argv + 2, argv + argc));
-  if (!command) {
-    std::fprintf(stderr, "rdmachaos-mpi-launch: %s\n", command.error().message.c_str());
-    return 2;
-  }
-  std::vector<std::string> all = std::move(*head);
-  all.insert(all.end(), command->begin(), command->end());
   std::vector<char*> args;
-  for (auto& a : all) args.push_back(a.data());
+  for (auto& a : *all) args.push_back(a.data());
   args.push_back(nullptr);
   ::unsetenv(rc::workload::kLauncherEnv);
   ::execv(args[0], args.data());

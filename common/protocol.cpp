@@ -326,8 +326,10 @@ Result<WorkloadStart> parseWorkloadStart(const json& m) {
   auto tr = getString(m, "transport", 16, false);
   if (!tr) return tr.error();
   if (!tr->empty()) w.transport = *tr;
-  if (w.transport != "tcp" && w.transport != "verbs")
-    return rc::makeError("field 'transport' must be \"tcp\" or \"verbs\", not '" + w.transport + "'");
+  // "ucx" is Open MPI's pml ucx, which only the mpi kind's job speaks.
+  if (w.transport != "tcp" && w.transport != "verbs" && !(w.transport == "ucx" && w.kind == "mpi"))
+    return rc::makeError("field 'transport' must be \"tcp\" or \"verbs\" (or \"ucx\" for kind \"mpi\"), not '" +
+                         w.transport + "'");
   for (auto [key, field, hi] : {std::tuple{"dscp", &w.qp.dscp, 63}, std::tuple{"qp_timeout", &w.qp.timeout, 31},
                                 std::tuple{"qp_retry_cnt", &w.qp.retryCount, 7},
                                 std::tuple{"qp_rnr_retry", &w.qp.rnrRetry, 7}}) {

@@ -56,11 +56,10 @@ std::string agentConfigText(const LabState& s, const NodeRecord& n, const AgentC
 // with that node's observe socket for its ranks; the benchmark and the PMPI library from the
 // build the agent comes from ($RDMACHAOS_MPI_PROGRAM, $RDMACHAOS_MPI_PRELOAD otherwise). Left
 // out when the benchmark is not there (no Open MPI at build time).
-std::string netnsMpiSection(const LabState& s, const NodeRecord& n) {
+std::string mpiProgramLines(const LabState& s) {
   std::error_code ec;
   const std::filesystem::path bin = std::filesystem::canonical(s.agentBinary, ec);
-  if (ec || n.netns.size() <= n.name.size() || n.netns.compare(n.netns.size() - n.name.size(), n.name.size(), n.name) != 0)
-    return "";
+  if (ec) return "";
   const std::filesystem::path build = bin.parent_path().parent_path();
   const char* programEnv = ::getenv("RDMACHAOS_MPI_PROGRAM");
   const char* preloadEnv = ::getenv("RDMACHAOS_MPI_PRELOAD");
@@ -73,14 +72,20 @@ std::string netnsMpiSection(const LabState& s, const NodeRecord& n) {
   } else {
     preload.push_back((build / "observe" / "librdmachaos-observe-mpi.so").string());
   }
-  auto ip = resolveBinary("ip");
-  if (::access(program.c_str(), X_OK) != 0 || !ip) return "";
-  const std::string prefix = n.netns.substr(0, n.netns.size() - n.name.size());
+  if (::access(program.c_str(), X_OK) != 0) return "";
   std::string pre;
   for (const auto& p : preload) pre += (pre.empty() ? "" : ", ") + tomlString(p);
-  return "[mpi]                         # the mpi workload kind: mpirun's hosts are namespaces here\n"
-         "program = " + tomlString(program) + "\n"
-         "preload = [" + pre + "]\n"
+  return "program = " + tomlString(program) + "\npreload = [" + pre + "]\n";
+}
+
+std::string netnsMpiSection(const LabState& s, const NodeRecord& n) {
+  if (n.netns.size() <= n.name.size() || n.netns.compare(n.netns.size() - n.name.size(), n.name.size(), n.name) != 0)
+    return "";
+  const std::string program = mpiProgramLines(s);
+  auto ip = resolveBinary("ip");
+  if (program.empty() || !ip) return "";
+  const std::string prefix = n.netns.substr(0, n.netns.size() - n.name.size());
+  return "[mpi]                         # the mpi workload kind: mpirun's hosts are namespaces here\n" + program +
          "launcher = [" + tomlString(*ip) + ", \"netns\", \"exec\", " + tomlString(prefix + "{host}") +
          ", \"/usr/bin/env\", " + tomlString("RDMACHAOS_OBSERVE_SOCKET=" + s.dir + "/nodes/{host}/observe.sock") + "]\n";
 }

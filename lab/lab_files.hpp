@@ -38,6 +38,11 @@ std::string agentConfigText(const LabState& s, const NodeRecord& n, const AgentC
 // built beside the agent.
 std::string netnsMpiSection(const LabState& s, const NodeRecord& n);
 
+// The MPI benchmark and its PMPI library from the build the agent comes from
+// ($RDMACHAOS_MPI_PROGRAM and $RDMACHAOS_MPI_PRELOAD override them), as the [mpi] lines
+// `program = ...` and `preload = [...]`; "" when the benchmark is not there.
+std::string mpiProgramLines(const LabState& s);
+
 // How the controller reaches one node of a lab kind.
 struct InventoryNodeSpec {
   std::string address;  // the TOML value, with a comment if any

@@ -77,7 +77,61 @@ Result<std::string> findQemu() {
 }
 
 
-std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::milliseconds lease) {
+// The `mpi` kind between guests: mpirun in one guest starts Open MPI's daemons in the others
+// over ssh to a dropbear server each guest runs on its data address (the guests share no other
+// network: their management NICs are QEMU's user networking, one per guest). The lab makes the
+// keys: a host key for every guest's dropbear, a client key whose public half the guests
+// authorise for root, and an ssh_config naming each node's data address. False (and no [mpi])
+// when the tools are not installed.
+bool createGuestSsh(const LabState& s) {
+  auto keygen = resolveBinary("ssh-keygen");
+  auto dropbearkey = resolveBinary("dropbearkey");
+  if (!keygen || !dropbearkey || ::access("/usr/sbin/dropbear", X_OK) != 0 || ::access("/usr/bin/ssh", X_OK) != 0) {
+    log::info("soft-RoCE lab: no [mpi] in the guests' agent configuration: the mpi workload kind needs ssh "
+              "(openssh-client) and dropbear (dropbear-bin); scripts/install-deps installs them");
+    return false;
+  }
+  const std::string pki = s.dir + "/pki/";
+  if (auto r = runCommand({*keygen, "-q", "-t", "ed25519", "-N", "", "-C", "rdmachaos-lab-mpi", "-f", pki + "mpi_ssh_key"});
+      !r) {
+    log::warn("soft-RoCE lab: no [mpi] in the guests: {}", r.error().message);
+    return false;
+  }
+  if (auto r = runCommand({*dropbearkey, "-t", "ed25519", "-f", pki + "guest_ssh_host_key"}); !r) {
+    log::warn("soft-RoCE lab: no [mpi] in the guests: {}", r.error().message);
+    return false;
+  }
+  std::string cfg = "# ssh from one guest to another (the mpi workload kind), written by `rdmachaos lab up --soft-roce`\n";
+  for (const auto& n : s.nodes) cfg += "Host " + n.name + "\n  HostName " + n.dataAddress + "\n";
+  cfg += "Host *\n  User root\n  IdentityFile " + pki + "mpi_ssh_key\n  IdentitiesOnly yes\n"
+         "  # the guests' host key is the lab's own, made with it; nothing is learnt or kept\n"
+         "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  BatchMode yes\n  LogLevel ERROR\n"
+         "  ConnectTimeout 20\n";
+  if (auto r = writeFile(pki + "ssh_config", cfg); !r) {
+    log::warn("soft-RoCE lab: no [mpi] in the guests: {}", r.error().message);
+    return false;
+  }
+  return true;
+}
+
+// [mpi] of a guest's agent: ssh to the other guests (createGuestSsh), their observe sockets,
+// mpirun's own connections on the data NIC (the only network the guests share), Open MPI's
+// session files in the guest's tmpfs (the root is read-only), and UCX on rxe0.
+std::string vmMpiSection(const LabState& s) {
+  const std::string program = mpiProgramLines(s);
+  if (program.empty()) return "";
+  return "[mpi]                         # the mpi workload kind: ssh to the guests' dropbear on data0\n" + program +
+         "launcher = [\"/usr/bin/ssh\", \"-F\", " + tomlString(s.dir + "/pki/ssh_config") +
+         ", \"{host}\", \"/usr/bin/env\", \"RDMACHAOS_OBSERVE_SOCKET=/run/rdmachaos/observe.sock\"]\n"
+         "oob_interfaces = [\"data0\"]      # the guests share no other network: a flap hits mpirun's links too\n"
+         "tmpdir = \"/run/tmp\"\n"
+         "ucx_devices = [\"rxe0:1\"]\n"
+         "# UCX 1.13's UD drops what rxe receives over RoCE v2 on IPv4 when it checks the packet's\n"
+         "# destination GID: its wire-up then never completes (\"UD endpoint ... unhandled timeout\").\n"
+         "ucx_env = [\"UCX_UD_VERBS_ETH_DGID_CHECK=n\"]\n";
+}
+
+std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::milliseconds lease, bool ssh) {
   return agentConfigText(
       s, n,
       {.heading = "rdmachaos-agent configuration for soft-RoCE lab node " + n.name +
@@ -87,7 +141,7 @@ std::string agentConfig(const LabState& s, const NodeRecord& n, std::chrono::mil
        // The switch on the host, through QEMU's guestfwd relay (see qemuArgs).
        .switchSocket = std::string("tcp:") + kSwitchGuestAddress,
        .observeSocket = "/run/rdmachaos/observe.sock"},
-      lease);
+      lease) + (ssh ? vmMpiSection(s) : std::string());
 }
 
 std::string inventory(const LabState& s) {
@@ -383,9 +437,10 @@ Result<std::string> build(const UpOptions& o, LabState& s, const Kernel& k, cons
   ::chmod((s.dir + "/guest-init.sh").c_str(), 0755);
 
   if (auto r = createLabCerts(s); !r) return r.error();
+  const bool ssh = createGuestSsh(s);
   for (const auto& n : s.nodes) {
     if (auto r = mkdirs(n.guestDir, 0755); !r) return r.error();
-    if (auto r = writeFile(n.config, agentConfig(s, n, o.leaseTimeout)); !r) return r.error();
+    if (auto r = writeFile(n.config, agentConfig(s, n, o.leaseTimeout, ssh)); !r) return r.error();
   }
   if (auto r = writeFile(s.sw.config, switchConfig(s, o)); !r) return r.error();
 

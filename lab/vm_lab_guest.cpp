@@ -173,6 +173,20 @@ ip link set data0 up
 modprobe crc32_generic
 modprobe rdma_rxe
 rdma link add rxe0 type rxe netdev data0 && echo "guest init: rxe0 on data0"
+# Shared memory for the jobs the mpi kind starts (Open MPI and UCX open files in /dev/shm).
+mkdir -p /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+# ssh between the guests for mpirun (the mpi kind): dropbear on the data address only, keys
+# only, no forwarding, root's authorised key from the lab (`lab up` made it; root's home is a
+# tmpfs here, the host's /root stays out of reach). TMPDIR and PATH pass on to what it runs.
+hostkey="$rc_dir/pki/guest_ssh_host_key"
+if [ -r "$hostkey" ] && [ -r "$rc_dir/pki/mpi_ssh_key.pub" ] && [ -x /usr/sbin/dropbear ]; then
+  mount -t tmpfs -o mode=0700 tmpfs /root
+  mkdir -m 0700 /root/.ssh
+  cp "$rc_dir/pki/mpi_ssh_key.pub" /root/.ssh/authorized_keys && chmod 0600 /root/.ssh/authorized_keys
+  /usr/sbin/dropbear -F -E -e -s -j -k -r "$hostkey" -p "${rc_data_addr%/*}:22" -P /run/dropbear.pid \
+    >> $out/dropbear.log 2>&1 &
+  echo "guest init: dropbear (ssh for mpirun) on ${rc_data_addr%/*}:22"
+fi
 # What `lab status` and `lab up` read: written atomically every 2 s. Under TCG every exec of a
 # dynamically linked tool (cat, grep, rdma) costs the guest tens of milliseconds of emulated CPU,
 # so the loop reads files with the shell's own `read` and asks `rdma` for the device's resources

@@ -75,6 +75,18 @@ def main():
     rc, out, err = run("validate", "nosuch.toml")
     check("unknown command" not in err, "a command's argument is not taken for a command")
 
+    # `workload --kind mpi`: no --test to name (the agent's [mpi] program runs), tcp or ucx only;
+    # the options pass their checks before the inventory is read.
+    mpi = ["workload", "--inventory", "/nonexistent/inventory.toml", "--kind", "mpi", "--node", "n1", "--node", "n2",
+           "--for", "5s"]
+    for extra in ([], ["--transport", "ucx"]):
+        rc, out, err = run(*mpi, *extra)
+        check(rc == 2 and "cannot read inventory" in err, f"workload --kind mpi {' '.join(extra)} reaches the inventory: {err.strip()}")
+    rc, out, err = run(*mpi, "--test", "x")
+    check(rc == 2 and "--test 'x' is not a mpi benchmark" in err, f"workload --kind mpi --test is refused: {err.strip()}")
+    rc, out, err = run(*mpi, "--transport", "verbs")
+    check(rc == 2 and "takes transport = \"tcp\"" in err, f"workload --kind mpi --transport verbs is refused: {err.strip()}")
+
     rc, out, err = run("--version")
     check(rc == 0 and re.match(r"^rdmachaos \d+\.\d+\.\d+ \(git [0-9a-z.-]+\)$", out.strip()) is not None,
           f"--version names the version and the git revision: {out.strip()}")

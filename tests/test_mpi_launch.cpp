@@ -130,6 +130,59 @@ TEST_CASE("mpirun's remote command is split as a login shell would, and shell sy
     CHECK_FALSE(splitRemoteCommand(bad).ok());
 }
 
+TEST_CASE("through ssh the command reaches the other node's shell as quoted words; other launchers get argv") {
+  const Args words = {" orted", "-mca", "orte_hnp_uri", "\"585039872.0;tcp://198.19.0.11:59553\"", "-mca", "x", "a\\'b"};
+  auto ssh = launchArgv({"/usr/bin/ssh", "-F", "/lab/pki/ssh_config", "{host}", "/usr/bin/env", "S=/run/{host}.sock"},
+                        "n2", words);
+  REQUIRE(ssh.ok());
+  // One line for the remote shell: every word single-quoted, a quote inside one closed and escaped.
+  CHECK(*ssh == Args{"/usr/bin/ssh", "-F", "/lab/pki/ssh_config", "n2", "/usr/bin/env", "S=/run/n2.sock",
+                     "'orted' '-mca' 'orte_hnp_uri' '585039872.0;tcp://198.19.0.11:59553' '-mca' 'x' 'a'\\''b'"});
+  CHECK(launcherIsRemoteShell({"/usr/bin/dbclient", "{host}"}));
+  CHECK_FALSE(launcherIsRemoteShell({"/usr/bin/ip", "netns", "exec", "lab-{host}"}));
+  auto ns = launchArgv({"/usr/bin/ip", "netns", "exec", "lab-{host}"}, "n2", words);
+  REQUIRE(ns.ok());
+  CHECK(*ns == Args{"/usr/bin/ip", "netns", "exec", "lab-n2", "orted", "-mca", "orte_hnp_uri",
+                    "585039872.0;tcp://198.19.0.11:59553", "-mca", "x", "a'b"});
+  // What splitRemoteCommand refuses stays refused through ssh.
+  CHECK_FALSE(launchArgv({"/usr/bin/ssh", "{host}"}, "n2", {"orted;", "reboot"}).ok());
+  CHECK_FALSE(launchArgv({"/usr/bin/ssh", "{host}"}, "-oProxyCommand=x", {"orted"}).ok());
+}
+
+TEST_CASE("[mpi] ucx and oob settings parse, and their refusals name the place and the fix") {
+  const std::string launcher = "launcher = [\"/usr/bin/ssh\", \"{host}\"]\n";
+  auto ok = rc::agent::parseConfig(std::string(kBase) + launcher +
+                                       "oob_interfaces = [\"data0\"]\ntmpdir = \"/run/tmp\"\n"
+                                       "ucx_devices = [\"rxe0:1\"]\nucx_tls = \"rc_verbs,ud_verbs,self\"\n"
+                                       "ucx_env = [\"UCX_UD_VERBS_ETH_DGID_CHECK=n\"]\n",
+                                   "agent.toml");
+  INFO((ok ? std::string() : ok.error().message));
+  REQUIRE(ok.ok());
+  CHECK(ok->mpi.oobInterfaces == Args{"data0"});
+  CHECK(ok->mpi.tmpdir == "/run/tmp");
+  CHECK(ok->mpi.ucxDevices == Args{"rxe0:1"});
+  CHECK(ok->mpi.ucxTls == "rc_verbs,ud_verbs,self");
+  CHECK(ok->mpi.ucxEnv == Args{"UCX_UD_VERBS_ETH_DGID_CHECK=n"});
+  struct Case {
+    const char* line;
+    const char* says;
+  };
+  for (const Case& c : {Case{"ucx_devices = [\"rxe0\"]", "DEVICE:PORT"},
+                        Case{"ucx_devices = [\"rxe0:1 -x\"]", "DEVICE:PORT"},
+                        Case{"ucx_env = [\"LD_PRELOAD=/x.so\"]", "UCX_NAME=value"},
+                        Case{"ucx_env = [\"UCX_TLS=tcp\"]", "ucx_devices and ucx_tls"},
+                        Case{"ucx_env = [\"UCX_X=a b\"]", "UCX_NAME=value"},
+                        Case{"ucx_tls = \"rc verbs\"", "separated by commas"},
+                        Case{"oob_interfaces = [\"data0,lo\"]", "not an interface name"},
+                        Case{"tmpdir = \"run/tmp\"", "not an absolute path"},
+                        Case{"ucx_rails = 2", "ucx_rails"}}) {
+    auto bad = rc::agent::parseConfig(std::string(kBase) + launcher + c.line + "\n", "agent.toml");
+    INFO(c.line);
+    REQUIRE_FALSE(bad.ok());
+    CHECK_THAT(bad.error().message, Catch::Contains("agent.toml:") && Catch::Contains(c.says));
+  }
+}
+
 TEST_CASE("Open MPI's words about a failed job: the rank and signal, or its boxed message") {
   const std::string killed =
       "--------------------------------------------------------------------------\n"
@@ -147,18 +200,27 @@ TEST_CASE("Open MPI's words about a failed job: the rank and signal, or its boxe
   CHECK(mpiFailure(refused) ==
         "There are not enough slots available in the system to satisfy the 3 slots that were requested by the application:");
   CHECK(mpiFailure("rank 0 ops 10 wrong 0\n").empty());
+  // UCX's words, as it printed them on rxe with its UD destination check on.
+  const std::string ucx =
+      "[1796684212.650552] [n1:309  :0]          select.c:549  UCX  ERROR   no auxiliary transport to <no debug data>: "
+      "Unsupported operation\n"
+      "[n2:206  :0:206]       ud_ep.c:276  Fatal: UD endpoint 0x55e36d3583e0 to <no debug data>: unhandled timeout error\n"
+      "[n2:206  :0:206]       ud_ep.c:276  Fatal: UD endpoint 0x55e36d3583e0 to <no debug data>: unhandled timeout error\n";
+  CHECK(mpiFailure(ucx) ==
+        "UCX: no auxiliary transport to <no debug data>: Unsupported operation; UD endpoint 0x55e36d3583e0 to <no "
+        "debug data>: unhandled timeout error");
 }
 
-TEST_CASE("kind mpi: tcp now, ucx refused as not yet; its start names the nodes") {
+TEST_CASE("kind mpi: tcp and ucx, nothing else; its start names the nodes; ucx is the mpi kind's alone") {
   const Kind* k = findKind("mpi");
   REQUIRE(k);
   REQUIRE(k->external);
   REQUIRE(k->external->checkTransport);
   CHECK(k->external->checkTransport("tcp").ok());
-  auto ucx = k->external->checkTransport("ucx");
-  REQUIRE_FALSE(ucx.ok());
-  CHECK(ucx.error().message.find("not yet") != std::string::npos);
-  CHECK_FALSE(k->external->checkTransport("verbs").ok());
+  CHECK(k->external->checkTransport("ucx").ok());
+  auto verbs = k->external->checkTransport("verbs");
+  REQUIRE_FALSE(verbs.ok());
+  CHECK_THAT(verbs.error().message, Catch::Contains("\"tcp\"") && Catch::Contains("\"ucx\""));
 
   rc::proto::WorkloadStart w;
   w.workloadId = "w1";
@@ -176,17 +238,39 @@ TEST_CASE("kind mpi: tcp now, ucx refused as not yet; its start names the nodes"
   CHECK_FALSE(rc::proto::parseRequest(msg).ok());
   msg["nodes"] = {"n1"};
   CHECK_FALSE(rc::proto::parseRequest(msg).ok());
+  // ucx on the wire: the mpi kind's, refused for any other kind.
+  msg["nodes"] = {"n1", "n2"};
+  msg["transport"] = "ucx";
+  CHECK(rc::proto::parseRequest(msg).ok());
+  msg["kind"] = "allreduce";
+  auto other = rc::proto::parseRequest(msg);
+  REQUIRE_FALSE(other.ok());
+  CHECK_THAT(other.error().message, Catch::Contains("\"ucx\" for kind \"mpi\""));
 }
 
-TEST_CASE("a playbook of kind mpi takes transport tcp, and says ucx is not yet") {
+TEST_CASE("a playbook of kind mpi takes transport tcp or ucx, and refuses verbs") {
   const std::string head = "name = \"t\"\n[workload]\nkind = \"mpi\"\n";
   const std::string tail = "[[phase]]\nname = \"baseline\"\nduration = \"10s\"\n";
   auto tcp = rc::controller::parsePlaybook(head + "transport = \"tcp\"\n" + tail, "p.toml");
   INFO((tcp ? std::string() : tcp.error().message));
   CHECK(tcp.ok());
   auto ucx = rc::controller::parsePlaybook(head + "transport = \"ucx\"\n" + tail, "p.toml");
-  REQUIRE_FALSE(ucx.ok());
-  CHECK_THAT(ucx.error().message, Catch::StartsWith("p.toml:4:") && Catch::Contains("\"ucx\" is not yet supported"));
+  INFO((ucx ? std::string() : ucx.error().message));
+  CHECK(ucx.ok());
+  // A job rdmachaos launches may start before t = 0; a kind that starts at once may not.
+  auto lead = rc::controller::parsePlaybook(head + "launch = \"30s\"\n" + tail, "p.toml");
+  INFO((lead ? std::string() : lead.error().message));
+  REQUIRE(lead.ok());
+  CHECK(lead->workload.launchNs == 30'000'000'000);
+  auto notLaunched = rc::controller::parsePlaybook(
+      "name = \"t\"\n[workload]\nkind = \"allreduce\"\nlaunch = \"30s\"\n" + tail, "p.toml");
+  REQUIRE_FALSE(notLaunched.ok());
+  CHECK_THAT(notLaunched.error().message, Catch::StartsWith("p.toml:4:") && Catch::Contains("remove it"));
+  CHECK_FALSE(rc::controller::parsePlaybook(head + "launch = \"10m\"\n" + tail, "p.toml").ok());
+  auto allreduce = rc::controller::parsePlaybook(
+      "name = \"t\"\n[workload]\nkind = \"allreduce\"\ntransport = \"ucx\"\n" + tail, "p.toml");
+  REQUIRE_FALSE(allreduce.ok());
+  CHECK_THAT(allreduce.error().message, Catch::StartsWith("p.toml:4:"));
   auto verbs = rc::controller::parsePlaybook(head + "transport = \"verbs\"\n" + tail, "p.toml");
   REQUIRE_FALSE(verbs.ok());
   CHECK_THAT(verbs.error().message, Catch::Contains("takes transport = \"tcp\""));

@@ -122,6 +122,7 @@ TEST_CASE("every shipped playbook names the test case that asserts its verdict")
       {"link-flap-recovery", {"test_lab_playbooks.cpp", "link-flap-recovery runs on the lab", ""}},
       {"lossy-roce", {"test_vm_lab.cpp", "", "runs to a report; its verdict is not asserted (goodput only)"}},
       {"mpi-flap", {"test_mpi_job.cpp", "mpi-flap: an Open MPI job started by rdmachaos", ""}},
+      {"mpi-ucx-roce", {"test_vm_lab.cpp", "mpi-ucx-roce: Open MPI over UCX on rxe survives a flap and a dropped SEND", ""}},
       {"noise-floor", {"test_truth.cpp", "truth: a noop costs nothing (playbooks/noise-floor.toml", ""}},
       {"observed-job", {"test_observed_job.cpp", "an Open MPI job watched through its own records", ""}},
       {"pfc-storm-watchdog", {"test_lab_playbooks.cpp", "pfc-storm-watchdog: the watchdog shortens the victim's stall", ""}},

@@ -1585,6 +1585,69 @@ TEST_CASE("lossy-roce: the loss sweep runs to a report; goodput falls as loss ri
   CHECK_THAT(readFile(dir + "/report.html"), Catch::Contains("Sweep of probability"));
 }
 
+// Open MPI over UCX on rxe, started by rdmachaos (issue 53's vm point): n1's agent runs mpirun,
+// whose daemon reaches n2 over ssh to the guest's dropbear; the ranks' all-reduce goes through
+// pml ucx on rc_verbs. The 2 s flap of n2's switch port stalls the job, rxe's RC retries (UCX's
+// transport waits, it does not fail), and the job resumes; the dropped SEND is NAKed and resent
+// from its PSN. Every rank reported and checked its sums, and nothing of the job is left.
+TEST_CASE("mpi-ucx-roce: Open MPI over UCX on rxe survives a flap and a dropped SEND; what UCX did is in the report",
+          "[mpi]") {
+  auto& lab = sharedLab();
+  auto n1 = lab->node("n1"), n2 = lab->node("n2");
+  const size_t logBefore = readFile(n1.guestDir + "/agent.log").size();
+  std::string dir = cliDir() + "/mpi-ucx";
+  Proc run = spawnCli(cliDir(), {"run", env("RDMACHAOS_SOURCE_DIR") + "/playbooks/mpi-ucx-roce.toml", "--inventory",
+                                 lab->inventory(), "--timeout", "30s", "--report-dir", dir});
+  int rc = waitCli(run, std::chrono::seconds(240));
+  std::string out = readFile(run.out), err = readFile(run.err);
+  INFO("stdout: " << out << "\nstderr: " << err);
+  const std::string log = readFile(n1.guestDir + "/agent.log").substr(logBefore);
+  INFO("n1's agent log: " << log);
+  // The transport the job ran on, as rank 0's agent started it.
+  CHECK_THAT(log, Catch::Contains("(Open MPI pml ucx, UCX_TLS=rc_verbs,ud_verbs,self on rxe0:1)"));
+  CHECK_THAT(log, Catch::Contains(" 0 errors, 0 corruptions"));
+  json r = json::parse(readFile(dir + "/result.json"));
+  REQUIRE(r["trials"].size() == 1);
+  const json& t = r["trials"][0];
+  CHECK(t["problems"].empty());
+  // The flap hit the job (a stall about its outage) and it came back: UCX resumed.
+  CHECK(t["job"]["impact"]["longest_stall_ns"].get<int64_t>() >= 1'500'000'000);
+  CHECK(t["job"]["impact"]["recovered"] == true);
+  // What UCX's RC transport did meanwhile: rxe's retransmission timer fired (its retries), and
+  // no QP gave up (a retry-exceeded error would have ended the job with UCX's error).
+  int64_t retries = 0, exceeded = 0;
+  for (const auto& w : t["nic"]["fault_windows"])
+    if (w["step"] == "flap-n2")
+      for (const auto& [node, c] : w["nodes"].items()) {
+        retries += c.value("rdma.completer_retry_err", int64_t(0));
+        exceeded += c.value("rdma.retry_exceeded_err", int64_t(0));
+      }
+  CHECK(retries >= 1);
+  CHECK(exceeded == 0);
+  // The dropped SEND: one frame taken, NAKed, resent from its PSN, the oracle satisfied.
+  REQUIRE(r["packet_faults"].size() == 1);
+  const json& p = r["packet_faults"][0];
+  INFO(p.dump(2).substr(0, 3000));
+  CHECK(p["acted"] == 1);
+  size_t episodes = 0;
+  for (const auto& fl : p["oracle"]["flows"])
+    for (const auto& e : fl["episodes"]) {
+      episodes++;
+      CHECK(e["delivered"] == true);
+    }
+  CHECK(episodes == 1);
+  CHECK(r["outcome"]["verdict"] == "passed");
+  CHECK(rc == 0);
+  // Nothing of the job outlives it in either guest: mpirun, its daemon, the ranks, the ssh.
+  for (const auto& n : {n1, n2}) {
+    const std::string left = guestRun(n, "pgrep -a -f 'orted|observe_mpi_job|mpirun|ssh -F' | grep -v pgrep || true");
+    INFO(n.name << ": " << left);
+    CHECK(left.find("orted") == std::string::npos);
+    CHECK(left.find("observe_mpi_job") == std::string::npos);
+    CHECK(left.find("mpirun") == std::string::npos);
+  }
+}
+
 // A packet fault whose agent is killed (-9): the restarted agent deletes the rule by the name
 // its journal holds, so the switch keeps none (long before the rule's own lifetime).
 TEST_CASE("kill -9 of a guest's agent under a packet fault leaves no rule in the switch", "[packet]") {

@@ -125,6 +125,60 @@ Result<std::vector<std::string>> splitRemoteCommand(const std::vector<std::strin
   return out;
 }
 
+bool launcherIsRemoteShell(const std::vector<std::string>& tmpl) {
+  if (tmpl.empty()) return false;
+  const std::string base = tmpl.front().substr(tmpl.front().rfind('/') + 1);
+  return base == "ssh" || base == "dbclient" || base == "rsh";
+}
+
+Result<std::vector<std::string>> launchArgv(const std::vector<std::string>& tmpl, const std::string& host,
+                                            const std::vector<std::string>& words) {
+  auto head = expandLauncher(tmpl, host);
+  if (!head) return head.error();
+  auto command = splitRemoteCommand(words);
+  if (!command) return command.error();
+  std::vector<std::string> all = std::move(*head);
+  if (!launcherIsRemoteShell(tmpl)) {
+    all.insert(all.end(), command->begin(), command->end());
+    return all;
+  }
+  std::string line;
+  for (const auto& w : *command) {
+    std::string q = "'";
+    for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += (line.empty() ? "" : " ") + q + "'";
+  }
+  all.push_back(std::move(line));
+  return all;
+}
+
+namespace {
+bool matches(const std::string& s, const char* pattern) { return std::regex_match(s, std::regex(pattern)); }
+}  // namespace
+
+Result<void> checkUcxSetting(const std::string& entry, const std::string& where) {
+  if (!matches(entry, R"(UCX_[A-Z0-9_]{1,64}=[^\s'"\\]{0,256})"))
+    return makeError(where + ": '" + entry + "' is not UCX_NAME=value (a UCX setting; the value without blanks or "
+                     "quotes), e.g. \"UCX_UD_VERBS_ETH_DGID_CHECK=n\"");
+  if (entry.rfind("UCX_NET_DEVICES=", 0) == 0 || entry.rfind("UCX_TLS=", 0) == 0)
+    return makeError(where + ": '" + entry + "': set the devices and transports with ucx_devices and ucx_tls");
+  return {};
+}
+
+Result<void> checkUcxDevice(const std::string& entry, const std::string& where) {
+  if (!matches(entry, R"([A-Za-z0-9_.-]{1,64}:[0-9]{1,3})"))
+    return makeError(where + ": '" + entry + "' is not an RDMA port as UCX names it, DEVICE:PORT (e.g. \"rxe0:1\", "
+                     "\"mlx5_0:1\"; `ucx_info -d` lists them)");
+  return {};
+}
+
+Result<void> checkUcxTls(const std::string& tls, const std::string& where) {
+  if (!matches(tls, R"([a-z0-9_^]{1,32}(,[a-z0-9_]{1,32}){0,15})"))
+    return makeError(where + ": '" + tls + "' is not a list of UCX transports separated by commas (e.g. "
+                     "\"rc_verbs,ud_verbs,self\")");
+  return {};
+}
+
 std::string encodeLauncher(const std::vector<std::string>& argv) { return nlohmann::json(argv).dump(); }
 
 Result<std::vector<std::string>> decodeLauncher(const std::string& text) {
@@ -166,7 +220,25 @@ std::string mpiFailure(const std::string& output) {
     said += (said.empty() ? "" : " ") + line.substr(line.find_first_not_of(" \t"));
     if (said.size() > 600) break;
   }
-  return said.substr(0, 600);
+  said = said.substr(0, 600);
+  // UCX's own words (pml ucx): its ERROR and Fatal lines, the first two, without their prefix
+  // of time, host and source line ("[1796684212.65] [n1:309 :0] select.c:549 UCX ERROR ...").
+  std::string ucx;
+  int taken = 0;
+  static const std::regex ucxLine(R"((?:UCX\s+ERROR|Fatal:)\s*(.*))");
+  for (size_t from = 0; from < output.size() && taken < 2;) {
+    size_t end = output.find('\n', from);
+    if (end == std::string::npos) end = output.size();
+    const std::string line = output.substr(from, end - from);
+    from = end + 1;
+    std::smatch u;
+    if (std::regex_search(line, u, ucxLine) && ucx.find(u[1].str()) == std::string::npos) {
+      ucx += (ucx.empty() ? "" : "; ") + u[1].str().substr(0, 200);
+      taken++;
+    }
+  }
+  if (!ucx.empty()) said += (said.empty() ? "" : " ") + std::string("UCX: ") + ucx;
+  return said;
 }
 
 void setMpiSettings(const MpiSettings* settings) { gSettings.store(settings); }

@@ -24,7 +24,28 @@ struct MpiSettings {
   // node's ranks use and mpirun's own connections avoid: Open MPI 4.1 matches an interface
   // list by name on every node, so the nodes name their data interfaces alike.
   std::vector<std::string> dataInterfaces;
+  // Where mpirun's own connections (its daemons' out-of-band TCP) go, by interface name. Empty:
+  // anywhere but loopback and the data interfaces, so a data-plane fault hits the job and not
+  // its launch. A lab whose nodes reach each other only on the data plane (the soft-RoCE
+  // guests) names the data interface here.
+  std::vector<std::string> oobInterfaces;
+  // The agent's own intake: the ranks mpirun starts on its own node report there (the
+  // launcher template carries the other nodes' sockets).
+  std::string observeSocket;
+  std::string tmpdir;  // Open MPI's session directories on every node (orte_tmpdir_base), if set
+  // transport = "ucx": Open MPI's pml ucx on these RDMA ports (UCX_NET_DEVICES, e.g. "rxe0:1"),
+  // with these transports (UCX_TLS) and these further UCX_* settings of every rank.
+  std::vector<std::string> ucxDevices;
+  std::string ucxTls = "rc_verbs,ud_verbs,self";
+  std::vector<std::string> ucxEnv;
 };
+
+// A [mpi] ucx_env entry: UCX_NAME=value, the value without blanks or quotes. WHERE names it.
+Result<void> checkUcxSetting(const std::string& entry, const std::string& where);
+// A [mpi] ucx_devices entry: DEVICE:PORT (e.g. "rxe0:1", "mlx5_0:1").
+Result<void> checkUcxDevice(const std::string& entry, const std::string& where);
+// [mpi] ucx_tls: UCX transport names separated by commas (e.g. "rc_verbs,ud_verbs,self").
+Result<void> checkUcxTls(const std::string& tls, const std::string& where);
 
 // The placeholders a launcher template may use.
 inline constexpr std::string_view kLauncherPlaceholders = "{host}";
@@ -45,6 +66,17 @@ Result<std::vector<std::string>> expandLauncher(const std::vector<std::string>& 
 // Refuses shell syntax it does not interpret (; | & $ ` < > and unbalanced quotes) rather than
 // running something else than was meant.
 Result<std::vector<std::string>> splitRemoteCommand(const std::vector<std::string>& words);
+
+// A template whose program hands the command to a shell on the other node (ssh, dbclient,
+// rsh): the command's words must then reach that shell quoted, one word each.
+bool launcherIsRemoteShell(const std::vector<std::string>& tmpl);
+
+// The argv rdmachaos-mpi-launch execs for HOST and mpirun's remote command WORDS: the template
+// expanded, then the command split as a login shell would (splitRemoteCommand) and appended as
+// words, or, for a remote shell, as one line of single-quoted words, so that the other node's
+// shell runs exactly those words and interprets nothing in them.
+Result<std::vector<std::string>> launchArgv(const std::vector<std::string>& tmpl, const std::string& host,
+                                            const std::vector<std::string>& words);
 
 // The template as the environment carries it to rdmachaos-mpi-launch (JSON), and back.
 inline constexpr const char* kLauncherEnv = "RDMACHAOS_MPI_LAUNCHER";

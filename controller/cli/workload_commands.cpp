@@ -173,14 +173,19 @@ int cmdWorkload(const WorkloadOptions& o) {
   if (ext) {
     const std::string name(kind->name);
     run.spec.perftest = o.test.empty() ? std::string(ext->defaultProgram) : o.test;
-    if (!ext->knowsProgram(run.spec.perftest) && ext->programIs == "program")
+    // A kind without a program to name (mpi: the agent's [mpi] program runs) takes no --test.
+    const bool named = !run.spec.perftest.empty();
+    if (named && !ext->knowsProgram(run.spec.perftest) && ext->programIs == "program")
       return failWith("--test '" + o.test + "' is not a " + name + " program this tool runs (known: " + ext->programs() + ")");
-    if (!ext->knowsProgram(run.spec.perftest))
+    if ((named || !o.test.empty()) && !ext->knowsProgram(run.spec.perftest))
       return failWith("--test '" + o.test + "' is not a " + name + " " + std::string(ext->programIs) + " (" +
                       ext->programs() + ")");
-    if (o.transport != "tcp")
+    if (ext->checkTransport) {
+      if (auto t = ext->checkTransport(o.transport); !t) return failWith("--transport: " + t.error().message);
+    } else if (o.transport != "tcp") {
       return failWith("--kind " + name + (ext->rdma ? " always runs over RDMA" : " runs over the job's own transport") +
                       ": leave --transport out");
+    }
     if (o.iterations) return failWith("--kind " + name + " runs for a duration: give --for");
     if (o.qpRetryCnt != 7 || o.qpRnrRetry != 7)
       return failWith("--qp-retry-cnt and --qp-rnr-retry are not " + name + " options (--qp-timeout is its " +
@@ -204,7 +209,7 @@ int cmdWorkload(const WorkloadOptions& o) {
   }
   if (o.streams < 1 || o.streams > 64) return failWith("--streams must be 1 to 64");
   run.spec.streams = o.streams;
-  if (o.transport != "tcp" && o.transport != "verbs")
+  if (!(ext && ext->checkTransport) && o.transport != "tcp" && o.transport != "verbs")
     return failWith("--transport must be tcp or verbs, not '" + o.transport + "'");
   if (o.transport == "verbs" && o.streams > 16)
     return failWith("--streams must be 1 to 16 with --transport verbs (QPs per peer)");

@@ -47,6 +47,10 @@ struct Workload {
   Selector nodes;  // default: all
   proto::QpSettings qp;  // dscp (both transports); qp_timeout, qp_retry_cnt, qp_rnr_retry (verbs)
   std::string test;      // an external kind's program (perftest: ib_write_bw (default), ib_read_bw, ib_send_bw)
+  // A kind that launches its job (mpi): how long before the run's t = 0 the agents start it, so
+  // that its launch (mpirun, its daemons, the transport's wire-up) falls before the baseline.
+  // 0: the run's usual lead (1 s).
+  int64_t launchNs = 0;
 };
 
 struct Phase {

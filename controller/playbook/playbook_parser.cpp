@@ -176,7 +176,7 @@ void Parser::workload(const toml::node& wlNode, Workload& w) const {
   const toml::node* wl = &wlNode;
   const auto& t = table(*wl, "workload");
   checkKeys(t, {"kind", "size", "streams", "nodes", "transport", "dscp", "qp_timeout", "qp_retry_cnt", "qp_rnr_retry",
-                "test"},
+                "test", "launch"},
             "[workload]");
   auto* k = t.get("kind");
   if (!k) fail(*wl, "[workload] needs kind = " + kindChoices());
@@ -184,6 +184,12 @@ void Parser::workload(const toml::node& wlNode, Workload& w) const {
   if (!kind) fail(*k, "workload kind '" + k->as_string()->get() + "' is unknown (known: " + workload::kindNames() + ")");
   w.kind = kind;
   const workload::External* ext = kind->external;
+  if (auto* la = t.get("launch")) {
+    if (!ext || !ext->launches)
+      fail(*la, "[workload] launch is the launch time of a job rdmachaos starts (kind = \"mpi\"); kind \"" +
+                    std::string(kind->name) + "\" starts at once: remove it");
+    w.launchNs = duration(*la, "[workload] launch", kMs * 100, 5 * 60 * kSec);
+  }
   // An external kind: which program of the agents' fixed list (they run nothing else).
   if (ext) w.test = ext->defaultProgram;
   if (auto* te = t.get("test")) {

@@ -235,7 +235,10 @@ class PlanRun {
     spec.perftest = self.playbook_.workload.test;
     spec.bin = std::chrono::nanoseconds(self.run_.binNs);  // telemetry lands on the run's grid
     spec.duration = std::chrono::nanoseconds(self.plan_.durationNs + kRunWorkloadTailNs);
-    spec.lead = 1s;
+    // A job the agents launch (mpi) starts its launch this long before t = 0, so that its ranks
+    // report from the baseline on ([workload] launch).
+    spec.lead = self.playbook_.workload.launchNs > 0 ? std::chrono::nanoseconds(self.playbook_.workload.launchNs)
+                                                     : std::chrono::nanoseconds(1s);
     self.workload_ = std::make_unique<WorkloadRun>(self.io_, ranks, spec, "wl-" + self.ctl_.substr(self.ctl_.size() - 4));
     auto started = co_await self.workload_->start(self.options_.connectTimeout);
     if (!started) {

@@ -165,7 +165,7 @@ class MpiRun final : public ExternalRun {
   int64_t drainLagNs() const override { return 500'000'000; }
   std::string describe() const override {
     return rank_ == 0 ? "an Open MPI job of " + std::to_string(start_.world.size()) + " ranks (" + settings_->program +
-                            ") started by this agent, reporting to " + source_->where()
+                            ") started by this agent over " + transportText() + ", reporting to " + source_->where()
                       : "rank " + std::to_string(rank_) + " of an Open MPI job, reporting to " + source_->where();
   }
 
@@ -187,7 +187,7 @@ class MpiRun final : public ExternalRun {
         s.error = r.error().message;
         return s;
       }
-      log::info("mpi workload '{}': started mpirun across {}", job_, hosts());
+      log::info("mpi workload '{}': started mpirun across {} ({})", job_, hosts(), transportText());
     }
     bool exited = false, relaunched = false;
     for (;;) {
@@ -242,6 +242,14 @@ class MpiRun final : public ExternalRun {
   }
 
  private:
+  // How the ranks talk, as the report names it.
+  std::string transportText() const {
+    if (start_.transport != "ucx") return "Open MPI ob1, btl tcp";
+    std::string devs;
+    for (const auto& d : settings_->ucxDevices) devs += (devs.empty() ? "" : ",") + d;
+    return "Open MPI pml ucx, UCX_TLS=" + settings_->ucxTls + " on " + devs;
+  }
+
   std::string hosts() const {
     std::string h;
     for (const auto& n : start_.nodes) h += (h.empty() ? "" : ",") + n;
@@ -250,24 +258,38 @@ class MpiRun final : public ExternalRun {
 
   std::vector<std::string> argv(double seconds) const {
     // The data plane only, by interface name: Open MPI 4.1's address (CIDR) form excluded the
-    // management interface too in the lab; mpirun's own connections stay off the data plane,
-    // so a flap hits the job, not its launch.
-    std::string data;
-    for (const auto& i : settings_->dataInterfaces) data += (data.empty() ? "" : ",") + i;
+    // management interface too in the lab; mpirun's own connections stay off the data plane
+    // (unless [mpi] oob_interfaces puts them somewhere), so a flap hits the job, not its launch.
+    auto names = [](const std::vector<std::string>& list) {
+      std::string out;
+      for (const auto& i : list) out += (out.empty() ? "" : ",") + i;
+      return out;
+    };
+    const std::string data = names(settings_->dataInterfaces);
     std::vector<std::string> a = {"mpirun"};
     if (::geteuid() == 0) a.push_back("--allow-run-as-root");
     const std::vector<std::string> rest = {
         "-np", std::to_string(start_.world.size()), "--host", hosts(), "--map-by", "node",
         // Every host through the launcher, the local one too: the template decides where it runs.
         "--mca", "plm_rsh_agent", settings_->launchHelper, "--mca", "routed", "direct",
-        "--mca", "oob_tcp_if_exclude", "lo," + data,
         // IPv4 only, as the data plane: a daemon that tried the management interface's IPv6
         // address (link-local, maybe still tentative after the lab came up) found "no route" to
         // mpirun in one of five lab runs.
-        "--mca", "oob_tcp_disable_ipv6_family", "1",
-        "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", data, "--mca", "pml", "ob1",
-        "-x", "RDMACHAOS_OBSERVE_JOB=" + job_};
+        "--mca", "oob_tcp_disable_ipv6_family", "1", "-x", "RDMACHAOS_OBSERVE_JOB=" + job_};
     a.insert(a.end(), rest.begin(), rest.end());
+    if (settings_->oobInterfaces.empty())
+      a.insert(a.end(), {"--mca", "oob_tcp_if_exclude", "lo," + data});
+    else
+      a.insert(a.end(), {"--mca", "oob_tcp_if_include", names(settings_->oobInterfaces)});
+    if (!settings_->tmpdir.empty()) a.insert(a.end(), {"--mca", "orte_tmpdir_base", settings_->tmpdir});
+    if (start_.transport == "ucx") {
+      // pml ucx carries the ranks' messages; no BTL but self is needed (one rank per node).
+      a.insert(a.end(), {"--mca", "pml", "ucx", "--mca", "btl", "self", "--mca", "osc", "ucx", "-x",
+                         "UCX_NET_DEVICES=" + names(settings_->ucxDevices), "-x", "UCX_TLS=" + settings_->ucxTls});
+      for (const auto& e : settings_->ucxEnv) a.insert(a.end(), {"-x", e});
+    } else {
+      a.insert(a.end(), {"--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", data, "--mca", "pml", "ob1"});
+    }
     if (!settings_->preload.empty()) {
       std::string pre;
       for (const auto& p : settings_->preload) pre += (pre.empty() ? "" : ":") + p;
@@ -281,10 +303,14 @@ class MpiRun final : public ExternalRun {
 
   std::vector<std::string> env() const {
     std::vector<std::string> e;
+    bool socket = false;
     for (char** p = environ; *p; p++) {
       std::string v(*p);
+      socket = socket || v.rfind("RDMACHAOS_OBSERVE_SOCKET=", 0) == 0;
       if (v.rfind(std::string(kLauncherEnv) + "=", 0) != 0 && v.rfind("LD_PRELOAD=", 0) != 0) e.push_back(v);
     }
+    // Ranks on this node, which mpirun starts itself when the node is its own (by host name).
+    if (!socket && !settings_->observeSocket.empty()) e.push_back("RDMACHAOS_OBSERVE_SOCKET=" + settings_->observeSocket);
     e.push_back(std::string(kLauncherEnv) + "=" + encodeLauncher(settings_->launcher));
     return e;
   }
@@ -334,11 +360,9 @@ class MpiRun final : public ExternalRun {
 };
 
 Result<void> mpiTransport(std::string_view transport) {
-  if (transport == "tcp") return {};
-  if (transport == "ucx")
-    return makeError("transport \"ucx\" is not yet supported by kind \"mpi\": use transport = \"tcp\" (Open MPI's "
-                     "btl tcp on the data interfaces)");
-  return makeError("kind \"mpi\" takes transport = \"tcp\", not '" + std::string(transport) + "'");
+  if (transport == "tcp" || transport == "ucx") return {};
+  return makeError("kind \"mpi\" takes transport = \"tcp\" (Open MPI's btl tcp on the data interfaces) or \"ucx\" "
+                   "(pml ucx on the RDMA ports of [mpi] ucx_devices), not '" + std::string(transport) + "'");
 }
 
 Result<std::unique_ptr<ExternalRun>> prepareMpi(const proto::WorkloadStart& r) {
@@ -356,6 +380,9 @@ Result<std::unique_ptr<ExternalRun>> prepareMpi(const proto::WorkloadStart& r) {
     if (settings->dataInterfaces.empty())
       return makeError("this agent (rank 0 of the mpi workload) has no data interfaces ([interfaces] data) for "
                        "Open MPI's transport");
+    if (r.transport == "ucx" && settings->ucxDevices.empty())
+      return makeError("this agent (rank 0 of the mpi workload) has no [mpi] ucx_devices for transport \"ucx\": name "
+                       "the RDMA ports UCX may use, e.g. ucx_devices = [\"mlx5_0:1\"] (`ucx_info -d` lists them)");
     if (r.nodes.size() != r.world.size())
       return makeError("the workload_start of an mpi workload names no nodes for mpirun's hosts");
     for (const auto& path : {settings->mpirun, settings->program, settings->launchHelper})
@@ -389,8 +416,9 @@ extern const Kind kind_mpi;
 const Kind kind_mpi{
     .name = "mpi",
     .summary = "starts an Open MPI all-reduce job across the nodes (mpirun) and scores the records its ranks report",
-    // Scored as `observed` scores a job's records.
-    .bus = [](double) { return 1.0; },
+    // Scored as `observed` scores a job's records; every record is one all-reduce of the size
+    // (tests/observe_mpi_job.c), so nccl-tests' all-reduce factor applies.
+    .bus = [](double n) { return 2 * (n - 1) / n; },
     .external = &kMpi,
 };
 
