@@ -169,76 +169,106 @@ scale = "log"
 TEST_CASE("every bad [search] is refused at its place, with the fix") {
   // Each: the [search] table after kHead (line 40 on), and what the message must say.
   auto [snippet, where, says] = GENERATE(table<std::string, std::string, std::string>({
-      {"[search]\nexpect = 1\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [\"200ms\", \"3s\"]\n", ":40:1:",
-       "[search] needs kind = \"boundary\""},
-      {"[search]\nkind = \"boundry\"\nexpect = 1\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [\"1s\", \"2s\"]\n",
+      {"[search]\nexpect = 1\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [\"200ms\", "
+       "\"3s\"]\n",
+       ":40:1:", "[search] needs kind = \"boundary\""},
+      {"[search]\nkind = \"boundry\"\nexpect = 1\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = [\"1s\", \"2s\"]\n",
        ":41:8:", "must be \"boundary\" or \"worst\""},
       {"[search]\nkind = \"boundary\"\nexpect = 1\n", ":40:1:", "needs the parameter(s) it moves"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"flap.down\"\nrange = [\"1s\", \"2s\"]\n",
-       ":44:8:", "steps.<step>.<parameter> (e.g. \"steps.flap.down\"), workload.size or workload.streams"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.flip.down\"\nrange = [\"1s\", \"2s\"]\n",
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"flap.down\"\nrange = "
+       "[\"1s\", \"2s\"]\n",
+       ":44:8:",
+       "steps.<step>.<parameter> (e.g. \"steps.flap.down\"), workload.size or workload.streams"},
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = "
+       "\"steps.flip.down\"\nrange = [\"1s\", \"2s\"]\n",
        ":44:8:", "no step 'flip' (steps: flap, storm)"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.flap.dwn\"\nrange = [\"1s\", \"2s\"]\n",
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = "
+       "\"steps.flap.dwn\"\nrange = [\"1s\", \"2s\"]\n",
        ":44:8:", "link_flap has no parameter 'dwn' (known: interface, down"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.flap.interface\"\nrange = [\"a\", \"b\"]\n",
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = "
+       "\"steps.flap.interface\"\nrange = [\"a\", \"b\"]\n",
        ":44:8:", "is not a number, a duration or a size"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.flap.down\"\n", ":43:1:",
-       "needs range = [lo, hi]"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [\"2s\", \"1s\"]\n",
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.flap.down\"\n",
+       ":43:1:", "needs range = [lo, hi]"},
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = [\"2s\", \"1s\"]\n",
        ":45:9:", "must have lo < hi"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [\"1s\"]\n",
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = [\"1s\"]\n",
        ":45:9:", "must be two values [lo, hi]"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [2, \"3s\"]\n",
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = [2, \"3s\"]\n",
        ":45:10:", "must be a duration with a unit"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.flap.jitter\"\nrange = [\"0s\", "
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = "
+       "\"steps.flap.jitter\"\nrange = [\"0s\", "
        "\"1s\"]\nscale = \"log\"\n",
        ":45:9:", "a log scale needs lo > 0"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [\"1s\", "
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = [\"1s\", "
        "\"2s\"]\nscale = \"square\"\n",
        ":46:9:", "must be \"linear\" or \"log\""},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [\"1s\", "
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = [\"1s\", "
        "\"2s\"]\nresolution = \"5s\"\n",
        ":46:14:", "narrower than the range"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [\"1s\", "
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = [\"1s\", "
        "\"2s\"]\n[[search.param]]\npath = \"steps.storm.duration\"\nrange = [\"1s\", \"2s\"]\n",
        ":43:1:", "a boundary search bisects one parameter"},
-      {"[search]\nkind = \"boundary\"\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [\"1s\", \"2s\"]\n", ":40:1:",
-       "a boundary search needs expect"},
-      {"[search]\nkind = \"boundary\"\nexpect = \"recovery_time\"\n[[search.param]]\npath = \"steps.flap.down\"\nrange = "
+      {"[search]\nkind = \"boundary\"\n[[search.param]]\npath = \"steps.flap.down\"\nrange = "
        "[\"1s\", \"2s\"]\n",
-       ":42:10:", "names no [[expect]] of the playbook (its [[expect]]: longest_stall, throughput_loss_pct)"},
-      {"[search]\nkind = \"boundary\"\nexpect = 3\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [\"1s\", \"2s\"]\n",
+       ":40:1:", "a boundary search needs expect"},
+      {"[search]\nkind = \"boundary\"\nexpect = \"recovery_time\"\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = "
+       "[\"1s\", \"2s\"]\n",
+       ":42:10:",
+       "names no [[expect]] of the playbook (its [[expect]]: longest_stall, throughput_loss_pct)"},
+      {"[search]\nkind = \"boundary\"\nexpect = 3\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = [\"1s\", \"2s\"]\n",
        ":42:10:", "expect = 3 is not the place of an [[expect]]"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\nfails = \"up\"\n[[search.param]]\npath = \"steps.flap.down\"\nrange = "
+      {"[search]\nkind = \"boundary\"\nexpect = 1\nfails = \"up\"\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = "
        "[\"1s\", \"2s\"]\n",
        ":43:9:", "must be \"above\""},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\nmetric = \"drops\"\n[[search.param]]\npath = \"steps.flap.down\"\nrange "
+      {"[search]\nkind = \"boundary\"\nexpect = 1\nmetric = \"drops\"\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange "
        "= [\"1s\", \"2s\"]\n",
        ":43:10:", "metric is a worst-case search's"},
-      {"[search]\nkind = \"worst\"\nexpect = 1\nmetric = \"drops\"\n[[search.param]]\npath = \"steps.flap.down\"\nrange "
+      {"[search]\nkind = \"worst\"\nexpect = 1\nmetric = \"drops\"\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange "
        "= [\"1s\", \"2s\"]\n",
        ":42:10:", "expect is a boundary search's"},
-      {"[search]\nkind = \"worst\"\nmetric = \"speed\"\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [\"1s\", "
+      {"[search]\nkind = \"worst\"\nmetric = \"speed\"\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = [\"1s\", "
        "\"2s\"]\n",
        ":42:10:", "unknown metric 'speed'"},
-      {"[search]\nkind = \"worst\"\nmetric = \"drops\"\n[[search.param]]\npath = \"steps.flap.down\"\nrange = [\"1s\", "
+      {"[search]\nkind = \"worst\"\nmetric = \"drops\"\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = [\"1s\", "
        "\"2s\"]\nresolution = \"100ms\"\n",
        ":46:14:", "resolution is a boundary's"},
-      {"[search]\nkind = \"worst\"\nmetric = \"drops\"\nbudget = 10\n[[search.param]]\npath = \"steps.flap.down\"\nrange "
+      {"[search]\nkind = \"worst\"\nmetric = \"drops\"\nbudget = 10\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange "
        "= [\"1s\", \"2s\"]\n",
-       ":43:10:", "the confirmation takes 12 trials (3 points x repeat_cap), so budget = 14 or more"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\nbudget = 0\n[[search.param]]\npath = \"steps.flap.down\"\nrange = "
+       ":43:10:",
+       "the confirmation takes 12 trials (3 points x repeat_cap), so budget = 14 or more"},
+      {"[search]\nkind = \"boundary\"\nexpect = 1\nbudget = 0\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = "
        "[\"1s\", \"2s\"]\n",
        ":43:10:", "budget (trials) = 0 is out of range"},
-      {"[search]\nkind = \"boundary\"\nexpect = 1\nbudgets = 3\n[[search.param]]\npath = \"steps.flap.down\"\nrange = "
+      {"[search]\nkind = \"boundary\"\nexpect = 1\nbudgets = 3\n[[search.param]]\npath = "
+       "\"steps.flap.down\"\nrange = "
        "[\"1s\", \"2s\"]\n",
        ":43:11:", "unknown key 'budgets' in [search]"},
       // The playbook at a corner of the space is checked as `run` would check it: a storm
       // longer than its step's lifetime (for = 3s).
-      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = \"steps.storm.duration\"\nrange = [\"1s\", "
+      {"[search]\nkind = \"boundary\"\nexpect = 1\n[[search.param]]\npath = "
+       "\"steps.storm.duration\"\nrange = [\"1s\", "
        "\"5s\"]\n",
-       ":43:1:", "[search] at every range's hi the playbook is not valid: step 'storm' duration 5s is longer than its "
-                 "lifetime"},
+       ":43:1:",
+       "[search] at every range's hi the playbook is not valid: step 'storm' duration 5s is longer "
+       "than its "
+       "lifetime"},
   }));
   INFO(snippet);
   const std::string msg = errorOf(kHead + snippet);
@@ -246,12 +276,16 @@ TEST_CASE("every bad [search] is refused at its place, with the fix") {
   CHECK_THAT(msg, Catch::Contains(says));
 }
 
-TEST_CASE("a [search] playbook refuses repeat, [sweep] and [[scenario]], and is not checked on top of other errors") {
+TEST_CASE(
+    "a [search] playbook refuses repeat, [sweep] and [[scenario]], and is not checked on top of "
+    "other errors") {
   CHECK_THAT(errorOf("repeat = 3\n" + kHead + kBoundary),
              Catch::Contains("pb.toml:1:10: [search] repeats each point itself") &&
                  Catch::Contains("drop repeat from the top"));
-  CHECK_THAT(errorOf(kHead + "[sweep]\nstep = \"flap\"\nparam = \"down\"\nvalues = [\"1s\", \"2s\"]\n" + kBoundary),
-             Catch::Contains("pb.toml:40:1: [search] chooses the values itself: drop the [sweep]"));
+  CHECK_THAT(
+      errorOf(kHead + "[sweep]\nstep = \"flap\"\nparam = \"down\"\nvalues = [\"1s\", \"2s\"]\n" +
+              kBoundary),
+      Catch::Contains("pb.toml:40:1: [search] chooses the values itself: drop the [sweep]"));
   const std::string scenarios = R"(name = "s"
 [workload]
 kind = "allreduce"
@@ -261,7 +295,8 @@ name = "one"
 name = "baseline"
 duration = "6s"
 )";
-  CHECK_THAT(errorOf(scenarios + kBoundary), Catch::Contains("pb.toml:4:1: [search] explores one scenario"));
+  CHECK_THAT(errorOf(scenarios + kBoundary),
+             Catch::Contains("pb.toml:4:1: [search] explores one scenario"));
   // A step in error: the [search] naming it is noted, not refused again.
   std::string broken = kHead;
   broken.replace(broken.find("kind = \"link_flap\""), 18, "kind = \"link_flip\"");
@@ -286,7 +321,8 @@ TEST_CASE("`run` refuses a [search] playbook, pointing at `rdmachaos search`") {
   CHECK(cmdSearch(so) == kExitError);  // no [search]: nothing to search
 }
 
-TEST_CASE("a point pinned into the playbook is a plain playbook at that value, rounded to its grain") {
+TEST_CASE(
+    "a point pinned into the playbook is a plain playbook at that value, rounded to its grain") {
   Playbook pb = parsed(kHead + kBoundary);
   auto pinned = pinSearchPoint(pb, {1.4004e9});
   REQUIRE(pinned.ok());
@@ -351,9 +387,11 @@ TEST_CASE("the reproducer is pinned at the finding with the expectation that bre
   CHECK(low->front() == 200 * kMs);
   // No finding, no reproducer, and why.
   b.outcome = search::Outcome::allPass;
-  CHECK_THAT(makeReproducer(pb, SearchOutcome{.boundary = b}).error().message, Catch::Contains("widen the range"));
+  CHECK_THAT(makeReproducer(pb, SearchOutcome{.boundary = b}).error().message,
+             Catch::Contains("widen the range"));
   b.outcome = search::Outcome::reversed;
-  CHECK_THAT(reproducerPoint(pb, SearchOutcome{.boundary = b}).error().message, Catch::Contains("fails = \"below\""));
+  CHECK_THAT(reproducerPoint(pb, SearchOutcome{.boundary = b}).error().message,
+             Catch::Contains("fails = \"below\""));
 
   // A worst case: at its best point, every expectation kept.
   Playbook wpb = parsed(kHead + R"([search]
@@ -372,20 +410,24 @@ range = ["100ms", "2s"]
   REQUIRE(wr.ok());
   CHECK(wr->playbook.scenarios.front().steps.at(1).params["duration"].get<int64_t>() == 1700 * kMs);
   CHECK(wr->playbook.scenarios.front().expectations.size() == 2);
-  CHECK_THAT(wr->text, Catch::Contains("The worst point found for throughput_loss_pct: 42.00% ± 1.50%"));
+  CHECK_THAT(wr->text,
+             Catch::Contains("The worst point found for throughput_loss_pct: 42.00% ± 1.50%"));
 }
 
 // The engine over pinned playbooks: each trial is read from the playbook the point pins (its
 // step's normalised `down`), answered by a TCP-like stall (the flap, then the wait for the next
 // retransmission: 0.2, 0.6, 1.4, 2.4 s ...), and the reproducer lands past the step.
-TEST_CASE("a boundary search over pinned playbooks finds the stall's step and a reproducer that breaks it") {
+TEST_CASE(
+    "a boundary search over pinned playbooks finds the stall's step and a reproducer that breaks "
+    "it") {
   Playbook pb = parsed(kHead + kBoundary);
   search::BoundaryRecord record{boundarySettings(pb), {}};
   std::vector<std::string> progress;
   auto result = search::runBoundary(record, [&](double v) {
     auto pinned = pinSearchPoint(pb, {v});
     if (!pinned) throw std::runtime_error(pinned.error().message);
-    const double down = pinned->playbook.scenarios.front().steps.front().params["down"].get<double>() / 1e9;
+    const double down =
+        pinned->playbook.scenarios.front().steps.front().params["down"].get<double>() / 1e9;
     double stall = 0.2, gap = 0.4;
     for (; stall < down; gap = std::min(2 * gap, 1.0)) stall += gap;
     search::Evaluation e{stall * 1e9, 60e6};
@@ -400,7 +442,8 @@ TEST_CASE("a boundary search over pinned playbooks finds the stall's step and a 
   CHECK(*result.firstFail / *result.lastPass <= 1.15 + 1e-9);
   CHECK(result.trials <= 8);
   REQUIRE_FALSE(progress.empty());
-  CHECK_THAT(progress.back(), Catch::StartsWith(std::to_string(result.trials) + "/8 trials; steps.flap.down = "));
+  CHECK_THAT(progress.back(),
+             Catch::StartsWith(std::to_string(result.trials) + "/8 trials; steps.flap.down = "));
   CHECK_THAT(progress.back(), Catch::Contains("(pass) .. ") && Catch::Contains("(fail)"));
 
   SearchOutcome outcome{.boundary = result};
@@ -419,7 +462,8 @@ TEST_CASE("a boundary search over pinned playbooks finds the stall's step and a 
   CHECK(doc["record"]["trials"].size() == result.trials);
   const std::string text = renderSearchText(doc);
   CHECK_THAT(text, Catch::Contains("boundary of longest_stall <= 2s (job): between " +
-                                   doc["outcome"]["last_pass"]["text"].get<std::string>() + " (passes) and "));
+                                   doc["outcome"]["last_pass"]["text"].get<std::string>() +
+                                   " (passes) and "));
   CHECK_THAT(text, Catch::Contains("reproducer: out/reproducer.toml"));
 }
 

@@ -45,7 +45,9 @@ std::string readText(const std::string& path) {
 // The search's own record file: the playbook it explores (so a resume can tell it is the same)
 // and the engine's record.
 json recordDocument(const Playbook& pb, const json& engineRecord) {
-  return {{"version", 1}, {"playbook", {{"path", pb.path}, {"text", pb.text}}}, {"record", engineRecord}};
+  return {{"version", 1},
+          {"playbook", {{"path", pb.path}, {"text", pb.text}}},
+          {"record", engineRecord}};
 }
 
 struct Session {
@@ -60,7 +62,8 @@ struct Session {
   boost::asio::io_context io;  // one for the search, restarted for each trial
 
   Result<void> save(const json& engineRecord) const {
-    return writeFileAtomic(dir + "/" + kRecordFile, recordDocument(pb, engineRecord).dump(1) + "\n");
+    return writeFileAtomic(dir + "/" + kRecordFile,
+                           recordDocument(pb, engineRecord).dump(1) + "\n");
   }
 
   // One trial of the playbook pinned at POINT, scored; its result.json kept as trials/NNN.json.
@@ -69,17 +72,18 @@ struct Session {
     if (!pinned) throw SearchStopped{describePoint(pb, point) + ": " + pinned.error().message};
     auto plan = resolvePlan(pinned->playbook, inv);
     if (!plan) throw SearchStopped{describePoint(pb, point) + ": " + plan.error().message};
-    std::fprintf(stderr, "trial %zu/%zu: %s (%.1fs)\n", number, pb.search->budget, describePoint(pb, point).c_str(),
-                 plan->durationNs / 1e9);
+    std::fprintf(stderr, "trial %zu/%zu: %s (%.1fs)\n", number, pb.search->budget,
+                 describePoint(pb, point).c_str(), plan->durationNs / 1e9);
     auto timeout = parseDuration(o.timeout);
     RunResult result;
     io.restart();
     boost::asio::co_spawn(
         io,
-        executePlan(io, pinned->playbook, *plan, inv, tls,
-                    RunnerOptions{.connectTimeout = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                      timeout ? *timeout : std::chrono::seconds(5)),
-                                  .progress = o.progress}),
+        executePlan(
+            io, pinned->playbook, *plan, inv, tls,
+            RunnerOptions{.connectTimeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              timeout ? *timeout : std::chrono::seconds(5)),
+                          .progress = o.progress}),
         [&](std::exception_ptr e, RunResult r) {
           if (e) {
             try {
@@ -100,13 +104,15 @@ struct Session {
       throw SearchStopped{"cannot keep the trial's result: " + w.error().message};
     removeReadCaptures(result);
     const std::string at = "trial " + std::to_string(number) + " at " + describePoint(pb, point);
-    if (!result.abortReason.empty()) throw SearchStopped{at + ": the run stopped: " + result.abortReason};
+    if (!result.abortReason.empty())
+      throw SearchStopped{at + ": the run stopped: " + result.abortReason};
     if (scores.trials.empty()) throw SearchStopped{at + ": no trial was scored"};
     const TrialScore& t = scores.trials.front();
     if (!t.completed || !t.problems.empty())
       throw SearchStopped{at + ": the trial did not complete" +
                           (t.problems.empty() ? std::string() : ": " + t.problems.front())};
-    if (!t.conditionReached) throw SearchStopped{at + ": its [[require]] condition was not reached"};
+    if (!t.conditionReached)
+      throw SearchStopped{at + ": its [[require]] condition was not reached"};
     const std::string metric = searchMetric(pb), scope = searchScope(pb);
     const ScopeScore* s = scope == "job" ? &t.job : nullptr;
     for (const auto& n : t.nodes)
@@ -120,10 +126,12 @@ struct Session {
       if (pb.search->kind == SearchKind::worst ||
           search::decide(boundarySettings(pb), search::summarise({e})) == search::Verdict::fail)
         return e;
-      throw SearchStopped{at + ": not recovered, yet the trial watched only " + describeMetricValue(metric, watched) +
+      throw SearchStopped{at + ": not recovered, yet the trial watched only " +
+                          describeMetricValue(metric, watched) +
                           " after the revert, within the bound: lengthen the last phase"};
     }
-    throw SearchStopped{at + ": " + metric + " (" + scope + ") was not measured: " + whyMissing(metric, *s)};
+    throw SearchStopped{at + ": " + metric + " (" + scope +
+                        ") was not measured: " + whyMissing(metric, *s)};
   }
 
   // Records a trial the engine is about to append, so the file never lags the search.
@@ -132,7 +140,8 @@ struct Session {
     search::Evaluation e = evaluate(point, record.trials.size() + 1);
     Record next = record;
     next.trials.push_back({point, e});
-    if (auto w = save(toJson(next)); !w) throw SearchStopped{"cannot save the search's record: " + w.error().message};
+    if (auto w = save(toJson(next)); !w)
+      throw SearchStopped{"cannot save the search's record: " + w.error().message};
     std::fprintf(stderr, "search: %s\n", searchProgress(pb, next.trials).c_str());
     return e;
   }
@@ -140,19 +149,22 @@ struct Session {
 
 // The engine's record: new, or the one in DIR when resuming (the same playbook, the same settings).
 template <class Record>
-Result<Record> startRecord(const SearchOptions& o, const Playbook& pb, const std::string& dir, Record fresh,
-                           Record (*fromJson)(const json&)) {
+Result<Record> startRecord(const SearchOptions& o, const Playbook& pb, const std::string& dir,
+                           Record fresh, Record (*fromJson)(const json&)) {
   if (!o.resume) return fresh;
   const std::string path = dir + "/" + kRecordFile;
   if (!fs::exists(path))
-    return makeError("--resume: no search record in '" + dir + "' (" + kRecordFile + "): start without --resume");
+    return makeError("--resume: no search record in '" + dir + "' (" + kRecordFile +
+                     "): start without --resume");
   try {
     json doc = json::parse(readText(path));
     if (doc.at("playbook").at("text").get<std::string>() != pb.text)
-      return makeError("--resume: '" + pb.path + "' changed since the search in '" + dir +
-                       "' began: its trials answer another playbook. Start a new search in another --out");
+      return makeError(
+          "--resume: '" + pb.path + "' changed since the search in '" + dir +
+          "' began: its trials answer another playbook. Start a new search in another --out");
     if (doc.at("record").at("settings") != toJson(fresh).at("settings"))
-      return makeError("--resume: the record in '" + dir + "' was made with other [search] settings");
+      return makeError("--resume: the record in '" + dir +
+                       "' was made with other [search] settings");
     return fromJson(doc.at("record"));
   } catch (const std::exception& e) {
     return makeError("--resume: the record '" + path + "' cannot be read: " + e.what());
@@ -161,11 +173,13 @@ Result<Record> startRecord(const SearchOptions& o, const Playbook& pb, const std
 
 Result<std::string> searchDir(const SearchOptions& o, const Playbook& pb) {
   if (o.resume) {
-    if (o.out.empty()) return makeError("--resume needs --out DIR: the directory of the search to continue");
+    if (o.out.empty())
+      return makeError("--resume needs --out DIR: the directory of the search to continue");
     return o.out;
   }
   if (!o.out.empty() && fs::exists(fs::path(o.out) / kRecordFile))
-    return makeError("--out '" + o.out + "' holds a search already: continue it with --resume, or pick another --out");
+    return makeError("--out '" + o.out +
+                     "' holds a search already: continue it with --resume, or pick another --out");
   auto d = prepareReportDir(o.out, pb.name + "-search", false, std::time(nullptr));
   if (!d) return makeError(d.error().message);
   return d->path;
@@ -176,13 +190,14 @@ std::string startLine(const Playbook& pb, const std::string& dir) {
   std::string what;
   for (const auto& p : s.params)
     what += (what.empty() ? "" : ", ") + p.path + " in [" + searchValueText(p, p.range.lo) + ", " +
-            searchValueText(p, p.range.hi) + "]" + (p.range.scale == search::Scale::log ? " (log)" : "");
+            searchValueText(p, p.range.hi) + "]" +
+            (p.range.scale == search::Scale::log ? " (log)" : "");
   std::string goal = s.kind == SearchKind::boundary
                          ? "where " + searchExpectation(pb).describe() + " starts to fail (" +
                                (s.failsAbove ? "above" : "below") + ")"
                          : "the setting with the largest " + s.metric;
-  return "searching '" + pb.name + "': " + what + ", " + goal + "; budget " + std::to_string(s.budget) +
-         " trials; record in " + dir + "/" + kRecordFile;
+  return "searching '" + pb.name + "': " + what + ", " + goal + "; budget " +
+         std::to_string(s.budget) + " trials; record in " + dir + "/" + kRecordFile;
 }
 
 }  // namespace
@@ -191,7 +206,9 @@ int cmdSearch(const SearchOptions& o) {
   auto pb = loadPlaybook(o.playbook);
   if (!pb) return fail(pb.error().message);
   if (!pb->search)
-    return fail("'" + o.playbook + "' has no [search] table: run it with `rdmachaos run`, or add one (docs/search.md)");
+    return fail(
+        "'" + o.playbook +
+        "' has no [search] table: run it with `rdmachaos run`, or add one (docs/search.md)");
   auto inv = loadInventory(o.inventory);
   if (!inv) return fail(inv.error().message);
   // Bound now, at both ends of the space: an unknown node stops the search before it starts.
@@ -202,9 +219,11 @@ int cmdSearch(const SearchOptions& o) {
     if (!pinned) return fail(pinned.error().message);
     if (auto plan = resolvePlan(pinned->playbook, *inv); !plan) return fail(plan.error().message);
   }
-  for (const auto& w : labMismatch(*pb, o.inventory)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
+  for (const auto& w : labMismatch(*pb, o.inventory))
+    std::fprintf(stderr, "WARNING: %s\n", w.c_str());
   if (auto t = parseDuration(o.timeout); !t || t->count() <= 0)
-    return fail("--timeout '" + o.timeout + "': " + (t ? std::string("must be positive") : t.error().message));
+    return fail("--timeout '" + o.timeout +
+                "': " + (t ? std::string("must be positive") : t.error().message));
   auto dir = searchDir(o, *pb);
   if (!dir) return fail(dir.error().message);
   std::error_code ec;
@@ -225,25 +244,29 @@ int cmdSearch(const SearchOptions& o) {
       if (!record->trials.empty())
         std::fprintf(stderr, "resuming after %zu trial(s): %s\n", record->trials.size(),
                      searchProgress(*pb, record->trials).c_str());
-      outcome.boundary = search::runBoundary(
-          *record, [&](double v) { return session.evaluateAndSave(*record, std::vector<double>{v}); });
+      outcome.boundary = search::runBoundary(*record, [&](double v) {
+        return session.evaluateAndSave(*record, std::vector<double>{v});
+      });
       engineRecord = search::toJson(*record);
     } else {
-      auto record =
-          startRecord<search::WorstRecord>(o, *pb, *dir, {worstSettings(*pb), {}}, search::worstRecordFromJson);
+      auto record = startRecord<search::WorstRecord>(o, *pb, *dir, {worstSettings(*pb), {}},
+                                                     search::worstRecordFromJson);
       if (!record) return fail(record.error().message);
       if (!record->trials.empty())
         std::fprintf(stderr, "resuming after %zu trial(s): %s\n", record->trials.size(),
                      searchProgress(*pb, record->trials).c_str());
-      outcome.worst =
-          search::runWorst(*record, [&](const std::vector<double>& p) { return session.evaluateAndSave(*record, p); });
+      outcome.worst = search::runWorst(*record, [&](const std::vector<double>& p) {
+        return session.evaluateAndSave(*record, p);
+      });
       engineRecord = search::toJson(*record);
     }
   } catch (const SearchStopped& s) {
     std::fprintf(stderr,
-                 "rdmachaos: the search stopped: %s\nits record is in %s/%s; continue it with: rdmachaos search %s "
+                 "rdmachaos: the search stopped: %s\nits record is in %s/%s; continue it with: "
+                 "rdmachaos search %s "
                  "--inventory %s --out %s --resume\n",
-                 s.why.c_str(), dir->c_str(), kRecordFile, o.playbook.c_str(), o.inventory.c_str(), dir->c_str());
+                 s.why.c_str(), dir->c_str(), kRecordFile, o.playbook.c_str(), o.inventory.c_str(),
+                 dir->c_str());
     return kExitError;
   } catch (const std::invalid_argument& e) {
     return fail(std::string("the search's record does not fit its settings: ") + e.what());
@@ -258,7 +281,8 @@ int cmdSearch(const SearchOptions& o) {
     noReproducer = r.error().message;
   }
   json doc = makeSearchDocument(*pb, engineRecord, outcome, reproducer, noReproducer);
-  if (auto w = writeFileAtomic(*dir + "/result.json", doc.dump(2) + "\n"); !w) return fail(w.error().message);
+  if (auto w = writeFileAtomic(*dir + "/result.json", doc.dump(2) + "\n"); !w)
+    return fail(w.error().message);
   std::printf("%s\nresult: %s/result.json\n", renderSearchText(doc).c_str(), dir->c_str());
   return reproducer.empty() ? kExitFailed : kExitOk;
 }

@@ -14,31 +14,44 @@ using json = nlohmann::json;
 
 search::Op toOp(Comparison c) {
   switch (c) {
-    case Comparison::less: return search::Op::lt;
-    case Comparison::lessEqual: return search::Op::le;
-    case Comparison::greater: return search::Op::gt;
-    case Comparison::greaterEqual: return search::Op::ge;
+    case Comparison::less:
+      return search::Op::lt;
+    case Comparison::lessEqual:
+      return search::Op::le;
+    case Comparison::greater:
+      return search::Op::gt;
+    case Comparison::greaterEqual:
+      return search::Op::ge;
   }
   return search::Op::lt;
 }
 
 const char* verdictName(search::Verdict v) {
   switch (v) {
-    case search::Verdict::pass: return "pass";
-    case search::Verdict::fail: return "fail";
-    case search::Verdict::ambiguous: return "ambiguous";
-    case search::Verdict::unfinished: return "unfinished";
+    case search::Verdict::pass:
+      return "pass";
+    case search::Verdict::fail:
+      return "fail";
+    case search::Verdict::ambiguous:
+      return "ambiguous";
+    case search::Verdict::unfinished:
+      return "unfinished";
   }
   return "?";
 }
 
 const char* outcomeName(search::Outcome o) {
   switch (o) {
-    case search::Outcome::boundary: return "boundary";
-    case search::Outcome::allPass: return "all_pass";
-    case search::Outcome::allFail: return "all_fail";
-    case search::Outcome::reversed: return "reversed";
-    case search::Outcome::undecided: return "undecided";
+    case search::Outcome::boundary:
+      return "boundary";
+    case search::Outcome::allPass:
+      return "all_pass";
+    case search::Outcome::allFail:
+      return "all_fail";
+    case search::Outcome::reversed:
+      return "reversed";
+    case search::Outcome::undecided:
+      return "undecided";
   }
   return "?";
 }
@@ -48,9 +61,12 @@ std::vector<std::pair<std::vector<double>, std::vector<search::Evaluation>>> byP
     const std::vector<search::Trial>& trials) {
   std::vector<std::pair<std::vector<double>, std::vector<search::Evaluation>>> out;
   for (const auto& t : trials) {
-    auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == t.point; });
-    if (it == out.end()) out.push_back({t.point, {t.answer}});
-    else it->second.push_back(t.answer);
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == t.point; });
+    if (it == out.end())
+      out.push_back({t.point, {t.answer}});
+    else
+      it->second.push_back(t.answer);
   }
   return out;
 }
@@ -60,8 +76,8 @@ std::string rangeText(const SearchParam& p) {
          (p.range.scale == search::Scale::log ? " (log)" : "");
 }
 
-json pointJson(const Playbook& pb, const std::vector<double>& point, const std::vector<search::Evaluation>& ms,
-               const search::Summary& sum) {
+json pointJson(const Playbook& pb, const std::vector<double>& point,
+               const std::vector<search::Evaluation>& ms, const search::Summary& sum) {
   const SearchSpec& s = *pb.search;
   json values = json::object(), text = json::object();
   for (size_t i = 0; i < point.size() && i < s.params.size(); i++) {
@@ -70,7 +86,11 @@ json pointJson(const Playbook& pb, const std::vector<double>& point, const std::
   }
   json m = json::array();
   for (const auto& e : ms) m.push_back({{"value", e.value}, {"uncertainty", e.uncertainty}});
-  return {{"values", values}, {"text", text}, {"measurements", m}, {"mean", sum.mean}, {"uncertainty", sum.uncertainty}};
+  return {{"values", values},
+          {"text", text},
+          {"measurements", m},
+          {"mean", sum.mean},
+          {"uncertainty", sum.uncertainty}};
 }
 
 }  // namespace
@@ -115,7 +135,8 @@ search::WorstSettings worstSettings(const Playbook& pb) {
 std::string describePoint(const Playbook& pb, const std::vector<double>& point) {
   std::string out;
   for (size_t i = 0; i < point.size() && i < pb.search->params.size(); i++)
-    out += (out.empty() ? "" : ", ") + pb.search->params[i].path + " = " + searchValueText(pb.search->params[i], point[i]);
+    out += (out.empty() ? "" : ", ") + pb.search->params[i].path + " = " +
+           searchValueText(pb.search->params[i], point[i]);
   return out;
 }
 
@@ -130,8 +151,9 @@ std::string searchProgress(const Playbook& pb, const std::vector<search::Trial>&
   std::string out = std::to_string(trials.size()) + "/" + std::to_string(s.budget) + " trials";
   if (trials.empty()) return out;
   const auto& last = trials.back();
-  out += "; " + describePoint(pb, last.point) + ": " + metric + " " + describeMetricValue(metric, last.answer.value) +
-         " ± " + describeMetricValue(metric, last.answer.uncertainty);
+  out += "; " + describePoint(pb, last.point) + ": " + metric + " " +
+         describeMetricValue(metric, last.answer.value) + " ± " +
+         describeMetricValue(metric, last.answer.uncertainty);
   const auto points = byPoint(trials);
   if (s.kind == SearchKind::boundary) {
     const auto settings = boundarySettings(pb);
@@ -159,7 +181,8 @@ std::string searchProgress(const Playbook& pb, const std::vector<search::Trial>&
         bestSum = sum;
       }
     }
-    out += "; worst so far " + describePoint(pb, *best) + ": " + describeMetricValue(metric, bestSum.mean);
+    out += "; worst so far " + describePoint(pb, *best) + ": " +
+           describeMetricValue(metric, bestSum.mean);
   }
   return out;
 }
@@ -173,7 +196,8 @@ Result<std::vector<double>> reproducerPoint(const Playbook& pb, const SearchOutc
   const auto& b = *outcome.boundary;
   const SearchParam& p = pb.search->params.front();
   switch (b.outcome) {
-    case search::Outcome::boundary: return std::vector<double>{*b.firstFail};
+    case search::Outcome::boundary:
+      return std::vector<double>{*b.firstFail};
     case search::Outcome::allFail:
       return std::vector<double>{pb.search->failsAbove ? p.range.lo : p.range.hi};
     case search::Outcome::allPass:
@@ -181,10 +205,12 @@ Result<std::vector<double>> reproducerPoint(const Playbook& pb, const SearchOutc
                        searchExpectation(pb).describe() + " (widen the range)");
     case search::Outcome::reversed:
       return makeError("the range's ends are the other way round: the " +
-                       std::string(pb.search->failsAbove ? "low" : "high") + " end fails and the other passes (set fails = \"" +
+                       std::string(pb.search->failsAbove ? "low" : "high") +
+                       " end fails and the other passes (set fails = \"" +
                        (pb.search->failsAbove ? "below" : "above") + "\")");
     case search::Outcome::undecided:
-      return makeError("an end of the range stayed within the noise (raise repeat_cap, or widen the range)");
+      return makeError(
+          "an end of the range stayed within the noise (raise repeat_cap, or widen the range)");
   }
   return makeError("unknown outcome");
 }
@@ -193,16 +219,17 @@ Result<PinnedPlaybook> makeReproducer(const Playbook& pb, const SearchOutcome& o
   auto point = reproducerPoint(pb, outcome);
   if (!point) return makeError(point.error().message);
   const std::string metric = searchMetric(pb);
-  std::string header = "# Reproducer written by `rdmachaos search " + pb.path + "`: '" + pb.name + "' pinned at\n# " +
-                       describePoint(pb, *point) + ".\n";
+  std::string header = "# Reproducer written by `rdmachaos search " + pb.path + "`: '" + pb.name +
+                       "' pinned at\n# " + describePoint(pb, *point) + ".\n";
   std::optional<size_t> keep;
   if (outcome.boundary) {
     keep = pb.search->expectation;
     const auto& b = *outcome.boundary;
     const SearchParam& p = pb.search->params.front();
     if (b.outcome == search::Outcome::boundary)
-      header += "# The boundary lies between " + searchValueText(p, *b.lastPass) + " (passed) and " +
-                searchValueText(p, *b.firstFail) + " (failed); here " + searchExpectation(pb).describe() +
+      header += "# The boundary lies between " + searchValueText(p, *b.lastPass) +
+                " (passed) and " + searchValueText(p, *b.firstFail) + " (failed); here " +
+                searchExpectation(pb).describe() +
                 " failed the search's trials, so this playbook should fail it (exit 1).\n";
     else
       header += "# Every point of " + rangeText(p) + " failed " + searchExpectation(pb).describe() +
@@ -210,7 +237,8 @@ Result<PinnedPlaybook> makeReproducer(const Playbook& pb, const SearchOutcome& o
   } else {
     const auto& w = *outcome.worst;
     const auto& best = w.points.at(w.best);
-    header += "# The worst point found for " + metric + ": " + describeMetricValue(metric, best.summary.mean) + " ± " +
+    header += "# The worst point found for " + metric + ": " +
+              describeMetricValue(metric, best.summary.mean) + " ± " +
               describeMetricValue(metric, best.summary.uncertainty) + " over " +
               std::to_string(best.measurements.size()) + " trial(s).\n";
   }
@@ -235,8 +263,10 @@ json makeSearchDocument(const Playbook& pb, const json& record, const SearchOutc
               {"scope", searchScope(pb)},
               {"parameters", params},
               {"record", record}};
-  if (!reproducer.empty()) doc["reproducer"] = reproducer;
-  else doc["no_reproducer"] = noReproducer;
+  if (!reproducer.empty())
+    doc["reproducer"] = reproducer;
+  else
+    doc["no_reproducer"] = noReproducer;
   json points = json::array();
   if (outcome.boundary) {
     const auto& b = *outcome.boundary;
@@ -246,12 +276,17 @@ json makeSearchDocument(const Playbook& pb, const json& record, const SearchOutc
       j["verdict"] = verdictName(p.verdict);
       points.push_back(j);
     }
-    json out = {{"outcome", outcomeName(b.outcome)}, {"narrowed", b.narrowed}, {"budget_spent", b.budgetSpent},
+    json out = {{"outcome", outcomeName(b.outcome)},
+                {"narrowed", b.narrowed},
+                {"budget_spent", b.budgetSpent},
                 {"trials", b.trials}};
     const SearchParam& p = s.params.front();
-    if (b.lastPass) out["last_pass"] = {{"value", searchGrain(p, *b.lastPass)}, {"text", searchValueText(p, *b.lastPass)}};
+    if (b.lastPass)
+      out["last_pass"] = {{"value", searchGrain(p, *b.lastPass)},
+                          {"text", searchValueText(p, *b.lastPass)}};
     if (b.firstFail)
-      out["first_fail"] = {{"value", searchGrain(p, *b.firstFail)}, {"text", searchValueText(p, *b.firstFail)}};
+      out["first_fail"] = {{"value", searchGrain(p, *b.firstFail)},
+                           {"text", searchValueText(p, *b.firstFail)}};
     doc["outcome"] = out;
   } else if (outcome.worst) {
     const auto& w = *outcome.worst;
@@ -272,14 +307,17 @@ std::string renderSearchText(const json& doc) {
   const std::string metric = doc.value("metric", std::string());
   const json& oc = doc.at("outcome");
   std::string out = "search '" + doc["playbook"].value("name", std::string()) + "' (" +
-                    doc.value("search", std::string()) + "): " + std::to_string(oc.value("trials", 0)) + " trial(s), " +
+                    doc.value("search", std::string()) +
+                    "): " + std::to_string(oc.value("trials", 0)) + " trial(s), " +
                     std::to_string(doc["points"].size()) + " point(s)\n";
   for (const auto& p : doc["points"]) {
     std::string where;
-    for (auto& [k, v] : p["text"].items()) where += (where.empty() ? "" : ", ") + k + " = " + v.get<std::string>();
+    for (auto& [k, v] : p["text"].items())
+      where += (where.empty() ? "" : ", ") + k + " = " + v.get<std::string>();
     char n[16];
     std::snprintf(n, sizeof n, "%zu", p["measurements"].size());
-    out += "  " + where + ": " + metric + " " + describeMetricValue(metric, p["mean"].get<double>()) + " ± " +
+    out += "  " + where + ": " + metric + " " +
+           describeMetricValue(metric, p["mean"].get<double>()) + " ± " +
            describeMetricValue(metric, p["uncertainty"].get<double>()) + " (" + n + " trial(s))";
     if (p.contains("verdict")) out += " " + p["verdict"].get<std::string>();
     if (p.value("worst", false)) out += " <- worst";
@@ -287,21 +325,26 @@ std::string renderSearchText(const json& doc) {
   }
   const std::string o = oc.value("outcome", std::string());
   if (o == "boundary") {
-    out += "boundary of " + doc.value("expectation", std::string()) + ": between " + oc["last_pass"]["text"].get<std::string>() +
-           " (passes) and " + oc["first_fail"]["text"].get<std::string>() + " (fails)";
+    out += "boundary of " + doc.value("expectation", std::string()) + ": between " +
+           oc["last_pass"]["text"].get<std::string>() + " (passes) and " +
+           oc["first_fail"]["text"].get<std::string>() + " (fails)";
     out += oc.value("narrowed", false) ? ", narrowed to the resolution\n"
-           : oc.value("budget_spent", false) ? ", as far as the budget went\n"
-                                             : ", as narrow as the noise allows (raise repeat_cap to narrow it)\n";
+           : oc.value("budget_spent", false)
+               ? ", as far as the budget went\n"
+               : ", as narrow as the noise allows (raise repeat_cap to narrow it)\n";
   } else if (o == "worst") {
     std::string where;
-    for (auto& [k, v] : oc["worst"]["text"].items()) where += (where.empty() ? "" : ", ") + k + " = " + v.get<std::string>();
-    out += "worst case: " + where + ": " + metric + " " + describeMetricValue(metric, oc["worst"]["mean"].get<double>()) +
-           "\n";
+    for (auto& [k, v] : oc["worst"]["text"].items())
+      where += (where.empty() ? "" : ", ") + k + " = " + v.get<std::string>();
+    out += "worst case: " + where + ": " + metric + " " +
+           describeMetricValue(metric, oc["worst"]["mean"].get<double>()) + "\n";
   } else {
     out += "no boundary inside the range (" + o + ")\n";
   }
-  if (doc.contains("reproducer")) out += "reproducer: " + doc["reproducer"].get<std::string>() + "\n";
-  else out += "no reproducer: " + doc.value("no_reproducer", std::string()) + "\n";
+  if (doc.contains("reproducer"))
+    out += "reproducer: " + doc["reproducer"].get<std::string>() + "\n";
+  else
+    out += "no reproducer: " + doc.value("no_reproducer", std::string()) + "\n";
   return out;
 }
 

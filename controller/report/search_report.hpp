@@ -47,8 +47,9 @@ Result<PinnedPlaybook> makeReproducer(const Playbook& pb, const SearchOutcome& o
 
 // result.json of a search: the playbook, the settings, every point and the outcome. RECORD is
 // the engine's record (toJson), REPRODUCER the file written or why there is none.
-nlohmann::json makeSearchDocument(const Playbook& pb, const nlohmann::json& record, const SearchOutcome& outcome,
-                                  const std::string& reproducer, const std::string& noReproducer);
+nlohmann::json makeSearchDocument(const Playbook& pb, const nlohmann::json& record,
+                                  const SearchOutcome& outcome, const std::string& reproducer,
+                                  const std::string& noReproducer);
 // The summary printed at the end, from that document.
 std::string renderSearchText(const nlohmann::json& doc);
 
