@@ -239,14 +239,17 @@ std::vector<std::string> labMismatch(const Playbook& pb, const std::string& inve
   return out;
 }
 
+// Run as written, a search playbook would run one arbitrary point of its space.
+static std::string searchRefusal(const Playbook& pb, const RunOptions& o) {
+  return o.playbook + ":" + std::to_string(pb.search->pos.line) + ":" + std::to_string(pb.search->pos.column) + ": '" +
+         pb.name + "' has a [search] table: search it with `rdmachaos search " + o.playbook + " --inventory " +
+         o.inventory + "`, or run one point of it without [search] (a search's reproducer.toml is one)";
+}
+
 int cmdRun(const RunOptions& o) {
   auto pb = loadPlaybook(o.playbook);
   if (!pb) return fail(pb.error().message);
-  // Run as written, a search playbook would run one arbitrary point of its space.
-  if (pb->search)
-    return fail(o.playbook + ":" + std::to_string(pb->search->pos.line) + ":" + std::to_string(pb->search->pos.column) +
-                ": '" + pb->name + "' has a [search] table: search it with `rdmachaos search " + o.playbook +
-                " --inventory " + o.inventory + "`, or run one point of it without [search] (a search's reproducer.toml is one)");
+  if (pb->search) return fail(searchRefusal(*pb, o));
   auto inv = loadInventory(o.inventory);
   if (!inv) return fail(inv.error().message);
   auto plan = resolvePlan(*pb, *inv);
