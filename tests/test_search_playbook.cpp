@@ -1,9 +1,14 @@
 // A playbook's [search] table: parsing, every refusal with its place, a point pinned into a plain
 // playbook, the reproducer, the search's result document; and the engine walking pinned playbooks.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "controller/cli/commands.hpp"
@@ -97,6 +102,35 @@ Playbook parsed(const std::string& text) {
   if (!pb) FAIL(pb.error().message);
   return std::move(*pb);
 }
+
+// What a command prints on stderr while this object lives (restored when it goes).
+class StderrCapture {
+ public:
+  explicit StderrCapture(std::string path) : path_(std::move(path)) {
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  ~StderrCapture() { text(); }
+  std::string text() {
+    if (saved_ >= 0) {
+      std::fflush(stderr);
+      ::dup2(saved_, 2);
+      ::close(saved_);
+      saved_ = -1;
+    }
+    std::ifstream in(path_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  std::string path_;
+  int saved_ = -1;
+};
 
 std::string errorOf(const std::string& text) {
   auto pb = parsePlaybook(text, "pb.toml");
@@ -319,6 +353,53 @@ TEST_CASE("`run` refuses a [search] playbook, pointing at `rdmachaos search`") {
   std::ofstream(so.playbook) << kHead;
   so.inventory = o.inventory;
   CHECK(cmdSearch(so) == kExitError);  // no [search]: nothing to search
+}
+
+// The command's refusals that come before any agent is reached: each changes nothing.
+TEST_CASE("`search` refuses a resume that does not fit, before anything is made") {
+  rctest::TempDir dir("rc-search-cmd");
+  const std::string pbPath = dir.path + "/pb.toml", out = dir.path + "/out";
+  std::ofstream(pbPath) << kHead + kBoundary;
+  std::ofstream(dir.path + "/inv.toml") << kInventory;
+  SearchOptions o;
+  o.playbook = pbPath;
+  o.inventory = dir.path + "/inv.toml";
+  auto refused = [&](const SearchOptions& opts) {
+    StderrCapture err(dir.path + "/stderr");
+    int rc = cmdSearch(opts);
+    std::string text = err.text();
+    CHECK(rc == kExitError);
+    CHECK_FALSE(std::filesystem::exists(out + "/trials"));  // nothing made
+    return text;
+  };
+  o.resume = true;
+  CHECK_THAT(refused(o), Catch::Contains("--resume needs --out DIR"));
+  o.out = out;
+  std::filesystem::create_directories(out);
+  CHECK_THAT(refused(o), Catch::Contains("--resume: no search record in '" + out + "'"));
+
+  // A record of this playbook, one trial in; then the playbook edited.
+  Playbook pb = parsed(kHead + kBoundary);
+  search::BoundaryRecord record{boundarySettings(pb), {{{200e6}, {1.9e8, 6e7}}}};
+  auto writeRecord = [&](const std::string& text, const search::BoundaryRecord& r) {
+    nlohmann::json doc = {{"version", 1},
+                          {"playbook", {{"path", pbPath}, {"text", text}}},
+                          {"record", search::toJson(r)}};
+    std::ofstream(out + "/search.json") << doc.dump();
+  };
+  writeRecord(kHead + kBoundary + "# an edit\n", record);
+  CHECK_THAT(refused(o), Catch::Contains("changed since the search in '" + out + "' began") &&
+                             Catch::Contains("another --out"));
+  search::BoundaryRecord other = record;
+  other.settings.budget = 9;
+  writeRecord(kHead + kBoundary, other);
+  CHECK_THAT(refused(o), Catch::Contains("was made with other [search] settings"));
+  std::ofstream(out + "/search.json") << "{\"version\": 1, \"playbook\": ";
+  CHECK_THAT(refused(o), Catch::Contains("cannot be read"));
+  // Without --resume, a directory holding a search is not started over.
+  writeRecord(kHead + kBoundary, record);
+  o.resume = false;
+  CHECK_THAT(refused(o), Catch::Contains("holds a search already: continue it with --resume"));
 }
 
 TEST_CASE(

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "common/atomic_file.hpp"
@@ -226,6 +227,20 @@ int cmdSearch(const SearchOptions& o) {
                 "': " + (t ? std::string("must be positive") : t.error().message));
   auto dir = searchDir(o, *pb);
   if (!dir) return fail(dir.error().message);
+  // The record before anything else is made: a resume that does not fit changes nothing.
+  std::optional<search::BoundaryRecord> boundary;
+  std::optional<search::WorstRecord> worst;
+  if (pb->search->kind == SearchKind::boundary) {
+    auto r = startRecord<search::BoundaryRecord>(o, *pb, *dir, {boundarySettings(*pb), {}},
+                                                 search::boundaryRecordFromJson);
+    if (!r) return fail(r.error().message);
+    boundary = std::move(*r);
+  } else {
+    auto r = startRecord<search::WorstRecord>(o, *pb, *dir, {worstSettings(*pb), {}},
+                                              search::worstRecordFromJson);
+    if (!r) return fail(r.error().message);
+    worst = std::move(*r);
+  }
   std::error_code ec;
   fs::create_directories(*dir + "/trials", ec);
   if (ec) return fail("cannot create '" + *dir + "/trials': " + ec.message());
@@ -234,31 +249,22 @@ int cmdSearch(const SearchOptions& o) {
 
   Session session(o, *pb, *inv, *tls, *dir);
   std::fprintf(stderr, "%s\n", startLine(*pb, *dir).c_str());
+  const auto& done = boundary ? boundary->trials : worst->trials;
+  if (!done.empty())
+    std::fprintf(stderr, "resuming after %zu trial(s): %s\n", done.size(),
+                 searchProgress(*pb, done).c_str());
   SearchOutcome outcome;
   json engineRecord;
   try {
-    if (pb->search->kind == SearchKind::boundary) {
-      auto record = startRecord<search::BoundaryRecord>(o, *pb, *dir, {boundarySettings(*pb), {}},
-                                                        search::boundaryRecordFromJson);
-      if (!record) return fail(record.error().message);
-      if (!record->trials.empty())
-        std::fprintf(stderr, "resuming after %zu trial(s): %s\n", record->trials.size(),
-                     searchProgress(*pb, record->trials).c_str());
-      outcome.boundary = search::runBoundary(*record, [&](double v) {
-        return session.evaluateAndSave(*record, std::vector<double>{v});
+    if (boundary) {
+      outcome.boundary = search::runBoundary(*boundary, [&](double v) {
+        return session.evaluateAndSave(*boundary, std::vector<double>{v});
       });
-      engineRecord = search::toJson(*record);
+      engineRecord = search::toJson(*boundary);
     } else {
-      auto record = startRecord<search::WorstRecord>(o, *pb, *dir, {worstSettings(*pb), {}},
-                                                     search::worstRecordFromJson);
-      if (!record) return fail(record.error().message);
-      if (!record->trials.empty())
-        std::fprintf(stderr, "resuming after %zu trial(s): %s\n", record->trials.size(),
-                     searchProgress(*pb, record->trials).c_str());
-      outcome.worst = search::runWorst(*record, [&](const std::vector<double>& p) {
-        return session.evaluateAndSave(*record, p);
-      });
-      engineRecord = search::toJson(*record);
+      outcome.worst = search::runWorst(
+          *worst, [&](const std::vector<double>& p) { return session.evaluateAndSave(*worst, p); });
+      engineRecord = search::toJson(*worst);
     }
   } catch (const SearchStopped& s) {
     std::fprintf(stderr,
