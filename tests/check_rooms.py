@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 # The order of controller/meson.build's subdir() calls.
-ORDER = ["measure", "fleet", "playbook", "run", "score", "search", "report", "cli"]
+ORDER = ["measure", "search", "fleet", "playbook", "run", "score", "report", "cli"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"controller/([^"/]+)/[^"]+"', re.M)
 FLAT_INCLUDE = re.compile(r'^\s*#\s*include\s+"controller/([^"/]+\.(?:hpp|h))"', re.M)
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -858,4 +859,127 @@ TEST_CASE("cluster-acceptance against a golden baseline of three runs: the node 
   }
   CHECK(rc == 0);
   CHECK(same["outcome"]["worse"] == 0);
+}
+
+// `rdmachaos search` on the lab: search-flap-boundary's bisection over the flap's `down`, then
+// its reproducer run on its own with `rdmachaos run`.
+namespace search_lab {
+
+// Runs `rdmachaos ARGS` in the lab's directory, up to LIMIT; its stdout and stderr.
+int cli(const rctest::Lab& lab, const std::vector<std::string>& args, std::chrono::seconds limit, std::string& out,
+        std::string& err) {
+  rctest::Proc p = rctest::spawnCli(lab.dir(), args);
+  int rc = rctest::waitCli(p, limit);
+  out = readFile(p.out);
+  err = readFile(p.err);
+  return rc;
+}
+
+// Every trial the search kept, one line each: where, the metric and its uncertainty.
+void printPoints(const json& doc) {
+  for (const auto& p : doc["points"]) {
+    std::string ms;
+    for (const auto& m : p["measurements"]) ms += " " + std::to_string(m["value"].get<double>() / 1e9);
+    std::printf("[lab-playbooks] search point %s: %s s (mean %.3f ± %.3f s) %s\n", p["text"].dump().c_str(), ms.c_str(),
+                p["mean"].get<double>() / 1e9, p["uncertainty"].get<double>() / 1e9,
+                p.value("verdict", std::string()).c_str());
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace search_lab
+
+TEST_CASE("search-flap-boundary: the search finds an interval, and its reproducer fails as it said",
+          "[playbooks][one-switch][search]") {
+  using namespace search_lab;
+  rctest::Lab& lab = labFor(kOneSwitch);
+  const auto started = std::chrono::steady_clock::now();
+  const std::string playbook = rctest::env("RDMACHAOS_SOURCE_DIR") + "/playbooks/search-flap-boundary.toml";
+  const std::string out = lab.dir() + "/search-flap";
+  std::string so, se;
+  int rc = cli(lab, {"search", playbook, "--inventory", lab.inventory(), "--out", out}, 300s, so, se);
+  INFO("stdout:\n" << so << "\nstderr:\n" << se);
+  std::printf("%s", so.c_str());
+  REQUIRE(rc == 0);
+  json doc = json::parse(readFile(out + "/result.json"));
+  printPoints(doc);
+  const json& oc = doc["outcome"];
+  REQUIRE(oc["outcome"] == "boundary");
+  const double pass = oc["last_pass"]["value"].get<double>(), failAt = oc["first_fail"]["value"].get<double>();
+  CHECK(pass < failAt);
+  // Every point on the failing side of the interval failed, every one on the other passed (or
+  // stayed within the noise): the record agrees with the interval it reports.
+  for (const auto& p : doc["points"]) {
+    const double v = p["values"]["steps.flap.down"].get<double>();
+    const std::string verdict = p["verdict"];
+    if (verdict == "fail") CHECK(v >= failAt);
+    if (verdict == "pass") CHECK(v <= pass);
+  }
+  CHECK(doc["record"]["trials"].size() <= 8);  // the budget
+  // The record on disk is the one result.json carries: a resume would replay it all.
+  CHECK(json::parse(readFile(out + "/search.json"))["record"] == doc["record"]);
+  checkLinksUp(lab);
+
+  // The reproducer: a plain playbook at the fail end, accepted by validate and failing `run`
+  // on the expectation the search judged.
+  const std::string reproducer = out + "/reproducer.toml";
+  REQUIRE(doc["reproducer"] == reproducer);
+  REQUIRE(cli(lab, {"validate", reproducer}, 30s, so, se) == 0);
+  const std::string reports = lab.dir() + "/search-flap-reproducer";
+  rc = cli(lab, {"run", reproducer, "--inventory", lab.inventory(), "--report-dir", reports}, 120s, so, se);
+  INFO("reproducer stdout:\n" << so << "\nstderr:\n" << se);
+  CHECK(rc == 1);
+  json run = json::parse(readFile(reports + "/result.json"));
+  REQUIRE(run["trials"].size() == 1);
+  const json& trial = run["trials"][0];
+  bool judged = false, pinned = false;
+  for (const auto& f : run["faults"])
+    if (f["step"] == "flap") {
+      pinned = true;
+      CHECK(f["params"]["down"].get<double>() == failAt);
+    }
+  CHECK(pinned);
+  for (const auto& v : trial["verdicts"])
+    if (v["metric"] == "longest_stall") {
+      judged = true;
+      CHECK_FALSE(v["passed"].get<bool>());
+      std::printf("[lab-playbooks] reproducer at %s: %s\n", oc["first_fail"]["text"].get<std::string>().c_str(),
+                  v.value("measured_text", std::string()).c_str());
+    }
+  CHECK(judged);
+  checkLinksUp(lab);
+
+  // Resumed from its record, the finished search runs nothing and says the same.
+  const auto resumed = std::chrono::steady_clock::now();
+  REQUIRE(cli(lab, {"search", playbook, "--inventory", lab.inventory(), "--out", out, "--resume"}, 60s, so, se) == 0);
+  CHECK(std::chrono::steady_clock::now() - resumed < 20s);
+  json again = json::parse(readFile(out + "/result.json"));
+  CHECK(again["outcome"] == doc["outcome"]);
+  CHECK(again["record"] == doc["record"]);
+
+  // A larger bound moves the boundary up: the flap that broke 2 s holds 3 s, and the range's
+  // other end breaks it, so the 3 s boundary lies above the 2 s one (the ends only: cheap).
+  std::string text = readFile(playbook);
+  auto swap = [&](const std::string& from, const std::string& to) {
+    auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+  };
+  swap("bound = \"2s\"", "bound = \"3s\"");
+  swap("budget = 8", "budget = 2");
+  swap("range = [\"200ms\", \"3s\"]", "range = [\"" + oc["first_fail"]["text"].get<std::string>() + "\", \"3s\"]");
+  const std::string wider = lab.dir() + "/search-flap-3s.toml", out3 = lab.dir() + "/search-flap-3s";
+  std::ofstream(wider) << text;
+  rc = cli(lab, {"search", wider, "--inventory", lab.inventory(), "--out", out3}, 180s, so, se);
+  INFO("3 s search stdout:\n" << so << "\nstderr:\n" << se);
+  std::printf("%s", so.c_str());
+  REQUIRE(rc == 0);
+  json doc3 = json::parse(readFile(out3 + "/result.json"));
+  printPoints(doc3);
+  REQUIRE(doc3["outcome"]["outcome"] == "boundary");
+  CHECK(doc3["outcome"]["last_pass"]["value"].get<double>() >= failAt);
+  checkLinksUp(lab);
+  std::printf("[lab-playbooks] search and reproducer: %.0f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  std::fflush(stdout);
 }

@@ -127,6 +127,9 @@ TEST_CASE("every shipped playbook names the test case that asserts its verdict")
       {"observed-job", {"test_observed_job.cpp", "an Open MPI job watched through its own records", ""}},
       {"pfc-storm-watchdog", {"test_lab_playbooks.cpp", "pfc-storm-watchdog: the watchdog shortens the victim's stall", ""}},
       {"quickstart", {"test_run_e2e.cpp", "", "test_run_e2e runs it but accepts exit 1 (its stall is bounded from below only)"}},
+      {"search-flap-boundary",
+       {"test_lab_playbooks.cpp", "search-flap-boundary: the search finds an interval, and its reproducer fails as it said",
+        ""}},
       {"quickstart-soft-roce", {"test_vm_lab.cpp", "", "the demo --soft-roce case checks the report exists, not its verdict"}},
   };
   fs::path dir = fs::path(sourceDir()) / "playbooks";

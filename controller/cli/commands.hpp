@@ -122,6 +122,19 @@ int cmdRun(const RunOptions& o);
 // beside it), as warnings `run` prints before it starts; none when either is unknown.
 std::vector<std::string> labMismatch(const Playbook& pb, const std::string& inventory);
 
+struct SearchOptions {
+  std::string playbook;  // with a [search] table
+  std::string inventory;
+  std::string out;       // the search's directory; empty: a new rdmachaos-results/PLAYBOOK-search-STAMP
+  bool resume = false;   // continue the search whose record is in out
+  std::string timeout = "5s";
+  bool progress = true;  // each trial's live line
+};
+// Searches the playbook's [search] space (docs/search.md): exit 0 with a finding (a boundary, a
+// worst point, every point failing) and its reproducer, 1 without one inside the range, 2 on an
+// error or a stopped search (resumable with --resume).
+int cmdSearch(const SearchOptions& o);
+
 struct ReportOptions {
   std::string result;  // RESULT.json
   std::string html;

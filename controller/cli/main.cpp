@@ -53,6 +53,8 @@ struct Cli {
   CLI::App* validateCmd = nullptr;
   RunOptions run;
   CLI::App* runCmd = nullptr;
+  SearchOptions search;
+  CLI::App* searchCmd = nullptr;
 
   std::string oracleCapture;
   bool oracleJson = false;
@@ -191,7 +193,7 @@ void addSetupCommands(CLI::App& app, Cli& cli) {
                   "QEMU guests with rxe0 and a verbs all-reduce (playbooks/quickstart-soft-roce.toml)");
 }
 
-// validate, run: the playbook subcommands.
+// validate, run, search: the playbook subcommands.
 void addPlaybookCommands(CLI::App& app, Cli& cli) {
   auto* cValidate = cli.validateCmd = app.add_subcommand("validate", "check playbooks; errors as file:line:col");
   cValidate->add_option("playbooks", cli.validateFiles, "playbook TOML files")->required();
@@ -232,6 +234,19 @@ void addPlaybookCommands(CLI::App& app, Cli& cli) {
   cRun->add_option("--nccl-tests-wait", run.ncclTestsWait,
                    "how long to wait after the run for --nccl-tests-output's summary line")->capture_default_str();
   cRun->add_option("--timeout", run.timeout, "one deadline for connecting to every agent; also each request's bound")->capture_default_str();
+
+  SearchOptions& search = cli.search;
+  auto* cSearch = cli.searchCmd = app.add_subcommand(
+      "search", "search a [search] playbook's space: the boundary where an expectation starts to fail, or the worst "
+                "setting; writes the record, result.json and a reproducer playbook (docs/search.md)");
+  cSearch->add_option("playbook", search.playbook, "playbook TOML with a [search] table")->required();
+  cSearch->add_option("--inventory", search.inventory, "inventory TOML")->required();
+  cSearch->add_option("--out", search.out,
+                      "the search's directory: its record (search.json), each trial's result, result.json and "
+                      "reproducer.toml (default: a new one under rdmachaos-results/)");
+  cSearch->add_flag("--resume", search.resume, "continue the search whose record is in --out");
+  cSearch->add_option("--timeout", search.timeout, "one deadline for connecting to every agent; also each request's bound")
+      ->capture_default_str();
 }
 
 // oracle, report, compare, baseline: the subcommands that read what runs left behind.
@@ -282,6 +297,7 @@ int dispatch(const Cli& cli) {
     return cmdDemo(cli.demoDir, cli.demoNodes > 0 ? cli.demoNodes : (cli.demoSoftRoce ? 2 : 3), cli.demoSoftRoce);
   if (*cli.validateCmd) return cmdValidate(cli.validateFiles, cli.validateInventory);
   if (*cli.runCmd) return cmdRun(cli.run);
+  if (*cli.searchCmd) return cmdSearch(cli.search);
   if (*cli.reportCmd) return cmdReport(cli.report);
   if (*cli.oracleCmd) return cmdOracle(cli.oracleCapture, cli.oracleJson);
   if (*cli.compareCmd) return cmdCompare(cli.compare);

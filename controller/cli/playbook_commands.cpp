@@ -127,6 +127,19 @@ boost::asio::awaitable<RunResult> runAndListen(boost::asio::io_context& io, cons
   co_return r;
 }
 
+// "search: boundary of steps.flap.down in [200ms, 3s] for longest_stall <= 2s (job), budget 12".
+std::string describeSearch(const Playbook& pb) {
+  const SearchSpec& s = *pb.search;
+  std::string params;
+  for (const auto& p : s.params)
+    params += (params.empty() ? "" : ", ") + p.path + " in [" + searchValueText(p, p.range.lo) + ", " +
+              searchValueText(p, p.range.hi) + "]";
+  if (s.kind == SearchKind::boundary)
+    return "search: boundary of " + params + " for " + pb.scenarios.front().expectations.at(s.expectation).describe() +
+           ", failing " + (s.failsAbove ? "above" : "below") + ", budget " + std::to_string(s.budget) + " trials";
+  return "search: worst " + s.metric + " over " + params + ", budget " + std::to_string(s.budget) + " trials";
+}
+
 }  // namespace
 
 int cmdValidate(const std::vector<std::string>& playbooks, const std::string& inventory) {
@@ -178,6 +191,7 @@ int cmdValidate(const std::vector<std::string>& playbooks, const std::string& in
       perTarget = false;
       extra += ", " + std::to_string(injections) + " injection(s) on " + inventory;
     }
+    if (pb->search) extra += "; " + describeSearch(*pb);
     std::printf("%s: ok: '%s', %zu scenario(s), %s trial(s), %zu step(s) [%s], %zu expectation(s)%s\n",
                 path.c_str(), pb->name.c_str(), pb->scenarios.size(),
                 perTarget ? "one per target of its sweep:" : std::to_string(trials).c_str(), steps,
@@ -225,9 +239,17 @@ std::vector<std::string> labMismatch(const Playbook& pb, const std::string& inve
   return out;
 }
 
+// Run as written, a search playbook would run one arbitrary point of its space.
+static std::string searchRefusal(const Playbook& pb, const RunOptions& o) {
+  return o.playbook + ":" + std::to_string(pb.search->pos.line) + ":" + std::to_string(pb.search->pos.column) + ": '" +
+         pb.name + "' has a [search] table: search it with `rdmachaos search " + o.playbook + " --inventory " +
+         o.inventory + "`, or run one point of it without [search] (a search's reproducer.toml is one)";
+}
+
 int cmdRun(const RunOptions& o) {
   auto pb = loadPlaybook(o.playbook);
   if (!pb) return fail(pb.error().message);
+  if (pb->search) return fail(searchRefusal(*pb, o));
   auto inv = loadInventory(o.inventory);
   if (!inv) return fail(inv.error().message);
   auto plan = resolvePlan(*pb, *inv);

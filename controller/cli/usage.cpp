@@ -116,7 +116,7 @@ _rdmachaos() {
   done
   case $prev in
     --kind) mapfile -t COMPREPLY < <(compgen -W ")" + workloadKinds + R"(" -- "$cur"); return ;;
-    --inventory|--baseline|--baseline-rules|--config|--html|--junit|--report-dir|--dir|--alertmanager-token-file|--prometheus-token-file|--nccl-tests-output)
+    --inventory|--baseline|--baseline-rules|--config|--html|--junit|--report-dir|--out|--dir|--alertmanager-token-file|--prometheus-token-file|--nccl-tests-output)
       mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
   esac
   if [[ $path == inject && $prev == inject ]]; then
@@ -127,7 +127,7 @@ _rdmachaos() {
 )" + cases + R"(  esac
   if [[ $cur == -* || -n $words && ( $path == "" || $path == lab || $path == certs || $path == baseline ) ]]; then
     mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
-  elif [[ $path == validate || $path == run ]]; then
+  elif [[ $path == validate || $path == run || $path == search ]]; then
     mapfile -t COMPREPLY < <(compgen -f -X '!*.toml' -- "$cur"; compgen -d -- "$cur")
   elif [[ $path == report || $path == compare || $path == "baseline merge" ]]; then
     mapfile -t COMPREPLY < <(compgen -f -X '!*.json' -- "$cur"; compgen -d -- "$cur")

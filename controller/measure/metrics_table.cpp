@@ -208,6 +208,18 @@ std::string whyMissing(std::string_view name, const ScopeScore& s) {
   return r ? r->whyMissing(s) : "unknown metric";
 }
 
+double metricUncertainty(const ScopeScore& s, std::string_view name) {
+  if (!s.impact) return 0;
+  const Impact& im = *s.impact;
+  if (name == "time_to_impact" || name == "recovery_time" || name == "stall_time" || name == "longest_stall")
+    return double(im.uncertaintyNs);
+  // A loss is read against the baseline: the job's own band below it is as much noise.
+  const double depth = s.baseline && s.band ? std::max(0.0, *s.baseline - s.band->floor) : 0;
+  if (name == "throughput_loss_pct") return s.baseline && *s.baseline > 0 ? depth / *s.baseline * 100 : 0;
+  if (name == "throughput_loss_bytes") return depth * double(im.windowToNs - im.windowFromNs) / 1e9;
+  return 0;
+}
+
 std::string formatMetric(MetricUnit unit, double v) {
   char buf[64];
   switch (unit) {

@@ -40,6 +40,9 @@ std::vector<std::string> metricNames();
 // A metric's value in S, or nullopt (then whyMissing(NAME, S) says why). Unknown names: nullopt.
 std::optional<double> metricValue(const ScopeScore& s, std::string_view name);
 std::string whyMissing(std::string_view name, const ScopeScore& s);
+// The uncertainty (+/-) scoring states for a metric's value in S: the timing uncertainty of the
+// impact's times, the baseline band's depth for a loss; 0 where it states none (docs/search.md).
+double metricUncertainty(const ScopeScore& s, std::string_view name);
 std::string formatMetric(MetricUnit unit, double value);
 
 // Job metrics shown over repeats, in report order (the rows with repeatOrder > 0).

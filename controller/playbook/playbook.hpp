@@ -18,6 +18,7 @@
 #include "common/result.hpp"
 #include "controller/fleet/inventory.hpp"
 #include "controller/measure/metrics_table.hpp"
+#include "controller/search/search.hpp"
 #include "workload/kinds.hpp"
 
 namespace rc::controller {
@@ -185,6 +186,40 @@ struct LabSettings {
   std::string ports;       // "tap" or "veth"; empty: not stated
 };
 
+// [search]: the playbook is the space `rdmachaos search` explores (docs/search.md). Each
+// parameter is a step's fault parameter or a workload key, its range in the parameter's
+// normalised unit (ns, bytes, a count).
+struct SearchParam {
+  std::string path;   // as written: "steps.flap.down", "workload.size"
+  std::string step;   // the step's name; "" for a workload key
+  std::string param;  // the step's parameter or the workload key
+  MetricUnit unit = MetricUnit::number;  // duration (ns), size (bytes) or number
+  bool integral = true;                  // a point is rounded to a whole unit (ns, byte, count)
+  search::Range range;
+  // Boundary only: where to stop, a width in the unit (linear) or a ratio less one (log).
+  double resolution = 0;
+  SourcePos pos;
+};
+
+enum class SearchKind { boundary, worst };
+
+struct SearchSpec {
+  SearchKind kind = SearchKind::boundary;
+  std::vector<SearchParam> params;  // boundary: exactly one
+  // boundary: the expectation that must fail (an index into the scenario's expectations) and
+  // which side fails.
+  size_t expectation = 0;
+  bool failsAbove = true;
+  // worst: the metric maximised, on the job.
+  std::string metric;
+  size_t budget = 20;  // trials in all
+  uint64_t seed = 1;   // the worst case's draws; default the playbook's seed
+  size_t minRepeats = 1;
+  size_t repeatCap = 4;  // a point's trials at most (boundary) / confirmation repeats (worst)
+  double coverage = 3;
+  SourcePos pos;
+};
+
 struct Playbook {
   std::string path;
   std::string text;  // the file as read, so results are self-contained
@@ -199,12 +234,30 @@ struct Playbook {
   DetectionSettings detection;
   LabSettings lab;
   std::vector<Scenario> scenarios;  // a playbook without [[scenario]] has one, named after it
+  std::optional<SearchSpec> search;  // [search]: run by `rdmachaos search`, refused by `run`
   std::vector<std::string> faultKinds() const;  // distinct kinds used, in order of appearance
   bool hasDetections() const;  // any scenario has a [[detect]]
 };
 
 Result<Playbook> parsePlaybook(const std::string& text, const std::string& path);
 Result<Playbook> loadPlaybook(const std::string& path);
+
+// ---------------------------------------------------------------- a search's points
+
+// A [search] playbook's parameters set to POINT (one value per SearchParam, in its unit, each
+// rounded to its grain), as the text of a plain playbook: [search] dropped, and with
+// KEEP_EXPECTATION only that one [[expect]] kept. The same text is what a search trial runs and
+// what its reproducer holds, so the reproducer is the trial. HEADER (comment lines) goes first.
+struct PinnedPlaybook {
+  std::string text;
+  Playbook playbook;  // the text parsed
+};
+Result<PinnedPlaybook> pinSearchPoint(const Playbook& pb, const std::vector<double>& point,
+                                      std::optional<size_t> keepExpectation = std::nullopt,
+                                      const std::string& header = "");
+// VALUE of P rounded to its grain, and as a playbook writes it ("1400ms", "4MiB", "3").
+double searchGrain(const SearchParam& p, double value);
+std::string searchValueText(const SearchParam& p, double value);
 
 // ---------------------------------------------------------------- the resolved plan
 

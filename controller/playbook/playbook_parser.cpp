@@ -383,7 +383,7 @@ Playbook Parser::parse(const std::string& text) {
   }
   checkKeys(root,
             {"name", "description", "seed", "repeat", "workload", "guardrails", "scoring", "cost", "lab",
-             "phase", "step", "expect", "require", "sweep", "detect", "detection", "scenario"},
+             "phase", "step", "expect", "require", "sweep", "detect", "detection", "scenario", "search"},
             "the playbook");
   Playbook pb;
   pb.path = path_;
@@ -423,6 +423,7 @@ Playbook Parser::parse(const std::string& text) {
     pb.scenarios.push_back(scenario(root, pb.name, SourcePos{1, 1}, pb));
 
   checkTimeline(pb);
+  if (auto* s = root.get("search")) searchTable(*s, root, pb);
   if (auto all = errors(); !all.empty()) throw Fail{all};
   return pb;
 }

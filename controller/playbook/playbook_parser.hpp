@@ -1,8 +1,10 @@
 // The playbook parser's class (playbook_parser.cpp: the playbook and its scenarios;
-// playbook_parser_steps.cpp: steps, expectations, sweeps, detects). Internal to the parser.
+// playbook_parser_steps.cpp: steps, expectations, sweeps, detects; playbook_search.cpp: [search]).
+// Internal to the parser.
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -41,14 +43,14 @@ class Parser {
 
   // Runs one part of the playbook (a table, a step, an expectation...): its error is recorded
   // and parsing goes on with the next part, so that one pass reports every error of a file.
-  // False when the part failed.
+  // False when the part failed. An empty message is a part whose errors its own parts recorded.
   template <class F>
   bool part(F&& f) const {
     try {
       f();
       return true;
     } catch (const Fail& e) {
-      errors_.push_back(e.message);
+      if (!e.message.empty()) errors_.push_back(e.message);
       return false;
     }
   }
@@ -233,6 +235,11 @@ class Parser {
   void cost(const toml::node& c, CostSettings& co) const;
   void labSettings(const toml::node& n, LabSettings& l) const;
   void scenarios(const toml::node& scs, bool inlineForm, Playbook& pb);
+  // [search] (playbook_search.cpp): checked once the rest of the playbook has no error.
+  void searchTable(const toml::node& n, const toml::table& root, Playbook& pb);
+  SearchSpec search(const toml::node& n, const toml::table& root, const Playbook& pb) const;
+  SearchParam searchParam(const toml::node& n, const Playbook& pb, SearchKind kind) const;
+  size_t searchExpectation(const toml::node& n, const Scenario& sc) const;
   void checkTimeline(const Playbook& pb);
   json normalise(const toml::node& where, const std::string& kind, const json& raw,
                  const toml::table* rawTable) const;
