@@ -218,6 +218,24 @@ params = { action = "drop" }
   CHECK_THAT(bad.error().message, Catch::Contains("captures by itself"));
 }
 
+TEST_CASE("a flap train longer than its step's lifetime is refused; one that fits parses") {
+  auto flaps = [](const std::string& params) {
+    return parsePlaybook(kHead + "[[step]]\nname = \"flap\"\nkind = \"link_flap\"\nphase = \"fault\"\nat = \"1s\"\n"
+                                 "for = \"5s\"\ntarget = \"n1\"\nparams = " + params + "\n",
+                         "p.toml");
+  };
+  auto fits = flaps("{ down = \"2s\", count = 2, up = \"1s\" }");  // 2 + 1 + 2 = 5 s
+  INFO((fits ? "" : fits.error().message));
+  CHECK(fits);
+  auto cut = flaps("{ down = \"2s\", count = 2, up = \"1500ms\" }");  // 5.5 s
+  REQUIRE_FALSE(cut);
+  CHECK_THAT(cut.error().message, Catch::StartsWith("p.toml:") &&
+                                      Catch::Contains("step 'flap' flaps for 5500ms (2 x down + 1 x up) but its lifetime "
+                                                      "'for' is 5s") &&
+                                      Catch::Contains("lengthen 'for'"));
+  CHECK_FALSE(flaps("{ down = \"6s\" }"));
+}
+
 struct BadCase {
   std::string body;     // appended to kHead
   std::string message;  // expected in the error, starting with file:line:col

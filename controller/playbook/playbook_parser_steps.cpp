@@ -139,6 +139,20 @@ Step Parser::step(const toml::node& n, size_t index, const Scenario& sc) const {
     fail(rawTable && rawTable->get("duration") ? *rawTable->get("duration") : n,
          "step '" + s.name + "' duration " + fmtDur(s.params["duration"].get<int64_t>()) +
              " is longer than its lifetime 'for' = " + fmtDur(s.forNs));
+  // A flap train must fit too: the agent reverts at the lifetime, so a longer train would end
+  // cut short, its last flap shorter than written, without a word.
+  if (s.kind == "link_flap" && s.params.value("down", json()).is_number_integer() &&
+      s.params.value("count", json()).is_number_integer()) {
+    const int64_t count = s.params["count"].get<int64_t>();
+    const int64_t up = s.params.value("up", json()).is_number_integer() ? s.params["up"].get<int64_t>() : 0;
+    const int64_t train = count * s.params["down"].get<int64_t>() + (count - 1) * up;
+    if (train > s.forNs)
+      fail(rawTable && rawTable->get("down") ? *rawTable->get("down") : n,
+           "step '" + s.name + "' flaps for " + fmtDur(train) + " (" + std::to_string(count) + " x down" +
+               (count > 1 ? " + " + std::to_string(count - 1) + " x up" : std::string()) +
+               ") but its lifetime 'for' is " + fmtDur(s.forNs) +
+               ": the agent would cut the train short; lengthen 'for' or shorten the flaps");
+  }
   return s;
 }
 
