@@ -321,6 +321,10 @@ class Incast final : public Fault {
     if (!sock.isValid()) return makeError("incast sink: cannot open a socket: " + errnoText(errno), errno);
     int rcvbuf = 4 << 20;
     ::setsockopt(sock.get(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    // The kernel counts the datagrams it dropped for this socket (its buffer full) and says so
+    // with each one read: the record then tells those apart from datagrams that never came.
+    int on = 1;
+    const bool countsDrops = ::setsockopt(sock.get(), SOL_SOCKET, SO_RXQ_OVFL, &on, sizeof on) == 0;
     sockaddr_in sa = receiverSockaddr();
     if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
       return makeError("incast sink: cannot bind UDP " + p_.receiver + ":" + std::to_string(p_.port) + ": " +
@@ -329,6 +333,7 @@ class Incast final : public Fault {
     events.add(Event{wallNs(), "listening", p_.receiver + ":" + std::to_string(p_.port) + "/udp", false});
     std::vector<uint8_t> buf(65536);
     uint64_t bytes = 0, datagrams = 0, strangers = 0;
+    uint32_t dropped = 0;  // SO_RXQ_OVFL: the socket's drops so far, as the last datagram said
     std::vector<uint16_t> sources;  // distinct source ports seen (bounded by fan_in)
     while (!stop.stop_requested() && Clock::now() < end) {
       pollfd pfds[2] = {{wakeFd, POLLIN, 0}, {sock.get(), POLLIN, 0}};
@@ -340,10 +345,20 @@ class Incast final : public Fault {
       if (!(pfds[1].revents & POLLIN)) continue;
       for (int k = 0; k < 256; k++) {
         sockaddr_in from{};
-        socklen_t len = sizeof from;
-        ssize_t r = ::recvfrom(sock.get(), buf.data(), buf.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from),
-                               &len);
+        iovec iov{buf.data(), buf.size()};
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(uint32_t))];
+        msghdr msg{};
+        msg.msg_name = &from;
+        msg.msg_namelen = sizeof from;
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+        ssize_t r = ::recvmsg(sock.get(), &msg, MSG_DONTWAIT);
         if (r < 0) break;
+        for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+          if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL)
+            std::memcpy(&dropped, CMSG_DATA(c), sizeof dropped);
         if (!p_.from.empty() &&
             std::none_of(p_.from.begin(), p_.from.end(), [&](in_addr a) { return sameAddr(a, from.sin_addr); })) {
           strangers++;
@@ -359,7 +374,11 @@ class Incast final : public Fault {
     events.add(Event{wallNs(), "received",
                      std::to_string(bytes) + " B (" + formatSize(bytes) + ") in " + std::to_string(datagrams) +
                          " datagrams from " + std::to_string(sources.size()) + " flows" +
-                         (strangers ? " (" + std::to_string(strangers) + " datagrams ignored: not from a sender)" : ""),
+                         (strangers ? " (" + std::to_string(strangers) + " datagrams ignored: not from a sender)" : "") +
+                         (!countsDrops ? "; the kernel does not count this socket's drops"
+                                       : "; " + std::to_string(dropped) +
+                                             " datagrams dropped by this host before the sink read them (its "
+                                             "socket buffer full)"),
                      false});
     {
       std::lock_guard lock(m_);
