@@ -326,6 +326,7 @@ void WorkloadManager::Entry::reportEnd(wl::Summary s) {
       ended.endReason = stop.load() && !stopReason.empty() ? stopReason : s.endReason;
     }
     ended.error = s.error.substr(0, 1000);
+    ended.note = s.note.substr(0, 1000);
     ended.verified = s.verified;
     s.counters.rxBytes = telemetry->rxBytes();
     ended.counters = toProto(s.counters);

@@ -593,11 +593,13 @@ json toJson(const TelemetryMsg& t) {
 }
 
 json toJson(const WorkloadEnded& e) {
-  return json{{"v", kVersion},          {"id", 0},
-              {"type", "workload_ended"}, {"workload", e.workloadId},
-              {"rank", e.rank},         {"end_reason", e.endReason},
-              {"error", e.error},       {"verified", e.verified},
-              {"counters", countersJson(e.counters)}};
+  json j{{"v", kVersion},          {"id", 0},
+         {"type", "workload_ended"}, {"workload", e.workloadId},
+         {"rank", e.rank},         {"end_reason", e.endReason},
+         {"error", e.error},       {"verified", e.verified},
+         {"counters", countersJson(e.counters)}};
+  if (!e.note.empty()) j["note"] = e.note;
+  return j;
 }
 
 Result<TelemetryMsg> parseTelemetry(const json& m) {
@@ -700,7 +702,7 @@ Result<FaultEnded> parseFaultEnded(const json& m) {
 
 Result<WorkloadEnded> parseWorkloadEnded(const json& m) {
   if (auto r = checkEvent(m, "workload_ended"); !r) return r.error();
-  if (auto r = onlyKeys(m, {"workload", "rank", "end_reason", "error", "verified", "counters"}); !r)
+  if (auto r = onlyKeys(m, {"workload", "rank", "end_reason", "error", "note", "verified", "counters"}); !r)
     return r.error();
   WorkloadEnded e;
   auto id = getId(m, "workload");
@@ -715,6 +717,9 @@ Result<WorkloadEnded> parseWorkloadEnded(const json& m) {
   auto err = getString(m, "error", 1024, false);
   if (!err) return err.error();
   e.error = *err;
+  auto note = getString(m, "note", 1024, false);
+  if (!note) return note.error();
+  e.note = *note;
   auto v = m.find("verified");
   if (v == m.end() || !v->is_boolean()) return rc::makeError("field 'verified' must be true or false");
   e.verified = v->get<bool>();

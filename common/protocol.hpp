@@ -227,6 +227,7 @@ struct WorkloadEnded {
   int rank = 0;
   std::string endReason;  // completed, stopped, lease_expired, max_duration, shutdown, error
   std::string error;
+  std::string note;  // Summary::note: what a launched job did (sent only when set)
   bool verified = true;
   TelemetryCounters counters;
 };

@@ -133,6 +133,9 @@ TEST_CASE("mpi-flap: an Open MPI job started by rdmachaos, a flap scored, a noop
   INFO("problems: " << problemsText(trial));
   CHECK(rc == 0);
   CHECK(trial["problems"].empty());
+  // The trial's line on the job: its transport and its end.
+  REQUIRE(trial.contains("job_notes"));
+  CHECK_THAT(trial["job_notes"][0].get<std::string>(), Catch::StartsWith("the job, on n1: Open MPI ob1, btl tcp; "));
   for (const char* node : {"n1", "n2", "n3"}) {
     uint64_t bytes = 0;
     for (const auto& b : flap["series"]["nodes"][node]) bytes += b.get<uint64_t>();

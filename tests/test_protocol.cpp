@@ -254,7 +254,18 @@ TEST_CASE("telemetry and workload_ended round-trip and are validated") {
   REQUIRE(eb.ok());
   CHECK(eb->counters.reconnects == 2);
   json m = toJson(e);
+  CHECK_FALSE(m.contains("note"));  // sent only when set
   m.erase("verified");
+  CHECK_FALSE(parseWorkloadEnded(m).ok());
+  // A launched job's note travels; a note beyond 1024 bytes, or not a string, is refused.
+  e.note = "Open MPI pml ucx, UCX_TLS=rc_verbs,ud_verbs,self on rxe0:1; mpirun exited with status 0";
+  auto en = parseWorkloadEnded(toJson(e));
+  REQUIRE(en.ok());
+  CHECK(en->note == e.note);
+  m = toJson(e);
+  m["note"] = std::string(1025, 'x');
+  CHECK_FALSE(parseWorkloadEnded(m).ok());
+  m["note"] = 3;
   CHECK_FALSE(parseWorkloadEnded(m).ok());
 }
 

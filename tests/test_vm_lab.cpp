@@ -1610,6 +1610,12 @@ TEST_CASE("mpi-ucx-roce: Open MPI over UCX on rxe survives a flap and a dropped 
   REQUIRE(r["trials"].size() == 1);
   const json& t = r["trials"][0];
   CHECK(t["problems"].empty());
+  // The report's line on the job: its transport and how it ended, in the trial and on the terminal.
+  REQUIRE(t.contains("job_notes"));
+  const std::string note = t["job_notes"][0];
+  CHECK_THAT(note, Catch::StartsWith("the job, on n1: Open MPI pml ucx, UCX_TLS=rc_verbs,ud_verbs,self on rxe0:1; "));
+  CHECK_THAT(note, Catch::Contains("no rank failed") || Catch::Contains("every rank finished"));
+  CHECK_THAT(out, Catch::Contains("  the job, on n1: Open MPI pml ucx"));
   // The flap hit the job (a stall about its outage) and it came back: UCX resumed.
   CHECK(t["job"]["impact"]["longest_stall_ns"].get<int64_t>() >= 1'500'000'000);
   CHECK(t["job"]["impact"]["recovered"] == true);

@@ -26,6 +26,9 @@ struct Summary {
   bool verified = true;   // every completed iteration produced the right result
   std::string endReason;  // completed, stopped, error
   std::string error;      // set when endReason is "error"
+  // What a job the workload launched did, in its own terms, whatever its end (the mpi kind's
+  // rank 0: its transport, mpirun's exit, the ranks that finished): the report's "the job" line.
+  std::string note;
 };
 
 // The one buffer a run of SHAPE uses (the collective's part and the resync words), allocated

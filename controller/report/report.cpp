@@ -249,6 +249,7 @@ json trialJson(const RunResult& run, const json& plannedTrials, const TrialScore
   jt["fault_start_ns"] = optInt(ts.faultStartNs);
   jt["fault_end_ns"] = optInt(ts.faultEndNs);
   jt["problems"] = ts.problems;
+  if (!ts.jobNotes.empty()) jt["job_notes"] = ts.jobNotes;
   jt["job"] = scopeJson(ts.job);
   json ns = json::array();
   for (const auto& n : ts.nodes) ns.push_back(scopeJson(n));

@@ -149,6 +149,7 @@ void trialHeadHtml(std::ostream& h, const TrialView& view) {
     << "</span></h2>\n";
   for (const auto& p : t.value("problems", json::array()))
     h << "<div class=\"problem\">⚠ " << esc(p.get<std::string>()) << "</div>\n";
+  for (const auto& p : t.value("job_notes", json::array())) h << "<div class=\"muted\">" << esc(p.get<std::string>()) << "</div>\n";
   for (const auto& c : cond.value("checks", json::array()))
     h << "<div class=\"" << (c.value("passed", false) ? "muted" : "problem") << " condition\">"
       << (c.value("passed", false) ? "condition met: " : "⚠ condition not reached, expectations not scored: ")

@@ -216,6 +216,7 @@ void nicWindowsText(std::ostream& o, const json& t) {
 // Problems, conditions and verdicts of one trial.
 void verdictsText(std::ostream& o, const json& t) {
   for (const auto& p : t["problems"]) o << "  ERROR " << p.get<std::string>() << "\n";
+  for (const auto& p : t.value("job_notes", json::array())) o << "  " << p.get<std::string>() << "\n";
   const json cond = t.value("condition", json::object());
   for (const auto& c : cond.value("checks", json::array()))
     o << "  " << (c.value("passed", false) ? "met  " : "NOT  ") << "condition " << str(c, "metric") << " "

@@ -603,6 +603,7 @@ class PlanRun {
       for (const auto& it : ns.timeline.iterations())
         if (it.ok) run_.iterations.push_back(it);
       if (!ns.error.empty() && ns.endReason == "error") run_.workloadErrors[ns.node] = ns.error;
+      if (!ns.note.empty()) run_.workloadNotes[ns.node] = ns.note;
       if (!ns.error.empty() && run_.abortReason.empty() && ns.endReason == "error")
         log::warn("workload on {} ended with an error: {}", ns.node, ns.error);
     }

@@ -179,6 +179,9 @@ struct RunResult {
   // The workload nodes whose run ended with an error, and the error (an mpi job's exit and
   // Open MPI's words are rank 0's).
   std::map<std::string, std::string> workloadErrors;
+  // What a job the run launched did, by node (the mpi kind's rank 0: its transport, mpirun's
+  // exit, the ranks that finished), whatever its end.
+  std::map<std::string, std::string> workloadNotes;
   std::vector<PacketAnalysis> packets;  // the packet faults' captures and oracle (analysePackets)
   // `run --nccl-tests-output FILE`: what the job's nccl-tests printed, read when the run ended.
   struct NcclTests {

@@ -74,6 +74,7 @@ struct WorkloadRun::Impl {
       ns.ended = true;
       ns.endReason = e->endReason;
       ns.error = e->error;
+      ns.note = e->note;
       ns.verified = e->verified;
       ns.counters = e->counters;
       wake.cancel();

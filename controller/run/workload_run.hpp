@@ -54,6 +54,7 @@ struct NodeSeries {
   std::vector<std::pair<int64_t, std::map<std::string, uint64_t>>> nicSamples;  // what changed
   bool ended = false;
   std::string endReason, error;
+  std::string note;  // what a job the workload launched did (workload_ended's note)
   bool verified = true;
 };
 

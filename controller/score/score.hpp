@@ -130,6 +130,7 @@ struct TrialScore {
   std::optional<int64_t> faultStartNs;  // first fault actually applied
   std::optional<int64_t> faultEndNs;    // last fault actually reverted
   std::vector<std::string> problems;    // faults that failed, guardrails crossed: errors
+  std::vector<std::string> jobNotes;    // what a job the run launched did ("the job, on n1: ...")
   ScopeScore job;
   std::vector<ScopeScore> nodes;
   FabricScore fabric;

@@ -416,6 +416,7 @@ TrialScore scoreTrial(const RunResult& run, const Playbook& pb, const Trial& t, 
   // trial's problem, also when it ended the run: its series alone would read as a stall.
   if (const auto* ext = pb.workload.kind->external; ext && ext->launches)
     for (const auto& [node, error] : run.workloadErrors) ts.problems.push_back("the job, on " + node + ": " + error);
+  for (const auto& [node, note] : run.workloadNotes) ts.jobNotes.push_back("the job, on " + node + ": " + note);
   if (!ts.completed) {
     ts.problems.push_back("trial did not complete" + (run.abortReason.empty() ? std::string() : ": " + run.abortReason));
     return ts;

@@ -238,10 +238,27 @@ class MpiRun final : public ExternalRun {
     }
     const std::string seen = reader.seen(endNs, stop.load());
     log::info("mpi workload '{}': {}", job_, seen.empty() ? std::string("no rank reported here") : "seen " + seen);
+    if (rank_ == 0) s.note = note(*job, stop.load(), s, seen);
     return s;
   }
 
  private:
+  // The report's line on the job (rank 0): how its ranks talked, how it ended, and anything
+  // Open MPI or UCX said on the way, also when it went on (a UCX warning after a retry).
+  std::string note(const Mpirun& job, bool stopped, const Summary& s, const std::string& seen) const {
+    std::string n = transportText() + "; ";
+    if (s.endReason == "error")
+      n += "it failed (the problem above says how)";
+    else if (stopped)
+      n += "it ran to the run's end (the agent then stopped mpirun), no rank failed" +
+           (seen.empty() ? std::string() : "; records here: " + seen);
+    else
+      n += "mpirun exited with status 0, every rank finished with its all-reduces right";
+    if (s.endReason != "error")
+      if (const std::string said = mpiFailure(job.output()); !said.empty()) n += "; it said: " + said;
+    return n;
+  }
+
   // How the ranks talk, as the report names it.
   std::string transportText() const {
     if (start_.transport != "ucx") return "Open MPI ob1, btl tcp";
