@@ -8,6 +8,7 @@
 
 #include "agent/config.hpp"
 #include "agent/workload_manager.hpp"
+#include "agent_config_fixture.hpp"
 
 // This source in a namespace of its own: the unit sources build one program from unity
 // chunks (tests/meson.build), where the file-scope names of two sources would meet.
@@ -16,23 +17,7 @@ namespace test_agent_config {
 using namespace rc::agent;
 
 namespace {
-const char* kGood = R"(
-[agent]
-node = "n1"
-listen = "198.18.1.11:7470"
-state_dir = "/tmp/state"
-lease_timeout = "3s"
-max_fault_lifetime = "10m"
-[tls]
-ca = "/p/ca.pem"
-cert = "/p/agent-n1.pem"
-key = "/p/agent-n1.key"
-[interfaces]
-data = ["data0"]
-allow = ["data0"]
-protected = ["mgmt0"]
-allow_default_route = false
-)";
+const char* kGood = rctest::kAgentConfig;
 }
 
 TEST_CASE("a complete config parses") {

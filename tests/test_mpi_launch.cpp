@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "agent/config.hpp"
+#include "agent_config_fixture.hpp"
 #include "common/protocol.hpp"
 #include "controller/playbook/playbook.hpp"
 #include "workload/kinds.hpp"
@@ -18,20 +19,7 @@ using namespace rc::workload;
 using Args = std::vector<std::string>;
 
 namespace {
-const char* kBase = R"(
-[agent]
-node = "n1"
-listen = "198.18.1.11:7470"
-state_dir = "/tmp/state"
-[tls]
-ca = "/p/ca.pem"
-cert = "/p/agent-n1.pem"
-key = "/p/agent-n1.key"
-[interfaces]
-data = ["data0"]
-allow = ["data0"]
-protected = ["mgmt0"]
-[mpi]
+const std::string kBase = std::string(rctest::kAgentConfig) + R"([mpi]
 program = "/opt/bench/mpi_allreduce"
 preload = ["/usr/lib/librdmachaos-observe-mpi.so"]
 )";
