@@ -3,12 +3,14 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <string>
 
 #include "common/result.hpp"
 #include "common/units.hpp"
 #include "controller/cli/commands.hpp"
 #include "controller/fleet/fleet.hpp"  // Duration
+#include "controller/run/run_result.hpp"
 
 namespace rc::controller {
 
@@ -18,6 +20,16 @@ inline Result<Duration> durationArg(const std::string& text, const std::string& 
   if (!d) return makeError(flag + ": " + d.error().message);
   if (d->count() <= 0) return makeError(flag + " must be greater than zero");
   return std::chrono::duration_cast<Duration>(*d);
+}
+
+// A run's coroutine that ended by an exception: the run's result says so (its abort reason).
+inline void abortOnException(std::exception_ptr e, RunResult& r) {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    r.abortReason = std::string("internal error: ") + ex.what();
+  }
 }
 
 // Prints the error on stderr and returns the error exit code.

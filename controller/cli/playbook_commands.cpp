@@ -348,13 +348,7 @@ int cmdRun(const RunOptions& o) {
                                                    .metrics = exporter.get()},
                                      &sources),
                         [&](std::exception_ptr e, RunResult r) {
-                          if (e) {
-                            try {
-                              std::rethrow_exception(e);
-                            } catch (const std::exception& ex) {
-                              r.abortReason = std::string("internal error: ") + ex.what();
-                            }
-                          }
+                          abortOnException(e, r);
                           result = std::move(r);
                           // Listening ends with the run, also when it ended by an exception:
                           // io.run() returns once nothing is left on it.

@@ -86,13 +86,7 @@ struct Session {
                               timeout ? *timeout : std::chrono::seconds(5)),
                           .progress = o.progress}),
         [&](std::exception_ptr e, RunResult r) {
-          if (e) {
-            try {
-              std::rethrow_exception(e);
-            } catch (const std::exception& ex) {
-              r.abortReason = std::string("internal error: ") + ex.what();
-            }
-          }
+          abortOnException(e, r);
           result = std::move(r);
         });
     io.run();
