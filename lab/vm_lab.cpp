@@ -92,23 +92,21 @@ bool createGuestSsh(const LabState& s) {
     return false;
   }
   const std::string pki = s.dir + "/pki/";
-  if (auto r = runCommand({*keygen, "-q", "-t", "ed25519", "-N", "", "-C", "rdmachaos-lab-mpi", "-f", pki + "mpi_ssh_key"});
-      !r) {
-    log::warn("soft-RoCE lab: no [mpi] in the guests: {}", r.error().message);
-    return false;
-  }
-  if (auto r = runCommand({*dropbearkey, "-t", "ed25519", "-f", pki + "guest_ssh_host_key"}); !r) {
-    log::warn("soft-RoCE lab: no [mpi] in the guests: {}", r.error().message);
-    return false;
-  }
-  std::string cfg = "# ssh from one guest to another (the mpi workload kind), written by `rdmachaos lab up --soft-roce`\n";
-  for (const auto& n : s.nodes) cfg += "Host " + n.name + "\n  HostName " + n.dataAddress + "\n";
-  cfg += "Host *\n  User root\n  IdentityFile " + pki + "mpi_ssh_key\n  IdentitiesOnly yes\n"
-         "  # the guests' host key is the lab's own, made with it; nothing is learnt or kept\n"
-         "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  BatchMode yes\n  LogLevel ERROR\n"
-         "  ConnectTimeout 20\n";
-  if (auto r = writeFile(pki + "ssh_config", cfg); !r) {
-    log::warn("soft-RoCE lab: no [mpi] in the guests: {}", r.error().message);
+  auto made = [&]() -> Result<void> {
+    if (auto r = runCommand({*keygen, "-q", "-t", "ed25519", "-N", "", "-C", "rdmachaos-lab-mpi", "-f", pki + "mpi_ssh_key"});
+        !r)
+      return r.error();
+    if (auto r = runCommand({*dropbearkey, "-t", "ed25519", "-f", pki + "guest_ssh_host_key"}); !r) return r.error();
+    std::string cfg = "# ssh from one guest to another (the mpi workload kind), written by `rdmachaos lab up --soft-roce`\n";
+    for (const auto& n : s.nodes) cfg += "Host " + n.name + "\n  HostName " + n.dataAddress + "\n";
+    cfg += "Host *\n  User root\n  IdentityFile " + pki + "mpi_ssh_key\n  IdentitiesOnly yes\n"
+           "  # the guests' host key is the lab's own, made with it; nothing is learnt or kept\n"
+           "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  BatchMode yes\n  LogLevel ERROR\n"
+           "  ConnectTimeout 20\n";
+    return writeFile(pki + "ssh_config", cfg);
+  }();
+  if (!made) {
+    log::warn("soft-RoCE lab: no [mpi] in the guests: {}", made.error().message);
     return false;
   }
   return true;
